@@ -1,0 +1,163 @@
+"""Configuration of a ledgerwire process: defaults, a TOML file, then command-line flags.
+
+Every setting has one home here, with its default. The order of precedence is fixed:
+built-in default < TOML file < command-line flag. This module only parses and validates;
+it never opens sockets or files other than the TOML file it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, malformed or inconsistent."""
+
+
+def parse_host_port(text: str, *, default_host: str = "0.0.0.0") -> tuple[str, int]:
+    """Parse "host:port", ":port" or "port" (IPv6 as "[::1]:9092")."""
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.lstrip(":")
+    elif ":" in text:
+        host, _, port_text = text.rpartition(":")
+    else:
+        host, port_text = "", text
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"not a host:port: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"port out of range: {text!r}")
+    return (host or default_host), port
+
+
+@dataclass
+class KafkaConfig:
+    listener: str = "0.0.0.0:9092"
+    advertised_host: str = ""  # empty: the listener host, or 127.0.0.1 for a wildcard listener
+    advertised_port: int = 0  # 0: the listener port
+    broker_id: int = 0
+    cluster_id: str = "ledgerwire-standalone"
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    max_message_bytes: int = 1048588
+    max_frame_bytes: int = 100 * 1024 * 1024
+    shutdown_grace_s: float = 10.0
+
+
+@dataclass
+class StorageConfig:
+    bookies: int = 1
+    bookie_host: str = "127.0.0.1"
+    bookie_port: int = 3181  # first bookie; the others take the next ports
+    ensemble_size: int = 1
+    write_quorum: int = 1
+    ack_quorum: int = 1
+    fsync: bool = True
+    journal_max_group_wait_ms: float = 2.0
+    write_cache_mb: int = 64
+    read_cache_mb: int = 64
+    max_entries_per_ledger: int = 50_000
+    max_ledger_mb: int = 256
+    max_ledger_age_s: float = 4 * 3600
+
+
+@dataclass
+class RetentionConfig:
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
+    retention_bytes: int = -1  # per partition; -1: no size bound
+
+
+@dataclass
+class LogConfig:
+    level: str = "INFO"
+    format: str = "json"  # json | text
+
+
+@dataclass
+class Config:
+    data_dir: Path = Path("./data")
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def validate(self) -> None:
+        s = self.storage
+        if s.bookies < 1:
+            raise ConfigError("storage.bookies must be at least 1")
+        if not s.bookies >= s.ensemble_size >= s.write_quorum >= s.ack_quorum >= 1:
+            raise ConfigError(
+                "need bookies >= ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                f"{s.bookies}/{s.ensemble_size}/{s.write_quorum}/{s.ack_quorum}"
+            )
+        if self.kafka.default_partitions < 1:
+            raise ConfigError("kafka.default_partitions must be at least 1")
+        parse_host_port(self.kafka.listener)
+        if self.log.format not in ("json", "text"):
+            raise ConfigError("log.format must be 'json' or 'text'")
+
+    @property
+    def kafka_bind(self) -> tuple[str, int]:
+        return parse_host_port(self.kafka.listener)
+
+    @property
+    def kafka_advertised(self) -> tuple[str, int]:
+        host, port = self.kafka_bind
+        adv_host = self.kafka.advertised_host or (
+            "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        )
+        return adv_host, self.kafka.advertised_port or port
+
+
+def _apply_table(target: Any, table: dict[str, Any], where: str) -> None:
+    names = {f.name: f for f in dataclasses.fields(target)}
+    for key, value in table.items():
+        attr = key.replace("-", "_")
+        if attr not in names:
+            raise ConfigError(f"unknown setting {where}{key}")
+        current = getattr(target, attr)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}{key} must be a table")
+            _apply_table(current, value, f"{where}{key}.")
+        elif isinstance(current, Path):
+            setattr(target, attr, Path(value))
+        elif isinstance(current, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}{key} must be true or false")
+            setattr(target, attr, value)
+        elif isinstance(current, int | float) and not isinstance(value, int | float):
+            raise ConfigError(f"{where}{key} must be a number")
+        else:
+            setattr(target, attr, type(current)(value))
+
+
+def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> Config:
+    """Build the configuration: defaults, then the TOML file, then flag overrides.
+
+    `overrides` maps dotted names ("kafka.listener") to values; None values are skipped.
+    """
+    config = Config()
+    if path is not None:
+        try:
+            table = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        _apply_table(config, table, "")
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        *parents, leaf = dotted.split(".")
+        nested: dict[str, Any] = {leaf: value}
+        for parent in reversed(parents):
+            nested = {parent: nested}
+        _apply_table(config, nested, "")
+    config.validate()
+    return config

@@ -1,0 +1,60 @@
+"""Configuration precedence and validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import build_parser, _config_from_args
+from gateway.config import ConfigError, load_config, parse_host_port
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    config = load_config(None)
+    assert config.kafka_bind == ("0.0.0.0", 9092)
+    assert config.kafka_advertised == ("127.0.0.1", 9092)
+    assert (config.storage.ensemble_size, config.storage.write_quorum, config.storage.ack_quorum) == (1, 1, 1)
+    assert config.storage.fsync is True
+
+
+def test_flags_override_file_which_overrides_defaults(tmp_path: Path) -> None:
+    toml = tmp_path / "lw.toml"
+    toml.write_text(
+        'data_dir = "/srv/lw"\n[kafka]\nlistener = "127.0.0.1:19092"\ndefault_partitions = 4\n'
+        "[storage]\nbookies = 3\nensemble_size = 3\nwrite_quorum = 2\nack_quorum = 2\n"
+    )
+    args = build_parser().parse_args(
+        ["standalone", "--config", str(toml), "--default-partitions", "8", "--no-fsync"]
+    )
+    config = _config_from_args(args)
+    assert config.data_dir == Path("/srv/lw")
+    assert config.kafka_bind == ("127.0.0.1", 19092)
+    assert config.kafka.default_partitions == 8
+    assert config.storage.bookies == 3 and config.storage.write_quorum == 2
+    assert config.storage.fsync is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[storage]\nbookies = 1\nensemble_size = 2\n",  # E larger than the bookies available
+        "[storage]\nwrite_quorum = 1\nack_quorum = 2\n",  # Qa > Qw
+        "[kafka]\nunknown_setting = 1\n",
+        "[kafka]\nauto_create_topics = \"yes\"\n",
+        "[kafka]\nlistener = \"nowhere\"\n",
+    ],
+)
+def test_bad_configuration_is_refused(tmp_path: Path, text: str) -> None:
+    toml = tmp_path / "bad.toml"
+    toml.write_text(text)
+    with pytest.raises(ConfigError):
+        load_config(toml)
+
+
+def test_parse_host_port_forms() -> None:
+    assert parse_host_port("9092") == ("0.0.0.0", 9092)
+    assert parse_host_port(":9093") == ("0.0.0.0", 9093)
+    assert parse_host_port("[::1]:9094") == ("::1", 9094)
+    with pytest.raises(ConfigError):
+        parse_host_port("host:99999")

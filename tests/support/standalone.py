@@ -1,0 +1,107 @@
+"""Run `ledgerwire standalone` as a real subprocess for integration tests.
+
+The tests talk to it only over its Kafka port, as a user's client would, and may kill it
+with SIGKILL to check what survives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_port_range(count: int) -> int:
+    """A first port such that [first, first + count) are all free right now."""
+    for _ in range(200):
+        first = free_port()
+        if first + count >= 65535:
+            continue
+        try:
+            socks = []
+            for p in range(first, first + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+class Standalone:
+    """One `ledgerwire standalone` process with its own data dir and ports."""
+
+    def __init__(self, data_dir: Path, *, bookies: int = 1, extra_args: list[str] | None = None):
+        self.data_dir = data_dir
+        self.bookies = bookies
+        self.kafka_port = free_port()
+        self.bookie_port = free_port_range(bookies)
+        self.extra_args = list(extra_args or [])
+        self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        args = [
+            sys.executable, "-m", "gateway", "standalone",
+            "--data-dir", str(self.data_dir),
+            "--kafka-listener", f"127.0.0.1:{self.kafka_port}",
+            "--bookies", str(self.bookies),
+            "--bookie-port", str(self.bookie_port),
+            "--log-format", "text",
+            *self.extra_args,
+        ]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=log, env=dict(os.environ))
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"standalone exited with {self.proc.returncode}:\n{self.log()}")
+            if b"standalone ready" in self.log_path.read_bytes():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"standalone did not become ready:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-20000:]
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(f"standalone ignored SIGTERM:\n{self.log()}") from None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
