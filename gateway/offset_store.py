@@ -1,0 +1,136 @@
+"""Committed consumer-group offsets, kept durably in a managed ledger of the ledger backend.
+
+Why a log and not metadata nodes: commits are frequent (every consumer, every few seconds),
+and a ledger append is one fsynced quorum write, where a metadata CAS per group would load the
+metadata store with data traffic. The ledger `__consumer_offsets` holds one record per commit
+(or deletion); every `snapshot_every` records a snapshot record with the whole state is
+appended, a cursor named "snapshot" is moved to it, and the ledgers before it are deleted —
+a compacted log in the spirit of Kafka's `__consumer_offsets`, with bounded replay at start.
+
+Record format: a JSON object with a format version `v` and a `type` (commit, delete,
+snapshot). This module must never acknowledge a commit before its record is durable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ledger_backend.managed_ledger import (
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    Position,
+)
+from protocols.kafka.group_coordinator import CommittedOffset, OffsetKey
+
+log = logging.getLogger("ledgerwire.offsets")
+
+FORMAT_VERSION = 1
+LEDGER_NAME = "__system/offsets/__consumer_offsets"
+State = dict[str, dict[OffsetKey, CommittedOffset]]
+
+
+def _encode_offsets(offsets: Mapping[OffsetKey, CommittedOffset]) -> list[list[Any]]:
+    return [
+        [topic, partition, o.offset, o.leader_epoch, o.metadata, o.commit_timestamp_ms]
+        for (topic, partition), o in offsets.items()
+    ]
+
+
+def _decode_offsets(rows: list[list[Any]]) -> dict[OffsetKey, CommittedOffset]:
+    return {(t, p): CommittedOffset(off, epoch, meta, ts) for t, p, off, epoch, meta, ts in rows}
+
+
+class LedgerOffsetStore:
+    def __init__(
+        self,
+        factory: ManagedLedgerFactory,
+        config: ManagedLedgerConfig | None = None,
+        *,
+        snapshot_every: int = 10_000,
+    ) -> None:
+        self._factory = factory
+        self._config = config
+        self._snapshot_every = snapshot_every
+        self._ledger: ManagedLedger | None = None
+        self._state: State = {}
+        self._records_since_snapshot = 0
+
+    async def load(self) -> State:
+        self._ledger = await self._factory.open(LEDGER_NAME, self._config)
+        cursor = await self._ledger.open_cursor("snapshot")
+        start = cursor.mark_delete_position or self._ledger.first_position
+        replayed = 0
+        position: Position | None = start
+        while position is not None:
+            entries = await self._ledger.read(position, 1000)
+            if not entries:
+                break
+            for entry in entries:
+                self._apply(json.loads(entry.data))
+                replayed += 1
+            position = self._ledger.next_position(entries[-1].position)
+        self._records_since_snapshot = replayed
+        log.info("committed offsets loaded",
+                 extra={"groups": len(self._state), "records_replayed": replayed})
+        return {group: dict(offsets) for group, offsets in self._state.items()}
+
+    def _apply(self, record: dict[str, Any]) -> None:
+        if record.get("v") != FORMAT_VERSION:
+            raise ValueError(f"offset record of unknown format version {record.get('v')!r}")
+        kind = record["type"]
+        if kind == "snapshot":
+            self._state = {g: _decode_offsets(rows) for g, rows in record["groups"].items()}
+        elif kind == "commit":
+            self._state.setdefault(record["group"], {}).update(_decode_offsets(record["offsets"]))
+        elif kind == "delete":
+            group = record["group"]
+            if record["keys"] is None:
+                self._state.pop(group, None)
+            else:
+                for topic, partition in record["keys"]:
+                    self._state.get(group, {}).pop((topic, partition), None)
+        else:
+            raise ValueError(f"offset record of unknown type {kind!r}")
+
+    async def _append(self, record: dict[str, Any]) -> Position:
+        assert self._ledger is not None, "load() first"
+        position = await self._ledger.append(json.dumps(record, separators=(",", ":")).encode())
+        self._apply(record)
+        self._records_since_snapshot += 1
+        if self._records_since_snapshot >= self._snapshot_every:
+            await self.snapshot()
+        return position
+
+    async def commit(self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]) -> None:
+        await self._append(
+            {"v": FORMAT_VERSION, "type": "commit", "group": group_id,
+             "offsets": _encode_offsets(offsets)}
+        )
+
+    async def delete(self, group_id: str, keys: list[OffsetKey] | None) -> None:
+        await self._append(
+            {"v": FORMAT_VERSION, "type": "delete", "group": group_id,
+             "keys": None if keys is None else [list(k) for k in keys]}
+        )
+
+    async def snapshot(self) -> None:
+        """Write the whole state as one record, then drop the ledgers it makes redundant."""
+        assert self._ledger is not None
+        record = {
+            "v": FORMAT_VERSION,
+            "type": "snapshot",
+            "groups": {g: _encode_offsets(o) for g, o in self._state.items()},
+        }
+        position = await self._ledger.append(json.dumps(record, separators=(",", ":")).encode())
+        self._records_since_snapshot = 0
+        cursor = await self._ledger.open_cursor("snapshot")
+        await cursor.mark_delete(position)
+        await self._ledger.delete_ledgers_before(position.ledger_id)
+
+    async def close(self) -> None:
+        if self._ledger is not None:
+            await self._ledger.close()

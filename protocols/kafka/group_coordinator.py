@@ -1,0 +1,493 @@
+"""The classic consumer-group coordinator: membership, rebalances and committed offsets.
+
+One `Group` per group id, driven through one explicit state machine (`ALLOWED_TRANSITIONS`):
+
+    Empty --join--> PreparingRebalance --all joined / timeout--> CompletingRebalance
+    CompletingRebalance --leader's SyncGroup--> Stable
+    CompletingRebalance | Stable --join, leave, expiry--> PreparingRebalance
+    PreparingRebalance --every member gone--> Empty;  any --delete--> Dead
+
+A rebalance finishes when every known member has rejoined or when the longest rebalance
+timeout of its members runs out (members that did not rejoin are dropped); a group that was
+Empty first waits `initial_rebalance_delay_s` so a fleet starting together lands in one
+generation. Sessions expire in a background task. Waits are Trio events; the coordinator
+runs its timers in the nursery given to `run()`.
+
+Committed offsets are kept in memory for reads and written through an `OffsetStoreApi` (the
+gateway backs it by a ledger) before a commit is acknowledged. This module must never do I/O
+of its own: storage goes through the offset store it is given.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from protocols.kafka.errors import ErrorCode, KafkaProtocolError
+
+log = logging.getLogger("ledgerwire.kafka.groups")
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+ALLOWED_TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE, GroupState.DEAD}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.COMPLETING_REBALANCE, GroupState.EMPTY, GroupState.DEAD}
+    ),
+    GroupState.COMPLETING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.DEAD}
+    ),
+    GroupState.STABLE: frozenset({GroupState.PREPARING_REBALANCE, GroupState.DEAD}),
+    GroupState.DEAD: frozenset(),
+}
+
+
+class GroupError(KafkaProtocolError):
+    """A group request refused with a wire error code (the handler answers with it)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message, code=code)
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+    commit_timestamp_ms: int = -1
+
+
+OffsetKey = tuple[str, int]  # (topic, partition)
+
+
+class OffsetStoreApi(Protocol):
+    """Durable committed offsets (gateway.offset_store.LedgerOffsetStore)."""
+
+    async def load(self) -> dict[str, dict[OffsetKey, CommittedOffset]]: ...
+
+    async def commit(self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]) -> None: ...
+
+    async def delete(self, group_id: str, keys: list[OffsetKey] | None) -> None: ...
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_s: float
+    rebalance_timeout_s: float
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    last_heartbeat: float = 0.0
+    joining: bool = False  # has a JoinGroup waiting for this rebalance to finish
+    join_result: dict[str, Any] | None = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending_member_ids: set[str] = field(default_factory=set)  # handed out, not yet joined
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    changed: trio.Event = field(default_factory=trio.Event)
+    rebalance_running: bool = False
+
+    def transition(self, new: GroupState) -> None:
+        if new not in ALLOWED_TRANSITIONS[self.state]:
+            raise AssertionError(f"group {self.group_id}: {self.state.value} -> {new.value}")
+        log.info(
+            "group state",
+            extra={"group": self.group_id, "from": self.state.value, "to": new.value,
+                   "generation": self.generation_id},
+        )
+        self.state = new
+        self.wake()
+
+    def wake(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def all_members_joined(self) -> bool:
+        return all(m.joining for m in self.members.values())
+
+    def rebalance_timeout_s(self) -> float:
+        return max((m.rebalance_timeout_s for m in self.members.values()), default=0.0)
+
+
+@dataclass
+class CoordinatorConfig:
+    initial_rebalance_delay_s: float = 3.0
+    min_session_timeout_s: float = 6.0
+    max_session_timeout_s: float = 1800.0
+    expiry_check_interval_s: float = 0.5
+
+
+class GroupCoordinator:
+    def __init__(self, offset_store: OffsetStoreApi, config: CoordinatorConfig | None = None):
+        self.config = config or CoordinatorConfig()
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[OffsetKey, CommittedOffset]] = {}
+        self._store = offset_store
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Load committed offsets and run the coordinator's timers until cancelled."""
+        self.offsets = await self._store.load()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._expire_sessions)
+            task_status.started()
+
+    # ---- membership -------------------------------------------------------------------------
+
+    def _group(self, group_id: str, *, create: bool) -> Group:
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            if not create:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+            group = self.groups[group_id] = Group(group_id)
+        return group
+
+    async def join(
+        self,
+        *,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        require_known_member_id: bool,
+    ) -> dict[str, Any]:
+        if not group_id:
+            raise GroupError(ErrorCode.INVALID_GROUP_ID)
+        session_s = session_timeout_ms / 1000.0
+        if not self.config.min_session_timeout_s <= session_s <= self.config.max_session_timeout_s:
+            raise GroupError(ErrorCode.INVALID_SESSION_TIMEOUT)
+        if not protocols:
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        group = self._group(group_id, create=True)
+        if group.members and group.protocol_type not in (None, protocol_type):
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.members and not self._supports_common_protocol(group, protocols):
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+
+        if not member_id:
+            if group_instance_id is not None and group_instance_id in group.static_members:
+                # A static member restarted: its new id replaces (fences) the old one.
+                old_id = group.static_members[group_instance_id]
+                old = group.members.pop(old_id, None)
+                member_id = f"{group_instance_id}-{uuid.uuid4()}"
+                if old is not None and old.join_result is None and old.joining:
+                    old.join_result = {"error_code": int(ErrorCode.FENCED_INSTANCE_ID)}
+            else:
+                member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+                if require_known_member_id and group_instance_id is None:
+                    group.pending_member_ids.add(member_id)
+                    return {"error_code": int(ErrorCode.MEMBER_ID_REQUIRED),
+                            "member_id": member_id, "generation_id": -1}
+        elif member_id not in group.members and member_id not in group.pending_member_ids:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        elif (
+            group_instance_id is not None
+            and group.static_members.get(group_instance_id, member_id) != member_id
+        ):
+            raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
+
+        group.pending_member_ids.discard(member_id)
+        member = group.members.get(member_id)
+        if member is None:
+            member = Member(
+                member_id, group_instance_id, client_id, client_host, session_s,
+                (rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms) / 1000.0,
+                protocol_type, protocols,
+            )
+            group.members[member_id] = member
+            if group_instance_id is not None:
+                group.static_members[group_instance_id] = member_id
+        elif (
+            group.state is GroupState.STABLE
+            and member.protocols == protocols
+            and member_id != group.leader_id
+        ):
+            # A follower rejoining with nothing new: hand back the current generation.
+            member.last_heartbeat = trio.current_time()
+            return self._join_answer(group, member)
+        member.protocols = protocols
+        member.session_timeout_s = session_s
+        member.last_heartbeat = trio.current_time()
+        member.joining = True
+        member.join_result = None
+        group.protocol_type = protocol_type
+        self._prepare_rebalance(group, f"member {member_id} joined")
+        group.wake()
+
+        while member.join_result is None:
+            await group.changed.wait()
+        return member.join_result
+
+    def _supports_common_protocol(self, group: Group, protocols: list[tuple[str, bytes]]) -> bool:
+        names = {name for name, _ in protocols}
+        return all(names & {n for n, _ in m.protocols} for m in group.members.values())
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            initial = group.state is GroupState.EMPTY
+            group.transition(GroupState.PREPARING_REBALANCE)
+            log.info("rebalance", extra={"group": group.group_id, "reason": reason})
+            if not group.rebalance_running and self._nursery is not None:
+                group.rebalance_running = True
+                self._nursery.start_soon(self._complete_rebalance_when_ready, group, initial)
+
+    async def _complete_rebalance_when_ready(self, group: Group, initial: bool) -> None:
+        try:
+            now = trio.current_time()
+            deadline = now + group.rebalance_timeout_s()
+            if initial:
+                # Let a fleet starting together join one generation: wait while joins arrive.
+                delay_end = min(now + self.config.initial_rebalance_delay_s, deadline)
+                while trio.current_time() < delay_end:
+                    with trio.move_on_at(delay_end):
+                        await group.changed.wait()
+            while not group.all_members_joined() and trio.current_time() < deadline:
+                with trio.move_on_at(deadline):
+                    await group.changed.wait()
+        finally:
+            group.rebalance_running = False
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        for member_id in [m.member_id for m in group.members.values() if not m.joining]:
+            self._remove_member(group, member_id)
+        if not group.members:
+            group.generation_id += 1
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(GroupState.EMPTY)
+            return
+        group.generation_id += 1
+        group.protocol_name = self._select_protocol(group)
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        for member in group.members.values():
+            member.assignment = b""
+        group.transition(GroupState.COMPLETING_REBALANCE)
+        for member in group.members.values():
+            member.joining = False
+            member.last_heartbeat = trio.current_time()
+            member.join_result = self._join_answer(group, member)
+        group.wake()
+
+    def _join_answer(self, group: Group, member: Member) -> dict[str, Any]:
+        is_leader = member.member_id == group.leader_id
+        return {
+            "error_code": 0,
+            "generation_id": group.generation_id,
+            "protocol_type": group.protocol_type,
+            "protocol_name": group.protocol_name,
+            "leader": group.leader_id or "",
+            "member_id": member.member_id,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "metadata": m.metadata_for(group.protocol_name or "")}
+                for m in group.members.values()
+            ]
+            if is_leader
+            else [],
+        }
+
+    @staticmethod
+    def _select_protocol(group: Group) -> str:
+        common = set.intersection(*({n for n, _ in m.protocols} for m in group.members.values()))
+        votes: dict[str, int] = {}
+        for member in group.members.values():
+            choice = next(name for name, _ in member.protocols if name in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(sorted(votes), key=lambda name: votes[name])
+
+    def _remove_member(self, group: Group, member_id: str) -> None:
+        member = group.members.pop(member_id, None)
+        if member is None:
+            return
+        if member.group_instance_id is not None:
+            group.static_members.pop(member.group_instance_id, None)
+        if member.joining and member.join_result is None:
+            member.join_result = {"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID)}
+        group.wake()
+
+    def _check_member(self, group: Group, member_id: str, generation_id: int) -> Member:
+        member = group.members.get(member_id)
+        if member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if generation_id != group.generation_id:
+            raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+        return member
+
+    async def sync(
+        self, *, group_id: str, member_id: str, generation_id: int,
+        assignments: list[tuple[str, bytes]],
+    ) -> tuple[str | None, str | None, bytes]:
+        group = self._group(group_id, create=False)
+        member = self._check_member(group, member_id, generation_id)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            if member_id == group.leader_id:
+                given = dict(assignments)
+                for mid, m in group.members.items():
+                    m.assignment = given.get(mid, b"")
+                group.transition(GroupState.STABLE)
+            generation = group.generation_id
+            while group.state is GroupState.COMPLETING_REBALANCE:
+                await group.changed.wait()
+            if group.state is not GroupState.STABLE or group.generation_id != generation:
+                raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+            if member_id not in group.members:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        member.last_heartbeat = trio.current_time()
+        return group.protocol_type, group.protocol_name, member.assignment
+
+    def heartbeat(self, *, group_id: str, member_id: str, generation_id: int) -> None:
+        group = self._group(group_id, create=False)
+        member = group.members.get(member_id)
+        if member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        member.last_heartbeat = trio.current_time()
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+        if generation_id != group.generation_id:
+            raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
+        """Remove members (member id, or instance id for static members); per-member codes."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return [int(ErrorCode.UNKNOWN_MEMBER_ID)] * len(members)
+        codes = []
+        for member_id, instance_id in members:
+            if instance_id is not None and not member_id:
+                member_id = group.static_members.get(instance_id, "")
+            if member_id in group.members:
+                self._remove_member(group, member_id)
+                codes.append(0)
+            else:
+                codes.append(int(ErrorCode.UNKNOWN_MEMBER_ID))
+        if any(code == 0 for code in codes):
+            self._after_membership_change(group, "members left")
+        return codes
+
+    def _after_membership_change(self, group: Group, reason: str) -> None:
+        if group.state is GroupState.PREPARING_REBALANCE:
+            group.wake()
+        elif group.members:
+            self._prepare_rebalance(group, reason)
+        elif group.state is not GroupState.EMPTY:
+            self._prepare_rebalance(group, reason)
+
+    async def _expire_sessions(self) -> None:
+        while True:
+            await trio.sleep(self.config.expiry_check_interval_s)
+            now = trio.current_time()
+            for group in list(self.groups.values()):
+                expired = [
+                    m.member_id
+                    for m in group.members.values()
+                    if not m.joining and now - m.last_heartbeat > m.session_timeout_s
+                ]
+                for member_id in expired:
+                    log.info("session expired", extra={"group": group.group_id, "member": member_id})
+                    self._remove_member(group, member_id)
+                if expired:
+                    self._after_membership_change(group, "session expired")
+
+    # ---- offsets ----------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self, *, group_id: str, member_id: str, generation_id: int,
+        offsets: Mapping[OffsetKey, CommittedOffset],
+    ) -> None:
+        group = self.groups.get(group_id)
+        if generation_id >= 0 or member_id:
+            if group is None or not group.members:
+                if generation_id >= 0:
+                    raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+            else:
+                self._check_member(group, member_id, generation_id)
+                if group.state is GroupState.PREPARING_REBALANCE:
+                    raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+        elif group is not None and group.members:
+            # A simple (assign-only) commit into a group that has live members is refused.
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        await self._store.commit(group_id, offsets)
+        self.offsets.setdefault(group_id, {}).update(offsets)
+
+    def fetch_offsets(self, group_id: str, keys: list[OffsetKey] | None) -> dict[OffsetKey, CommittedOffset]:
+        committed = self.offsets.get(group_id, {})
+        if keys is None:
+            return dict(committed)
+        return {k: committed[k] for k in keys if k in committed}
+
+    async def delete_offsets(self, group_id: str, keys: list[OffsetKey]) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.state not in (GroupState.EMPTY, GroupState.DEAD):
+            raise GroupError(ErrorCode.NON_EMPTY_GROUP)
+        await self._store.delete(group_id, keys)
+        committed = self.offsets.get(group_id, {})
+        for key in keys:
+            committed.pop(key, None)
+
+    # ---- admin ------------------------------------------------------------------------------
+
+    def known_group_ids(self) -> list[str]:
+        ids = {g for g, grp in self.groups.items() if grp.state is not GroupState.DEAD}
+        ids.update(g for g, offsets in self.offsets.items() if offsets)
+        return sorted(ids)
+
+    def describe(self, group_id: str) -> Group | None:
+        group = self.groups.get(group_id)
+        if group is None and self.offsets.get(group_id):
+            return Group(group_id)
+        return group
+
+    async def delete_group(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.state not in (GroupState.EMPTY, GroupState.DEAD):
+            raise GroupError(ErrorCode.NON_EMPTY_GROUP)
+        if group is None and not self.offsets.get(group_id):
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND)
+        await self._store.delete(group_id, None)
+        self.offsets.pop(group_id, None)
+        if group is not None:
+            group.transition(GroupState.DEAD)
+            del self.groups[group_id]

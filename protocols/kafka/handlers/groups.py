@@ -1,0 +1,186 @@
+"""Consumer-group membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups,
+ListGroups and DeleteGroups, answered from the broker's GroupCoordinator.
+
+The coordinator decides; these functions only translate between the wire shapes (which vary
+by version) and its calls. A GroupError becomes the answer's top-level error code here.
+This module must never keep group state of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocols.kafka.broker_api import RequestContext
+from protocols.kafka.codec import RequestHeader
+from protocols.kafka.errors import ErrorCode
+from protocols.kafka.group_coordinator import GroupError, GroupState
+
+NO_OPERATIONS = -(2**31)  # "authorized operations not requested"
+
+
+def _host(ctx: RequestContext) -> str:
+    return "/" + ctx.client_address.rsplit(":", 1)[0]
+
+
+async def handle_join_group(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    coordinator = ctx.broker.group_coordinator
+    try:
+        answer = await coordinator.join(
+            group_id=body["group_id"],
+            member_id=body.get("member_id") or "",
+            group_instance_id=body.get("group_instance_id"),
+            protocol_type=body.get("protocol_type") or "",
+            protocols=[(p["name"], bytes(p["metadata"])) for p in body.get("protocols") or []],
+            session_timeout_ms=body["session_timeout_ms"],
+            rebalance_timeout_ms=body.get("rebalance_timeout_ms", -1),
+            client_id=header.client_id or "",
+            client_host=_host(ctx),
+            require_known_member_id=header.api_version >= 4,
+        )
+    except GroupError as exc:
+        answer = {"error_code": int(exc.code), "member_id": body.get("member_id") or ""}
+    return {
+        "throttle_time_ms": 0,
+        "error_code": answer.get("error_code", 0),
+        "generation_id": answer.get("generation_id", -1),
+        "protocol_type": answer.get("protocol_type"),
+        "protocol_name": answer.get("protocol_name")
+        if answer.get("protocol_name") is not None or header.api_version >= 7
+        else "",
+        "leader": answer.get("leader", ""),
+        "skip_assignment": False,
+        "member_id": answer.get("member_id", ""),
+        "members": answer.get("members", []),
+    }
+
+
+async def handle_sync_group(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    try:
+        protocol_type, protocol_name, assignment = await ctx.broker.group_coordinator.sync(
+            group_id=body["group_id"],
+            member_id=body["member_id"],
+            generation_id=body["generation_id"],
+            assignments=[
+                (a["member_id"], bytes(a["assignment"])) for a in body.get("assignments") or []
+            ],
+        )
+        code = 0
+    except GroupError as exc:
+        protocol_type, protocol_name, assignment, code = None, None, b"", int(exc.code)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "protocol_type": protocol_type,
+        "protocol_name": protocol_name,
+        "assignment": assignment,
+    }
+
+
+async def handle_heartbeat(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    try:
+        ctx.broker.group_coordinator.heartbeat(
+            group_id=body["group_id"],
+            member_id=body["member_id"],
+            generation_id=body["generation_id"],
+        )
+        code = 0
+    except GroupError as exc:
+        code = int(exc.code)
+    return {"throttle_time_ms": 0, "error_code": code}
+
+
+async def handle_leave_group(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    if header.api_version >= 3:
+        leaving = [(m.get("member_id") or "", m.get("group_instance_id")) for m in body["members"]]
+    else:
+        leaving = [(body["member_id"], None)]
+    codes = ctx.broker.group_coordinator.leave(body["group_id"], leaving)
+    members = [
+        {"member_id": mid, "group_instance_id": iid, "error_code": code}
+        for (mid, iid), code in zip(leaving, codes, strict=True)
+    ]
+    top = 0 if header.api_version >= 3 else codes[0]
+    return {"throttle_time_ms": 0, "error_code": top, "members": members}
+
+
+async def handle_describe_groups(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    coordinator = ctx.broker.group_coordinator
+    described: list[dict[str, Any]] = []
+    for group_id in body.get("groups") or []:
+        group = coordinator.describe(group_id)
+        if group is None:
+            described.append(
+                {"error_code": 0, "group_id": group_id, "group_state": "Dead",
+                 "protocol_type": "", "protocol_data": "", "members": [],
+                 "authorized_operations": NO_OPERATIONS}
+            )
+            continue
+        stable = group.state is GroupState.STABLE
+        described.append(
+            {
+                "error_code": 0,
+                "group_id": group_id,
+                "group_state": group.state.value,
+                "protocol_type": group.protocol_type or "",
+                "protocol_data": (group.protocol_name or "") if stable else "",
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata_for(group.protocol_name or "")
+                        if stable
+                        else b"",
+                        "member_assignment": m.assignment if stable else b"",
+                    }
+                    for m in group.members.values()
+                ],
+                "authorized_operations": NO_OPERATIONS,
+            }
+        )
+    return {"throttle_time_ms": 0, "groups": described}
+
+
+async def handle_list_groups(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    coordinator = ctx.broker.group_coordinator
+    wanted_states = {s.lower() for s in body.get("states_filter") or []}
+    wanted_types = {t.lower() for t in body.get("types_filter") or []}
+    listed = []
+    for group_id in coordinator.known_group_ids():
+        group = coordinator.describe(group_id)
+        state = group.state.value if group is not None else GroupState.EMPTY.value
+        if wanted_states and state.lower() not in wanted_states:
+            continue
+        if wanted_types and "classic" not in wanted_types:
+            continue
+        listed.append(
+            {"group_id": group_id,
+             "protocol_type": (group.protocol_type if group is not None else None) or "consumer",
+             "group_state": state, "group_type": "classic"}
+        )
+    return {"throttle_time_ms": 0, "error_code": 0, "groups": listed}
+
+
+async def handle_delete_groups(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    results = []
+    for group_id in body.get("groups_names") or []:
+        try:
+            await ctx.broker.group_coordinator.delete_group(group_id)
+            code = 0
+        except GroupError as exc:
+            code = int(exc.code)
+        results.append({"group_id": group_id, "error_code": code})
+    return {"throttle_time_ms": 0, "results": results}
+
+
+__all__ = [
+    "handle_join_group",
+    "handle_sync_group",
+    "handle_heartbeat",
+    "handle_leave_group",
+    "handle_describe_groups",
+    "handle_list_groups",
+    "handle_delete_groups",
+    "ErrorCode",
+]
