@@ -1,0 +1,500 @@
+"""One Kafka partition's log on a managed ledger: dense offsets, one record batch per entry.
+
+Append: the batch is validated (header only, records never decoded), passes the idempotent
+producer rules (producer_state.py), gets the next offset patched into its baseOffset, and is
+appended to the managed ledger.  Everything from the producer check to the start of
+`ManagedLedger.append` happens without a Trio checkpoint, so concurrent produce requests get
+offsets and entry ids in the same order and are pipelined; the append returns once the entry is
+durable, and the high watermark is then the offset after the last acknowledged batch (the
+managed ledger acknowledges in entry order).  The ledger append is shielded from cancellation so
+the offset bookkeeping can never disagree with what the bookies hold.  If an append fails, the
+log is marked failed (another broker may have fenced it) and refuses further work; the topic
+service then opens a fresh instance, which recovers the truth from the ledger.
+
+Read: the batch holding the offset and the ones after it, from the tail cache
+(tail_cache.py) when recent, else located with the sparse offset index (offset_index.py) and
+read from the managed ledger.  Stored bytes are returned unchanged.
+
+Persistent state besides the ledger (a JSON metadata node per partition, CAS on its version):
+the log start offset (DeleteRecords and retention move it) and a producer-state snapshot with
+the offset it covers.  On open, the high watermark comes from the header of the last entry (or
+the log start when no entry is left), and producer state is rebuilt from the snapshot plus the
+batches after it.
+
+This module must never decode records on the produce/fetch path or append without the
+producer checks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from gateway.offset_index import OffsetIndex
+from gateway.partition_timestamps import TimestampSearch
+from gateway.producer_state import ProducerStateManager
+from gateway.tail_cache import BatchTailCache
+from ledger_backend.managed_ledger.types import (
+    InvalidPositionError,
+    ManagedLedgerFencedError,
+    Position,
+)
+from ledger_backend.metadata.store import BadVersionError, MetadataError, MetadataStore, NoNodeError
+from protocols.kafka.errors import (
+    InvalidRecordError,
+    KafkaProtocolError,
+    KafkaStorageError,
+    MessageTooLargeError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+)
+from protocols.kafka.record_batch import (
+    BatchHeader,
+    convert_legacy_message_set,
+    iter_batches,
+    parse_header,
+    patch_base_offset,
+    records_magic,
+    set_log_append_time,
+    validate_batch,
+)
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    log_append_time_ms: int  # -1 unless the batch was stamped LogAppendTime
+    log_start_offset: int
+
+
+@dataclass
+class PartitionLogConfig:
+    max_message_bytes: int = 1048588
+    log_append_time: bool = False  # topic config message.timestamp.type=LogAppendTime
+    tail_cache_bytes: int = 16 << 20
+    snapshot_interval_batches: int = 1000
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
+    max_timestamp_diff_ms: int | None = None
+    index_append_interval: int = 8
+    replay_chunk_entries: int = 256
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionLog:
+    """Open with `await PartitionLog.open(...)`; the topic service owns instances."""
+
+    def __init__(
+        self, name: str, ml: Any, store: MetadataStore, state_path: str, config: PartitionLogConfig
+    ) -> None:
+        self.name = name
+        self._ml = ml
+        self._store = store
+        self._state_path = state_path
+        self.config = config
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self._next_offset = 0
+        self._state_version = -1
+        self._producers = ProducerStateManager()
+        self._index = OffsetIndex(config.index_append_interval)
+        self._cache = BatchTailCache(config.tail_cache_bytes)
+        self._timestamps = TimestampSearch(self)
+        self._read_hints: dict[int, Position] = {}  # next offset -> its entry, for sequential reads
+        self._data_event = trio.Event()
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._batches_since_snapshot = 0
+        self._snapshot_running = False
+        self._pending_snapshot: tuple[int, dict[str, object]] | None = None
+        self._state: dict[str, Any] = {}
+        self._state_lock = trio.Lock()
+
+    # --- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls, name: str, ml: Any, store: MetadataStore, state_path: str,
+        config: PartitionLogConfig | None = None,
+    ) -> PartitionLog:
+        plog = cls(name, ml, store, state_path, config or PartitionLogConfig())
+        await plog._load()
+        return plog
+
+    async def _load(self) -> None:
+        try:
+            data, stat = await self._store.get(self._state_path)
+            state = json.loads(data)
+            if state.get("format") != STATE_FORMAT_VERSION:
+                raise KafkaStorageError(f"{self._state_path}: unknown format {state.get('format')}")
+            # Claim the node: bump its version so a deposed owner's next CAS fails.
+            claimed = await self._store.set(self._state_path, data, stat.version)
+            self._state_version = claimed.version
+        except NoNodeError:
+            state = {"format": STATE_FORMAT_VERSION, "log_start_offset": 0,
+                     "producer_snapshot": None}
+            await self._store.create(
+                self._state_path, json.dumps(state).encode(), make_parents=True
+            )
+            self._state_version = 0
+        self._state = state
+        stored_start = int(state["log_start_offset"])
+        end = stored_start
+        last = self._ml.last_confirmed
+        if last is not None:
+            end = max(end, (await self.read_header(last)).last_offset + 1)
+        first_position = self._ml.first_position
+        start = stored_start
+        if first_position is not None and last is not None:
+            start = max(start, (await self.read_header(first_position)).base_offset)
+        else:
+            start = end
+        self.log_start_offset = min(start, end)
+        self.high_watermark = self._next_offset = end
+        await self._rebuild_producer_state(state.get("producer_snapshot"))
+        log.info("%s: opened, offsets [%d, %d), %d producers", self.name,
+                 self.log_start_offset, end, len(self._producers))
+
+    async def _rebuild_producer_state(self, snapshot: object) -> None:
+        replay_from = 0
+        restored = ProducerStateManager.restore(snapshot) if snapshot else None
+        if restored is not None and restored[1] <= self.high_watermark:
+            self._producers, replay_from = restored
+        start = max(replay_from, self.log_start_offset)
+        if start >= self.high_watermark:
+            return
+        position = await self._locate(start)
+        now = _now_ms()
+        while position is not None:
+            entries = await self._ml.read(position, self.config.replay_chunk_entries)
+            if not entries:
+                break
+            for entry in entries:
+                header = parse_header(entry.data)
+                self._index.record_read(entry.position, header.base_offset, header.last_offset)
+                if header.base_offset >= replay_from:
+                    self._producers.replay(header, now)
+            position = self._ml.next_position(entries[-1].position)
+
+    # --- properties ------------------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark  # until transactions exist
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producers
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise NotLeaderOrFollowerError(f"{self.name} is closed")
+        if self._failure is not None:
+            raise NotLeaderOrFollowerError(f"{self.name} failed: {self._failure!r}")
+
+    # --- append ----------------------------------------------------------------------------------
+
+    async def append(
+        self, records: bytes | memoryview, *, timestamp_type_log_append: bool = False
+    ) -> AppendResult:
+        self._check_usable()
+        data: bytes | bytearray | memoryview = records
+        if records_magic(records) < 2:
+            converted = convert_legacy_message_set(records)
+            if len(converted) != 1:
+                raise InvalidRecordError("legacy message set converted to several batches")
+            data = converted[0]
+        batches = list(iter_batches(data))
+        if len(batches) != 1:
+            raise InvalidRecordError(
+                f"a produce must carry exactly one v2 batch, got {len(batches)}"
+            )
+        header, view = batches[0]
+        if header.size > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes}"
+            )
+        now = _now_ms()
+        validate_batch(
+            header, view, now_ms=now, max_timestamp_diff_ms=self.config.max_timestamp_diff_ms
+        )
+        log_append = timestamp_type_log_append or self.config.log_append_time
+
+        # From here to the ledger append: no checkpoint (offset order == entry order).
+        duplicate = self._producers.check(header)
+        if duplicate is not None:
+            await self._wait_durable(duplicate.last_offset)
+            return AppendResult(duplicate.first_offset, -1, self.log_start_offset)
+        base = self._next_offset
+        if log_append:
+            buf = bytearray(view)
+            patch_base_offset(buf, base)
+            set_log_append_time(buf, now)
+            stored = bytes(buf)
+        else:
+            stored = base.to_bytes(8, "big", signed=True) + view[8:]
+        last = base + header.last_offset_delta
+        self._next_offset = last + 1
+        header.base_offset = base
+        self._producers.update(header, base, now)
+        self._batches_since_snapshot += 1
+        if (self._batches_since_snapshot >= self.config.snapshot_interval_batches
+                and self._pending_snapshot is None):
+            self._capture_snapshot()  # state after [0, next offset): written once all durable
+        self._cache.put(base, last, stored)
+        try:
+            with trio.CancelScope(shield=True):
+                position = await self._ml.append(stored)
+        except BaseException as exc:
+            self._fail(exc)
+            if isinstance(exc, ManagedLedgerFencedError):
+                raise NotLeaderOrFollowerError(f"{self.name} is owned elsewhere now") from exc
+            if isinstance(exc, Exception):
+                raise KafkaStorageError(f"{self.name}: append failed: {exc!r}") from exc
+            raise
+        self._index.record_append(position, base, last)
+        self._timestamps.on_append(header, base)
+        if last + 1 > self.high_watermark:
+            self.high_watermark = last + 1
+            self._wake_readers()
+        pending = self._pending_snapshot
+        if pending is not None and self.high_watermark >= pending[0]:
+            try:
+                await self._write_pending_snapshot()
+            except (KafkaProtocolError, MetadataError):
+                log.warning("%s: producer snapshot failed", self.name, exc_info=True)
+        return AppendResult(base, now if log_append else -1, self.log_start_offset)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+            log.warning("%s: failed, refusing further work: %r", self.name, exc)
+        self._cache.clear()
+        self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        event, self._data_event = self._data_event, trio.Event()
+        event.set()
+
+    async def _wait_durable(self, last_offset: int) -> None:
+        while self.high_watermark <= last_offset:
+            self._check_usable()
+            await self._data_event.wait()
+
+    # --- producer snapshots ----------------------------------------------------------------------
+
+    def _capture_snapshot(self) -> None:
+        """Copy producer state as of the next offset (synchronously: no append can interleave).
+
+        It is persisted only once the high watermark reaches that offset, so a snapshot never
+        describes a batch that a crash could still lose."""
+        self._producers.expire(_now_ms(), self.config.producer_id_expiration_ms)
+        self._pending_snapshot = (self._next_offset, self._producers.snapshot(self._next_offset))
+        self._batches_since_snapshot = 0
+
+    async def _write_pending_snapshot(self) -> None:
+        pending = self._pending_snapshot
+        if pending is None or self._snapshot_running or self.high_watermark < pending[0]:
+            return
+        self._snapshot_running = True
+        self._pending_snapshot = None
+        try:
+            await self._write_state(producer_snapshot=pending[1])
+        finally:
+            self._snapshot_running = False
+
+    async def _write_state(self, **changes: object) -> None:
+        """CAS the partition state node; losing the CAS means another owner: fail the log."""
+        async with self._state_lock:
+            state = dict(self._state)
+            state.update(changes)
+            try:
+                stat = await self._store.set(
+                    self._state_path, json.dumps(state).encode(), self._state_version
+                )
+            except (BadVersionError, NoNodeError) as exc:
+                self._fail(exc)
+                raise NotLeaderOrFollowerError(
+                    f"{self.name}: partition state changed by another owner"
+                ) from exc
+            self._state = state
+            self._state_version = stat.version
+
+    # --- read ------------------------------------------------------------------------------------
+
+    async def read_header(self, position: Position) -> BatchHeader:
+        return parse_header(await self._ml.read_entry(position))
+
+    async def _locate(self, offset: int) -> Position | None:
+        return await self._index.locate(offset, self._ml.ledgers, self.read_header)
+
+    async def read(self, offset: int, max_bytes: int) -> list[bytes]:
+        self._check_usable()
+        hw = self.high_watermark
+        if offset < self.log_start_offset or offset > hw:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {hw}] of {self.name}"
+            )
+        if offset == hw:
+            return []
+        cached = self._cache.read(offset, hw, max_bytes)
+        if cached is not None:
+            return cached
+        try:
+            return await self._read_stored(offset, hw, max_bytes)
+        except InvalidPositionError as exc:  # trimmed while we looked
+            raise OffsetOutOfRangeError(f"offset {offset} of {self.name} was deleted") from exc
+
+    async def _read_stored(self, offset: int, hw: int, max_bytes: int) -> list[bytes]:
+        position = self._read_hints.pop(offset, None)
+        if position is not None:
+            first = await self._ml.read(position, 1)
+            if not first or not _holds(first[0].data, offset):
+                position = None  # a stale hint: look it up properly
+        if position is None:
+            position = await self._locate(offset)
+        if position is None:
+            raise OffsetOutOfRangeError(f"offset {offset} of {self.name} is no longer stored")
+        out: list[bytes] = []
+        total = 0
+        max_entries = max(1, min(1000, max_bytes // 4096 + 1))
+        last_read: tuple[Position, int] | None = None
+        while position is not None:
+            entries = await self._ml.read(position, max_entries, max(1, max_bytes - total))
+            if not entries and not out:
+                entries = await self._ml.read(position, 1)
+            if not entries:
+                break
+            self._index.record_read(entries[0].position, *_range(entries[0].data))
+            full = False
+            for entry in entries:
+                header = parse_header(entry.data)
+                if header.base_offset >= hw or (out and total + len(entry.data) > max_bytes):
+                    full = True
+                    break
+                if header.last_offset >= offset:
+                    out.append(entry.data)
+                    total += len(entry.data)
+                    last_read = (entry.position, header.last_offset)
+            if full:
+                break
+            position = self._ml.next_position(entries[-1].position)
+        if last_read is not None:
+            # A consumer that keeps reading asks next for the offset after this batch.
+            hint = self._ml.next_position(last_read[0])
+            if hint is not None:
+                self._read_hints[last_read[1] + 1] = hint
+                while len(self._read_hints) > 256:
+                    self._read_hints.pop(next(iter(self._read_hints)))
+        return out
+
+    async def wait_for_data(self, offset: int, timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            while self.high_watermark <= offset and not self._closed and self._failure is None:
+                await self._data_event.wait()
+
+    async def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        self._check_usable()
+        return await self._timestamps.offset_for_timestamp(ts_ms)
+
+    async def max_timestamp_offset(self) -> tuple[int, int] | None:
+        self._check_usable()
+        return await self._timestamps.max_timestamp_offset()
+
+    # --- trimming --------------------------------------------------------------------------------
+
+    async def delete_records_before(self, offset: int) -> int:
+        """Advance the log start to `offset` (-1: the high watermark); whole ledgers below it go."""
+        self._check_usable()
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete before {offset}: outside [0, {self.high_watermark}]"
+            )
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        await self._set_log_start(offset)
+        position = await self._locate(offset) if offset < self.high_watermark else None
+        ledgers = [info.ledger_id for info in self._ml.ledgers]
+        keep_from = position.ledger_id if position is not None else ledgers[-1]
+        deleted = await self._ml.delete_ledgers_before(keep_from)
+        self._index.forget_ledgers(deleted)
+        return self.log_start_offset
+
+    async def apply_retention(self) -> list[int]:
+        """Trim whole ledgers past retention.ms/bytes and move the log start after them."""
+        self._check_usable()
+        deleted = await self._ml.trim()
+        if deleted:
+            self._index.forget_ledgers(deleted)
+            first = self._ml.first_position
+            if first is not None and self._ml.last_confirmed is not None:
+                new_start = (await self.read_header(first)).base_offset
+            else:
+                new_start = self.high_watermark
+            if new_start > self.log_start_offset:
+                await self._set_log_start(new_start)
+        return deleted
+
+    async def _set_log_start(self, offset: int) -> None:
+        await self._write_state(log_start_offset=offset)
+        self.log_start_offset = offset
+        self._cache.truncate_before(offset)
+        self._read_hints.clear()
+        self._producers.truncate_before(offset)
+        self._timestamps.truncate_before(offset)
+
+    # --- closing ---------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Snapshot producer state (if everything is durable) and close the managed ledger."""
+        if self._closed:
+            return
+        try:
+            if self._failure is None and (self._batches_since_snapshot or self._pending_snapshot):
+                with trio.CancelScope(shield=True):
+                    try:
+                        if self.high_watermark == self._next_offset:
+                            self._capture_snapshot()
+                        await self._write_pending_snapshot()
+                    except (KafkaProtocolError, MetadataError):
+                        log.warning("%s: final producer snapshot failed", self.name, exc_info=True)
+        finally:
+            self._closed = True
+            self._wake_readers()
+            with trio.CancelScope(shield=True):
+                await self._ml.close()
+
+
+def _holds(data: bytes, offset: int) -> bool:
+    header = parse_header(data)
+    return header.base_offset <= offset <= header.last_offset
+
+
+def _range(data: bytes) -> tuple[int, int]:
+    header = parse_header(data)
+    return header.base_offset, header.last_offset
+
+
+__all__ = ["AppendResult", "KafkaProtocolError", "PartitionLog", "PartitionLogConfig"]

@@ -1,0 +1,329 @@
+"""Topics and their partition logs: what exists (metadata store) and what is open (this broker).
+
+A topic is one node, /ledgerwire/topics/<name>, holding JSON {"format", "topic_id", "partitions",
+"configs"} and changed only by compare-and-set on its version.  Partition p of topic t is the
+managed ledger "public/default/t-p" plus a small state node under
+/ledgerwire/partition-state/<t>/<p> (log start offset, producer snapshot; see partition_log.py).
+Partition logs are opened lazily on first use; opening the managed ledger fences and recovers a
+crashed predecessor's open ledger, and a log that failed (fenced by another owner) is replaced by
+a freshly opened one on the next `partition()` call.
+
+Deleting a topic first marks its node "deleting" (CAS), then closes and deletes the partitions'
+managed ledgers and state, then deletes the node; a topic found half-deleted at `load()` is
+finished off and is never listed.
+
+This module must never bypass PartitionLog to write a partition, nor change a topic node
+without a version check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from gateway.partition_log import PartitionLog, PartitionLogConfig
+from ledger_backend.managed_ledger.types import ManagedLedgerConfig
+from ledger_backend.metadata.store import MetadataStore, NodeExistsError, NoNodeError
+from protocols.kafka.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaProtocolError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+log = logging.getLogger(__name__)
+
+TOPICS_PATH = "/ledgerwire/topics"
+PARTITION_STATE_PATH = "/ledgerwire/partition-state"
+PRODUCER_ID_COUNTER_PATH = "/ledgerwire/producer-id"
+TOPIC_FORMAT_VERSION = 1
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_INT_CONFIGS = ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
+                "segment.ms", "min.insync.replicas", "message.timestamp.difference.max.ms")
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+@dataclass
+class TopicServiceConfig:
+    default_partitions: int = 1
+    auto_create_topics: bool = True
+    retention_ms: int = 7 * 24 * 3600 * 1000  # Kafka's default; -1 = keep forever
+    retention_bytes: int = -1
+    max_message_bytes: int = 1048588
+    tail_cache_bytes: int = 16 << 20  # per open partition
+    ensemble_size: int = 1
+    write_quorum: int = 1
+    ack_quorum: int = 1
+    max_entries_per_ledger: int = 50_000
+    max_ledger_bytes: int = 256 << 20
+    snapshot_interval_batches: int = 1000
+    namespace: str = "public/default"
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules (org.apache.kafka.common.internals.Topic.validate)."""
+    if not name:
+        raise InvalidTopicError("topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError("topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC.fullmatch(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} is illegal: only ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+def validate_topic_configs(configs: dict[str, str]) -> None:
+    for key in _INT_CONFIGS:
+        if key in configs:
+            try:
+                int(configs[key])
+            except (TypeError, ValueError) as exc:
+                raise InvalidConfigError(f"{key}={configs[key]!r} is not an integer") from exc
+    ts_type = configs.get("message.timestamp.type")
+    if ts_type is not None and ts_type not in _TIMESTAMP_TYPES:
+        raise InvalidConfigError(f"message.timestamp.type must be one of {_TIMESTAMP_TYPES}")
+
+
+def _encode_topic(info: TopicInfo, deleting: bool = False) -> bytes:
+    doc: dict[str, Any] = {"format": TOPIC_FORMAT_VERSION, "topic_id": str(info.topic_id),
+                           "partitions": info.partitions, "configs": info.configs}
+    if deleting:
+        doc["deleting"] = True
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+def _decode_topic(name: str, data: bytes) -> tuple[TopicInfo, bool]:
+    doc = json.loads(data)
+    if doc.get("format") != TOPIC_FORMAT_VERSION:
+        raise ValueError(f"topic {name}: unknown format {doc.get('format')}")
+    info = TopicInfo(name, uuid.UUID(doc["topic_id"]), int(doc["partitions"]),
+                     {str(k): str(v) for k, v in doc.get("configs", {}).items()})
+    return info, bool(doc.get("deleting", False))
+
+
+class TopicService:
+    def __init__(self, store: MetadataStore, managed_ledger_factory: Any,
+                 config: TopicServiceConfig | None = None) -> None:
+        self._store = store
+        self._factory = managed_ledger_factory
+        self.config = config or TopicServiceConfig()
+        self._topics: dict[str, TopicInfo] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._open_locks: dict[tuple[str, int], trio.Lock] = {}
+        self._closed = False
+
+    # --- catalogue -------------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Read every topic from the store (and finish interrupted deletions)."""
+        try:
+            names = await self._store.children(TOPICS_PATH)
+        except NoNodeError:
+            names = []
+        topics: dict[str, TopicInfo] = {}
+        for name in names:
+            loaded = await self._read_topic(name)
+            if loaded is None:
+                continue
+            info, deleting, version = loaded
+            if deleting:
+                await self._finish_delete(info, version)
+            else:
+                topics[name] = info
+        self._topics = topics
+
+    async def _read_topic(self, name: str) -> tuple[TopicInfo, bool, int] | None:
+        try:
+            data, stat = await self._store.get(f"{TOPICS_PATH}/{name}")
+        except NoNodeError:
+            return None
+        info, deleting = _decode_topic(name, data)
+        return info, deleting, stat.version
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return dict(self._topics)
+
+    async def refresh_topic(self, name: str) -> TopicInfo | None:
+        """Re-read one topic (another broker may have created or changed it)."""
+        loaded = await self._read_topic(name)
+        if loaded is None or loaded[1]:
+            self._topics.pop(name, None)
+            return None
+        self._topics[name] = loaded[0]
+        return loaded[0]
+
+    async def create_topic(self, name: str, partitions: int,
+                           configs: dict[str, str] | None = None) -> None:
+        validate_topic_name(name)
+        if partitions == -1:
+            partitions = self.config.default_partitions
+        if partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be >= 1, got {partitions}")
+        configs = {k: str(v) for k, v in (configs or {}).items() if v is not None}
+        validate_topic_configs(configs)
+        info = TopicInfo(name, uuid.uuid4(), partitions, configs)
+        try:
+            await self._store.create(f"{TOPICS_PATH}/{name}", _encode_topic(info),
+                                     make_parents=True)
+        except NodeExistsError as exc:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists") from exc
+        self._topics[name] = info
+        log.info("created topic %s with %d partitions", name, partitions)
+
+    async def delete_topic(self, name: str) -> None:
+        loaded = await self._read_topic(name)
+        if loaded is None or loaded[1]:
+            self._topics.pop(name, None)
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        info, _, version = loaded
+        stat = await self._store.set(f"{TOPICS_PATH}/{name}", _encode_topic(info, True), version)
+        self._topics.pop(name, None)
+        await self._finish_delete(info, stat.version)
+        log.info("deleted topic %s", name)
+
+    async def _finish_delete(self, info: TopicInfo, version: int) -> None:
+        for p in range(info.partitions):
+            plog = self._logs.pop((info.name, p), None)
+            if plog is not None:
+                await plog.close()
+            ml_name = self.managed_ledger_name(info.name, p)
+            if await self._factory.exists(ml_name):
+                await self._factory.delete(ml_name)
+        try:
+            await self._store.delete(f"{PARTITION_STATE_PATH}/{info.name}", recursive=True)
+        except NoNodeError:
+            pass
+        try:
+            await self._store.delete(f"{TOPICS_PATH}/{info.name}", version)
+        except NoNodeError:
+            pass
+
+    async def create_partitions(self, name: str, total: int) -> None:
+        loaded = await self._read_topic(name)
+        if loaded is None or loaded[1]:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        info, _, version = loaded
+        if total <= info.partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {info.partitions} partitions; the new count must be higher, "
+                f"got {total}"
+            )
+        new = TopicInfo(name, info.topic_id, total, info.configs)
+        await self._store.set(f"{TOPICS_PATH}/{name}", _encode_topic(new), version)
+        self._topics[name] = new
+
+    async def allocate_producer_id(self) -> int:
+        return await self._store.next_id(PRODUCER_ID_COUNTER_PATH)
+
+    # --- partitions ------------------------------------------------------------------------------
+
+    def managed_ledger_name(self, topic: str, partition: int) -> str:
+        return f"{self.config.namespace}/{topic}-{partition}"
+
+    async def partition(self, topic: str, partition: int) -> PartitionLog:
+        if self._closed:
+            raise KafkaProtocolError("topic service is closed")
+        key = (topic, partition)
+        plog = self._logs.get(key)
+        if plog is not None and not plog.failed and not plog.closed:
+            return plog
+        info = self._topics.get(topic)
+        if info is None or partition >= info.partitions:
+            info = await self.refresh_topic(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+        lock = self._open_locks.setdefault(key, trio.Lock())
+        async with lock:
+            plog = self._logs.get(key)
+            if plog is not None and not plog.failed and not plog.closed:
+                return plog
+            if plog is not None:
+                await _close_quietly(plog)
+            plog = await self._open_partition(info, partition)
+            self._logs[key] = plog
+            return plog
+
+    async def _open_partition(self, info: TopicInfo, partition: int) -> PartitionLog:
+        configs = info.configs
+        retention_ms = int(configs.get("retention.ms", self.config.retention_ms))
+        retention_bytes = int(configs.get("retention.bytes", self.config.retention_bytes))
+        ml_config = ManagedLedgerConfig(
+            ensemble_size=self.config.ensemble_size,
+            write_quorum=self.config.write_quorum,
+            ack_quorum=self.config.ack_quorum,
+            max_entries_per_ledger=self.config.max_entries_per_ledger,
+            max_ledger_bytes=self.config.max_ledger_bytes,
+            retention_time_s=retention_ms / 1000 if retention_ms >= 0 else None,
+            retention_bytes=retention_bytes if retention_bytes >= 0 else None,
+        )
+        diff = configs.get("message.timestamp.difference.max.ms")
+        plog_config = PartitionLogConfig(
+            max_message_bytes=int(configs.get("max.message.bytes", self.config.max_message_bytes)),
+            log_append_time=configs.get("message.timestamp.type") == "LogAppendTime",
+            tail_cache_bytes=self.config.tail_cache_bytes,
+            snapshot_interval_batches=self.config.snapshot_interval_batches,
+            max_timestamp_diff_ms=int(diff) if diff is not None else None,
+        )
+        name = self.managed_ledger_name(info.name, partition)
+        ml = await self._factory.open(name, ml_config)
+        state_path = f"{PARTITION_STATE_PATH}/{info.name}/{partition}"
+        try:
+            return await PartitionLog.open(name, ml, self._store, state_path, plog_config)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await ml.close()
+            raise
+
+    async def apply_retention(self) -> int:
+        """Apply retention.ms/bytes to every open partition; returns how many ledgers went."""
+        deleted = 0
+        for plog in list(self._logs.values()):
+            if plog.failed:
+                continue
+            try:
+                deleted += len(await plog.apply_retention())
+            except KafkaProtocolError:
+                log.warning("retention of %s failed", plog.name, exc_info=True)
+        return deleted
+
+    async def run_retention(self, interval_s: float = 300.0) -> None:
+        """Run `apply_retention` forever, every `interval_s` (start it in the broker's nursery)."""
+        while not self._closed:
+            await trio.sleep(interval_s)
+            await self.apply_retention()
+
+    def open_partitions(self) -> dict[tuple[str, int], PartitionLog]:
+        return dict(self._logs)
+
+    async def close(self) -> None:
+        """Close every open partition log (and so its managed ledger) cleanly."""
+        self._closed = True
+        logs, self._logs = list(self._logs.values()), {}
+        for plog in logs:
+            await _close_quietly(plog)
+
+
+async def _close_quietly(plog: PartitionLog) -> None:
+    try:
+        await plog.close()
+    except Exception:
+        log.warning("closing %s failed", plog.name, exc_info=True)

@@ -1,0 +1,277 @@
+"""Opening, listing and deleting managed ledgers; the open path is where ownership is taken.
+
+Opening a managed ledger (the new owner's steps, in this order):
+  1. read (or create) its metadata node and remember the version;
+  2. every ledger in the list not marked closed — normally only the last one, left OPEN by
+     an owner that crashed — is opened with recovery=True: that FENCES it (the old writer's
+     next add fails) and closes it at its real last entry, which is recorded;
+  3. a new ledger is created and CAS-appended to the list (empty ledgers are dropped from it);
+     a BadVersionError here means another owner got in first: the new ledger is deleted and
+     the open fails loudly (ManagedLedgerFencedError). The node is never overwritten blindly.
+
+Deleting removes the metadata (cursors and the node, atomically, CAS on the node version)
+BEFORE deleting the ledgers. This module must never open a ledger it does not own for writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import trio
+
+from ledger_backend.client.errors import LedgerError, NoSuchLedgerError
+from ledger_backend.managed_ledger.client_protocol import BookKeeperLike
+from ledger_backend.managed_ledger.cursor import Cursor, load_cursor
+from ledger_backend.managed_ledger.entry_reader import LedgerReaders
+from ledger_backend.managed_ledger.managed_ledger import ManagedLedger
+from ledger_backend.managed_ledger.metadata_format import (
+    LedgerRecord,
+    ManagedLedgerNode,
+    cursors_path,
+    decode_managed_ledger,
+    decode_name,
+    encode_managed_ledger,
+    managed_ledger_path,
+)
+from ledger_backend.managed_ledger.types import (
+    ManagedLedgerConfig,
+    ManagedLedgerFencedError,
+    ManagedLedgerNotFoundError,
+    MetadataFormatError,
+)
+from ledger_backend.metadata.store import (
+    BadVersionError,
+    CreateOp,
+    DeleteOp,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROOT = "/ledgerwire/managed-ledgers"
+
+
+class ManagedLedgerFactory:
+    """Opens managed ledgers on one metadata store and one ledger client.
+
+    One factory caches the instances it opened: opening a name again returns the same
+    (still usable) instance rather than fencing itself. `clock` (wall-clock seconds) drives
+    ledger ages and retention; tests may pass a fake one.
+    """
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        bk: BookKeeperLike,
+        root: str = DEFAULT_ROOT,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not root.startswith("/") or root.endswith("/") and root != "/":
+            raise ValueError(f"root must be an absolute path without a trailing '/': {root!r}")
+        self._store = store
+        self._bk = bk
+        self._root = root
+        self._clock = clock
+        self._open: dict[str, ManagedLedger] = {}
+        self._name_locks: dict[str, trio.Lock] = {}
+
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+        lock = self._name_locks.setdefault(name, trio.Lock())
+        async with lock:
+            existing = self._open.get(name)
+            if existing is not None and not existing.is_closed and not existing.is_fenced:
+                if config is not None:
+                    existing.config = config
+                return existing
+            ml = await self._open_fresh(name, config or ManagedLedgerConfig())
+            self._open[name] = ml
+            return ml
+
+    async def exists(self, name: str) -> bool:
+        return await self._store.exists(managed_ledger_path(self._root, name)) is not None
+
+    async def list_names(self) -> list[str]:
+        try:
+            children = await self._store.children(self._root)
+        except NoNodeError:
+            return []
+        return sorted(decode_name(child) for child in children)
+
+    async def delete(self, name: str) -> None:
+        """Delete the managed ledger: metadata first (atomically, CAS), then its ledgers."""
+        lock = self._name_locks.setdefault(name, trio.Lock())
+        async with lock:
+            existing = self._open.pop(name, None)
+            if existing is not None:
+                await existing.close()
+            path = managed_ledger_path(self._root, name)
+            try:
+                data, stat = await self._store.get(path)
+            except NoNodeError:
+                raise ManagedLedgerNotFoundError(f"no managed ledger {name!r}") from None
+            node = decode_managed_ledger(data, path)
+            cursors_dir = cursors_path(self._root, name)
+            try:
+                cursor_names = await self._store.children(cursors_dir)
+                ops: list[DeleteOp] = [DeleteOp(f"{cursors_dir}/{c}") for c in cursor_names]
+                ops.append(DeleteOp(cursors_dir))
+            except NoNodeError:
+                ops = []
+            ops.append(DeleteOp(path, stat.version))
+            try:
+                await self._store.multi(ops)
+            except (BadVersionError, NoNodeError) as exc:
+                raise ManagedLedgerFencedError(
+                    f"managed ledger {name!r} changed while being deleted; not deleted"
+                ) from exc
+            for record in node.ledgers:
+                await _delete_ledger_quietly(self._bk, record.ledger_id)
+
+    async def close(self) -> None:
+        """Close every managed ledger this factory opened."""
+        for ml in list(self._open.values()):
+            await ml.close()
+        self._open.clear()
+
+    # ----------------------------------------------------------------- the open path
+
+    async def _open_fresh(self, name: str, config: ManagedLedgerConfig) -> ManagedLedger:
+        path = managed_ledger_path(self._root, name)
+        cursors_dir = cursors_path(self._root, name)
+        node, version = await self._load_or_create(name, path, cursors_dir)
+        readers = LedgerReaders(self._bk)
+        try:
+            await self._recover_unclosed(node.ledgers, readers)
+            empty = [r for r in node.ledgers if r.entries == 0]
+            kept = [r for r in node.ledgers if r.entries > 0]
+            handle = await self._bk.create_ledger(
+                config.ensemble_size,
+                config.write_quorum,
+                config.ack_quorum,
+                {"managed-ledger": name.encode("utf-8")},
+            )
+            current = LedgerRecord(handle.ledger_id, 0, 0, int(self._clock() * 1000), closed=False)
+            node.ledgers = [*kept, current]
+            try:
+                stat = await self._store.set(path, encode_managed_ledger(node), version)
+            except (BadVersionError, NoNodeError) as exc:
+                await _delete_ledger_quietly(self._bk, handle.ledger_id)
+                raise ManagedLedgerFencedError(
+                    f"managed ledger {name!r}: metadata node {path} changed while opening "
+                    f"(expected version {version}); another owner opened it"
+                ) from exc
+            for record in empty:
+                await _delete_ledger_quietly(self._bk, record.ledger_id)
+            cursors = await self._load_cursors(cursors_dir)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await readers.close_all()
+            raise
+        log.info(
+            "opened managed ledger %r: ledgers %s, writing ledger %d",
+            name,
+            [r.ledger_id for r in node.ledgers],
+            handle.ledger_id,
+        )
+        return ManagedLedger(
+            name=name,
+            config=config,
+            store=self._store,
+            bk=self._bk,
+            path=path,
+            cursors_path=cursors_dir,
+            node=node,
+            version=stat.version,
+            current_handle=handle,
+            readers=readers,
+            cursors=cursors,
+            clock=self._clock,
+            on_close=self._forget,
+        )
+
+    async def _load_or_create(
+        self, name: str, path: str, cursors_dir: str
+    ) -> tuple[ManagedLedgerNode, int]:
+        try:
+            data, stat = await self._store.get(path)
+        except NoNodeError:
+            await self._ensure_root()
+            fresh = ManagedLedgerNode(name, int(self._clock() * 1000), [])
+            try:
+                await self._store.multi(
+                    [CreateOp(path, encode_managed_ledger(fresh)), CreateOp(cursors_dir, b"")]
+                )
+            except NodeExistsError:
+                pass  # created concurrently; read what is there
+            data, stat = await self._store.get(path)
+        node = decode_managed_ledger(data, path)
+        if node.name != name:
+            raise MetadataFormatError(
+                f"node {path} holds managed ledger {node.name!r}, not {name!r}"
+            )
+        return node, stat.version
+
+    async def _ensure_root(self) -> None:
+        if await self._store.exists(self._root) is None:
+            try:
+                await self._store.create(self._root, b"", make_parents=True)
+            except NodeExistsError:
+                pass
+
+    async def _recover_unclosed(self, records: list[LedgerRecord], readers: LedgerReaders) -> None:
+        """Fence and close every ledger not known to be closed, recording its real end."""
+        for record in records:
+            if record.closed:
+                continue
+            try:
+                handle = await self._bk.open_ledger(record.ledger_id, recovery=True)
+            except NoSuchLedgerError:
+                log.warning("ledger %d listed but missing: dropping it", record.ledger_id)
+                record.entries, record.size, record.closed = 0, 0, True
+                continue
+            entries = handle.metadata.last_entry_id + 1
+            if entries < record.entries:
+                log.error(
+                    "ledger %d recovered to %d entries but the list said %d",
+                    record.ledger_id,
+                    entries,
+                    record.entries,
+                )
+            record.entries = entries
+            record.size = handle.metadata.length
+            record.closed = True
+            readers.adopt(handle)
+            log.info("recovered ledger %d: %d entries", record.ledger_id, entries)
+
+    async def _load_cursors(self, cursors_dir: str) -> dict[str, Cursor]:
+        try:
+            children = await self._store.children(cursors_dir)
+        except NoNodeError:
+            await self._store.create(cursors_dir, b"")
+            children = []
+        cursors: dict[str, Cursor] = {}
+        for child in children:
+            try:
+                cursor = await load_cursor(self._store, f"{cursors_dir}/{child}")
+            except NoNodeError:
+                continue  # deleted meanwhile
+            cursors[cursor.name] = cursor
+        return cursors
+
+    def _forget(self, ml: ManagedLedger) -> None:
+        if self._open.get(ml.name) is ml:
+            del self._open[ml.name]
+
+
+async def _delete_ledger_quietly(bk: BookKeeperLike, ledger_id: int) -> None:
+    try:
+        await bk.delete_ledger(ledger_id)
+    except NoSuchLedgerError:
+        pass
+    except LedgerError as exc:
+        log.warning("could not delete ledger %d: %r", ledger_id, exc)

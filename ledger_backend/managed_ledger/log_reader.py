@@ -1,0 +1,131 @@
+"""Reading a managed ledger's log by position: across ledger boundaries, never past the end.
+
+A position one past a ledger's last entry (or in a ledger that is no longer listed but lies
+between listed ones) moves on to the next ledger; a position before the first listed ledger
+was trimmed (InvalidPositionError). Only acknowledged entries are listed in the records this
+reader sees, so it can never return an unconfirmed entry. Entries come from the tail cache
+when it has them, otherwise from the bookies. This module never writes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ledger_backend.client.errors import NoSuchLedgerError
+from ledger_backend.managed_ledger.entry_reader import LedgerReaders
+from ledger_backend.managed_ledger.metadata_format import LedgerRecord
+from ledger_backend.managed_ledger.tail_cache import TailCache
+from ledger_backend.managed_ledger.types import Entry, InvalidPositionError, Position
+
+_MAX_READ_BATCH = 256
+
+
+class LogReader:
+    def __init__(
+        self,
+        name: str,
+        records: Callable[[], list[LedgerRecord]],
+        cache: TailCache,
+        readers: LedgerReaders,
+    ) -> None:
+        self.name = name
+        self._records = records
+        self._cache = cache
+        self._readers = readers
+
+    def _record_index(self, ledger_id: int) -> int | None:
+        for index, record in enumerate(self._records()):
+            if record.ledger_id == ledger_id:
+                return index
+        return None
+
+    def next_position(self, position: Position) -> Position | None:
+        """Position of the entry after `position` (which may not exist yet when `position` is
+        in the last ledger); None if `position` lies beyond every ledger."""
+        records = self._records()
+        for index, record in enumerate(records):
+            if record.ledger_id == position.ledger_id:
+                if position.entry_id + 1 < record.entries or index == len(records) - 1:
+                    return Position(record.ledger_id, position.entry_id + 1)
+                return Position(records[index + 1].ledger_id, 0)
+            if record.ledger_id > position.ledger_id:
+                return Position(record.ledger_id, 0)
+        return None
+
+    def _start_of(self, start: Position) -> Position | None:
+        records = self._records()
+        if start.entry_id < 0:
+            raise InvalidPositionError(f"bad position {start}")
+        if records and start.ledger_id < records[0].ledger_id:
+            raise InvalidPositionError(
+                f"{self.name!r}: position {start} was trimmed (first ledger is "
+                f"{records[0].ledger_id})"
+            )
+        for record in records:
+            if record.ledger_id == start.ledger_id:
+                return start
+            if record.ledger_id > start.ledger_id:
+                return Position(record.ledger_id, 0)
+        return None
+
+    async def read(
+        self, start: Position, max_entries: int, max_bytes: int | None = None
+    ) -> list[Entry]:
+        """Up to max_entries entries from `start` on, crossing ledgers, never past
+        last_confirmed; [] at the end. With max_bytes, stops before the entry that would
+        exceed it, but always returns at least one entry if there is one."""
+        result: list[Entry] = []
+        total = 0
+        position = self._start_of(Position(int(start[0]), int(start[1])))
+        while position is not None and len(result) < max_entries:
+            index = self._record_index(position.ledger_id)
+            if index is None:
+                raise InvalidPositionError(f"{self.name!r}: ledger of {position} was trimmed")
+            record = self._records()[index]
+            if position.entry_id >= record.entries:
+                if index + 1 >= len(self._records()):
+                    break
+                position = Position(self._records()[index + 1].ledger_id, 0)
+                continue
+            count = min(
+                max_entries - len(result), record.entries - position.entry_id, _MAX_READ_BATCH
+            )
+            if max_bytes is not None and record.entries > 0:
+                average = max(1, record.size // record.entries)
+                count = max(1, min(count, (max_bytes - total) // average + 1))
+            datas = await self._read_range(record.ledger_id, position.entry_id, count)
+            for offset, data in enumerate(datas):
+                if max_bytes is not None and result and total + len(data) > max_bytes:
+                    return result
+                result.append(Entry(Position(record.ledger_id, position.entry_id + offset), data))
+                total += len(data)
+            position = Position(record.ledger_id, position.entry_id + len(datas))
+        return result
+
+    async def _read_range(self, ledger_id: int, first: int, count: int) -> list[bytes]:
+        out: list[bytes] = []
+        entry_id = first
+        last = first + count - 1
+        while entry_id <= last:
+            cached = self._cache.get(Position(ledger_id, entry_id))
+            if cached is not None:
+                out.append(cached)
+                entry_id += 1
+                continue
+            run_end = entry_id
+            while run_end < last and Position(ledger_id, run_end + 1) not in self._cache:
+                run_end += 1
+            try:
+                out.extend(await self._readers.read(ledger_id, entry_id, run_end))
+            except NoSuchLedgerError as exc:
+                raise InvalidPositionError(
+                    f"{self.name!r}: ledger {ledger_id} is gone (trimmed?)"
+                ) from exc
+            entry_id = run_end + 1
+        return out
+
+    async def read_entry(self, position: Position) -> bytes:
+        entries = await self.read(position, 1)
+        if not entries or entries[0].position != position:
+            raise InvalidPositionError(f"{self.name!r}: no entry at {position}")
+        return entries[0].data

@@ -1,0 +1,551 @@
+"""A managed ledger: one partition's log as a chain of ledgers, written by ONE owner.
+
+Rules this module keeps (and must never break):
+
+- One writer. Only the instance that opened the managed ledger writes it; opening fenced
+  the previous owner (see factory.py). A fenced add or a BadVersionError on the metadata node
+  means someone else owns it now: the instance turns FENCED and fails loudly from then on. It
+  never overwrites metadata it did not read last (every update is a CAS on the node version).
+- Appends get call-order positions: the position is taken synchronously before the first
+  await (the WriteHandle assigns entry ids the same way), so concurrent appends are pipelined.
+  An append returns once its entry and every earlier append are acknowledged.
+- Rollover (by entry count, bytes or age, checked before an append) is: create the new ledger,
+  CAS-append it to the list, switch; the old ledger is closed once the appends already sent
+  to it complete there. Appends arriving during rollover queue in call order.
+- Trimming removes whole ledgers from the front, CAS-removing them from the list BEFORE
+  deleting them, and never deletes the current ledger.
+- Reads never go beyond last_confirmed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from ledger_backend.client.errors import (
+    LedgerClosedError,
+    LedgerError,
+    LedgerFencedError,
+    NoSuchLedgerError,
+)
+from ledger_backend.managed_ledger.client_protocol import BookKeeperLike, WriteHandleLike
+from ledger_backend.managed_ledger.cursor import Cursor, create_cursor, load_cursor
+from ledger_backend.managed_ledger.entry_reader import LedgerReaders
+from ledger_backend.managed_ledger.log_reader import LogReader
+from ledger_backend.managed_ledger.metadata_format import (
+    LedgerRecord,
+    ManagedLedgerNode,
+    encode_managed_ledger,
+    encode_name,
+)
+from ledger_backend.managed_ledger.retention import ledgers_past_retention
+from ledger_backend.managed_ledger.tail_cache import TailCache
+from ledger_backend.managed_ledger.types import (
+    CursorConflictError,
+    Entry,
+    LedgerInfo,
+    ManagedLedgerClosedError,
+    ManagedLedgerConfig,
+    ManagedLedgerFencedError,
+    Position,
+)
+from ledger_backend.metadata.store import (
+    BadVersionError,
+    MetadataError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _WriteLedger:
+    """A ledger this instance writes (the current one, or a retired one still draining)."""
+
+    handle: WriteHandleLike
+    record: LedgerRecord
+    previous: _WriteLedger | None
+    submitted_entries: int = 0
+    submitted_bytes: int = 0
+    in_flight: int = 0
+    retired: bool = False
+    failed: bool = False  # an add failed without fencing: recover it instead of closing it
+    finishing: bool = False
+    durable_lac: int = -1  # a LAC that an acknowledged add carried to the bookies
+    drained: trio.Event = field(default_factory=trio.Event)
+
+
+class ManagedLedger:
+    """Created by ManagedLedgerFactory.open(); see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        config: ManagedLedgerConfig,
+        store: MetadataStore,
+        bk: BookKeeperLike,
+        path: str,
+        cursors_path: str,
+        node: ManagedLedgerNode,
+        version: int,
+        current_handle: WriteHandleLike,
+        readers: LedgerReaders,
+        cursors: dict[str, Cursor],
+        clock: Callable[[], float],
+        on_close: Callable[[ManagedLedger], None],
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.cursors = cursors
+        self._store = store
+        self._bk = bk
+        self._path = path
+        self._cursors_path = cursors_path
+        self._created_ms = node.created_ms
+        self._records: list[LedgerRecord] = node.ledgers
+        self._version = version
+        self._readers = readers
+        self._clock = clock
+        self._on_close = on_close
+        if not self._records or self._records[-1].ledger_id != current_handle.ledger_id:
+            raise ValueError("the current ledger must be the last record")
+        self._current = _WriteLedger(current_handle, self._records[-1], previous=None)
+        self._unfinished: set[_WriteLedger] = {self._current}
+        self._meta_lock = trio.Lock()
+        self._waiters: deque[trio.Event] = deque()
+        self._entries_changed = trio.Event()
+        self._cache = TailCache(config.tail_cache_bytes, self._evictable)
+        self._log_reader = LogReader(name, lambda: self._records, self._cache, readers)
+        self._fenced_reason: str | None = None
+        self._closed = False
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def is_fenced(self) -> bool:
+        return self._fenced_reason is not None
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def metadata_version(self) -> int:
+        return self._version
+
+    @property
+    def current_ledger_id(self) -> int:
+        return self._current.record.ledger_id
+
+    @property
+    def ledgers(self) -> list[LedgerInfo]:
+        return [LedgerInfo(r.ledger_id, r.entries, r.size, r.created_ms) for r in self._records]
+
+    @property
+    def last_confirmed(self) -> Position | None:
+        for record in reversed(self._records):
+            if record.entries > 0:
+                return Position(record.ledger_id, record.entries - 1)
+        return None
+
+    @property
+    def first_position(self) -> Position | None:
+        for record in self._records:
+            if record.entries > 0:
+                return Position(record.ledger_id, 0)
+        return None
+
+    @property
+    def total_size(self) -> int:
+        return sum(r.size for r in self._records)
+
+    @property
+    def number_of_entries(self) -> int:
+        return sum(r.entries for r in self._records)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise ManagedLedgerClosedError(f"managed ledger {self.name!r} is closed")
+        if self._fenced_reason is not None:
+            raise ManagedLedgerFencedError(
+                f"managed ledger {self.name!r} has another owner: {self._fenced_reason}"
+            )
+
+    def _become_fenced(self, reason: str) -> None:
+        if self._fenced_reason is None:
+            log.error("managed ledger %r fenced: %s", self.name, reason)
+            self._fenced_reason = reason
+        for waiter in self._waiters:
+            waiter.set()  # queued appends wake up and fail
+        self._notify_entries()
+
+    def _notify_entries(self) -> None:
+        event, self._entries_changed = self._entries_changed, trio.Event()
+        event.set()
+
+    # ----------------------------------------------------------------- append
+
+    async def append(self, data: bytes) -> Position:
+        """Append one entry; see the module docstring for ordering and durability."""
+        data = bytes(data)
+        self._check_writable()
+        current = self._current
+        if not self._waiters and not self._needs_rollover(current):
+            return await self._submit(current, data)  # no checkpoint before the id is taken
+        return await self._append_queued(data)
+
+    def _needs_rollover(self, ledger: _WriteLedger) -> bool:
+        config = self.config
+        age_s = self._clock() - ledger.record.created_ms / 1000
+        return (
+            ledger.failed
+            or ledger.submitted_entries >= config.max_entries_per_ledger
+            or ledger.submitted_bytes >= config.max_ledger_bytes
+            or (age_s >= config.max_ledger_age_s and ledger.submitted_entries > 0)
+        )
+
+    async def _append_queued(self, data: bytes) -> Position:
+        my_turn = trio.Event()
+        self._waiters.append(my_turn)
+        if len(self._waiters) == 1:
+            my_turn.set()
+        try:
+            await my_turn.wait()
+            while True:
+                self._check_writable()
+                current = self._current
+                if not self._needs_rollover(current):
+                    break
+                with trio.CancelScope(shield=True):  # bounded by the client/store timeouts
+                    await self._roll_over()
+        except BaseException:
+            was_head = bool(self._waiters) and self._waiters[0] is my_turn
+            self._waiters.remove(my_turn)
+            if was_head and self._waiters:
+                self._waiters[0].set()
+            raise
+        # Our turn, on a writable ledger: leave the queue and take the id before any checkpoint,
+        # so the next in line (woken now, running later) gets the next id.
+        assert self._waiters[0] is my_turn
+        self._waiters.popleft()
+        if self._waiters:
+            self._waiters[0].set()
+        return await self._submit(current, data)
+
+    async def _submit(self, ledger: _WriteLedger, data: bytes) -> Position:
+        ledger.submitted_entries += 1
+        ledger.submitted_bytes += len(data)
+        ledger.in_flight += 1
+        carried_lac = ledger.handle.last_add_confirmed  # the LAC this add piggybacks
+        ledger_id = ledger.record.ledger_id
+        try:
+            try:
+                entry_id = await ledger.handle.append(data)
+            except (LedgerFencedError, LedgerClosedError) as exc:
+                self._become_fenced(f"ledger {ledger_id} refused an add: {exc!r}")
+                raise ManagedLedgerFencedError(
+                    f"managed ledger {self.name!r}: ledger {ledger_id} was fenced by a new owner"
+                ) from exc
+            except LedgerError:
+                ledger.failed = True  # the next append rolls over; finishing recovers its end
+                raise
+            previous = ledger.previous
+            if previous is not None:
+                # Earlier appends went to the previous ledger: ours is not confirmed before them.
+                with trio.CancelScope(shield=True):
+                    await previous.drained.wait()
+                ledger.previous = None
+            record = ledger.record
+            record.entries = max(record.entries, entry_id + 1)
+            record.size += len(data)
+            ledger.durable_lac = max(ledger.durable_lac, carried_lac)
+            self._cache.put(Position(ledger_id, entry_id), data)
+        finally:
+            ledger.in_flight -= 1
+            if ledger.retired and ledger.in_flight == 0:
+                with trio.CancelScope(shield=True):
+                    await self._finish_ledger(ledger)
+        self._notify_entries()
+        return Position(ledger_id, entry_id)
+
+    async def _roll_over(self) -> None:
+        old = self._current
+        handle = await self._bk.create_ledger(
+            self.config.ensemble_size,
+            self.config.write_quorum,
+            self.config.ack_quorum,
+            {"managed-ledger": self.name.encode("utf-8")},
+        )
+        record = LedgerRecord(handle.ledger_id, 0, 0, int(self._clock() * 1000), closed=False)
+        try:
+            async with self._meta_lock:
+                self._check_writable()
+                await self._write_metadata([*self._records, record])
+                self._records.append(record)
+        except (ManagedLedgerFencedError, ManagedLedgerClosedError):
+            await self._delete_ledger_quietly(handle.ledger_id)  # surely not in the list
+            raise
+        new = _WriteLedger(handle, record, previous=old)
+        self._current = new
+        self._unfinished.add(new)
+        old.retired = True
+        log.info(
+            "managed ledger %r rolled over: ledger %d -> %d",
+            self.name,
+            old.record.ledger_id,
+            record.ledger_id,
+        )
+        if old.in_flight == 0:
+            await self._finish_ledger(old)
+
+    async def _finish_ledger(self, ledger: _WriteLedger) -> None:
+        """Close a retired ledger whose appends are done and record its final size."""
+        if ledger.finishing:
+            return
+        ledger.finishing = True
+        record = ledger.record
+        try:
+            if self._fenced_reason is not None:
+                return  # the new owner recovers it; we must not touch it
+            if ledger.failed:
+                handle = await self._bk.open_ledger(record.ledger_id, recovery=True)
+                recovered = handle.metadata.last_entry_id + 1
+                if recovered < record.entries:
+                    log.error(
+                        "ledger %d recovered to %d entries, fewer than the %d acknowledged",
+                        record.ledger_id,
+                        recovered,
+                        record.entries,
+                    )
+                record.entries = recovered
+                record.size = handle.metadata.length
+                await self._readers.forget(record.ledger_id)
+                self._readers.adopt(handle)
+            else:
+                await ledger.handle.close()
+                await self._readers.forget(record.ledger_id)
+            record.closed = True
+            async with self._meta_lock:
+                if self._fenced_reason is None:
+                    await self._write_metadata(list(self._records))
+        except (LedgerFencedError, LedgerClosedError) as exc:
+            self._become_fenced(f"closing ledger {record.ledger_id} failed: {exc!r}")
+        except ManagedLedgerFencedError:
+            pass  # already recorded by _write_metadata
+        except (LedgerError, MetadataError) as exc:
+            # The list keeps closed=False (or is updated by a later CAS); a new owner recovers it.
+            log.warning("finishing ledger %d of %r failed: %r", record.ledger_id, self.name, exc)
+        finally:
+            self._unfinished.discard(ledger)
+            ledger.drained.set()
+            self._cache.evict()
+            self._notify_entries()
+
+    # ----------------------------------------------------------------- metadata
+
+    async def _write_metadata(self, records: list[LedgerRecord]) -> None:
+        """CAS the node to `records`; the caller holds _meta_lock. Never overwrites blindly."""
+        node = ManagedLedgerNode(self.name, self._created_ms, records)
+        try:
+            stat = await self._store.set(self._path, encode_managed_ledger(node), self._version)
+        except (BadVersionError, NoNodeError) as exc:
+            self._become_fenced(
+                f"metadata node {self._path} changed under us (expected version {self._version})"
+            )
+            raise ManagedLedgerFencedError(
+                f"managed ledger {self.name!r}: metadata node {self._path} was changed by "
+                f"another owner (expected version {self._version}); not overwriting it"
+            ) from exc
+        self._version = stat.version
+
+    async def _delete_ledger_quietly(self, ledger_id: int) -> None:
+        try:
+            await self._bk.delete_ledger(ledger_id)
+        except NoSuchLedgerError:
+            pass
+        except LedgerError as exc:
+            log.warning("could not delete ledger %d of %r: %r", ledger_id, self.name, exc)
+
+    # ----------------------------------------------------------------- reads
+
+    def _evictable(self, position: Position) -> bool:
+        current = self._current
+        if position.ledger_id != current.record.ledger_id:
+            return all(w.record.ledger_id != position.ledger_id for w in self._unfinished)
+        return position.entry_id <= current.durable_lac
+
+    def next_position(self, position: Position) -> Position | None:
+        """Position of the entry after `position` (which may not exist yet when `position` is
+        in the last ledger); None if `position` lies beyond every ledger."""
+        return self._log_reader.next_position(position)
+
+    async def read(
+        self, start: Position, max_entries: int, max_bytes: int | None = None
+    ) -> list[Entry]:
+        """Up to max_entries entries from `start` on, crossing ledgers, never past
+        last_confirmed; [] at the end. With max_bytes, stops before the entry that would
+        exceed it, but always returns at least one entry if there is one.
+        InvalidPositionError for a trimmed position."""
+        return await self._log_reader.read(start, max_entries, max_bytes)
+
+    async def read_entry(self, position: Position) -> bytes:
+        """The entry at `position`; InvalidPositionError if there is none (yet)."""
+        return await self._log_reader.read_entry(position)
+
+    async def wait_for_entries(self, after: Position | None, timeout_s: float) -> bool:
+        """Long poll: True once last_confirmed is past `after` (any entry, for None); False on
+        timeout or when no more entries can come (closed, fenced)."""
+        await trio.lowlevel.checkpoint()
+        with trio.move_on_after(timeout_s if math.isfinite(timeout_s) else math.inf):
+            while True:
+                last = self.last_confirmed
+                if last is not None and (after is None or last > after):
+                    return True
+                if self._closed or self._fenced_reason is not None:
+                    return False
+                await self._entries_changed.wait()
+        return False
+
+    # ----------------------------------------------------------------- trimming
+
+    async def trim(self) -> list[int]:
+        """Apply retention (config.retention_time_s / retention_bytes); returns deleted ids."""
+        async with self._meta_lock:
+            self._check_writable()
+            doomed = ledgers_past_retention(
+                self._records,
+                current_ledger_id=self._current.record.ledger_id,
+                now_ms=int(self._clock() * 1000),
+                retention_time_s=self.config.retention_time_s,
+                retention_bytes=self.config.retention_bytes,
+            )
+            await self._unlist_front_ledgers(doomed)
+        await self._delete_unlisted(doomed)
+        return doomed
+
+    async def delete_ledgers_before(self, ledger_id: int) -> list[int]:
+        """Delete every closed ledger older than `ledger_id` (never the current one)."""
+        async with self._meta_lock:
+            self._check_writable()
+            doomed: list[int] = []
+            for record in self._records:
+                if (
+                    record.ledger_id >= ledger_id
+                    or not record.closed
+                    or record is self._current.record
+                ):
+                    break
+                doomed.append(record.ledger_id)
+            await self._unlist_front_ledgers(doomed)
+        await self._delete_unlisted(doomed)
+        return doomed
+
+    async def _unlist_front_ledgers(self, doomed: list[int]) -> None:
+        # Caller holds _meta_lock. The list loses them first (CAS); only then are they deleted.
+        if not doomed:
+            return
+        gone = set(doomed)
+        if self._current.record.ledger_id in gone:
+            raise AssertionError("refusing to delete the current ledger")
+        remaining = [r for r in self._records if r.ledger_id not in gone]
+        await self._write_metadata(remaining)
+        self._records = remaining
+        self._cache.drop_ledgers(gone)
+
+    async def _delete_unlisted(self, doomed: list[int]) -> None:
+        for ledger_id in doomed:
+            await self._readers.forget(ledger_id)
+            await self._delete_ledger_quietly(ledger_id)
+        if doomed:
+            log.info("managed ledger %r trimmed ledgers %s", self.name, doomed)
+
+    # ----------------------------------------------------------------- cursors
+
+    async def open_cursor(self, name: str) -> Cursor:
+        """The durable cursor `name`, created (without a position) if it does not exist."""
+        cursor = self.cursors.get(name)
+        if cursor is not None:
+            return cursor
+        path = f"{self._cursors_path}/{encode_name(name)}"
+        try:
+            cursor = await load_cursor(self._store, path)
+        except NoNodeError:
+            try:
+                cursor = await create_cursor(self._store, path, name)
+            except NodeExistsError:
+                cursor = await load_cursor(self._store, path)
+        self.cursors.setdefault(name, cursor)
+        return self.cursors[name]
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        path = f"{self._cursors_path}/{encode_name(name)}"
+        version = -1 if cursor is None else cursor.version
+        try:
+            await self._store.delete(path, version)
+        except NoNodeError:
+            pass
+        except BadVersionError as exc:
+            raise CursorConflictError(f"cursor {name!r} was changed by someone else") from exc
+        if cursor is not None:
+            cursor._mark_deleted()
+
+    # ----------------------------------------------------------------- close
+
+    async def close(self) -> None:
+        """Stop appends, let in-flight ones finish, close the current ledger (CLOSED) and record
+        it, so the next open needs no recovery. An empty current ledger is dropped."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        for waiter in self._waiters:
+            waiter.set()
+        try:
+            with trio.CancelScope(shield=True):
+                # A rollover racing with close may add one more ledger: loop until none is left.
+                while self._unfinished:
+                    ledger = next(iter(self._unfinished))
+                    ledger.retired = True
+                    if ledger.in_flight == 0 and not ledger.finishing:
+                        await self._finish_ledger(ledger)
+                    else:
+                        await ledger.drained.wait()
+                current = self._current.record
+                if current.closed and current.entries == 0:
+                    await self._drop_empty_current(current)
+        finally:
+            self._notify_entries()
+            await self._readers.close_all()
+            self._cache.clear()
+            self._on_close(self)
+
+    async def _drop_empty_current(self, record: LedgerRecord) -> None:
+        async with self._meta_lock:
+            if self._fenced_reason is not None:
+                return
+            remaining = [r for r in self._records if r is not record]
+            try:
+                await self._write_metadata(remaining)
+            except (ManagedLedgerFencedError, MetadataError) as exc:
+                log.warning(
+                    "could not drop empty ledger %d of %r: %r", record.ledger_id, self.name, exc
+                )
+                return
+            self._records = remaining
+        await self._delete_ledger_quietly(record.ledger_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"ManagedLedger({self.name!r}, ledgers={[r.ledger_id for r in self._records]}, "
+            f"last_confirmed={self.last_confirmed}, fenced={self.is_fenced}, "
+            f"closed={self._closed})"
+        )

@@ -1,0 +1,185 @@
+"""How managed ledgers and cursors are laid out in the metadata store, and their JSON formats.
+
+Layout (one node per managed ledger, one per cursor):
+
+    <root>/<encoded name>                      managed ledger node: its list of ledgers
+    <root>/<encoded name>/cursors/<encoded c>  one node per durable cursor
+
+A name is any string ("public/default/orders-0"); it is encoded into ONE safe path component:
+UTF-8 bytes, every byte outside [A-Za-z0-9_-] written as %XX (so "/", "." and "%" never appear
+raw and "." / ".." can never result). The encoding is reversible and injective.
+
+Both node kinds are JSON objects carrying "format": FORMAT_VERSION. A reader refuses any other
+version (MetadataFormatError) rather than guess. This module is pure: it must never do I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ledger_backend.managed_ledger.types import MetadataFormatError, Position
+
+FORMAT_VERSION = 1
+CURSORS_CHILD = "cursors"
+
+_SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def encode_name(name: str) -> str:
+    """One path component for `name` (non-empty); reversible with decode_name."""
+    if not name:
+        raise ValueError("a managed ledger or cursor name must not be empty")
+    out: list[str] = []
+    for byte in name.encode("utf-8"):
+        out.append(chr(byte) if byte in _SAFE_BYTES else f"%{byte:02X}")
+    return "".join(out)
+
+
+def decode_name(component: str) -> str:
+    """The name that encode_name turned into `component`; ValueError if it is not one."""
+    raw = bytearray()
+    i = 0
+    while i < len(component):
+        ch = component[i]
+        if ch == "%":
+            hex_digits = component[i + 1 : i + 3]
+            if len(hex_digits) != 2:
+                raise ValueError(f"bad escape in encoded name {component!r}")
+            raw.append(int(hex_digits, 16))
+            i += 3
+        else:
+            if ord(ch) not in _SAFE_BYTES:
+                raise ValueError(f"character {ch!r} cannot appear in encoded name {component!r}")
+            raw.append(ord(ch))
+            i += 1
+    return raw.decode("utf-8")
+
+
+def managed_ledger_path(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{encode_name(name)}"
+
+
+def cursors_path(root: str, name: str) -> str:
+    return f"{managed_ledger_path(root, name)}/{CURSORS_CHILD}"
+
+
+def cursor_path(root: str, name: str, cursor_name: str) -> str:
+    return f"{cursors_path(root, name)}/{encode_name(cursor_name)}"
+
+
+@dataclass
+class LedgerRecord:
+    """One ledger in a managed ledger's list (mutable, owned by the managed ledger).
+
+    closed=True means entries/size are final (the ledger was closed or recovered); a record
+    with closed=False may hold more entries than it says and must be recovered before use
+    by a new owner.
+    """
+
+    ledger_id: int
+    entries: int
+    size: int
+    created_ms: int
+    closed: bool
+
+
+@dataclass
+class ManagedLedgerNode:
+    name: str
+    created_ms: int
+    ledgers: list[LedgerRecord]
+
+
+@dataclass
+class CursorNode:
+    name: str
+    mark_delete: Position | None
+    properties: dict[str, int]
+
+
+def _load_json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MetadataFormatError(f"{what}: not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise MetadataFormatError(f"{what}: expected a JSON object")
+    version = obj.get("format")
+    if version != FORMAT_VERSION:
+        raise MetadataFormatError(
+            f"{what}: format version {version!r} is not supported (this code reads "
+            f"{FORMAT_VERSION})"
+        )
+    return obj
+
+
+def encode_managed_ledger(node: ManagedLedgerNode) -> bytes:
+    return json.dumps(
+        {
+            "format": FORMAT_VERSION,
+            "name": node.name,
+            "created_ms": node.created_ms,
+            "ledgers": [
+                {
+                    "ledger_id": r.ledger_id,
+                    "entries": r.entries,
+                    "size": r.size,
+                    "created_ms": r.created_ms,
+                    "closed": r.closed,
+                }
+                for r in node.ledgers
+            ],
+        },
+        separators=(",", ":"),
+    ).encode("utf-8")
+
+
+def decode_managed_ledger(data: bytes, path: str) -> ManagedLedgerNode:
+    obj = _load_json(data, f"managed ledger node {path}")
+    try:
+        records = [
+            LedgerRecord(
+                ledger_id=int(item["ledger_id"]),
+                entries=int(item["entries"]),
+                size=int(item["size"]),
+                created_ms=int(item["created_ms"]),
+                closed=bool(item["closed"]),
+            )
+            for item in obj["ledgers"]
+        ]
+        node = ManagedLedgerNode(
+            name=str(obj["name"]), created_ms=int(obj["created_ms"]), ledgers=records
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MetadataFormatError(f"managed ledger node {path}: bad field: {exc!r}") from exc
+    ids = [r.ledger_id for r in records]
+    if ids != sorted(set(ids)):
+        raise MetadataFormatError(f"managed ledger node {path}: ledger ids not increasing: {ids}")
+    return node
+
+
+def encode_cursor(node: CursorNode) -> bytes:
+    return json.dumps(
+        {
+            "format": FORMAT_VERSION,
+            "name": node.name,
+            "mark_delete": None if node.mark_delete is None else list(node.mark_delete),
+            "properties": dict(node.properties),
+        },
+        separators=(",", ":"),
+    ).encode("utf-8")
+
+
+def decode_cursor(data: bytes, path: str) -> CursorNode:
+    obj = _load_json(data, f"cursor node {path}")
+    try:
+        raw_position = obj["mark_delete"]
+        position = (
+            None if raw_position is None else Position(int(raw_position[0]), int(raw_position[1]))
+        )
+        properties = {str(k): int(v) for k, v in obj["properties"].items()}
+        return CursorNode(name=str(obj["name"]), mark_delete=position, properties=properties)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise MetadataFormatError(f"cursor node {path}: bad field: {exc!r}") from exc

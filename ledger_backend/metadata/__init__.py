@@ -1,0 +1,74 @@
+"""ledger_backend/metadata: the metadata store (ZooKeeper via kazoo, or embedded sqlite).
+
+`open_store(url)` picks the implementation from the URL; everything else imports the
+interface and errors from here. This package must never be imported by protocols/.
+"""
+
+from __future__ import annotations
+
+from .store import (
+    BadVersionError,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
+    MetadataError,
+    MetadataStore,
+    MetadataUnavailableError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    Op,
+    OpResult,
+    SessionExpiredError,
+    SessionState,
+    SetOp,
+    Stat,
+    Watcher,
+    WatchEvent,
+)
+
+__all__ = [
+    "BadVersionError",
+    "CheckOp",
+    "CreateOp",
+    "DeleteOp",
+    "MetadataError",
+    "MetadataStore",
+    "MetadataUnavailableError",
+    "NoNodeError",
+    "NodeExistsError",
+    "NotEmptyError",
+    "Op",
+    "OpResult",
+    "SessionExpiredError",
+    "SessionState",
+    "SetOp",
+    "Stat",
+    "WatchEvent",
+    "Watcher",
+    "open_store",
+]
+
+
+async def open_store(url: str) -> MetadataStore:
+    """Open a metadata store session from a URL.
+
+    - "zk://h1:2181,h2:2181/chroot[?session_timeout_s=10&op_timeout_s=10]" -> ZooKeeper
+    - "memory:" -> a fresh in-memory store; "memory:NAME" -> shared by NAME in this process
+    - "embedded:/dir" or a plain directory path -> the durable embedded store in that dir
+    """
+    if url.startswith("zk://"):
+        from .zookeeper import open_zookeeper
+
+        return await open_zookeeper(url)
+    from .embedded import open_embedded, open_memory
+
+    if url.startswith("memory:"):
+        return await open_memory(url[len("memory:"):])
+    if url.startswith("embedded:"):
+        url = url[len("embedded:"):]
+        if url.startswith("//"):
+            url = url[2:]
+    if not url:
+        raise ValueError("metadata store URL names no directory")
+    return await open_embedded(url)

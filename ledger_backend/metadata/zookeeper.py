@@ -1,0 +1,517 @@
+"""The metadata store on a ZooKeeper ensemble, through kazoo. The only module importing kazoo.
+
+Threads. kazoo is blocking and calls back from its own threads. Every request runs in
+`trio.to_thread.run_sync` and waits at most `op_timeout_s` (then MetadataUnavailableError:
+the request may still happen). Watch callbacks and connection-state listener callbacks never
+touch Trio objects directly: they hop onto the Trio thread with `TrioToken.run_sync_soon`.
+
+Watches. kazoo 2.11 has no persistent watches, so each Watcher keeps one-shot watches armed:
+an exists-watch (created/changed/deleted) and, for children=True, a child watch. A fired watch
+is re-armed from the kazoo callback thread (non-blocking *_async calls) *before* the event
+reaches Trio, so a reader that re-reads after an event cannot miss a later change (ZooKeeper
+answers one session's requests in order). kazoo drops all watches when the connection drops;
+on reconnection every active watcher is re-armed and gets one resync event. When the session
+is LOST, every watcher's iteration raises SessionExpiredError and subscribers of
+session_events() get LOST; kazoo then opens a new session, so the store stays usable, but the
+old session's ephemeral nodes are gone and their owners must re-create them.
+
+This module must never block the Trio thread, and never let a kazoo exception escape
+unmapped: callers only see the errors of store.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import trio
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.paths import _prefix_root
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
+
+from .store import (
+    BadVersionError,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
+    MetadataError,
+    MetadataStore,
+    MetadataUnavailableError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    Op,
+    OpResult,
+    SessionBroadcaster,
+    SessionExpiredError,
+    SessionState,
+    SetOp,
+    Stat,
+    Watcher,
+    WatchEvent,
+    parse_counter,
+    validate_path,
+)
+
+__all__ = ["ZooKeeperMetadataStore", "open_zookeeper", "parse_zk_url"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_SESSION_TIMEOUT_S = 10.0
+DEFAULT_OP_TIMEOUT_S = 10.0
+ZK_CALL_THREADS = 16
+ATOMIC_TREE_DELETE_LIMIT = 1000  # larger subtrees are deleted bottom-up, not in one multi
+
+_EVENT_KINDS = {
+    EventType.CREATED: "created",
+    EventType.CHANGED: "changed",
+    EventType.DELETED: "deleted",
+}
+
+
+def _map_error(exc: BaseException, what: str) -> MetadataError:
+    if isinstance(exc, kz.NoNodeError):
+        return NoNodeError(what)
+    if isinstance(exc, kz.NodeExistsError):
+        return NodeExistsError(what)
+    if isinstance(exc, kz.BadVersionError):
+        return BadVersionError(what)
+    if isinstance(exc, kz.NotEmptyError):
+        return NotEmptyError(what)
+    if isinstance(exc, kz.ConnectionClosedError):
+        return MetadataUnavailableError(f"{what}: ZooKeeper connection closed")
+    if isinstance(exc, kz.SessionExpiredError):
+        return SessionExpiredError(f"{what}: ZooKeeper session expired")
+    if isinstance(exc, (kz.ConnectionLoss, kz.OperationTimeoutError, kz.ConnectionDropped,
+                        kz.SessionMovedError, kz.RequestTimeoutError, KazooTimeoutError,
+                        kz.ThrottledOpError)):
+        return MetadataUnavailableError(f"{what}: {type(exc).__name__}")
+    return MetadataError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _stat(zstat: ZnodeStat) -> Stat:
+    return Stat(
+        version=zstat.version,
+        ctime_ms=zstat.ctime,
+        mtime_ms=zstat.mtime,
+        ephemeral=zstat.ephemeralOwner != 0,
+        num_children=zstat.numChildren,
+    )
+
+
+def parse_zk_url(url: str) -> tuple[str, str, dict[str, float]]:
+    """"zk://h1:2181,h2:2181/chroot?session_timeout_s=6" -> (hosts, chroot, options)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "zk" or not parts.netloc:
+        raise ValueError(f"not a ZooKeeper URL: {url!r}")
+    chroot = parts.path.rstrip("/")
+    if chroot:
+        validate_path(chroot)
+    options: dict[str, float] = {}
+    for key, value in urllib.parse.parse_qsl(parts.query):
+        if key not in ("session_timeout_s", "op_timeout_s"):
+            raise ValueError(f"unknown ZooKeeper URL option {key!r} in {url!r}")
+        options[key] = float(value)
+    return parts.netloc, chroot, options
+
+
+class _ArmedWatch:
+    """Keeps a Watcher's one-shot ZooKeeper watches armed (see the module docstring)."""
+
+    def __init__(self, store: ZooKeeperMetadataStore, watcher: Watcher) -> None:
+        self.store = store
+        self.watcher = watcher
+        self.path = watcher.path
+        # bound once so kazoo's watcher sets see one object per watch
+        self.on_exists: Callable[[WatchedEvent], None] = self._on_exists
+        self.on_children: Callable[[WatchedEvent], None] = self._on_children
+
+    def arm_async(self, *, exists: bool = True, children: bool = True) -> list[Any]:
+        """Queue the watch requests (safe from any thread); returns their async results."""
+        client = self.store.client
+        results = []
+        if exists:
+            results.append(client.exists_async(self.path, watch=self.on_exists))
+        if children and self.watcher.children:
+            results.append(client.get_children_async(self.path, watch=self.on_children))
+        return results
+
+    def rearm_then_deliver(self, event: WatchEvent, *, exists: bool, children: bool) -> None:
+        """Re-arm, and hand the event to Trio only once the server has answered the re-arm:
+        a change made after the reader saw the event is then always reported."""
+        try:
+            results = self.arm_async(exists=exists, children=children)
+        except Exception:  # a closed client: the watcher is ending anyway
+            log.debug("re-arming watch on %s failed", self.path, exc_info=True)
+            results = []
+        if not results:
+            self.store.to_trio(self.watcher.deliver, event)
+            return
+        pending = [len(results)]
+        lock = threading.Lock()
+
+        def answered(_result: Any) -> None:  # kazoo callback thread
+            with lock:
+                pending[0] -= 1
+                last = pending[0] == 0
+            if last:
+                self.store.to_trio(self.watcher.deliver, event)
+
+        for result in results:
+            result.rawlink(answered)
+
+    def _on_exists(self, event: WatchedEvent) -> None:  # kazoo thread
+        if not self.watcher.active or event.type not in _EVENT_KINDS:
+            return  # EventType.NONE: connection state, handled by the state listener
+        self.rearm_then_deliver(
+            WatchEvent(self.path, _EVENT_KINDS[event.type]),
+            exists=True,
+            children=event.type == EventType.CREATED,
+        )
+
+    def _on_children(self, event: WatchedEvent) -> None:  # kazoo thread
+        if not self.watcher.active or event.type != EventType.CHILD:
+            return  # DELETED is reported by the exists-watch
+        self.rearm_then_deliver(WatchEvent(self.path, "children"), exists=False, children=True)
+
+    def forget(self) -> None:
+        """Drop kazoo's references to our callbacks (best effort: kazoo has no public API)."""
+        key = _prefix_root(self.store.client.chroot, self.path)
+        for registry, callback in ((self.store.client._data_watchers, self.on_exists),
+                                   (self.store.client._child_watchers, self.on_children)):
+            watchers = registry.get(key)
+            if watchers is not None:
+                watchers.discard(callback)
+
+
+class ZooKeeperMetadataStore(MetadataStore):
+    """One ZooKeeper session (a started KazooClient) as a MetadataStore."""
+
+    def __init__(self, client: KazooClient, *, op_timeout_s: float = DEFAULT_OP_TIMEOUT_S) -> None:
+        self.client = client
+        self.op_timeout_s = op_timeout_s
+        self._token = trio.lowlevel.current_trio_token()
+        # our own threads: calls stuck while ZooKeeper is away must not starve other users
+        # of Trio's default thread pool (a bookie's fsyncs, for one)
+        self._thread_limiter = trio.CapacityLimiter(ZK_CALL_THREADS)
+        self._armed: dict[Watcher, _ArmedWatch] = {}
+        self._sessions = SessionBroadcaster(SessionState.CONNECTED)
+        self._closed = False
+        client.add_listener(self._on_kazoo_state)
+
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """(session id, password) of the current session, None while disconnected."""
+        return self.client.client_id  # type: ignore[no-any-return]
+
+    # ---- thread plumbing ----------------------------------------------------------------
+
+    def to_trio(self, fn: Callable[..., object], *args: Any) -> None:
+        """Run fn(*args) on the Trio thread soon (from any thread); dropped after Trio ends."""
+        try:
+            self._token.run_sync_soon(fn, *args)
+        except trio.RunFinishedError:
+            pass
+
+    async def _call(self, what: str, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise MetadataError("metadata store is closed")
+
+        def run() -> T:
+            try:
+                return fn()
+            except (kz.KazooException, KazooTimeoutError) as exc:
+                raise _map_error(exc, what) from exc
+
+        return await trio.to_thread.run_sync(
+            run, abandon_on_cancel=True, limiter=self._thread_limiter
+        )
+
+    def _wait(self, async_result: Any) -> Any:
+        return async_result.get(timeout=self.op_timeout_s)
+
+    # ---- operations ---------------------------------------------------------------------
+
+    async def get(self, path: str) -> tuple[bytes, Stat]:
+        validate_path(path)
+        data, zstat = await self._call(path, lambda: self._wait(self.client.get_async(path)))
+        return bytes(data), _stat(zstat)
+
+    async def exists(self, path: str) -> Stat | None:
+        validate_path(path)
+        zstat = await self._call(path, lambda: self._wait(self.client.exists_async(path)))
+        return None if zstat is None else _stat(zstat)
+
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
+                     sequential: bool = False, make_parents: bool = False) -> str:
+        validate_path(path)
+        if path == "/":
+            raise NodeExistsError("/")
+
+        def create() -> str:
+            return self._wait(self.client.create_async(  # type: ignore[no-any-return]
+                path, bytes(data), ephemeral=ephemeral, sequence=sequential,
+                makepath=make_parents,
+            ))
+
+        return await self._call(path, create)
+
+    async def set(self, path: str, data: bytes, version: int) -> Stat:
+        validate_path(path)
+        zstat = await self._call(
+            path, lambda: self._wait(self.client.set_async(path, bytes(data), version))
+        )
+        return _stat(zstat)
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        validate_path(path)
+        if path == "/":
+            raise MetadataError("the root node cannot be deleted")
+        if recursive:
+            await self._call(path, lambda: self._delete_tree(path, version))
+        else:
+            await self._call(path, lambda: self._wait(self.client.delete_async(path, version)))
+
+    def _subtree(self, path: str) -> list[str]:
+        """path and all nodes below it, parents before children (NoNode if path is gone)."""
+        nodes, index = [path], 0
+        while index < len(nodes):
+            node = nodes[index]
+            index += 1
+            try:
+                names = self._wait(self.client.get_children_async(node))
+            except kz.NoNodeError:
+                if node == path:
+                    raise
+                continue
+            prefix = node.rstrip("/") + "/"
+            nodes.extend(prefix + name for name in names)
+        return nodes
+
+    def _delete_tree(self, path: str, version: int) -> None:
+        for _ in range(50):  # retried while writers keep adding children under path
+            nodes = self._subtree(path)
+            if len(nodes) <= ATOMIC_TREE_DELETE_LIMIT:
+                txn = self.client.transaction()
+                for node in reversed(nodes[1:]):
+                    txn.delete(node)
+                txn.delete(path, version)
+                results = self._wait(txn.commit_async())
+                failure = _first_failure(results)
+                if failure is None:
+                    return
+                if isinstance(failure, (kz.NotEmptyError, kz.NoNodeError)) and not (
+                    isinstance(failure, kz.NoNodeError) and results[-1] is failure
+                ):
+                    continue  # the tree changed under us: list it again
+                raise failure
+            # too large for one multi: bottom-up, the version of path checked first
+            if version != -1:
+                zstat = self._wait(self.client.exists_async(path))
+                if zstat is None:
+                    raise kz.NoNodeError()
+                if zstat.version != version:
+                    raise kz.BadVersionError()
+            for node in reversed(nodes[1:]):
+                try:
+                    self._wait(self.client.delete_async(node))
+                except (kz.NoNodeError, kz.NotEmptyError):
+                    pass
+            try:
+                self._wait(self.client.delete_async(path, version))
+                return
+            except kz.NotEmptyError:
+                continue
+        raise kz.NotEmptyError()
+
+    async def children(self, path: str) -> list[str]:
+        validate_path(path)
+        names = await self._call(path, lambda: self._wait(self.client.get_children_async(path)))
+        return sorted(names)
+
+    async def multi(self, ops: Sequence[Op]) -> list[OpResult]:
+        ops = list(ops)
+        if not ops:
+            return []
+        for op in ops:
+            validate_path(op.path)
+
+        def run() -> list[OpResult]:
+            txn = self.client.transaction()
+            for op in ops:
+                if isinstance(op, CreateOp):
+                    txn.create(op.path, bytes(op.data), ephemeral=op.ephemeral,
+                               sequence=op.sequential)
+                elif isinstance(op, SetOp):
+                    txn.set_data(op.path, bytes(op.data), op.version)
+                elif isinstance(op, DeleteOp):
+                    txn.delete(op.path, op.version)
+                elif isinstance(op, CheckOp):
+                    txn.check(op.path, op.version)
+                else:
+                    raise TypeError(f"not a metadata operation: {op!r}")
+            results = self._wait(txn.commit_async())
+            failure = _first_failure(results)
+            if failure is not None:
+                index = results.index(failure)
+                raise _map_error(failure, f"multi op {index} on {ops[index].path}")
+            converted: list[OpResult] = []
+            for op, result in zip(ops, results, strict=True):
+                if isinstance(op, CreateOp):
+                    converted.append(str(result))
+                elif isinstance(op, SetOp):
+                    converted.append(_stat(result))
+                else:
+                    converted.append(None)
+            return converted
+
+        return await self._call("multi", run)
+
+    async def next_id(self, counter_path: str) -> int:
+        validate_path(counter_path)
+
+        def increment() -> int:
+            while True:  # compare-and-set loop; every lost race means another id was taken
+                try:
+                    data, zstat = self._wait(self.client.get_async(counter_path))
+                except kz.NoNodeError:
+                    try:
+                        self._wait(self.client.create_async(counter_path, b"1", makepath=True))
+                        return 1
+                    except kz.NodeExistsError:
+                        continue
+                value = parse_counter(data) + 1
+                try:
+                    self._wait(self.client.set_async(
+                        counter_path, str(value).encode("ascii"), zstat.version
+                    ))
+                    return value
+                except kz.BadVersionError:
+                    continue
+
+        return await self._call(counter_path, increment)
+
+    # ---- watches and sessions -----------------------------------------------------------
+
+    def watch(self, path: str, *, children: bool = False) -> Watcher:
+        return Watcher(path, children, self._register_watcher, self._unregister_watcher)
+
+    async def _register_watcher(self, watcher: Watcher) -> None:
+        armed = _ArmedWatch(self, watcher)
+        self._armed[watcher] = armed
+
+        def arm() -> None:
+            for result in armed.arm_async():
+                try:
+                    self._wait(result)
+                except kz.NoNodeError:
+                    pass  # no child watch on a missing node: the exists-watch sees it come
+
+        await self._call(watcher.path, arm)
+
+    def _unregister_watcher(self, watcher: Watcher) -> None:
+        armed = self._armed.pop(watcher, None)
+        if armed is not None:
+            armed.forget()
+
+    def session_events(self) -> trio.abc.ReceiveChannel[SessionState]:
+        return self._sessions.subscribe()
+
+    def _on_kazoo_state(self, state: str) -> None:  # kazoo connection thread: never block
+        self.to_trio(self._on_state, state)
+
+    def _on_state(self, state: str) -> None:  # Trio thread
+        if self._closed:
+            return
+        previous = self._sessions.state
+        if state == KazooState.CONNECTED:
+            if previous is SessionState.SUSPENDED:
+                # kazoo dropped every watch with the connection: arm again, then resync
+                for armed in list(self._armed.values()):
+                    resync = WatchEvent(armed.path, "children" if armed.watcher.children
+                                        else "changed")
+                    armed.rearm_then_deliver(resync, exists=True, children=True)
+            self._sessions.publish(SessionState.CONNECTED)
+        elif state == KazooState.SUSPENDED:
+            self._sessions.publish(SessionState.SUSPENDED)
+        elif state == KazooState.LOST:
+            self._sessions.publish(SessionState.LOST)
+            for watcher in list(self._armed):
+                watcher.fail(SessionExpiredError(f"session lost while watching {watcher.path}"))
+                self._unregister_watcher(watcher)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for watcher in list(self._armed):
+            watcher.end()
+            self._unregister_watcher(watcher)
+        self._sessions.close()
+        self.client.remove_listener(self._on_kazoo_state)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_stop_client, self.client)
+
+
+def _first_failure(results: list[Any]) -> BaseException | None:
+    """The exception of the op that made a kazoo transaction fail (not the rolled-back rest)."""
+    failures = [r for r in results if isinstance(r, BaseException)]
+    for failure in failures:
+        if not isinstance(failure, (kz.RolledBackError, kz.RuntimeInconsistency)):
+            return failure
+    return failures[0] if failures else None
+
+
+def _stop_client(client: KazooClient) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+def _start_client(hosts: str, session_timeout_s: float, connect_timeout_s: float) -> KazooClient:
+    client = KazooClient(
+        hosts=hosts,
+        timeout=session_timeout_s,
+        connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 1.5, "max_delay": 2.0},
+    )
+    try:
+        client.start(timeout=connect_timeout_s)
+    except BaseException:
+        _stop_client(client)
+        raise
+    return client
+
+
+def _connect(hosts: str, chroot: str, session_timeout_s: float,
+             connect_timeout_s: float) -> KazooClient:
+    if chroot:
+        # the chroot must exist before a chrooted client can use it
+        setup = _start_client(hosts, session_timeout_s, connect_timeout_s)
+        try:
+            setup.ensure_path(chroot)
+        finally:
+            _stop_client(setup)
+    return _start_client(hosts + chroot, session_timeout_s, connect_timeout_s)
+
+
+async def open_zookeeper(url: str) -> ZooKeeperMetadataStore:
+    """Connect to the ensemble in url ("zk://h1:2181,h2:2181/chroot?session_timeout_s=10")."""
+    hosts, chroot, options = parse_zk_url(url)
+    session_timeout_s = options.get("session_timeout_s", DEFAULT_SESSION_TIMEOUT_S)
+    op_timeout_s = options.get("op_timeout_s", DEFAULT_OP_TIMEOUT_S)
+    connect_timeout_s = max(op_timeout_s, 1.0)
+    try:
+        client = await trio.to_thread.run_sync(
+            _connect, hosts, chroot, session_timeout_s, connect_timeout_s
+        )
+    except (kz.KazooException, KazooTimeoutError) as exc:
+        raise MetadataUnavailableError(f"cannot connect to ZooKeeper at {hosts}: {exc}") from exc
+    return ZooKeeperMetadataStore(client, op_timeout_s=op_timeout_s)
+

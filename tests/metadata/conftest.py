@@ -1,0 +1,60 @@
+"""Fixtures for the metadata store tests: one conformance suite over every implementation.
+
+`open_session` opens sessions on ONE backing store per test, so a test can play several
+clients: "memory" (a named in-memory database), "embedded" (a directory), and "zookeeper"
+(a real server shared by the test session; each test gets its own chroot).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger_backend.metadata import MetadataStore, open_store
+from tests.support.zookeeper import ZooKeeperServer
+
+OpenSession = Callable[[], Awaitable[MetadataStore]]
+
+ZK_SESSION_TIMEOUT_S = 2.0
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
+        yield server
+
+
+@pytest.fixture(
+    params=["memory", "embedded", pytest.param("zookeeper", marks=pytest.mark.integration)]
+)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    kind = request.param
+    if kind == "memory":
+        return f"memory:conformance-{uuid.uuid4().hex}"
+    if kind == "embedded":
+        return f"embedded:{tmp_path / 'metadata'}"
+    server = request.getfixturevalue("zk_server")
+    return str(server.store_url(f"/t-{uuid.uuid4().hex[:12]}",
+                                session_timeout_s=ZK_SESSION_TIMEOUT_S))
+
+
+@pytest.fixture
+async def open_session(store_url: str) -> AsyncIterator[OpenSession]:
+    opened: list[MetadataStore] = []
+
+    async def open_one() -> MetadataStore:
+        store = await open_store(store_url)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in reversed(opened):
+        await store.close()
+
+
+@pytest.fixture
+async def store(open_session: OpenSession) -> MetadataStore:
+    return await open_session()

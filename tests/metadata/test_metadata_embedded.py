@@ -1,0 +1,179 @@
+"""The embedded store beyond the shared contract: durability, crash recovery, URL forms."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import trio
+
+from ledger_backend.metadata import MetadataError, NoNodeError, open_store
+from ledger_backend.metadata.embedded import DB_FILE, EmbeddedMetadataStore
+
+
+async def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
+    url = f"embedded:{tmp_path}"
+    store = await open_store(url)
+    await store.create("/ledgers/L1", b"meta-1", make_parents=True)
+    await store.set("/ledgers/L1", b"meta-2", 0)
+    first_seq = await store.create("/ledgers/seq-", sequential=True)
+    assert await store.next_id("/ids") == 1
+    assert await store.next_id("/ids") == 2
+    await store.close()
+
+    store = await open_store(str(tmp_path))  # a plain directory path means the same store
+    try:
+        data, stat = await store.get("/ledgers/L1")
+        assert (data, stat.version) == (b"meta-2", 1)
+        assert await store.next_id("/ids") == 3
+        second_seq = await store.create("/ledgers/seq-", sequential=True)
+        assert second_seq > first_seq
+        assert await store.children("/ledgers") == [
+            "L1", first_seq.rsplit("/", 1)[1], second_seq.rsplit("/", 1)[1]
+        ]
+    finally:
+        await store.close()
+
+
+async def test_database_is_wal_with_full_sync(tmp_path: Path) -> None:
+    store = await open_store(f"embedded:{tmp_path}")
+    assert isinstance(store, EmbeddedMetadataStore)
+    try:
+        conn = store._db.conn
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        await store.close()
+
+
+async def run_python(script: str, directory: Path) -> str:
+    """Run script in a fresh interpreter with directory as argv[1]; its stripped stdout."""
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, "-c", script, str(directory)], capture_stdout=True,
+            capture_stderr=True, check=False,
+        )
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode().strip()
+
+
+CRASHING_OWNER = textwrap.dedent("""
+    import os, sys, trio
+    from ledger_backend.metadata import open_store
+
+    async def main():
+        store = await open_store(sys.argv[1])
+        await store.create("/kept", b"persistent")
+        await store.create("/kept/owner", b"ephemeral", ephemeral=True)
+        print("ready", flush=True)
+        os._exit(0)  # die without closing: the session is never ended cleanly
+
+    trio.run(main)
+""")
+
+
+async def test_ephemerals_of_a_dead_process_are_gone_at_open(tmp_path: Path) -> None:
+    result = await run_python(CRASHING_OWNER, tmp_path)
+    assert result == "ready"
+    store = await open_store(str(tmp_path))
+    try:
+        assert (await store.get("/kept"))[0] == b"persistent"
+        assert await store.exists("/kept/owner") is None
+        assert await store.children("/kept") == []
+    finally:
+        await store.close()
+
+
+SECOND_OPENER = textwrap.dedent("""
+    import sys, trio
+    from ledger_backend.metadata import MetadataError, open_store
+
+    async def main():
+        try:
+            store = await open_store(sys.argv[1])
+        except MetadataError as exc:
+            print("refused:", exc)
+        else:
+            print("opened")
+            await store.close()
+
+    trio.run(main)
+""")
+
+
+async def test_a_second_process_cannot_open_the_same_directory(tmp_path: Path) -> None:
+    store = await open_store(str(tmp_path))
+    try:
+        result = await run_python(SECOND_OPENER, tmp_path)
+        assert result.startswith("refused:"), result
+    finally:
+        await store.close()
+    assert await run_python(SECOND_OPENER, tmp_path) == "opened"
+
+
+async def test_sessions_in_one_process_share_the_directory(tmp_path: Path) -> None:
+    first = await open_store(str(tmp_path))
+    second = await open_store(f"embedded:{tmp_path}")
+    try:
+        await first.create("/shared", b"x")
+        path = await first.create("/shared/e", ephemeral=True)
+        assert (await second.get("/shared"))[0] == b"x"
+        assert await second.exists(path) is not None
+        await first.close()
+        assert await second.exists(path) is None
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / DB_FILE)
+    conn.execute("CREATE TABLE other (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(MetadataError, match="not a ledgerwire metadata database"):
+        await open_store(str(tmp_path))
+    # the failed open released the directory lock
+    conn = sqlite3.connect(tmp_path / DB_FILE)
+    conn.execute("DROP TABLE other")
+    conn.commit()
+    conn.close()
+    store = await open_store(str(tmp_path))
+    await store.close()
+
+
+async def test_memory_urls() -> None:
+    fresh_a = await open_store("memory:")
+    fresh_b = await open_store("memory:")
+    named_a = await open_store("memory:shared-name")
+    named_b = await open_store("memory:shared-name")
+    try:
+        await fresh_a.create("/only-a")
+        assert await fresh_b.exists("/only-a") is None
+        await named_a.create("/both")
+        assert await named_b.exists("/both") is not None
+    finally:
+        for store in (fresh_a, fresh_b, named_a, named_b):
+            await store.close()
+    reopened = await open_store("memory:shared-name")  # nobody held it: it starts empty
+    try:
+        with pytest.raises(NoNodeError):
+            await reopened.get("/both")
+    finally:
+        await reopened.close()
+
+
+async def test_closing_twice_is_harmless(tmp_path: Path) -> None:
+    store = await open_store(str(tmp_path))
+    await store.close()
+    await store.close()
+    with pytest.raises(MetadataError):
+        await store.create("/after-close")
+
+
+async def test_empty_url_is_refused() -> None:
+    with pytest.raises(ValueError):
+        await open_store("embedded:")
