@@ -1,0 +1,417 @@
+"""The bookie wire protocol: a sans-IO codec between ledger clients and bookies.
+
+Bytes in, typed messages out; typed messages in, bytes out. This module never touches a
+socket, a file, trio or the storage engine, so every byte layout here is testable (and
+fuzzable) with plain bytes.
+
+Frame layout (all integers big-endian)::
+
+    u32 length            bytes that follow this field (version + op code + fields + body)
+    u8  version           PROTOCOL_VERSION
+    u8  op code           OpCode; responses are the request's op code | 0x80
+    ... fixed fields      per op code, see the ``_*_FIELDS`` structs below
+    ... body              the rest of the frame (entry bytes, or the bookie id in UTF-8)
+
+Request ids are u64 chosen by the client; a response carries the id of its request and
+responses on one connection may arrive out of order. Ledger ids, entry ids and LACs are
+signed 64-bit (``-1`` means "none"). Semantic checks (negative ledger ids, a read of entry
+-1 without fence or long poll, ...) are the server's job and get ``Status.BAD_REQUEST``;
+this codec rejects only what cannot be parsed (``ProtocolError``), after which the
+connection must be closed.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Final, Literal
+
+PROTOCOL_VERSION: Final = 1
+DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+_RESPONSE_BIT: Final = 0x80
+_FLAG_SET: Final = 0x01
+
+
+class ProtocolError(Exception):
+    """The byte stream or a message cannot be encoded/decoded; close the connection."""
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame announced a length above the decoder's limit (refused before buffering)."""
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    NO_SUCH_LEDGER = 1
+    NO_SUCH_ENTRY = 2
+    FENCED = 3
+    READ_ONLY = 4
+    BAD_REQUEST = 5
+    TIMEOUT = 6
+    INTERNAL_ERROR = 7
+
+
+class OpCode(enum.IntEnum):
+    ADD_ENTRY = 1
+    READ_ENTRY = 2
+    READ_LAC = 3
+    BOOKIE_INFO = 4
+
+
+# --- messages -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddEntryRequest:
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    lac: int
+    recovery: bool
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntryRequest:
+    """Read one entry. fence=True fences the ledger first (entry_id -1: fence only).
+
+    wait_for_lac_above >= 0 makes it a long poll: wait up to timeout_ms until the bookie's
+    LAC exceeds it, then read entry_id (-1: return only the LAC), else Status.TIMEOUT.
+    """
+
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    fence: bool = False
+    wait_for_lac_above: int = -1
+    timeout_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacRequest:
+    request_id: int
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class BookieInfoRequest:
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddEntryResponse:
+    request_id: int
+    status: Status
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntryResponse:
+    request_id: int
+    status: Status
+    ledger_id: int
+    entry_id: int
+    lac: int
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacResponse:
+    request_id: int
+    status: Status
+    ledger_id: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class BookieInfoResponse:
+    request_id: int
+    status: Status
+    free_bytes: int
+    total_bytes: int
+    read_only: bool
+    bookie_id: str
+
+
+Request = AddEntryRequest | ReadEntryRequest | ReadLacRequest | BookieInfoRequest
+Response = AddEntryResponse | ReadEntryResponse | ReadLacResponse | BookieInfoResponse
+Message = Request | Response
+
+# --- layouts ----------------------------------------------------------------------------
+
+_LENGTH = struct.Struct(">I")
+_MIN_FRAME_LENGTH: Final = 2  # version + op code
+
+# fixed fields after the prefix
+_ADD_REQ = struct.Struct(">QqqqB")  # request_id, ledger_id, entry_id, lac, flags(recovery)
+_READ_REQ = struct.Struct(">QqqBqI")  # request_id, ledger, entry, flags(fence), wait_above, timeout
+_LAC_REQ = struct.Struct(">Qq")  # request_id, ledger_id
+_INFO_REQ = struct.Struct(">Q")  # request_id
+_ADD_RESP = struct.Struct(">QHqq")  # request_id, status, ledger_id, entry_id
+_READ_RESP = struct.Struct(">QHqqq")  # request_id, status, ledger_id, entry_id, lac
+_LAC_RESP = struct.Struct(">QHqq")  # request_id, status, ledger_id, lac
+_INFO_RESP = struct.Struct(">QHQQB")  # request_id, status, free, total, flags(read_only)
+
+
+def _frame_struct(fields: struct.Struct) -> struct.Struct:
+    """Prefix (length, version, op code) + the op's fixed fields, packed in one call."""
+    return struct.Struct(">IBB" + fields.format[1:])
+
+
+_ADD_REQ_FRAME = _frame_struct(_ADD_REQ)
+_READ_REQ_FRAME = _frame_struct(_READ_REQ)
+_LAC_REQ_FRAME = _frame_struct(_LAC_REQ)
+_INFO_REQ_FRAME = _frame_struct(_INFO_REQ)
+_ADD_RESP_FRAME = _frame_struct(_ADD_RESP)
+_READ_RESP_FRAME = _frame_struct(_READ_RESP)
+_LAC_RESP_FRAME = _frame_struct(_LAC_RESP)
+_INFO_RESP_FRAME = _frame_struct(_INFO_RESP)
+
+_STATUS_BY_VALUE: Final = {s.value: s for s in Status}
+
+_ADD_REQ_OP: Final = int(OpCode.ADD_ENTRY)
+_READ_REQ_OP: Final = int(OpCode.READ_ENTRY)
+_LAC_REQ_OP: Final = int(OpCode.READ_LAC)
+_INFO_REQ_OP: Final = int(OpCode.BOOKIE_INFO)
+_ADD_RESP_OP: Final = _ADD_REQ_OP | _RESPONSE_BIT
+_READ_RESP_OP: Final = _READ_REQ_OP | _RESPONSE_BIT
+_LAC_RESP_OP: Final = _LAC_REQ_OP | _RESPONSE_BIT
+_INFO_RESP_OP: Final = _INFO_REQ_OP | _RESPONSE_BIT
+
+# --- encoding ---------------------------------------------------------------------------
+
+
+def encode(msg: Message) -> bytes:
+    """One complete frame (length prefix included) for ``msg``.
+
+    Bodies are copied exactly once (header + body concatenation into the new frame).
+    Raises ProtocolError if a field is out of its wire range.
+    """
+    try:
+        if type(msg) is AddEntryRequest:
+            body = msg.body
+            return _ADD_REQ_FRAME.pack(
+                _ADD_REQ_FRAME.size - 4 + len(body), PROTOCOL_VERSION, _ADD_REQ_OP,
+                msg.request_id, msg.ledger_id, msg.entry_id, msg.lac,
+                _FLAG_SET if msg.recovery else 0,
+            ) + body  # fmt: skip
+        if type(msg) is ReadEntryResponse:
+            body = msg.body
+            return _READ_RESP_FRAME.pack(
+                _READ_RESP_FRAME.size - 4 + len(body), PROTOCOL_VERSION, _READ_RESP_OP,
+                msg.request_id, msg.status, msg.ledger_id, msg.entry_id, msg.lac,
+            ) + body  # fmt: skip
+        if type(msg) is AddEntryResponse:
+            return _ADD_RESP_FRAME.pack(
+                _ADD_RESP_FRAME.size - 4, PROTOCOL_VERSION, _ADD_RESP_OP,
+                msg.request_id, msg.status, msg.ledger_id, msg.entry_id,
+            )  # fmt: skip
+        if type(msg) is ReadEntryRequest:
+            return _READ_REQ_FRAME.pack(
+                _READ_REQ_FRAME.size - 4, PROTOCOL_VERSION, _READ_REQ_OP,
+                msg.request_id, msg.ledger_id, msg.entry_id, _FLAG_SET if msg.fence else 0,
+                msg.wait_for_lac_above, msg.timeout_ms,
+            )  # fmt: skip
+        if type(msg) is ReadLacRequest:
+            return _LAC_REQ_FRAME.pack(
+                _LAC_REQ_FRAME.size - 4, PROTOCOL_VERSION, _LAC_REQ_OP,
+                msg.request_id, msg.ledger_id,
+            )  # fmt: skip
+        if type(msg) is ReadLacResponse:
+            return _LAC_RESP_FRAME.pack(
+                _LAC_RESP_FRAME.size - 4, PROTOCOL_VERSION, _LAC_RESP_OP,
+                msg.request_id, msg.status, msg.ledger_id, msg.lac,
+            )  # fmt: skip
+        if type(msg) is BookieInfoRequest:
+            return _INFO_REQ_FRAME.pack(
+                _INFO_REQ_FRAME.size - 4, PROTOCOL_VERSION, _INFO_REQ_OP, msg.request_id
+            )
+        if type(msg) is BookieInfoResponse:
+            bookie_id = msg.bookie_id.encode("utf-8")
+            return _INFO_RESP_FRAME.pack(
+                _INFO_RESP_FRAME.size - 4 + len(bookie_id), PROTOCOL_VERSION, _INFO_RESP_OP,
+                msg.request_id, msg.status, msg.free_bytes, msg.total_bytes,
+                _FLAG_SET if msg.read_only else 0,
+            ) + bookie_id  # fmt: skip
+    except struct.error as exc:
+        raise ProtocolError(f"cannot encode {type(msg).__name__}: {exc}") from exc
+    raise ProtocolError(f"not a bookie protocol message: {type(msg).__name__}")
+
+
+# --- decoding ---------------------------------------------------------------------------
+
+
+def _status(value: int) -> Status:
+    try:
+        return _STATUS_BY_VALUE[value]
+    except KeyError:
+        raise ProtocolError(f"unknown status {value}") from None
+
+
+def _flag(value: int, what: str) -> bool:
+    if value & ~_FLAG_SET:
+        raise ProtocolError(f"unknown {what} flag bits {value:#04x}")
+    return bool(value)
+
+
+def _exact(layout: struct.Struct, payload: memoryview, op: int) -> tuple[int, ...]:
+    if len(payload) != layout.size:
+        raise ProtocolError(f"op {op:#04x}: {len(payload)} field bytes, expected {layout.size}")
+    return layout.unpack_from(payload)
+
+
+def _at_least(layout: struct.Struct, payload: memoryview, op: int) -> tuple[int, ...]:
+    if len(payload) < layout.size:
+        raise ProtocolError(f"op {op:#04x}: {len(payload)} bytes, need >= {layout.size}")
+    return layout.unpack_from(payload)
+
+
+def decode_frame(frame: bytes | bytearray | memoryview) -> Message:
+    """Decode one frame WITHOUT its 4-byte length prefix (version byte first)."""
+    payload = memoryview(frame)
+    if len(payload) < _MIN_FRAME_LENGTH:
+        raise ProtocolError(f"frame of {len(payload)} bytes is too short")
+    version = payload[0]
+    op = payload[1]
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"unsupported protocol version {version}")
+    fields = payload[2:]
+    if op == _ADD_REQ_OP:
+        rid, ledger, entry, lac, flags = _at_least(_ADD_REQ, fields, op)
+        return AddEntryRequest(
+            rid, ledger, entry, lac, _flag(flags, "recovery"), bytes(fields[_ADD_REQ.size :])
+        )
+    if op == _ADD_RESP_OP:
+        rid, status, ledger, entry = _exact(_ADD_RESP, fields, op)
+        return AddEntryResponse(rid, _status(status), ledger, entry)
+    if op == _READ_REQ_OP:
+        rid, ledger, entry, flags, wait_above, timeout_ms = _exact(_READ_REQ, fields, op)
+        return ReadEntryRequest(rid, ledger, entry, _flag(flags, "fence"), wait_above, timeout_ms)
+    if op == _READ_RESP_OP:
+        rid, status, ledger, entry, lac = _at_least(_READ_RESP, fields, op)
+        return ReadEntryResponse(
+            rid, _status(status), ledger, entry, lac, bytes(fields[_READ_RESP.size :])
+        )
+    if op == _LAC_REQ_OP:
+        rid, ledger = _exact(_LAC_REQ, fields, op)
+        return ReadLacRequest(rid, ledger)
+    if op == _LAC_RESP_OP:
+        rid, status, ledger, lac = _exact(_LAC_RESP, fields, op)
+        return ReadLacResponse(rid, _status(status), ledger, lac)
+    if op == _INFO_REQ_OP:
+        (rid,) = _exact(_INFO_REQ, fields, op)
+        return BookieInfoRequest(rid)
+    if op == _INFO_RESP_OP:
+        rid, status, free, total, flags = _at_least(_INFO_RESP, fields, op)
+        try:
+            bookie_id = str(fields[_INFO_RESP.size :], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"bookie id is not UTF-8: {exc}") from None
+        return BookieInfoResponse(
+            rid, _status(status), free, total, _flag(flags, "read-only"), bookie_id
+        )
+    raise ProtocolError(f"unknown op code {op:#04x}")
+
+
+AcceptKind = Literal["any", "requests", "responses"]
+
+
+class FrameDecoder:
+    """Incremental frame reader: feed it whatever the socket gave, get whole messages.
+
+    The length field is checked as soon as its 4 bytes are in, so an oversize frame is
+    refused before its body is buffered. Bytes of an incomplete frame stay buffered until
+    the rest arrives. After a ProtocolError the decoder is poisoned: every later feed()
+    raises again (the connection must be closed).
+
+    ``accept`` narrows what is legal on this stream: a bookie accepts only requests, a
+    client only responses.
+    """
+
+    __slots__ = ("_buffer", "_max_frame_bytes", "_accept_requests", "_accept_responses",
+                 "_error")  # fmt: skip
+
+    def __init__(
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, accept: AcceptKind = "any"
+    ) -> None:
+        if max_frame_bytes < _MIN_FRAME_LENGTH:
+            raise ValueError(f"max_frame_bytes must be >= {_MIN_FRAME_LENGTH}")
+        if accept not in ("any", "requests", "responses"):
+            raise ValueError(f"accept must be 'any', 'requests' or 'responses', not {accept!r}")
+        self._buffer = bytearray()
+        self._max_frame_bytes = max_frame_bytes
+        self._accept_requests = accept != "responses"
+        self._accept_responses = accept != "requests"
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete frame waiting for the rest (0 at a frame boundary)."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        if self._error is not None:
+            raise self._error
+        buf = self._buffer
+        buf += data
+        messages: list[Message] = []
+        pos = 0
+        end = len(buf)
+        try:
+            with memoryview(buf) as view:
+                while end - pos >= 4:
+                    (length,) = _LENGTH.unpack_from(view, pos)
+                    if length > self._max_frame_bytes:
+                        raise FrameTooLargeError(
+                            f"frame of {length} bytes exceeds the limit of "
+                            f"{self._max_frame_bytes} bytes"
+                        )
+                    if length < _MIN_FRAME_LENGTH:
+                        raise ProtocolError(f"frame length {length} is too short")
+                    frame_end = pos + 4 + length
+                    if frame_end > end:
+                        break
+                    msg = decode_frame(view[pos + 4 : frame_end])
+                    self._check_direction(msg)
+                    messages.append(msg)
+                    pos = frame_end
+        except ProtocolError as exc:
+            self._error = exc
+            self._buffer = bytearray()
+            raise
+        if pos:
+            del buf[:pos]  # bytearray trims its front in O(1)
+        return messages
+
+    def _check_direction(self, msg: Message) -> None:
+        is_request = isinstance(
+            msg, AddEntryRequest | ReadEntryRequest | ReadLacRequest | BookieInfoRequest
+        )
+        if is_request and not self._accept_requests:
+            raise ProtocolError(f"unexpected request {type(msg).__name__} on a response stream")
+        if not is_request and not self._accept_responses:
+            raise ProtocolError(f"unexpected response {type(msg).__name__} on a request stream")
+
+
+@dataclass(frozen=True, slots=True)
+class BookieAddress:
+    """Where a bookie listens; ``str()`` is the "host:port" form used in ledger metadata."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str) -> BookieAddress:
+        """Inverse of str(): "host:port" or "[v6-host]:port"."""
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+            raise ValueError(f"not a bookie address (host:port): {text!r}")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        return cls(host, int(port_text))

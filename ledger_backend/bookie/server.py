@@ -1,0 +1,534 @@
+"""The bookie server: bookie wire protocol over TCP in front of a BookieStorage.
+
+One task per connection reads frames; each request runs as its own task so adds are pipelined
+(many in flight per connection, each answered when its journal fsync is done) and a long poll
+never blocks the adds behind it. Responses carry request ids and may go out of order; one
+writer task per connection owns the socket's send side and coalesces small responses.
+
+A malformed, oversize or truncated frame closes that connection only (logged with the peer
+address). With a metadata store the bookie keeps an ephemeral node at
+/ledgerwire/bookies/available/<host:port> (re-created after a LOST session). Shutdown
+(cancelling serve_bookie) stops accepting, stops reading, lets in-flight requests finish for
+``drain_timeout_s``, then cancels the rest.
+
+This module must never acknowledge an add before ``storage.add_entry`` returned (that is the
+journal fsync), and never closes the storage: its owner (``open_bookie_storage``) does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+
+import trio
+
+from ledger_backend.bookie.protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    AddEntryRequest,
+    AddEntryResponse,
+    BookieAddress,
+    BookieInfoRequest,
+    BookieInfoResponse,
+    FrameDecoder,
+    Message,
+    ProtocolError,
+    ReadEntryRequest,
+    ReadEntryResponse,
+    ReadLacRequest,
+    ReadLacResponse,
+    Status,
+    encode,
+)
+from ledger_backend.bookie.storage_api import (
+    BookieReadOnlyError,
+    BookieStorage,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
+from ledger_backend.metadata.store import (
+    MetadataError,
+    MetadataStore,
+    MetadataUnavailableError,
+    NodeExistsError,
+    NoNodeError,
+    SessionState,
+)
+
+__all__ = ["AVAILABLE_BOOKIES_PATH", "BookieAddress", "BookieRegistrationError", "serve_bookie"]
+
+logger = logging.getLogger(__name__)
+
+AVAILABLE_BOOKIES_PATH = "/ledgerwire/bookies/available"
+_RECEIVE_BYTES = 256 * 1024
+_COALESCE_BYTES = 64 * 1024
+_MAX_LONG_POLL_S = 600.0
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+_FIRST_REGISTRATION_TIMEOUT_S = 30.0
+_REGISTRATION_RETRY_MAX_S = 5.0
+
+
+class BookieRegistrationError(Exception):
+    """The bookie cannot register itself (its address is taken by another bookie id)."""
+
+
+async def serve_bookie(
+    storage: BookieStorage,
+    store: MetadataStore | None,
+    host: str,
+    port: int,
+    *,
+    bookie_id: str | None = None,
+    advertised_host: str | None = None,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    max_in_flight_per_connection: int = 4096,
+    max_in_flight_bytes_per_connection: int = 64 << 20,
+    drain_timeout_s: float = 5.0,
+    task_status: trio.TaskStatus[BookieAddress] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the bookie protocol on host:port until cancelled (then drain and return).
+
+    ``task_status.started`` gets the advertised BookieAddress with the bound port (port 0 is
+    allowed). ``store`` is a MetadataStore (or None: no registration). ``bookie_id`` defaults
+    to the advertised "host:port".
+    """
+    listeners = await trio.open_tcp_listeners(port, host=host or None)
+    if port == 0 and len(listeners) > 1:
+        # each address family got its own random port: advertise (and keep) only one
+        for extra in listeners[1:]:
+            await extra.aclose()
+        listeners = listeners[:1]
+    bound_port = listeners[0].socket.getsockname()[1]
+    if advertised_host is None:
+        advertised_host = socket.gethostname() if host in _WILDCARD_HOSTS else host
+    address = BookieAddress(advertised_host, bound_port)
+    server = _BookieServer(
+        storage,
+        bookie_id or str(address),
+        max_frame_bytes=max_frame_bytes,
+        max_in_flight_per_connection=max_in_flight_per_connection,
+        max_in_flight_bytes_per_connection=max_in_flight_bytes_per_connection,
+    )
+    registration: _Registration | None = None
+    if store is not None:
+        node_data = json.dumps(
+            {
+                "bookie_id": server.bookie_id,
+                "address": str(address),
+                "host": address.host,
+                "port": address.port,
+            }
+        ).encode()
+        registration = _Registration(
+            store, f"{AVAILABLE_BOOKIES_PATH}/{address}", node_data, server.bookie_id
+        )
+    try:
+        if registration is not None:
+            await registration.register_first()
+        async with trio.open_nursery() as root:
+            connections = await root.start(server.run_connection_nursery)
+            if registration is not None:
+                root.start_soon(registration.keep_registered)
+            for listener in listeners:
+                root.start_soon(server.accept_loop, listener, connections)
+            logger.info("bookie %s serving on %s", server.bookie_id, address)
+            task_status.started(address)
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    # stop accepting, stop being offered to writers, then drain
+                    for listener in listeners:
+                        await listener.aclose()
+                    if registration is not None:
+                        await registration.deregister()
+                    await server.drain(drain_timeout_s)
+    finally:
+        with trio.CancelScope(shield=True):
+            for listener in listeners:
+                await trio.aclose_forcefully(listener)
+            if registration is not None:
+                await registration.deregister()
+        logger.info("bookie %s on %s stopped", server.bookie_id, address)
+
+
+class _Connection:
+    """One client connection: its peer name, response queue and cancel scopes."""
+
+    def __init__(self, stream: trio.SocketStream, peer: str, max_in_flight: int) -> None:
+        self.stream = stream
+        self.peer = peer
+        self.scope = trio.CancelScope()
+        self.read_scope = trio.CancelScope()
+        self.in_flight = trio.Semaphore(max_in_flight)
+        # entry bytes held by unanswered adds: the reader pauses above the budget
+        self.bytes_in_flight = 0
+        self.bytes_released = trio.Event()
+        self._responses_in, self._responses_out = trio.open_memory_channel[bytes](max_in_flight)
+
+    async def respond(self, message: Message) -> None:
+        try:
+            await self._responses_in.send(encode(message))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the connection is going away; nobody is left to answer
+
+    def finish_responses(self) -> None:
+        self._responses_in.close()
+
+    async def write_responses(self) -> None:
+        """The only task that sends on this socket; small responses go out together."""
+        try:
+            async with self._responses_out:
+                async for frame in self._responses_out:
+                    batch = [frame]
+                    size = len(frame)
+                    while size < _COALESCE_BYTES:
+                        try:
+                            more = self._responses_out.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        batch.append(more)
+                        size += len(more)
+                    await self.stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            logger.debug("bookie connection %s: send failed (%s)", self.peer, exc)
+            self.scope.cancel()
+
+
+class _BookieServer:
+    def __init__(
+        self,
+        storage: BookieStorage,
+        bookie_id: str,
+        *,
+        max_frame_bytes: int,
+        max_in_flight_per_connection: int,
+        max_in_flight_bytes_per_connection: int,
+    ) -> None:
+        self.storage = storage
+        self.bookie_id = bookie_id
+        self._max_frame_bytes = max_frame_bytes
+        self._max_in_flight = max_in_flight_per_connection
+        self._max_in_flight_bytes = max_in_flight_bytes_per_connection
+        self._connections: set[_Connection] = set()
+        self._draining = False
+        self._idle = trio.Event()
+        self._idle.set()
+        self._connection_scope: trio.CancelScope | None = None
+        self._long_polls: set[trio.CancelScope] = set()
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def run_connection_nursery(
+        self, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        # shielded so that cancelling serve_bookie does not cut connections mid-request:
+        # drain() decides when they end
+        with trio.CancelScope(shield=True) as scope:
+            self._connection_scope = scope
+            async with trio.open_nursery() as nursery:
+                task_status.started(nursery)
+                await trio.sleep_forever()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop reading requests, let in-flight ones finish (bounded), then cancel the rest."""
+        self._draining = True
+        for conn in list(self._connections):
+            conn.read_scope.cancel()
+        for poll in list(self._long_polls):
+            poll.cancel()  # answered as TIMEOUT with the current LAC
+        with trio.move_on_after(timeout_s) as waited:
+            await self._idle.wait()
+        if waited.cancelled_caught:
+            logger.warning("bookie %s: %d connections did not drain in %.1fs; cancelling",
+                           self.bookie_id, len(self._connections), timeout_s)  # fmt: skip
+        if self._connection_scope is not None:
+            self._connection_scope.cancel()
+
+    async def accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # e.g. EMFILE: keep serving the connections we have
+                logger.error("bookie %s: accept failed: %s", self.bookie_id, exc)
+                await trio.sleep(0.1)
+                continue
+            if self._draining:
+                await trio.aclose_forcefully(stream)
+                continue
+            connections.start_soon(self.serve_connection, stream)
+
+    # --- one connection -----------------------------------------------------------------
+
+    async def serve_connection(self, stream: trio.SocketStream) -> None:
+        try:
+            peer = str(BookieAddress(*stream.socket.getpeername()[:2]))
+        except OSError:
+            peer = "<unknown peer>"
+        conn = _Connection(stream, peer, self._max_in_flight)
+        self._connections.add(conn)
+        self._idle = trio.Event() if self._idle.is_set() else self._idle
+        try:
+            with conn.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(conn.write_responses)
+                    try:
+                        async with trio.open_nursery() as handlers:
+                            await self._read_requests(conn, handlers)
+                    finally:
+                        conn.finish_responses()  # the writer flushes what is left, then ends
+        except Exception:  # a bug must cost this connection, never the whole bookie
+            logger.exception("bookie connection %s: failed; closing it", peer)
+        finally:
+            self._connections.discard(conn)
+            if not self._connections:
+                self._idle.set()
+            await trio.aclose_forcefully(stream)
+
+    async def _read_requests(self, conn: _Connection, handlers: trio.Nursery) -> None:
+        decoder = FrameDecoder(self._max_frame_bytes, accept="requests")
+        with conn.read_scope:
+            if self._draining:
+                conn.read_scope.cancel()
+            try:
+                while True:
+                    data = await conn.stream.receive_some(_RECEIVE_BYTES)
+                    if not data:
+                        if decoder.buffered_bytes:
+                            logger.warning(
+                                "bookie connection %s: closed mid-frame (%d bytes of a frame)",
+                                conn.peer, decoder.buffered_bytes,
+                            )  # fmt: skip
+                        # the peer is gone: nobody can receive what is still in flight
+                        conn.scope.cancel()
+                        return
+                    for request in decoder.feed(data):
+                        size = len(request.body) if type(request) is AddEntryRequest else 0
+                        while conn.bytes_in_flight and (
+                            conn.bytes_in_flight + size > self._max_in_flight_bytes
+                        ):
+                            await conn.bytes_released.wait()
+                        await conn.in_flight.acquire()
+                        conn.bytes_in_flight += size
+                        handlers.start_soon(self._handle, conn, request, size)
+            except ProtocolError as exc:
+                logger.warning("bookie connection %s: bad frame, closing: %s", conn.peer, exc)
+                conn.scope.cancel()
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                logger.debug("bookie connection %s: receive failed (%s)", conn.peer, exc)
+                conn.scope.cancel()
+
+    async def _handle(self, conn: _Connection, request: Message, size: int) -> None:
+        try:
+            await self._answer(conn, request)
+        except Exception:
+            # an answer we cannot produce or encode: this connection is in an unknown state
+            logger.exception(
+                "bookie connection %s: failed to answer %s request %d",
+                conn.peer, type(request).__name__, request.request_id,
+            )  # fmt: skip
+            conn.scope.cancel()
+        finally:
+            conn.in_flight.release()
+            if size:
+                conn.bytes_in_flight -= size
+                conn.bytes_released.set()
+                conn.bytes_released = trio.Event()
+
+    async def _answer(self, conn: _Connection, request: Message) -> None:
+        if type(request) is AddEntryRequest:
+            response: Message = await self._add_entry(request)
+        elif type(request) is ReadEntryRequest:
+            response = await self._read_entry(request)
+        elif type(request) is ReadLacRequest:
+            response = self._read_lac(request)
+        elif type(request) is BookieInfoRequest:
+            response = self._bookie_info(request)
+        else:  # FrameDecoder(accept="requests") lets nothing else through
+            raise AssertionError(f"unexpected message {request!r}")
+        await conn.respond(response)
+
+    # --- requests -----------------------------------------------------------------------
+
+    async def _add_entry(self, req: AddEntryRequest) -> AddEntryResponse:
+        if req.ledger_id < 0 or req.entry_id < 0:
+            status = Status.BAD_REQUEST
+        else:
+            try:
+                await self.storage.add_entry(
+                    req.ledger_id, req.entry_id, req.lac, req.body, recovery_add=req.recovery
+                )
+                status = Status.OK
+            except Exception as exc:
+                status = self._status_for(exc, f"add {req.ledger_id}:{req.entry_id}")
+        return AddEntryResponse(req.request_id, status, req.ledger_id, req.entry_id)
+
+    async def _read_entry(self, req: ReadEntryRequest) -> ReadEntryResponse:
+        ledger_id, entry_id = req.ledger_id, req.entry_id
+        long_poll = req.wait_for_lac_above >= 0
+        if ledger_id < 0 or entry_id < -1 or (entry_id == -1 and not (req.fence or long_poll)):
+            return ReadEntryResponse(req.request_id, Status.BAD_REQUEST, ledger_id, entry_id, -1)
+        lac = -1
+        try:
+            if req.fence:  # recovery reads fence too (the fix for BookKeeper issue 2614)
+                lac = await self.storage.fence(ledger_id)
+            if long_poll:
+                timeout_s = min(req.timeout_ms / 1000.0, _MAX_LONG_POLL_S)
+                with trio.CancelScope() as poll_scope:  # drain() ends long polls early
+                    self._long_polls.add(poll_scope)
+                    if self._draining:
+                        poll_scope.cancel()
+                    try:
+                        lac = await self.storage.wait_for_lac_update(
+                            ledger_id, req.wait_for_lac_above, timeout_s
+                        )
+                    finally:
+                        self._long_polls.discard(poll_scope)
+                if poll_scope.cancelled_caught:
+                    lac = self._lac_or_none(ledger_id)
+                if lac <= req.wait_for_lac_above:
+                    return ReadEntryResponse(
+                        req.request_id, Status.TIMEOUT, ledger_id, entry_id, lac
+                    )
+            if entry_id == -1:
+                return ReadEntryResponse(req.request_id, Status.OK, ledger_id, -1, lac)
+            body = await self.storage.read_entry(ledger_id, entry_id)
+            lac = self.storage.last_add_confirmed(ledger_id)
+            return ReadEntryResponse(req.request_id, Status.OK, ledger_id, entry_id, lac, body)
+        except Exception as exc:
+            status = self._status_for(exc, f"read {ledger_id}:{entry_id}")
+            lac = self._lac_or_none(ledger_id)
+            return ReadEntryResponse(req.request_id, status, ledger_id, entry_id, lac)
+
+    def _read_lac(self, req: ReadLacRequest) -> ReadLacResponse:
+        if req.ledger_id < 0:
+            return ReadLacResponse(req.request_id, Status.BAD_REQUEST, req.ledger_id, -1)
+        try:
+            lac = self.storage.last_add_confirmed(req.ledger_id)
+            return ReadLacResponse(req.request_id, Status.OK, req.ledger_id, lac)
+        except Exception as exc:
+            status = self._status_for(exc, f"read LAC of {req.ledger_id}")
+            return ReadLacResponse(req.request_id, status, req.ledger_id, -1)
+
+    def _bookie_info(self, req: BookieInfoRequest) -> BookieInfoResponse:
+        try:
+            used, total = self.storage.disk_usage()
+            read_only = self.storage.is_read_only()
+        except Exception as exc:
+            status = self._status_for(exc, "bookie info")
+            return BookieInfoResponse(req.request_id, status, 0, 0, False, self.bookie_id)
+        free = max(0, total - used)
+        return BookieInfoResponse(req.request_id, Status.OK, free, total, read_only, self.bookie_id)
+
+    def _lac_or_none(self, ledger_id: int) -> int:
+        try:
+            return self.storage.last_add_confirmed(ledger_id)
+        except Exception:
+            return -1
+
+    def _status_for(self, exc: Exception, what: str) -> Status:
+        """The one place where storage errors become wire statuses."""
+        if isinstance(exc, LedgerFencedError):
+            return Status.FENCED
+        if isinstance(exc, NoSuchLedgerError):
+            return Status.NO_SUCH_LEDGER
+        if isinstance(exc, NoSuchEntryError):
+            return Status.NO_SUCH_ENTRY
+        if isinstance(exc, BookieReadOnlyError):
+            return Status.READ_ONLY
+        logger.exception("bookie %s: %s failed", self.bookie_id, what, exc_info=exc)
+        return Status.INTERNAL_ERROR
+
+
+# --- registration in the metadata store -----------------------------------------------------
+
+
+class _Registration:
+    """The ephemeral availability node: created at start, re-created after a LOST session
+    (retrying until it succeeds), deleted at shutdown."""
+
+    def __init__(self, store: MetadataStore, path: str, data: bytes, bookie_id: str) -> None:
+        self.store = store
+        self.path = path
+        self.data = data
+        self.bookie_id = bookie_id
+        # subscribed before the first registration so that no LOST after it is missed
+        self._events = store.session_events()
+        self._registered = False
+
+    async def register_first(self) -> None:
+        with trio.fail_after(_FIRST_REGISTRATION_TIMEOUT_S):
+            await _register_with_retry(self.store, self.path, self.data, self.bookie_id)
+        self._registered = True
+
+    async def keep_registered(self) -> None:
+        try:
+            async for state in self._events:
+                if state is SessionState.LOST and self._registered:
+                    logger.warning(
+                        "bookie %s: metadata session lost; registering again", self.bookie_id
+                    )
+                    await _register_with_retry(self.store, self.path, self.data, self.bookie_id)
+        except trio.ClosedResourceError:
+            pass  # deregister() closed the subscription: the bookie is stopping
+
+    async def deregister(self) -> None:
+        """Idempotent; never raises (an unreachable store lets the node expire instead)."""
+        was_registered, self._registered = self._registered, False
+        with trio.CancelScope(shield=True):
+            await self._events.aclose()
+            if was_registered:
+                with trio.move_on_after(2.0):
+                    try:
+                        await self.store.delete(self.path)
+                    except MetadataError:
+                        pass
+
+
+async def _register_with_retry(
+    store: MetadataStore, path: str, data: bytes, bookie_id: str
+) -> None:
+    delay = 0.05
+    while True:
+        try:
+            await _register(store, path, data, bookie_id)
+            logger.info("bookie %s registered at %s", bookie_id, path)
+            return
+        except MetadataError as exc:  # unavailable, session expired, store reconnecting
+            logger.warning("bookie %s: registration failed (%s); retrying", bookie_id, exc)
+        await trio.sleep(delay)
+        delay = min(delay * 2, _REGISTRATION_RETRY_MAX_S)
+
+
+async def _register(store: MetadataStore, path: str, data: bytes, bookie_id: str) -> None:
+    for _ in range(3):
+        try:
+            await store.create(path, data, ephemeral=True, make_parents=True)
+            return
+        except NodeExistsError:
+            pass
+        # an older node for this address: ours from a lost session, or a crashed previous
+        # run whose session has not expired yet. Another bookie id there is a config error.
+        try:
+            existing, stat = await store.get(path)
+        except NoNodeError:
+            continue
+        if _registered_bookie_id(existing) != bookie_id:
+            raise BookieRegistrationError(
+                f"{path} is registered by bookie {_registered_bookie_id(existing)!r}, "
+                f"not {bookie_id!r}: two bookies advertise the same address"
+            )
+        try:
+            await store.delete(path, stat.version)
+        except NoNodeError:
+            pass
+    raise MetadataUnavailableError(f"could not take over {path}: it keeps coming back")
+
+
+def _registered_bookie_id(data: bytes) -> str | None:
+    try:
+        value = json.loads(data).get("bookie_id")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
