@@ -1,0 +1,1 @@
+"""ledger_backend/bookie."""

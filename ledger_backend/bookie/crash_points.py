@@ -1,0 +1,52 @@
+"""Named crash points for durability tests: SIGKILL this process at a chosen step.
+
+``crash_point(name)`` does nothing unless the environment variable LEDGERWIRE_CRASH_AT equals
+``name``; then the process kills itself with SIGKILL on the N-th hit (LEDGERWIRE_CRASH_AFTER=N,
+default 1).  SIGKILL leaves no chance to flush or clean up, which is the point: the storage
+engine must survive a death at any of these steps.  This module must never do anything else
+(no logging, no I/O) on the hot path when no crash is configured.
+
+Names used by the engine:
+  journal.after_write_before_fsync, journal.after_fsync_before_ack,
+  checkpoint.after_entrylog_fsync, checkpoint.after_index_flush, checkpoint.after_mark,
+  compaction.after_copy, compaction.after_index_update
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+CRASH_POINT_NAMES = (
+    "journal.after_write_before_fsync",
+    "journal.after_fsync_before_ack",
+    "checkpoint.after_entrylog_fsync",
+    "checkpoint.after_index_flush",
+    "checkpoint.after_mark",
+    "compaction.after_copy",
+    "compaction.after_index_update",
+)
+
+_crash_at: str | None = os.environ.get("LEDGERWIRE_CRASH_AT") or None
+_crash_after: int = int(os.environ.get("LEDGERWIRE_CRASH_AFTER", "1") or "1")
+_hits = 0
+_lock = threading.Lock()  # crash points are hit from worker threads too
+
+
+def configure(name: str | None, after: int = 1) -> None:
+    """Set the crash point in-process (the environment is read once at import)."""
+    global _crash_at, _crash_after, _hits
+    with _lock:
+        _crash_at, _crash_after, _hits = name, after, 0
+
+
+def crash_point(name: str) -> None:
+    global _hits
+    if _crash_at is None or name != _crash_at:
+        return
+    with _lock:
+        _hits += 1
+        if _hits < _crash_after:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)

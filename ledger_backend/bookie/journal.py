@@ -1,0 +1,400 @@
+"""The bookie journal: an append-only write-ahead log with group commit, and its replay.
+
+Files are ``journal/<id as 16 hex digits>.jnl``; each starts with the 16-byte file header
+(magic ``LWJN``, version 1, file id).  Each record is a 36-byte header then the payload:
+
+    u32 payload length | u32 CRC-32C | u8 format version | u8 type | u16 reserved |
+    u64 ledger id | i64 entry id | i64 lac | payload
+
+The CRC covers the length field and everything after the CRC field, payload included, so a
+torn or flipped record is always refused.  Types: ADD (an entry; ``lac`` is the writer's LAC),
+FENCE and DELETE (ledger state changes, no payload).
+
+Group commit: ``append`` encodes a record into the open group and waits.  One journal task
+takes the group when a trigger fires — ``bytes`` (the group reached journal_group_bytes),
+``max_wait`` (journal_max_group_wait_s since the group's first record) or ``queue_empty``
+(optional: nothing else is waiting) — and writes it with one writev and one fdatasync in a
+worker thread, then releases every waiter of that group.  So an add returns only after its
+record is on disk.  Files roll over at journal_max_file_bytes; a restarted bookie never appends
+to an old file.
+
+Replay (``JournalScanner``) reads from a log mark forward and stops at the first record that
+is short, fails its CRC or has an unknown version/type, reporting file, offset and reason.  A
+file that ends exactly on a record boundary continues into the next file.
+
+This module must never acknowledge a record before its fsync, and never accept a torn record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+import crc32c
+import trio
+
+from .crash_points import crash_point
+from .file_format import (
+    FILE_HEADER_SIZE,
+    BadFileError,
+    check_file_header,
+    create_file_with_header,
+    fsync_dir,
+    pack_file_header,
+    write_all,
+)
+from .storage_api import BookieError
+
+log = logging.getLogger(__name__)
+
+JOURNAL_MAGIC = b"LWJN"
+JOURNAL_FILE_VERSION = 1
+RECORD_VERSION = 1
+RECORD_HEADER = struct.Struct(">IIBBHQqq")
+RECORD_HEADER_SIZE = RECORD_HEADER.size  # 36
+MAX_RECORD_PAYLOAD = 256 << 20  # anything longer is corruption, not an entry
+
+TYPE_ADD = 1
+TYPE_FENCE = 2
+TYPE_DELETE = 3
+RECORD_TYPES = (TYPE_ADD, TYPE_FENCE, TYPE_DELETE)
+
+
+class LogMark(NamedTuple):
+    """A position in the journal: (file id, byte offset in that file)."""
+
+    file_id: int
+    offset: int
+
+
+class JournalRecord(NamedTuple):
+    type: int
+    ledger_id: int
+    entry_id: int
+    lac: int
+    payload: bytes
+
+
+def journal_file_name(file_id: int) -> str:
+    return f"{file_id:016x}.jnl"
+
+
+def list_journal_files(directory: Path) -> list[int]:
+    ids = []
+    for path in directory.glob("*.jnl"):
+        try:
+            ids.append(int(path.stem, 16))
+        except ValueError:
+            continue
+    return sorted(ids)
+
+
+def encode_record(
+    rec_type: int, ledger_id: int, entry_id: int, lac: int, payload: bytes = b""
+) -> bytes:
+    """The 36-byte header for a record (the payload is written after it, not copied in)."""
+    length = len(payload)
+    unsigned = RECORD_HEADER.pack(length, 0, RECORD_VERSION, rec_type, 0, ledger_id, entry_id, lac)
+    crc = crc32c.crc32c(unsigned[8:], crc32c.crc32c(unsigned[:4]))
+    if length:
+        crc = crc32c.crc32c(payload, crc)
+    return unsigned[:4] + crc.to_bytes(4, "big") + unsigned[8:]
+
+
+@dataclass
+class ReplayStop:
+    """Where replay ended and why (reason "end of journal" when nothing was wrong)."""
+
+    file_id: int
+    offset: int
+    reason: str
+    clean: bool
+
+
+class JournalScanner:
+    """Reads records from a mark onwards, in batches; blocking (run it in a worker thread)."""
+
+    def __init__(self, directory: Path, start: LogMark) -> None:
+        self._directory = directory
+        self._files = [i for i in list_journal_files(directory) if i >= start.file_id]
+        self._start = start
+        self._handle: _Handle | None = None
+        self.stop: ReplayStop | None = None
+        self.position = start
+
+    def next_batch(self, max_bytes: int = 8 << 20) -> list[tuple[JournalRecord, LogMark]]:
+        """Up to ~max_bytes of records, each with the mark just after it; [] at the end."""
+        out: list[tuple[JournalRecord, LogMark]] = []
+        size = 0
+        while self.stop is None and size < max_bytes:
+            if self._handle is None and not self._open_next():
+                break
+            assert self._handle is not None
+            item = self._read_one(self._handle)
+            if item is None:
+                continue
+            out.append(item)
+            size += len(item[0].payload) + RECORD_HEADER_SIZE
+        return out
+
+    def _open_next(self) -> bool:
+        if not self._files:
+            where = self.position
+            self.stop = ReplayStop(where.file_id, where.offset, "end of journal", True)
+            return False
+        file_id = self._files.pop(0)
+        path = self._directory / journal_file_name(file_id)
+        data = path.open("rb")
+        try:
+            check_file_header(data.read(FILE_HEADER_SIZE), JOURNAL_MAGIC, JOURNAL_FILE_VERSION)
+        except BadFileError as exc:
+            data.close()
+            self._finish(file_id, 0, f"bad file header: {exc}")
+            return False
+        offset = FILE_HEADER_SIZE
+        if file_id == self._start.file_id and self._start.offset > FILE_HEADER_SIZE:
+            offset = self._start.offset
+            data.seek(offset)
+        self._handle = _Handle(file_id, data, offset, os.fstat(data.fileno()).st_size)
+        self.position = LogMark(file_id, offset)
+        return True
+
+    def _finish(self, file_id: int, offset: int, reason: str) -> None:
+        self.stop = ReplayStop(file_id, offset, reason, False)
+        if self._handle is not None:
+            self._handle.file.close()
+            self._handle = None
+
+    def _read_one(self, h: _Handle) -> tuple[JournalRecord, LogMark] | None:
+        if h.offset == h.size:  # clean end of this file: go on with the next one
+            h.file.close()
+            self._handle = None
+            return None
+        raw = h.file.read(RECORD_HEADER_SIZE)
+        if len(raw) < RECORD_HEADER_SIZE:
+            self._finish(h.file_id, h.offset, f"torn record header ({len(raw)} bytes)")
+            return None
+        length, crc, version, rec_type, _r, ledger_id, entry_id, lac = RECORD_HEADER.unpack(raw)
+        if length > MAX_RECORD_PAYLOAD:
+            self._finish(h.file_id, h.offset, f"implausible record length {length}")
+            return None
+        payload = h.file.read(length) if length else b""
+        if len(payload) < length:
+            self._finish(h.file_id, h.offset, f"torn record ({len(payload)} of {length} bytes)")
+            return None
+        actual = crc32c.crc32c(raw[8:], crc32c.crc32c(raw[:4]))
+        if length:
+            actual = crc32c.crc32c(payload, actual)
+        if actual != crc:
+            self._finish(h.file_id, h.offset, "CRC mismatch")
+            return None
+        if version != RECORD_VERSION or rec_type not in RECORD_TYPES:
+            self._finish(h.file_id, h.offset, f"unknown record version {version} type {rec_type}")
+            return None
+        h.offset += RECORD_HEADER_SIZE + length
+        self.position = LogMark(h.file_id, h.offset)
+        return JournalRecord(rec_type, ledger_id, entry_id, lac, payload), self.position
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.file.close()
+            self._handle = None
+
+
+@dataclass
+class _Handle:
+    file_id: int
+    file: BinaryIO
+    offset: int
+    size: int
+
+
+@dataclass
+class _Group:
+    buffers: list[bytes] = field(default_factory=list)
+    nbytes: int = 0
+    first_arrival: float = 0.0
+    full: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event = field(default_factory=trio.Event)
+    error: BaseException | None = None
+
+
+class JournalFailedError(BookieError):
+    """The journal could not write or fsync; no further add can be acknowledged."""
+
+
+class Journal:
+    """The writing side: group commit into the current journal file, rollover, trimming."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        first_file_id: int,
+        fsync: bool = True,
+        max_group_wait_s: float = 0.002,
+        group_bytes: int = 512 * 1024,
+        max_file_bytes: int = 512 << 20,
+        flush_when_queue_empty: bool = False,
+    ) -> None:
+        self._dir = directory
+        self._fsync = fsync
+        self._max_wait = max_group_wait_s
+        self._group_bytes = group_bytes
+        self._max_file_bytes = max_file_bytes
+        self._flush_when_queue_empty = flush_when_queue_empty
+        self._next_file_id = first_file_id
+        self._fd = -1
+        self._file_id = -1
+        self._file_size = 0
+        self._open = _Group()
+        self._has_data = trio.Event()
+        self._failed: BaseException | None = None
+        self.written_mark = LogMark(first_file_id, FILE_HEADER_SIZE)
+        self._in_flight: _Group | None = None
+        self.triggers: Counter[str] = Counter()  # why groups were written (for tests/metrics)
+        self.groups_written = 0
+
+    async def open(self) -> None:
+        await trio.to_thread.run_sync(self._roll_new_file)
+        self.written_mark = LogMark(self._file_id, self._file_size)
+
+    @property
+    def current_file_id(self) -> int:
+        return self._file_id
+
+    def _roll_new_file(self) -> None:
+        """Blocking: fsync and close the current file, start the next one (header + dir fsync)."""
+        if self._fd >= 0:
+            if self._fsync:
+                os.fdatasync(self._fd)
+            os.close(self._fd)
+        file_id = self._next_file_id
+        self._next_file_id += 1
+        path = self._dir / journal_file_name(file_id)
+        header = pack_file_header(JOURNAL_MAGIC, JOURNAL_FILE_VERSION, file_id)
+        self._fd = create_file_with_header(path, header, fsync=self._fsync)
+        self._file_id = file_id
+        self._file_size = FILE_HEADER_SIZE
+
+    async def append(
+        self, rec_type: int, ledger_id: int, entry_id: int, lac: int, payload: bytes = b""
+    ) -> None:
+        """Journal one record; return once it is fsynced (raises if the journal failed)."""
+        if self._failed is not None:
+            raise JournalFailedError(f"journal failed: {self._failed!r}")
+        header = encode_record(rec_type, ledger_id, entry_id, lac, payload)
+        group = self._open
+        if not group.buffers:
+            group.first_arrival = trio.current_time()
+            self._has_data.set()
+        group.buffers.append(header)
+        if payload:
+            group.buffers.append(payload)
+        group.nbytes += RECORD_HEADER_SIZE + len(payload)
+        if group.nbytes >= self._group_bytes:
+            group.full.set()
+        await group.done.wait()
+        if group.error is not None:
+            raise JournalFailedError(f"journal write failed: {group.error!r}") from group.error
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The journal task: pick a group when a trigger fires, write + fsync it, release it."""
+        task_status.started()
+        try:
+            while True:
+                if not self._open.buffers:
+                    await self._has_data.wait()
+                    self._has_data = trio.Event()
+                    continue
+                group = self._open
+                trigger = await self._wait_for_trigger(group)
+                self.triggers[trigger] += 1
+                self._open = _Group()
+                self._in_flight = group
+                try:
+                    await self._write_group(group)
+                finally:
+                    self._in_flight = None
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._shutdown()
+
+    async def drain(self) -> None:
+        """Wait until every record appended so far is written and fsynced (clean shutdown)."""
+        while True:
+            group = self._in_flight if self._in_flight is not None else self._open
+            if not group.buffers:
+                return
+            await group.done.wait()
+
+    async def _wait_for_trigger(self, group: _Group) -> str:
+        if group.nbytes >= self._group_bytes:
+            return "bytes"
+        if self._flush_when_queue_empty:
+            await trio.lowlevel.checkpoint()  # let every runnable add join first
+            return "bytes" if group.nbytes >= self._group_bytes else "queue_empty"
+        remaining = group.first_arrival + self._max_wait - trio.current_time()
+        if remaining > 0:
+            with trio.move_on_after(remaining):
+                await group.full.wait()
+        return "bytes" if group.nbytes >= self._group_bytes else "max_wait"
+
+    async def _write_group(self, group: _Group) -> None:
+        try:
+            if self._failed is not None:
+                raise self._failed
+            await trio.to_thread.run_sync(self._write_and_sync, group.buffers, group.nbytes)
+            self.groups_written += 1
+            self.written_mark = LogMark(self._file_id, self._file_size)
+        except BaseException as exc:  # includes Cancelled during shutdown: waiters must wake
+            group.error = exc if isinstance(exc, Exception) else JournalFailedError("closed")
+            if isinstance(exc, OSError):
+                self._failed = exc
+                log.error("journal write failed, refusing further adds: %r", exc)
+            group.done.set()
+            raise
+        group.done.set()
+
+    def _write_and_sync(self, buffers: list[bytes], nbytes: int) -> None:
+        if self._file_size > FILE_HEADER_SIZE and self._file_size + nbytes > self._max_file_bytes:
+            self._roll_new_file()
+        write_all(self._fd, buffers, self._file_size)
+        self._file_size += nbytes
+        crash_point("journal.after_write_before_fsync")
+        if self._fsync:
+            os.fdatasync(self._fd)
+        crash_point("journal.after_fsync_before_ack")
+
+    async def _shutdown(self) -> None:
+        pending = self._open
+        if pending.buffers and self._failed is None:
+            try:
+                await trio.to_thread.run_sync(self._write_and_sync, pending.buffers, pending.nbytes)
+                self.written_mark = LogMark(self._file_id, self._file_size)
+            except OSError as exc:
+                pending.error = exc
+        elif pending.buffers:
+            pending.error = JournalFailedError("journal failed")
+        pending.done.set()
+        self._open = _Group()
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            await trio.to_thread.run_sync(os.close, fd)
+
+    async def trim_before(self, file_id: int) -> list[int]:
+        """Delete journal files older than ``file_id`` (never the current one)."""
+        return await trio.to_thread.run_sync(self._unlink_older, file_id, self._file_id)
+
+    def _unlink_older(self, file_id: int, current: int) -> list[int]:
+        doomed = [i for i in list_journal_files(self._dir) if i < file_id and i != current]
+        for i in doomed:
+            (self._dir / journal_file_name(i)).unlink(missing_ok=True)
+        if doomed and self._fsync:
+            fsync_dir(self._dir)
+        return doomed

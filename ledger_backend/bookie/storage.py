@@ -1,0 +1,503 @@
+"""The durable bookie storage engine (BookKeeper-style) and ``open_bookie_storage``.
+
+Layout under data_dir: ``journal/*.jnl`` (write-ahead log), ``ledgers/entrylogs/*.log``
+(entries of many ledgers), ``ledgers/index/*.idx`` (entry locations + ledger states) and
+``ledgers/checkpoint.mark`` (the log mark).
+
+DURABILITY RULE (the one place it is written down):
+  1. An add, fence or delete is acknowledged only after its journal record is fsynced (group
+     commit).  Its effect is put in memory (write cache, ledger state) *before* the record is
+     queued, so a checkpoint that captures the journal mark first and swaps the write cache
+     second always covers every record before the mark.
+  2. A checkpoint then does, strictly in this order: write the swapped write-cache generation to
+     the entry logs and fsync them; append the new locations, changed ledger states and deletes
+     to the index log and fsync it; persist the log mark (atomic replace + fsync + directory
+     fsync); only then delete journal files older than the mark.
+  3. Start-up loads the index log, replays the journal from the mark (stopping at the first torn
+     or bad record and logging where), checkpoints, and only then accepts adds.
+Killing the process between any two steps loses nothing acknowledged: whatever the index does
+not hold yet is still in the journal after the mark.  (tests/bookie_storage/ kill it at each.)
+
+This module must never acknowledge before the journal fsync, never expose an index location
+before its entry-log bytes are fsynced, and never trim a journal file the mark still needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .checkpoint_mark import MARK_FILE_NAME, read_mark, write_mark
+from .crash_points import crash_point
+from .disk_monitor import DiskMonitor
+from .entry_index import (
+    REC_LOCATIONS,
+    EntryIndex,
+    IndexLog,
+    encode_deletes,
+    encode_index_record,
+    encode_state_record,
+)
+from .entry_log import (
+    ENTRY_HEADER_SIZE,
+    EntryLogCorruptError,
+    EntryLogDirectory,
+    EntryLogWriter,
+    decode_entry,
+    split_location,
+)
+from .file_format import BadFileError
+from .garbage_collector import CompactionResult, GarbageCollector, GcResult
+from .journal import (
+    TYPE_ADD,
+    TYPE_DELETE,
+    TYPE_FENCE,
+    Journal,
+    LogMark,
+    ReplayStop,
+    list_journal_files,
+)
+from .journal_replay import replay_journal
+from .ledger_state import LedgerState, LedgerStateTable
+from .read_cache import ReadCache
+from .storage_api import (
+    BookieError,
+    BookieReadOnlyError,
+    BookieStorage,
+    BookieStorageConfig,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
+from .write_cache import WriteCache, sorted_entries
+
+log = logging.getLogger(__name__)
+
+ActiveLedgers = Callable[[], Awaitable[set[int]]]
+
+
+class StorageClosedError(BookieError):
+    """The storage is shutting down or closed."""
+
+
+@dataclass
+class CheckpointStats:
+    checkpoints: int = 0
+    entries_flushed: int = 0
+    bytes_flushed: int = 0
+
+
+class DurableBookieStorage(BookieStorage):
+    def __init__(self, config: BookieStorageConfig, active_ledgers: ActiveLedgers | None) -> None:
+        self.config = config
+        data_dir = config.data_dir
+        self.journal_dir = data_dir / "journal"
+        self.ledgers_dir = data_dir / "ledgers"
+        self.journal_dir.mkdir(parents=True, exist_ok=True)
+        self.ledgers_dir.mkdir(parents=True, exist_ok=True)
+        self.mark_path = self.ledgers_dir / MARK_FILE_NAME
+        self.states = LedgerStateTable()
+        self.index = EntryIndex()
+        self.write_cache = WriteCache(config.write_cache_bytes)
+        self.read_cache = ReadCache(config.read_cache_bytes)
+        self.logs = EntryLogDirectory(self.ledgers_dir / "entrylogs", fsync=config.fsync)
+        self.writer = EntryLogWriter(self.logs, max_bytes=config.entry_log_max_bytes)
+        self.index_log = IndexLog(self.ledgers_dir / "index", fsync=config.fsync)
+        self.disk = DiskMonitor(
+            data_dir,
+            threshold=config.disk_usage_threshold,
+            warn_threshold=config.disk_usage_warn_threshold,
+            usage_function=config.disk_usage_function,
+        )
+        self.journal: Journal | None = None
+        self.gc = GarbageCollector(self, active_ledgers)
+        self.checkpoint_lock = trio.Lock()
+        self.stats = CheckpointStats()
+        self.replay_stop: ReplayStop | None = None
+        self.replayed_records = 0
+        self._pending_deletes: list[int] = []
+        self._persisted_mark: LogMark | None = None
+        self._flush_requested = trio.Event()
+        self._flush_finished = trio.Event()
+        self._lac_events: dict[int, trio.Event] = {}
+        self._accepting = False
+
+    # ---- start-up -------------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        loaded: dict[int, LedgerState] = {}
+        await trio.to_thread.run_sync(self.index_log.load, self.index, loaded)
+        for ledger_id, state in loaded.items():
+            self.states.load(ledger_id, state)
+        try:
+            mark = await trio.to_thread.run_sync(read_mark, self.mark_path) or LogMark(0, 0)
+        except BadFileError as exc:  # replaying every journal file left is safe, just longer
+            log.error("checkpoint mark unreadable (%s): replaying all journal files", exc)
+            mark = LogMark(0, 0)
+        existing = list_journal_files(self.journal_dir)
+        first_new = max([mark.file_id, *existing]) + 1
+        self.journal = Journal(
+            self.journal_dir,
+            first_file_id=first_new,
+            fsync=self.config.fsync,
+            max_group_wait_s=self.config.journal_max_group_wait_s,
+            group_bytes=self.config.journal_group_bytes,
+            max_file_bytes=self.config.journal_max_file_bytes,
+            flush_when_queue_empty=self.config.journal_flush_when_queue_empty,
+        )
+        await replay_journal(self, mark)
+        await self.journal.open()
+        await nursery.start(self.journal.run)
+        await self.checkpoint()
+        self.disk.read_only = await trio.to_thread.run_sync(self.disk.check)
+        self._accepting = True
+        nursery.start_soon(self._checkpoint_loop)
+        nursery.start_soon(self._disk_loop)
+        nursery.start_soon(self.gc.run_forever)
+
+    # ---- in-memory effects (synchronous: never await between them and the journal enqueue) ---
+
+    def _put_entry(self, ledger_id: int, entry_id: int, lac: int, data: bytes) -> None:
+        state = self.states.get_or_create(ledger_id)
+        self.write_cache.put(ledger_id, entry_id, data)
+        self.read_cache.drop_entry(ledger_id, entry_id)
+        if lac > state.lac:
+            state.lac = lac
+        if entry_id > state.last_entry_id:
+            state.last_entry_id = entry_id
+        self.states.mark_dirty(ledger_id)
+
+    def _set_fenced(self, ledger_id: int) -> LedgerState:
+        state = self.states.get_or_create(ledger_id)
+        if not state.fenced:
+            state.fenced = True
+            self.states.mark_dirty(ledger_id)
+        return state
+
+    def _delete_local(self, ledger_id: int) -> None:
+        state = self.states.get_or_create(ledger_id)
+        state.deleted = state.fenced = True
+        self.states.mark_dirty(ledger_id)
+        self.write_cache.drop_ledger(ledger_id)
+        self.read_cache.drop_ledger(ledger_id)
+        self.index.delete_ledger(ledger_id)
+        self._pending_deletes.append(ledger_id)
+        self._notify_lac(ledger_id)
+
+    def _notify_lac(self, ledger_id: int) -> None:
+        event = self._lac_events.pop(ledger_id, None)
+        if event is not None:
+            event.set()
+
+    def _check_accepting(self) -> Journal:
+        if not self._accepting or self.journal is None:
+            raise StorageClosedError("bookie storage is not open")
+        return self.journal
+
+    # ---- BookieStorage --------------------------------------------------------------------
+
+    async def add_entry(
+        self, ledger_id: int, entry_id: int, lac: int, data: bytes, *, recovery_add: bool = False
+    ) -> None:
+        journal = self._check_accepting()
+        data = bytes(data)
+        while True:
+            if self.disk.read_only:
+                raise BookieReadOnlyError("bookie is read-only (disk usage over threshold)")
+            state = self.states.get(ledger_id)
+            if state is not None and state.deleted:
+                raise LedgerFencedError(f"ledger {ledger_id} was deleted on this bookie")
+            if state is not None and state.fenced and not recovery_add:
+                raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+            if self.write_cache.has_room_for(len(data)):
+                break
+            self.request_flush()  # memory bound: wait for the flush rather than grow
+            await self._flush_finished.wait()
+            journal = self._check_accepting()
+        self._put_entry(ledger_id, entry_id, lac, data)
+        if self.write_cache.is_full():
+            self.request_flush()
+        await journal.append(TYPE_ADD, ledger_id, entry_id, lac, data)
+        self._notify_lac(ledger_id)
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        for _attempt in range(3):
+            state = self.states.get(ledger_id)
+            if state is None or state.deleted:
+                raise NoSuchLedgerError(f"no ledger {ledger_id}")
+            data = self.write_cache.get(ledger_id, entry_id)
+            if data is None:
+                data = self.read_cache.get(ledger_id, entry_id)
+            if data is not None:
+                return data
+            if self.index.get(ledger_id, entry_id) is None:
+                raise NoSuchEntryError(f"no entry {entry_id} in ledger {ledger_id}")
+            try:
+                return await self._read_from_log(ledger_id, entry_id)
+            except FileNotFoundError:
+                continue  # compaction moved it while we read: look it up again
+            except EntryLogCorruptError as exc:
+                raise BookieError(f"ledger {ledger_id} entry {entry_id}: {exc}") from exc
+        raise BookieError(f"ledger {ledger_id} entry {entry_id} kept moving while read")
+
+    async def _read_from_log(self, ledger_id: int, entry_id: int) -> bytes:
+        """Read the entry and up to read_ahead_entries following ones lying right after it."""
+        idx = self.index.ledger(ledger_id)
+        first = idx.get(entry_id) if idx is not None else None
+        if idx is None or first is None:
+            raise NoSuchEntryError(f"no entry {entry_id} in ledger {ledger_id}")
+        log_id, start = split_location(first[0])
+        run = [(entry_id, first[1])]
+        end = start + ENTRY_HEADER_SIZE + first[1]
+        for next_id in range(entry_id + 1, entry_id + max(self.config.read_ahead_entries, 1)):
+            found = idx.get(next_id)
+            if found is None or found[0] != ((log_id << 32) | end):
+                break
+            if self.read_cache.get(ledger_id, next_id) is not None:
+                break
+            run.append((next_id, found[1]))
+            end += ENTRY_HEADER_SIZE + found[1]
+        raw = memoryview(
+            await trio.to_thread.run_sync(self.logs.read_span, log_id, start, end - start)
+        )
+        pos, wanted = 0, b""
+        for eid, size in run:
+            payload = decode_entry(raw[pos : pos + ENTRY_HEADER_SIZE + size], ledger_id, eid)
+            pos += ENTRY_HEADER_SIZE + size
+            if eid == entry_id:
+                wanted = payload
+            self.read_cache.put(ledger_id, eid, payload)
+        return wanted
+
+    async def fence(self, ledger_id: int) -> int:
+        journal = self._check_accepting()
+        if self.disk.read_only:
+            raise BookieReadOnlyError(f"bookie is read-only; cannot fence ledger {ledger_id}")
+        existing = self.states.get(ledger_id)
+        if existing is not None and existing.deleted:
+            return -1  # a deleted ledger stays fenced (tombstone) and holds nothing here
+        state = self._set_fenced(ledger_id)
+        await journal.append(TYPE_FENCE, ledger_id, -1, state.lac)
+        return state.lac
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        state = self.states.get(ledger_id)  # a deleted ledger holds nothing (adds still refused)
+        return state is not None and state.fenced and not state.deleted
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        state = self.states.get(ledger_id)
+        if state is None or state.deleted:
+            raise NoSuchLedgerError(f"no ledger {ledger_id}")
+        return state.lac
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        state = self.states.get(ledger_id)
+        return -1 if state is None or state.deleted else state.last_entry_id
+
+    async def wait_for_lac_update(self, ledger_id: int, previous_lac: int, timeout_s: float) -> int:
+        deadline = trio.current_time() + timeout_s
+        while True:
+            state = self.states.get(ledger_id)
+            current = -1 if state is None or state.deleted else state.lac
+            if current > previous_lac or trio.current_time() >= deadline:
+                return current
+            event = self._lac_events.setdefault(ledger_id, trio.Event())
+            with trio.move_on_at(deadline):
+                await event.wait()
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        journal = self._check_accepting()
+        self._delete_local(ledger_id)
+        await journal.append(TYPE_DELETE, ledger_id, -1, -1)
+
+    def ledger_ids(self) -> list[int]:
+        return self.states.live_ids()
+
+    def is_read_only(self) -> bool:
+        return self.disk.read_only
+
+    def disk_usage(self) -> tuple[int, int]:
+        return self.disk.usage()
+
+    async def check_disk(self) -> bool:
+        """Probe the disk now (tests); return whether the bookie is read-only."""
+        self.disk.read_only = await trio.to_thread.run_sync(self.disk.check)
+        return self.disk.read_only
+
+    async def garbage_collect(self) -> GcResult:
+        """Run one GC pass now (manual trigger; the background task does it every interval)."""
+        return await self.gc.collect()
+
+    async def compact(self, *, major: bool = False) -> CompactionResult:
+        """Run a minor (or major) compaction now with the configured threshold."""
+        cfg = self.config
+        threshold = cfg.major_compaction_threshold if major else cfg.minor_compaction_threshold
+        return await self.gc.compact(threshold)
+
+    # ---- checkpoint -----------------------------------------------------------------------
+
+    def request_flush(self) -> None:
+        self._flush_requested.set()
+
+    async def checkpoint(self) -> None:
+        assert self.journal is not None
+        async with self.checkpoint_lock:
+            await self._checkpoint_locked(self.journal.written_mark)
+
+    async def _checkpoint_locked(self, mark: LogMark) -> None:
+        # No await before start_flush: every record before `mark` is in this generation.
+        generation = self.write_cache.start_flush()
+        dirty = self.states.take_dirty()
+        deletes, self._pending_deletes = self._pending_deletes, []
+        if not (generation or dirty or deletes) and mark == self._persisted_mark:
+            self.write_cache.finish_flush()  # idle: nothing new since the last checkpoint
+            return
+        try:
+            entries = sorted_entries(generation)
+            await self._flush_generation(entries, dirty, deletes)
+        except BaseException:
+            self.write_cache.abort_flush()
+            self.states.restore_dirty(i for i, _ in dirty)
+            self._pending_deletes[:0] = deletes
+            self._wake_adders()
+            raise
+        await trio.to_thread.run_sync(
+            lambda: write_mark(self.mark_path, mark, fsync=self.config.fsync)
+        )
+        self._persisted_mark = mark
+        crash_point("checkpoint.after_mark")
+        assert self.journal is not None
+        await self.journal.trim_before(mark.file_id)
+        await self._maybe_rewrite_index_log()
+
+    async def _flush_generation(
+        self,
+        entries: list[tuple[int, int, bytes]],
+        dirty: list[tuple[int, LedgerState]],
+        deletes: list[int],
+    ) -> None:
+        locations: list[int] = []
+        if entries:
+            locations = await trio.to_thread.run_sync(self._write_entries_blocking, entries)
+        crash_point("checkpoint.after_entrylog_fsync")
+        batch: dict[int, list[tuple[int, int, int]]] = {}
+        for (ledger_id, entry_id, data), location in zip(entries, locations, strict=True):
+            state = self.states.get(ledger_id)
+            if state is not None and not state.deleted:
+                batch.setdefault(ledger_id, []).append((entry_id, location, len(data)))
+        records = []
+        if batch:
+            records.append(encode_index_record(REC_LOCATIONS, self.index.encode_locations(batch)))
+        if dirty:
+            records.append(encode_state_record(dirty))
+        if deletes:
+            records.append(encode_deletes(deletes))
+        if records:
+            await trio.to_thread.run_sync(self.index_log.append, records)
+        for ledger_id, rows in batch.items():
+            state = self.states.get(ledger_id)
+            if state is None or state.deleted:
+                continue  # deleted meanwhile; its delete record goes out with the next checkpoint
+            for entry_id, location, size in rows:
+                self.index.set(ledger_id, entry_id, location, size)
+        self.write_cache.finish_flush()
+        self._wake_adders()
+        crash_point("checkpoint.after_index_flush")
+        self.stats.checkpoints += 1
+        self.stats.entries_flushed += len(entries)
+        self.stats.bytes_flushed += sum(len(e[2]) for e in entries)
+
+    def _write_entries_blocking(self, entries: list[tuple[int, int, bytes]]) -> list[int]:
+        locations = self.writer.write(entries)
+        self.writer.sync()
+        return locations
+
+    def _wake_adders(self) -> None:
+        self._flush_finished.set()
+        self._flush_finished = trio.Event()
+
+    async def _maybe_rewrite_index_log(self) -> None:
+        live = 24 * self.index.entry_count + 25 * len(self.states) + (64 << 10)
+        if self.index_log.size <= self.config.index_log_rewrite_ratio * live:
+            return
+        records = [
+            encode_index_record(REC_LOCATIONS, body) for body in self.index.snapshot_locations()
+        ]
+        records.append(encode_state_record(self.states.snapshot()))
+        await trio.to_thread.run_sync(self.index_log.rewrite, records)
+        log.info(
+            "index log rewritten as generation %d (%d bytes)",
+            self.index_log.generation,
+            self.index_log.size,
+        )
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            with trio.move_on_after(self.config.flush_interval_s):
+                await self._flush_requested.wait()
+            self._flush_requested = trio.Event()
+            try:
+                await self.checkpoint()
+            except Exception:
+                log.exception("checkpoint failed; will retry")
+                await trio.sleep(min(self.config.flush_interval_s, 1.0))
+
+    async def _disk_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.disk_check_interval_s)
+            await self.check_disk()
+
+    # ---- shutdown -------------------------------------------------------------------------
+
+    async def close_files(self) -> None:
+        def close_all() -> None:
+            self.writer.close()
+            self.logs.close()
+            self.index_log.close()
+
+        await trio.to_thread.run_sync(close_all)
+
+    def describe(self) -> dict[str, Any]:
+        """Figures for logs, metrics and tests."""
+        journal = self.journal
+        return {
+            "ledgers": len(self.states),
+            "entries_indexed": self.index.entry_count,
+            "entry_logs": len(self.index.log_usage),
+            "checkpoints": self.stats.checkpoints,
+            "journal_triggers": dict(journal.triggers) if journal else {},
+            "read_only": self.disk.read_only,
+            "replay_stop": self.replay_stop,
+        }
+
+
+@asynccontextmanager
+async def open_bookie_storage(
+    config: BookieStorageConfig, active_ledgers: ActiveLedgers | None = None
+) -> AsyncIterator[DurableBookieStorage]:
+    """Open (and recover) the engine; checkpoint and close cleanly on exit."""
+    storage = DurableBookieStorage(config, active_ledgers)
+    try:
+        async with trio.open_nursery() as nursery:
+            await storage.start(nursery)
+            try:
+                yield storage
+            finally:
+                storage._accepting = False
+                with trio.CancelScope(shield=True):
+                    try:
+                        if storage.journal is not None:
+                            with trio.move_on_after(10):
+                                await storage.journal.drain()
+                        await storage.checkpoint()
+                    except Exception:
+                        log.exception("final checkpoint failed; the journal still has it all")
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await storage.close_files()

@@ -1,0 +1,312 @@
+"""Connections from a ledger client to bookies: one pipelined TCP connection per bookie.
+
+`BookieConnection.submit()` is synchronous: it assigns a request id, queues the encoded frame and
+registers a callback, so a writer can send an entry to its write set without yielding (entry ids
+stay in call order). One task per connection connects (with a timeout), writes queued frames in
+batches, reads responses and hands each to its request's callback; every request carries a
+deadline and a sweeper fails expired ones with BKTimeoutError. When the connection breaks, every
+request in flight fails with BookieUnavailableError and the next request reconnects.
+
+Callbacks run inside the connection's tasks: they must be quick and must never block or await.
+This module must never interpret entries or ledger state: it moves protocol messages only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import trio
+
+from ledger_backend.bookie.protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameDecoder,
+    ProtocolError,
+    ReadEntryRequest,
+    ReadLacRequest,
+    Request,
+    Response,
+    Status,
+    encode,
+)
+from ledger_backend.client.errors import BKTimeoutError, BookieUnavailableError, LedgerError
+
+log = logging.getLogger(__name__)
+
+ResponseCallback = Callable[[Response | LedgerError], None]
+_SEND_BATCH_BYTES = 1 << 20
+_RECEIVE_BYTES = 1 << 20
+_SWEEP_INTERVAL_S = 0.05
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"bookie address must be host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def _deliver(callback: ResponseCallback, outcome: Response | LedgerError) -> None:
+    """Run a callback; a bug in one must not take down the connection and its other requests."""
+    try:
+        callback(outcome)
+    except Exception:
+        log.exception("ledger client callback failed for %r", outcome)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    deadline: float
+    callback: ResponseCallback
+
+
+class BookieConnection:
+    """A pipelined connection to one bookie, (re)connected on demand."""
+
+    def __init__(
+        self,
+        address: str,
+        nursery: trio.Nursery,
+        *,
+        timeout_s: float,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.address = address
+        self._host, self._port = parse_address(address)
+        self._nursery = nursery
+        self._timeout_s = timeout_s
+        self._max_frame_bytes = max_frame_bytes
+        self._ids = itertools.count(1)
+        self._in_flight: dict[int, _InFlight] = {}
+        self._outgoing: list[bytes] = []
+        self._work = trio.Event()
+        self._requests_waiting = trio.Event()
+        self._running = False
+        self._closed = False
+        self._cancel_scope: trio.CancelScope | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def submit(
+        self, build: Callable[[int], Request], callback: ResponseCallback,
+        timeout_s: float | None = None,
+    ) -> None:  # fmt: skip
+        """Queue `build(request_id)`; `callback` gets the response or a LedgerError, once."""
+        if self._closed:
+            _deliver(callback, BookieUnavailableError(f"connection to {self.address} is closed"))
+            return
+        request_id = next(self._ids)
+        frame = encode(build(request_id))
+        wait = self._timeout_s if timeout_s is None else timeout_s
+        self._in_flight[request_id] = _InFlight(trio.current_time() + wait, callback)
+        self._outgoing.append(frame)
+        self._work.set()
+        self._requests_waiting.set()
+        if not self._running:
+            self._running = True
+            self._nursery.start_soon(self._run)
+
+    async def request(self, build: Callable[[int], Request], timeout_s: float | None = None
+                      ) -> Response:  # fmt: skip
+        """Send one request and wait for its response (or raise the LedgerError)."""
+        done = trio.Event()
+        result: list[Response | LedgerError] = []
+
+        def on_done(outcome: Response | LedgerError) -> None:
+            result.append(outcome)
+            done.set()
+
+        self.submit(build, on_done, timeout_s)
+        await done.wait()  # the sweeper bounds this wait with the request's deadline
+        outcome = result[0]
+        if isinstance(outcome, LedgerError):
+            raise outcome
+        return outcome
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+        self._fail_all(BookieUnavailableError(f"connection to {self.address} closed"))
+        await trio.lowlevel.checkpoint()
+
+    # --- connection task -----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            with trio.CancelScope() as scope:
+                self._cancel_scope = scope
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._sweep_expired)
+                    await self._connect_loop()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._running = False
+            self._cancel_scope = None
+            self._fail_all(BookieUnavailableError(f"connection to {self.address} stopped"))
+
+    async def _connect_loop(self) -> None:
+        while not self._closed and self._in_flight:
+            try:
+                with trio.fail_after(self._timeout_s):
+                    stream = await trio.open_tcp_stream(self._host, self._port)
+            except (OSError, trio.TooSlowError) as exc:
+                self._fail_all(BookieUnavailableError(f"cannot connect to {self.address}: {exc}"))
+                return
+            # each task handles its own I/O errors (a nursery would wrap them in a group)
+            async with stream, trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop, stream, nursery.cancel_scope)
+                await self._read_loop(stream)
+                nursery.cancel_scope.cancel()
+            self._fail_all(BookieUnavailableError(f"connection to {self.address} was lost"))
+
+    async def _write_loop(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                await self._work.wait()
+                # one more scheduling round lets the other runnable writers queue their frames,
+                # so they leave in one send instead of one send each
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                self._work = trio.Event()
+                while self._outgoing:
+                    frames, self._outgoing = self._outgoing, []
+                    batch: list[bytes] = []
+                    size = 0
+                    for frame in frames:
+                        batch.append(frame)
+                        size += len(frame)
+                        if size >= _SEND_BATCH_BYTES:
+                            await self._send(stream, batch)
+                            batch, size = [], 0
+                    if batch:
+                        await self._send(stream, batch)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                trio.TooSlowError) as exc:  # fmt: skip
+            log.info("writing to bookie %s failed: %r", self.address, exc)
+            scope.cancel()
+
+    async def _send(self, stream: trio.SocketStream, batch: list[bytes]) -> None:
+        with trio.fail_after(self._timeout_s):
+            await stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
+
+    async def _read_loop(self, stream: trio.SocketStream) -> None:
+        """Dispatch responses until the connection ends (EOF, error or a bad frame)."""
+        decoder = FrameDecoder(self._max_frame_bytes, accept="responses")
+        try:
+            while True:
+                data = await stream.receive_some(_RECEIVE_BYTES)
+                if not data:
+                    return  # the bookie closed the connection
+                for response in decoder.feed(data):
+                    in_flight = self._in_flight.pop(response.request_id, None)
+                    if in_flight is not None:  # else it already timed out
+                        _deliver(in_flight.callback, cast(Response, response))  # responses only
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                ProtocolError) as exc:  # fmt: skip
+            log.info("connection to bookie %s failed: %r", self.address, exc)
+
+    async def _sweep_expired(self) -> None:
+        while True:
+            if not self._in_flight:  # idle connection: sleep until a request is submitted
+                self._requests_waiting = trio.Event()
+                await self._requests_waiting.wait()
+            await trio.sleep(_SWEEP_INTERVAL_S)
+            now = trio.current_time()
+            expired = [rid for rid, f in self._in_flight.items() if f.deadline <= now]
+            for rid in expired:
+                in_flight = self._in_flight.pop(rid)
+                error = BKTimeoutError(f"bookie {self.address} did not answer in time")
+                _deliver(in_flight.callback, error)
+
+    def _fail_all(self, error: LedgerError) -> None:
+        self._outgoing = []
+        in_flight, self._in_flight = self._in_flight, {}
+        for entry in in_flight.values():
+            _deliver(entry.callback, error)
+
+
+class BookieClientPool:
+    """The connections of one BookKeeper client, one per bookie address."""
+
+    def __init__(self, nursery: trio.Nursery, *, timeout_s: float,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:  # fmt: skip
+        self._nursery = nursery
+        self._timeout_s = timeout_s
+        self._max_frame_bytes = max_frame_bytes
+        self._connections: dict[str, BookieConnection] = {}
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    def connection(self, address: str) -> BookieConnection:
+        conn = self._connections.get(address)
+        if conn is None:
+            conn = BookieConnection(address, self._nursery, timeout_s=self._timeout_s,
+                                    max_frame_bytes=self._max_frame_bytes)  # fmt: skip
+            self._connections[address] = conn
+        return conn
+
+    async def read_lac(self, address: str, ledger_id: int) -> int:
+        """The bookie's LAC for the ledger (-1 if it knows nothing of it)."""
+        response = await self.connection(address).request(
+            lambda rid: ReadLacRequest(rid, ledger_id)
+        )
+        if response.status in (Status.NO_SUCH_LEDGER, Status.NO_SUCH_ENTRY):
+            return -1
+        check_status(response, address)
+        assert hasattr(response, "lac")
+        return int(response.lac)
+
+    async def long_poll_lac(self, address: str, ledger_id: int, previous: int,
+                            timeout_s: float) -> int:  # fmt: skip
+        """Wait on the bookie until its LAC exceeds `previous` >= 0 (at timeout: returns
+        `previous`)."""
+        if previous < 0:
+            raise ValueError("a long poll needs previous >= 0; poll read_lac instead")
+        timeout_s = min(timeout_s, 3600.0) if math.isfinite(timeout_s) else 3600.0
+        timeout_ms = max(1, int(timeout_s * 1000))
+        response = await self.connection(address).request(
+            lambda rid: ReadEntryRequest(rid, ledger_id, -1, False, previous, timeout_ms),
+            timeout_s=timeout_s + self._timeout_s,
+        )
+        if response.status in (Status.TIMEOUT, Status.NO_SUCH_LEDGER, Status.NO_SUCH_ENTRY):
+            return previous
+        check_status(response, address)
+        assert hasattr(response, "lac")
+        return int(response.lac)
+
+    async def close(self) -> None:
+        for conn in list(self._connections.values()):
+            await conn.close()
+        self._connections.clear()
+
+
+def check_status(response: Response, address: str) -> None:
+    """Raise the LedgerError that a non-OK status means for a caller that expects OK."""
+    from ledger_backend.client.errors import (
+        BookieRequestError,
+        LedgerFencedError,
+        NoSuchEntryError,
+        NoSuchLedgerError,
+    )
+
+    status = response.status
+    if status is Status.OK:
+        return
+    message = f"bookie {address} answered {status.name} to {type(response).__name__}"
+    if status is Status.FENCED:
+        raise LedgerFencedError(message)
+    if status is Status.NO_SUCH_ENTRY:
+        raise NoSuchEntryError(message)
+    if status is Status.NO_SUCH_LEDGER:
+        raise NoSuchLedgerError(message)
+    if status is Status.TIMEOUT:
+        raise BKTimeoutError(message)
+    raise BookieRequestError(message, int(status))

@@ -1,0 +1,139 @@
+"""BookKeeper: the ledger client's entry point (create, open, recover, delete, list ledgers).
+
+Ledger ids come from store.next_id("/ledgerwire/ledger-id"); ensembles are chosen among the
+bookies registered under /ledgerwire/bookies/available; metadata lives at
+/ledgerwire/ledgers/<zero-padded id>. A BookKeeper owns a nursery for its bookie connections
+and ensemble changes, so it must be used as `async with BookKeeper(store) as bk:`.
+Deleting a ledger removes its metadata only; bookies garbage-collect the entries.
+
+This module must never write ledger metadata without a version check, and never open a ledger
+for writing (there is exactly one writer per ledger: its creator).
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import trio
+
+from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
+from ledger_backend.client.bookie_client import BookieClientPool
+from ledger_backend.client.client_context import ClientContext
+from ledger_backend.client.errors import LedgerClosedError
+from ledger_backend.client.ledger_metadata import (
+    LEDGER_ID_COUNTER_PATH,
+    LedgerMetadata,
+    validate_quorums,
+)
+from ledger_backend.client.placement import PlacementPolicy
+from ledger_backend.client.read_handle import ReadHandle, read_lac_from_bookies
+from ledger_backend.client.recovery import recover_ledger
+from ledger_backend.client.write_handle import WriteHandle
+
+if TYPE_CHECKING:
+    from ledger_backend.metadata.store import MetadataStore
+
+__all__ = ["BookKeeper", "ReadHandle", "WriteHandle"]
+
+
+class BookKeeper:
+    """A ledger client over the bookies registered in `store`."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        *,
+        timeout_s: float = 10.0,
+        placement: PlacementPolicy | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        self._store = store
+        self.timeout_s = timeout_s
+        self._placement = placement or PlacementPolicy()
+        self._max_frame_bytes = max_frame_bytes
+        self._ctx: ClientContext | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> BookKeeper:
+        self._nursery_manager = trio.open_nursery()
+        nursery = await self._nursery_manager.__aenter__()
+        pool = BookieClientPool(nursery, timeout_s=self.timeout_s,
+                                max_frame_bytes=self._max_frame_bytes)  # fmt: skip
+        self._ctx = ClientContext(self._store, pool, self._placement, nursery, self.timeout_s)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # The body's own exception is not handed to the nursery (it would come back wrapped in
+        # an ExceptionGroup); the nursery only holds this client's background tasks.
+        try:
+            if self._ctx is not None:
+                with trio.CancelScope(shield=True):
+                    await self.close()
+                self._ctx.nursery.cancel_scope.cancel()
+        finally:
+            await self._nursery_manager.__aexit__(None, None, None)
+
+    @property
+    def context(self) -> ClientContext:
+        if self._ctx is None:
+            raise RuntimeError("use BookKeeper as `async with BookKeeper(store) as bk:`")
+        if self._closed:
+            raise LedgerClosedError("this BookKeeper client is closed")
+        return self._ctx
+
+    async def create_ledger(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        custom_metadata: dict[str, bytes] | None = None,
+    ) -> WriteHandle:
+        validate_quorums(ensemble_size, write_quorum, ack_quorum)
+        ctx = self.context
+        available = await ctx.available_bookies()
+        ensemble = ctx.placement.choose_ensemble(available, ensemble_size)
+        ledger_id = await ctx.next_ledger_id(LEDGER_ID_COUNTER_PATH)
+        metadata = LedgerMetadata(
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            ensembles=((0, tuple(ensemble)),),
+            ctime_ms=int(time.time() * 1000),
+            custom_metadata=dict(custom_metadata or {}),
+        )
+        version = await ctx.create_metadata(ledger_id, metadata)
+        return WriteHandle(ctx, ledger_id, metadata, version)
+
+    async def open_ledger(self, ledger_id: int, *, recovery: bool) -> ReadHandle:
+        """recovery=True: fence, recover and close the ledger (if not closed yet), then read it.
+        recovery=False: read a closed ledger, or an open one up to its current LAC."""
+        ctx = self.context
+        if recovery:
+            metadata, version = await recover_ledger(ctx, ledger_id)
+            return ReadHandle(ctx, ledger_id, metadata, version, metadata.last_entry_id)
+        metadata, version = await ctx.read_metadata(ledger_id)
+        if metadata.is_closed:
+            return ReadHandle(ctx, ledger_id, metadata, version, metadata.last_entry_id)
+        lac = await read_lac_from_bookies(ctx, ledger_id, metadata)
+        return ReadHandle(ctx, ledger_id, metadata, version, lac)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await self.context.delete_metadata(ledger_id)
+
+    async def list_ledgers(self) -> list[int]:
+        return await self.context.list_ledger_ids()
+
+    async def close(self) -> None:
+        """Close every bookie connection; handles of this client stop working."""
+        if self._closed or self._ctx is None:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        await self._ctx.pool.close()

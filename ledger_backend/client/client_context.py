@@ -1,0 +1,146 @@
+"""What ledger handles share with their BookKeeper: metadata access, connections, placement.
+
+`ClientContext` reads and compare-and-sets ledger metadata (every store call bounded by the
+client timeout, store errors mapped to ledger errors), lists registered bookies, and carries the
+bookie connection pool, the placement policy and the client's nursery. It must never write
+ledger metadata without the version it read (no blind sets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+import trio
+
+from ledger_backend.client.bookie_client import BookieClientPool
+from ledger_backend.client.errors import (
+    BKTimeoutError,
+    LedgerMetadataError,
+    MetadataStoreError,
+    NoSuchLedgerError,
+)
+from ledger_backend.client.ledger_metadata import (
+    AVAILABLE_BOOKIES_PATH,
+    LEDGERS_PATH,
+    LedgerMetadata,
+    ledger_id_from_node_name,
+    ledger_path,
+)
+from ledger_backend.client.placement import PlacementPolicy
+
+if TYPE_CHECKING:
+    from ledger_backend.metadata.store import MetadataStore
+
+T = TypeVar("T")
+
+
+class MetadataVersionConflict(Exception):
+    """The CAS lost: somebody changed the ledger's metadata since we read it (internal)."""
+
+
+@dataclass
+class ClientContext:
+    store: MetadataStore
+    pool: BookieClientPool
+    placement: PlacementPolicy
+    nursery: trio.Nursery
+    timeout_s: float
+
+    async def _bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a store call within the client timeout. Errors a caller handles (no node, node
+        exists, bad version) pass through; the rest become LedgerErrors."""
+        from ledger_backend.metadata.store import (
+            BadVersionError,
+            MetadataError,
+            MetadataUnavailableError,
+            NodeExistsError,
+            NoNodeError,
+        )
+
+        try:
+            with trio.fail_after(self.timeout_s):
+                return await call()
+        except trio.TooSlowError:
+            raise BKTimeoutError(f"metadata store did not answer {what} in time") from None
+        except MetadataUnavailableError as exc:
+            raise BKTimeoutError(f"metadata store unavailable during {what}: {exc}") from exc
+        except (NoNodeError, NodeExistsError, BadVersionError):
+            raise
+        except MetadataError as exc:
+            raise MetadataStoreError(f"metadata store failed during {what}: {exc!r}") from exc
+
+    async def next_ledger_id(self, counter_path: str) -> int:
+        return await self._bounded("next_id", lambda: self.store.next_id(counter_path))
+
+    async def available_bookies(self) -> list[str]:
+        from ledger_backend.metadata.store import NoNodeError
+
+        try:
+            return await self._bounded(
+                "list bookies", lambda: self.store.children(AVAILABLE_BOOKIES_PATH)
+            )
+        except NoNodeError:
+            return []
+
+    async def create_metadata(self, ledger_id: int, metadata: LedgerMetadata) -> int:
+        from ledger_backend.metadata.store import NodeExistsError
+
+        try:
+            await self._bounded(
+                "create ledger",
+                lambda: self.store.create(
+                    ledger_path(ledger_id), metadata.to_json_bytes(), make_parents=True
+                ),
+            )
+        except NodeExistsError as exc:
+            raise LedgerMetadataError(f"ledger {ledger_id} already exists") from exc
+        return 0
+
+    async def read_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        from ledger_backend.metadata.store import NoNodeError
+
+        try:
+            data, stat = await self._bounded(
+                "read ledger", lambda: self.store.get(ledger_path(ledger_id))
+            )
+        except NoNodeError:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
+        return LedgerMetadata.from_json_bytes(data), stat.version
+
+    async def cas_metadata(self, ledger_id: int, metadata: LedgerMetadata, version: int) -> int:
+        """Write `metadata` if the stored version is still `version`; return the new version.
+        MetadataVersionConflict if it is not; NoSuchLedgerError if the ledger is gone."""
+        from ledger_backend.metadata.store import BadVersionError, NoNodeError
+
+        if version < 0:
+            raise ValueError("ledger metadata is only ever written with a version check")
+        try:
+            stat = await self._bounded(
+                "update ledger",
+                lambda: self.store.set(ledger_path(ledger_id), metadata.to_json_bytes(), version),
+            )
+        except BadVersionError:
+            raise MetadataVersionConflict(f"ledger {ledger_id} changed under us") from None
+        except NoNodeError:
+            raise NoSuchLedgerError(f"ledger {ledger_id} was deleted") from None
+        return stat.version
+
+    async def delete_metadata(self, ledger_id: int) -> None:
+        from ledger_backend.metadata.store import NoNodeError
+
+        try:
+            await self._bounded("delete ledger", lambda: self.store.delete(ledger_path(ledger_id)))
+        except NoNodeError:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
+
+    async def list_ledger_ids(self) -> list[int]:
+        from ledger_backend.metadata.store import NoNodeError
+
+        try:
+            names = await self._bounded("list ledgers", lambda: self.store.children(LEDGERS_PATH))
+        except NoNodeError:
+            return []
+        ids = (ledger_id_from_node_name(n) for n in names)
+        return sorted(i for i in ids if i is not None)

@@ -1,0 +1,298 @@
+"""WriteHandle: the single writer of one OPEN ledger.
+
+Adds are pipelined: `append` takes the next entry id synchronously (before its first await),
+sends the entry to its write set (ensemble indexes (e + i) mod E, i < Qw) and returns once Qa
+bookies acknowledged it AND every earlier entry is acknowledged. Each add carries the writer's
+LAC. When a bookie fails or times out, an ensemble change starts a new fragment at the first
+unacknowledged entry with a replacement bookie not already in the ensemble, CASes the metadata,
+and resends outstanding entries to the replacement; completions are held meanwhile so the LAC
+never passes the fragment boundary. A FENCED answer from any bookie, or a CAS that finds the
+ledger no longer OPEN, fails the handle with LedgerFencedError (a deposed writer never gets
+another add acknowledged). `close` CASes the metadata to CLOSED at the LAC.
+
+This module must never acknowledge an entry that fewer than Qa bookies of its current write
+set stored, and never write metadata without the version it read.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+import trio
+
+from ledger_backend.bookie.protocol import AddEntryRequest, AddEntryResponse, Response, Status
+from ledger_backend.client.client_context import ClientContext, MetadataVersionConflict
+from ledger_backend.client.entry_format import encode_entry
+from ledger_backend.client.errors import (
+    BKTimeoutError,
+    LedgerClosedError,
+    LedgerError,
+    LedgerFencedError,
+)
+from ledger_backend.client.ledger_metadata import LedgerMetadata, LedgerState
+
+log = logging.getLogger(__name__)
+
+# An append gives up (and fails the handle) after this many client timeouts: long enough for a
+# bookie timeout, an ensemble change and the resend to happen one after the other.
+_APPEND_TIMEOUTS = 4
+
+
+@dataclass(eq=False, slots=True)
+class _PendingAdd:
+    entry_id: int
+    ledger_length: int
+    lac_sent: int
+    body: bytes
+    sent_to: dict[int, str] = field(default_factory=dict)  # ensemble index -> bookie address
+    acked: set[int] = field(default_factory=set)
+    done: trio.Event = field(default_factory=trio.Event)
+    error: LedgerError | None = None
+
+
+class WriteHandle:
+    """Writer of one ledger. Create through BookKeeper.create_ledger."""
+
+    def __init__(
+        self, ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata, version: int
+    ) -> None:
+        self._ctx = ctx
+        self.ledger_id = ledger_id
+        self._metadata = metadata
+        self._version = version
+        self._next_entry_id = 0
+        self._lac = -1
+        self._length = 0
+        self._assigned_length = 0
+        self._pending: deque[_PendingAdd] = deque()  # in entry-id order
+        self._drained = trio.Event()
+        self._drained.set()
+        self._failed_bookies: dict[int, str] = {}
+        self._ever_failed: set[str] = set()
+        self._changing_ensemble = False
+        self._error: LedgerError | None = None
+        self._closing = False
+        self._closed = False
+        self._close_lock = trio.Lock()
+        self.ensemble_changes = 0
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._metadata
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    async def append(self, data: bytes) -> int:
+        self._check_writable()
+        entry_id = self._next_entry_id  # synchronous: ids follow call order
+        self._next_entry_id += 1
+        self._assigned_length += len(data)
+        body = encode_entry(self.ledger_id, entry_id, self._lac, self._assigned_length, data)
+        add = _PendingAdd(entry_id, self._assigned_length, self._lac, body)
+        self._pending.append(add)
+        self._drained = trio.Event() if self._drained.is_set() else self._drained
+        self._send_missing(add)
+        with trio.move_on_after(self._ctx.timeout_s * _APPEND_TIMEOUTS):
+            await add.done.wait()
+        if not add.done.is_set():
+            self._fail(BKTimeoutError(f"ledger {self.ledger_id} entry {entry_id} was not "
+                                      f"acknowledged in time"))  # fmt: skip
+        if add.error is not None:
+            raise add.error
+        return entry_id
+
+    async def close(self) -> None:
+        """Wait (bounded) for in-flight adds, then CAS the ledger to CLOSED at the LAC.
+        Idempotent. LedgerFencedError if another client fenced or recovered the ledger."""
+        async with self._close_lock:  # a second caller waits for the first, then returns
+            if self._closed:
+                await trio.lowlevel.checkpoint()
+                return
+            await self._close_locked()
+
+    async def _close_locked(self) -> None:
+        self._closing = True
+        with trio.move_on_after(self._ctx.timeout_s * _APPEND_TIMEOUTS):
+            await self._drained.wait()
+        if self._pending:
+            self._fail(LedgerClosedError(f"ledger {self.ledger_id} closed with adds in flight"))
+        if isinstance(self._error, LedgerFencedError):
+            self._closed = True
+            raise self._error
+        closed = self._metadata.replace(
+            state=LedgerState.CLOSED, last_entry_id=self._lac, length=self._length
+        )
+        while True:
+            try:
+                self._version = await self._ctx.cas_metadata(self.ledger_id, closed, self._version)
+                self._metadata = closed
+                break
+            except MetadataVersionConflict:
+                current, self._version = await self._ctx.read_metadata(self.ledger_id)
+                # Closed or in recovery by another client, even at our LAC: this writer was
+                # deposed and must hear it (like MemoryWriteHandle).
+                if current.state is not LedgerState.OPEN:
+                    self._closed = True
+                    self._fail(LedgerFencedError(f"ledger {self.ledger_id} was recovered by "
+                                                 f"another client"))  # fmt: skip
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} is {current.state.value}, not closing it"
+                    ) from None
+                closed = current.replace(
+                    state=LedgerState.CLOSED, last_entry_id=self._lac, length=self._length
+                )
+        self._closed = True
+        if self._error is None:
+            self._error = LedgerClosedError(f"ledger {self.ledger_id} is closed")
+
+    # --- sending and acknowledging --------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closing or self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} write handle is closed")
+
+    def _send_missing(self, add: _PendingAdd) -> None:
+        """Send `add` to every bookie of its write set it has not been sent to (skipping
+        indexes whose bookie failed and awaits replacement)."""
+        ensemble = self._metadata.current_ensemble
+        for index in self._metadata.write_set(add.entry_id):
+            bookie = ensemble[index]
+            if add.sent_to.get(index) == bookie or index in self._failed_bookies:
+                continue
+            add.sent_to[index] = bookie
+            add.acked.discard(index)
+            self._ctx.pool.connection(bookie).submit(
+                functools.partial(self._add_request, add),
+                functools.partial(self._on_add_response, add, index, bookie),
+            )
+
+    def _add_request(self, add: _PendingAdd, request_id: int) -> AddEntryRequest:
+        return AddEntryRequest(request_id, self.ledger_id, add.entry_id, add.lac_sent, False,
+                               add.body)  # fmt: skip
+
+    def _on_add_response(
+        self, add: _PendingAdd, index: int, bookie: str, outcome: Response | LedgerError
+    ) -> None:
+        if add.done.is_set() or add.sent_to.get(index) != bookie:
+            return  # stale: already completed/failed, or this index moved to another bookie
+        if isinstance(outcome, AddEntryResponse) and outcome.status is Status.OK:
+            add.acked.add(index)
+            if len(add.acked) >= self._metadata.ack_quorum:
+                self._complete_in_order()
+            return
+        if isinstance(outcome, AddEntryResponse) and outcome.status is Status.FENCED:
+            self._fail(LedgerFencedError(f"bookie {bookie} says ledger {self.ledger_id} is fenced"))
+            return
+        log.warning(
+            "ledger %d entry %d: bookie %s failed: %s",
+            self.ledger_id,
+            add.entry_id,
+            bookie,
+            outcome if isinstance(outcome, LedgerError) else outcome.status,
+        )
+        self._bookie_failed(index, bookie)
+
+    def _complete_in_order(self) -> None:
+        if self._changing_ensemble:
+            return  # the LAC must not move past the fragment boundary being written
+        quorum = self._metadata.ack_quorum
+        while self._pending:
+            add = self._pending[0]
+            if len(add.acked) < quorum:
+                break
+            self._pending.popleft()
+            self._lac = add.entry_id
+            self._length = add.ledger_length
+            add.done.set()
+        if not self._pending:
+            self._drained.set()
+
+    def _fail(self, error: LedgerError) -> None:
+        if self._error is None:
+            self._error = error
+        pending = list(self._pending)
+        self._pending.clear()
+        for add in pending:
+            add.error = self._error
+            add.done.set()
+        self._drained.set()
+
+    # --- ensemble change ------------------------------------------------------------------
+
+    def _bookie_failed(self, index: int, bookie: str) -> None:
+        if self._error is not None or self._closed:
+            return
+        if self._metadata.current_ensemble[index] != bookie:
+            return  # already replaced
+        self._failed_bookies[index] = bookie
+        self._ever_failed.add(bookie)
+        if not self._changing_ensemble:
+            self._changing_ensemble = True
+            self._ctx.nursery.start_soon(self._change_ensemble)
+
+    async def _change_ensemble(self) -> None:
+        try:
+            while self._failed_bookies and self._error is None:
+                failed = dict(self._failed_bookies)
+                try:
+                    await self._replace_bookies(failed)
+                except LedgerError as exc:
+                    log.warning("ledger %d: ensemble change failed: %r", self.ledger_id, exc)
+                    self._fail(exc)
+                    return
+                except Exception as exc:  # a bug must fail this handle, not the whole client
+                    log.exception("ledger %d: ensemble change crashed", self.ledger_id)
+                    self._fail(LedgerError(f"ensemble change failed: {exc!r}"))
+                    return
+                for index, bookie in failed.items():
+                    if self._failed_bookies.get(index) == bookie:
+                        del self._failed_bookies[index]
+                for add in list(self._pending):
+                    self._send_missing(add)
+        finally:
+            self._changing_ensemble = False
+            if self._error is None:
+                self._complete_in_order()
+
+    async def _replace_bookies(self, failed: dict[int, str]) -> None:
+        available = await self._ctx.available_bookies()
+        ensemble = list(self._metadata.current_ensemble)
+        for index in sorted(failed):
+            ensemble[index] = self._ctx.placement.choose_replacement(
+                available, ensemble, exclude=self._ever_failed
+            )
+        first_unacked = self._lac + 1
+        proposed = self._metadata.with_new_ensemble(first_unacked, ensemble)
+        while True:
+            try:
+                self._version = await self._ctx.cas_metadata(
+                    self.ledger_id, proposed, self._version
+                )
+                break
+            except MetadataVersionConflict:
+                current, self._version = await self._ctx.read_metadata(self.ledger_id)
+                if current.state is not LedgerState.OPEN:
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} is {current.state.value}: fenced by another "
+                        f"client during an ensemble change"
+                    ) from None
+                proposed = current.with_new_ensemble(first_unacked, ensemble)
+        self._metadata = proposed
+        self.ensemble_changes += 1
+        log.info("ledger %d: new ensemble %s from entry %d (replaced %s)", self.ledger_id,
+                 ensemble, first_unacked, sorted(failed.values()))  # fmt: skip

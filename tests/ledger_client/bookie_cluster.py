@@ -1,0 +1,74 @@
+"""In-process bookie servers for ledger-client tests: real TCP on 127.0.0.1, port 0.
+
+`running_bookies(store, n)` starts n `serve_bookie` servers (MemoryBookieStorage by default) in
+a nursery, registered in `store`, and yields an `InProcessCluster` that can stop one bookie
+(its cancel scope) to simulate a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import trio
+
+from ledger_backend.bookie.memory_storage import MemoryBookieStorage
+from ledger_backend.bookie.protocol import BookieAddress
+from ledger_backend.bookie.server import serve_bookie
+from ledger_backend.bookie.storage_api import BookieStorage
+from ledger_backend.metadata.store import MetadataStore
+
+
+@dataclass
+class InProcessBookie:
+    address: str
+    storage: BookieStorage
+    scope: trio.CancelScope
+
+
+@dataclass
+class InProcessCluster:
+    store: MetadataStore
+    nursery: trio.Nursery
+    bookies: dict[str, InProcessBookie] = field(default_factory=dict)
+
+    async def start_bookie(self, storage: BookieStorage | None = None) -> InProcessBookie:
+        storage = storage or MemoryBookieStorage()
+        scope = trio.CancelScope()
+
+        async def run(
+            task_status: trio.TaskStatus[BookieAddress] = trio.TASK_STATUS_IGNORED,
+        ) -> None:
+            with scope:
+                await serve_bookie(storage, self.store, "127.0.0.1", 0, drain_timeout_s=0.1,
+                                   task_status=task_status)  # fmt: skip
+
+        address = str(await self.nursery.start(run))
+        bookie = InProcessBookie(address, storage, scope)
+        self.bookies[address] = bookie
+        return bookie
+
+    async def stop_bookie(self, address: str) -> None:
+        """Stop serving (connections cut, registration gone), as a crash looks to clients."""
+        bookie = self.bookies.pop(address)
+        bookie.scope.cancel()
+        await trio.sleep(0.05)
+
+    def storage(self, address: str) -> BookieStorage:
+        return self.bookies[address].storage
+
+
+@asynccontextmanager
+async def running_bookies(
+    store: MetadataStore, count: int,
+    make_storage: Callable[[], BookieStorage] | None = None,
+) -> AsyncIterator[InProcessCluster]:  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        cluster = InProcessCluster(store, nursery)
+        for _ in range(count):
+            await cluster.start_bookie(make_storage() if make_storage else None)
+        try:
+            yield cluster
+        finally:
+            nursery.cancel_scope.cancel()
