@@ -1,0 +1,185 @@
+"""The Kafka broker: identity, configuration and request dispatch for one listener.
+
+`KafkaBroker` holds the topic service and the broker's identity (`KafkaBrokerConfig`), decodes a
+request frame, runs its handler from `protocols.kafka.handlers.HANDLERS` and encodes the answer.
+What it advertises in ApiVersions is computed once: every registered handler's version range
+intersected with the codec's schema table, so clients never see a version nothing implements.
+
+Errors: a handler reports per-partition failures itself; an exception escaping a handler (or a
+version outside what the handler implements) becomes a whole-request error response through
+`whole_request_error`.  A request this broker cannot answer at all raises `CloseConnection`, and
+so does a failed acks=0 Produce (the only way Kafka tells such a producer something went wrong).
+
+This module must never touch sockets: the listener (gateway/kafka_listener.py) owns them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from protocols.kafka.broker_api import RequestContext, TopicServiceApi
+from protocols.kafka.codec import RequestHeader, decode_request, encode_response
+from protocols.kafka.errors import ErrorCode, KafkaProtocolError, UnsupportedVersionError
+from protocols.kafka.handlers import HANDLERS, ApiKey
+from protocols.kafka.handlers.api_versions import api_versions_body
+from protocols.kafka.handlers.error_responses import whole_request_error
+from protocols.kafka.handlers.produce import produce_failed
+from protocols.kafka.handlers.request_order import ConnectionOrder, RequestTurn
+from protocols.kafka.schema import SCHEMAS
+
+log = logging.getLogger("ledgerwire.kafka.broker")
+
+
+class CloseConnection(Exception):
+    """The connection that carried the request must be closed (no answer is possible)."""
+
+
+@dataclass
+class KafkaBrokerConfig:
+    broker_id: int = 0
+    advertised_host: str = "localhost"
+    advertised_port: int = 9092  # 0: advertise the port the listener bound
+    cluster_id: str = "ledgerwire"
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    max_message_bytes: int = 1048588  # Kafka's message.max.bytes default
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    rack: str | None = None
+    max_frame_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
+    max_in_flight_per_connection: int = 128
+    idle_timeout_s: float = 600.0  # connections.max.idle.ms
+    write_timeout_s: float = 60.0  # a client that stops reading its answers is disconnected
+    drain_timeout_s: float = 10.0  # graceful shutdown: time given to in-flight requests
+
+
+def _advertised_ranges(with_groups: bool) -> dict[int, tuple[int, int]]:
+    ranges: dict[int, tuple[int, int]] = {}
+    for key, spec in HANDLERS.items():
+        schema = SCHEMAS.get(key)
+        if schema is None or (spec.needs_group_coordinator and not with_groups):
+            continue
+        low = max(spec.min_version, schema.min_version)
+        high = min(spec.max_version, schema.max_version)
+        if low <= high:
+            ranges[key] = (low, high)
+    return ranges
+
+
+class KafkaBroker:
+    """One Kafka broker's request handling (see the module docstring)."""
+
+    def __init__(self, topic_service: TopicServiceApi, config: KafkaBrokerConfig | None = None,
+                 *, group_coordinator: Any = None) -> None:
+        self.topic_service = topic_service
+        self.config = config if config is not None else KafkaBrokerConfig()
+        # protocols.kafka.group_coordinator.GroupCoordinator; group APIs are served only with one
+        self.group_coordinator = group_coordinator
+        self._advertised_port = self.config.advertised_port
+        self._versions = _advertised_ranges(group_coordinator is not None)
+
+    # --- identity -------------------------------------------------------------------------------
+
+    @property
+    def advertised_host(self) -> str:
+        return self.config.advertised_host
+
+    @property
+    def advertised_port(self) -> int:
+        return self._advertised_port
+
+    def listener_bound(self, port: int) -> None:
+        """Called by the listener with its bound port; used when the configured port is 0."""
+        if self.config.advertised_port == 0:
+            self._advertised_port = port
+
+    def supported_api_versions(self) -> Mapping[int, tuple[int, int]]:
+        return self._versions
+
+    def new_context(self, client_address: str) -> RequestContext:
+        """The context of one connection."""
+        return RequestContext(broker=self, client_address=client_address,
+                              order=ConnectionOrder())
+
+    def request_context(self, connection: RequestContext, header: RequestHeader) -> RequestContext:
+        """The context of one request; call synchronously in the order requests were read."""
+        if connection.order is None:
+            return connection
+        return replace(connection, turn=connection.order.admit(header.api_key))
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def decode(self, frame: bytes) -> tuple[RequestHeader, dict]:
+        """Decode one frame (MalformedRequestError / UnsupportedVersionError as the codec says)."""
+        return decode_request(frame)
+
+    def answer_unsupported_version(self, exc: UnsupportedVersionError) -> bytes:
+        """The answer to a request whose version the codec does not know, else CloseConnection.
+
+        ApiVersions is answered Kafka's way: a v0 response with UNSUPPORTED_VERSION and the
+        supported list, so the client retries with a version it finds there.  Other APIs cannot be
+        answered in a layout the client expects; Kafka closes the connection, and so do we.
+        """
+        header = exc.header
+        if header is None or header.api_key != ApiKey.API_VERSIONS:
+            raise CloseConnection(f"unsupported request version: {exc}")
+        v0 = RequestHeader(api_key=ApiKey.API_VERSIONS, api_version=0,
+                           correlation_id=header.correlation_id, client_id=header.client_id)
+        ctx = self.new_context("?")
+        return encode_response(v0, api_versions_body(ctx, ErrorCode.UNSUPPORTED_VERSION))
+
+    async def handle(self, ctx: RequestContext, header: RequestHeader, body: dict) -> bytes | None:
+        """Run the request's handler; the encoded response frame, or None for acks=0 Produce."""
+        key, version = header.api_key, header.api_version
+        turn: RequestTurn | None = ctx.turn
+        try:
+            if turn is not None:
+                await turn.wait_until_ready()
+            response = await self._dispatch(ctx, header, body)
+        finally:
+            if turn is not None:
+                turn.finished()
+        if key == ApiKey.PRODUCE and body.get("acks") == 0:
+            if response is None or produce_failed(response):
+                raise CloseConnection("acks=0 produce failed")
+            return None
+        if response is None:
+            raise CloseConnection(f"no answer for api key {key} version {version}")
+        try:
+            return encode_response(header, response)
+        except Exception:  # a handler produced a body the schema rejects: a bug, answer it
+            log.exception("response does not encode", extra={"api_key": key, "version": version,
+                                                             "client": ctx.client_address})
+            fallback = whole_request_error(key, version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
+            if fallback is None:
+                raise CloseConnection("response could not be encoded") from None
+            return encode_response(header, fallback)
+
+    async def _dispatch(self, ctx: RequestContext, header: RequestHeader,
+                        body: dict) -> dict | None:
+        key, version = header.api_key, header.api_version
+        spec = HANDLERS.get(key)
+        supported = self._versions.get(key)
+        if spec is None or supported is None or not supported[0] <= version <= supported[1]:
+            if key == ApiKey.API_VERSIONS:
+                return api_versions_body(ctx, ErrorCode.UNSUPPORTED_VERSION)
+            return whole_request_error(key, version, body, ErrorCode.UNSUPPORTED_VERSION,
+                                       f"version {version} of api key {key} is not supported")
+        try:
+            return await spec.handle(ctx, header, body)
+        except KafkaProtocolError as exc:
+            return whole_request_error(key, version, body, exc.code, exc.message)
+        except Exception:  # a handler bug must not kill the connection or the broker
+            log.exception("handler failed", extra={"api": spec.name, "version": version,
+                                                   "client": ctx.client_address})
+            return whole_request_error(key, version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def describe(broker: KafkaBroker) -> dict[str, Any]:
+    """A summary for logs and the admin endpoint."""
+    return {"broker_id": broker.config.broker_id,
+            "advertised": f"{broker.advertised_host}:{broker.advertised_port}",
+            "apis": {HANDLERS[k].name: v for k, v in broker.supported_api_versions().items()}}

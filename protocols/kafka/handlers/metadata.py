@@ -1,0 +1,142 @@
+"""Metadata (key 3): brokers, cluster id and every requested topic's partitions.
+
+In standalone this broker is the leader, the only replica and the whole ISR of every partition,
+at leader epoch 0 (the ledger backend replicates underneath; Kafka-level replication is not
+visible to clients).  Requested topics that do not exist are created on the spot when the
+broker allows auto-creation and the request does too (v4+ `allow_auto_topic_creation`, always
+for v0-v3), with the broker's default partition count.
+
+This module must never create a topic the request did not name.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from protocols.kafka.broker_api import RequestContext
+from protocols.kafka.codec import RequestHeader
+from protocols.kafka.errors import (
+    ErrorCode,
+    InvalidTopicError,
+    KafkaProtocolError,
+    TopicAlreadyExistsError,
+)
+from protocols.kafka.handlers.error_responses import ZERO_UUID, error_code_of
+from protocols.kafka.handlers.topic_lookup import topic_by_id, validate_topic_name
+
+log = logging.getLogger("ledgerwire.kafka.metadata")
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def partition_entries(ctx: RequestContext, partitions: int) -> list[dict]:
+    me = ctx.broker.config.broker_id
+    return [
+        {
+            "error_code": 0,
+            "partition_index": index,
+            "leader_id": me,
+            "leader_epoch": 0,
+            "replica_nodes": [me],
+            "isr_nodes": [me],
+            "offline_replicas": [],
+        }
+        for index in range(partitions)
+    ]
+
+
+def topic_entry(ctx: RequestContext, info: Any) -> dict:
+    return {
+        "error_code": 0,
+        "name": info.name,
+        "topic_id": info.topic_id,
+        "is_internal": False,
+        "partitions": partition_entries(ctx, info.partitions),
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def error_topic_entry(name: str | None, topic_id: Any, code: int) -> dict:
+    return {
+        "error_code": int(code),
+        "name": name,
+        "topic_id": topic_id if topic_id is not None else ZERO_UUID,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+async def _auto_create(ctx: RequestContext, name: str) -> int:
+    """Create `name` with default settings; returns an error code (0 when it now exists)."""
+    try:
+        validate_topic_name(name)
+        await ctx.topics.create_topic(name, ctx.broker.config.default_partitions)
+        log.info("auto-created topic", extra={"topic": name})
+    except TopicAlreadyExistsError:
+        pass  # created concurrently by another request: fine
+    except InvalidTopicError:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    except KafkaProtocolError as exc:
+        return exc.code
+    except Exception as exc:  # noqa: BLE001 - reported to the client as an error code
+        return error_code_of(exc)
+    return ErrorCode.NONE
+
+
+async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    version = header.api_version
+    config = ctx.broker.config
+    requested = body.get("topics")
+    all_topics = requested is None or (version == 0 and not requested)
+    allow_auto_create = config.auto_create_topics and (
+        version < 4 or bool(body.get("allow_auto_topic_creation", True))
+    )
+    topics_out: list[dict] = []
+    if all_topics:
+        for _name, info in sorted(ctx.topics.topics().items()):
+            topics_out.append(topic_entry(ctx, info))
+    else:
+        seen: set[str] = set()
+        for item in requested or []:
+            name = item.get("name")
+            topic_id = item.get("topic_id")
+            if name is None:
+                info = topic_by_id(ctx, topic_id)
+                if info is None:
+                    topics_out.append(error_topic_entry(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
+                else:
+                    topics_out.append(topic_entry(ctx, info))
+                continue
+            if name in seen:
+                continue
+            seen.add(name)
+            info = ctx.topics.topics().get(name)
+            if info is None and allow_auto_create:
+                code = await _auto_create(ctx, name)
+                if code:
+                    topics_out.append(error_topic_entry(name, None, code))
+                    continue
+                info = ctx.topics.topics().get(name)
+            if info is None:
+                topics_out.append(
+                    error_topic_entry(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                )
+            else:
+                topics_out.append(topic_entry(ctx, info))
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [
+            {
+                "node_id": config.broker_id,
+                "host": ctx.broker.advertised_host,
+                "port": ctx.broker.advertised_port,
+                "rack": config.rack,
+            }
+        ],
+        "cluster_id": config.cluster_id,
+        "controller_id": config.broker_id,
+        "topics": topics_out,
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }

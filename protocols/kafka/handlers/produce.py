@@ -1,0 +1,147 @@
+"""Produce (key 0): append each partition's record batches and report their offsets.
+
+Every append is acknowledged by the ledger's ack quorum before it returns, so acks=1 and
+acks=-1 are answered the same way, after durability; acks=0 is appended the same way too and
+the listener simply sends no response.  Partitions of one request are appended concurrently;
+each gets its own error code.  Old clients' magic v0/v1 message sets are converted to v2
+batches before they are stored (one offset space, one stored form).  Topics whose
+`message.timestamp.type` is LogAppendTime get the broker's clock in the batch and in the answer.
+
+This module must never decode individual records or re-encode v2 batches: the batch bytes go to
+the partition log as they came.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from protocols.kafka.broker_api import RequestContext
+from protocols.kafka.codec import RequestHeader
+from protocols.kafka.errors import (
+    CorruptMessageError,
+    ErrorCode,
+    InvalidRequiredAcksError,
+    MessageTooLargeError,
+)
+from protocols.kafka.handlers.error_responses import error_code_of, error_message_of
+from protocols.kafka.handlers.topic_lookup import open_partition, topic_info
+from protocols.kafka.record_batch import convert_legacy_message_set
+
+log = logging.getLogger("ledgerwire.kafka.produce")
+
+MAGIC_OFFSET = 16  # same position in v0/v1 message sets and v2 record batches
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+def _partition_error(index: int, code: int, message: str | None) -> dict:
+    return {
+        "index": index,
+        "error_code": int(code),
+        "base_offset": -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message,
+    }
+
+
+async def _append_partition(
+    ctx: RequestContext, topic: str, partition: dict[str, Any], out: dict
+) -> None:
+    index = int(partition.get("index", 0))
+    turn = ctx.turn
+    issued = False
+    try:
+        records = partition.get("records")
+        if records is None or len(records) == 0:
+            raise CorruptMessageError("produce request without records")
+        info = topic_info(ctx, topic)
+        configs = info.configs if info is not None else {}
+        limit = int(configs.get("max.message.bytes", ctx.broker.config.max_message_bytes))
+        if len(records) > limit:
+            raise MessageTooLargeError(
+                f"{len(records)} bytes of records exceed max.message.bytes={limit}"
+            )
+        log_append = configs.get("message.timestamp.type") == LOG_APPEND_TIME
+        plog = await open_partition(ctx, topic, index)
+        batches: list[bytes | memoryview] = [records]
+        if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] < 2:
+            batches = list(convert_legacy_message_set(bytes(records)))
+            if not batches:
+                raise CorruptMessageError("empty legacy message set")
+        if turn is not None:
+            await turn.wait_for_append_turn()
+            turn.append_issued()
+        issued = True
+        # No checkpoint between the turn and this call: append takes its offset synchronously.
+        result = await plog.append(batches[0], timestamp_type_log_append=log_append)
+        for batch in batches[1:]:
+            await plog.append(batch, timestamp_type_log_append=log_append)
+        out[index] = {
+            "index": index,
+            "error_code": 0,
+            "base_offset": result.base_offset,
+            "log_append_time_ms": result.log_append_time_ms,
+            "log_start_offset": result.log_start_offset,
+            "record_errors": [],
+            "error_message": None,
+        }
+    except Exception as exc:  # noqa: BLE001 - becomes this partition's error code
+        out[index] = _partition_error(index, error_code_of(exc), error_message_of(exc))
+    finally:
+        if not issued and turn is not None:
+            turn.append_issued()
+
+
+async def handle_produce(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    acks = body.get("acks", 1)
+    topics = body.get("topic_data") or []
+    responses: list[dict] = []
+    valid_acks = acks in (0, 1, -1)
+    if ctx.turn is not None:
+        ctx.turn.expect_appends(
+            sum(len(t.get("partition_data") or []) for t in topics) if valid_acks else 0
+        )
+    if not valid_acks:
+        err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
+        for t in topics:
+            responses.append({
+                "name": t.get("name"),
+                "partition_responses": [
+                    _partition_error(int(p.get("index", 0)), err.code, err.message)
+                    for p in t.get("partition_data") or []
+                ],
+            })
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    results: list[tuple[str, list[int], dict]] = []
+    async with trio.open_nursery() as nursery:
+        for t in topics:
+            name = t.get("name")
+            out: dict[int, dict] = {}
+            order: list[int] = []
+            for p in t.get("partition_data") or []:
+                order.append(int(p.get("index", 0)))
+                nursery.start_soon(_append_partition, ctx, name, p, out)
+            results.append((name, order, out))
+    for name, order, out in results:
+        responses.append({
+            "name": name,
+            "partition_responses": [
+                out.get(i) or _partition_error(i, ErrorCode.UNKNOWN_SERVER_ERROR, None)
+                for i in order
+            ],
+        })
+    return {"responses": responses, "throttle_time_ms": 0}
+
+
+def produce_failed(response: dict) -> bool:
+    """True if any partition of a Produce response carries an error (acks=0 closes then)."""
+    return any(
+        p.get("error_code")
+        for t in response.get("responses", [])
+        for p in t.get("partition_responses", [])
+    )

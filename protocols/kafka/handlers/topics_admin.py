@@ -1,0 +1,177 @@
+"""CreateTopics (19), DeleteTopics (20) and CreatePartitions (37).
+
+Topics are created and changed through the topic service, synchronously: when the answer goes
+out the topic exists (or is gone) in the metadata store, so `timeout_ms` never expires.  The
+replication factor is accepted as given (-1 or any positive value): the ledger backend does the
+replicating, and Metadata shows this broker as the one replica.  Manual replica assignments are
+accepted for their partition count only.  `validate_only` checks everything and changes nothing.
+
+This module must never touch partition data: it only asks the topic service.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from protocols.kafka.broker_api import RequestContext
+from protocols.kafka.codec import RequestHeader
+from protocols.kafka.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    TopicAlreadyExistsError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+from protocols.kafka.handlers.configs import topic_config_values, validate_topic_configs
+from protocols.kafka.handlers.error_responses import ZERO_UUID, error_code_of, error_message_of
+from protocols.kafka.handlers.topic_lookup import topic_by_id, validate_topic_name
+
+REPLICATION_FACTOR_SHOWN = 1
+# Each partition is a managed ledger with its own metadata: refuse absurd counts up front.
+MAX_PARTITIONS_PER_TOPIC = 10_000
+
+
+async def _create_one(ctx: RequestContext, t: dict[str, Any], validate_only: bool) -> dict:
+    name: str = t.get("name") or ""
+    result: dict[str, Any] = {"name": name, "topic_id": ZERO_UUID, "error_code": 0,
+                              "error_message": None, "topic_config_error_code": 0,
+                              "num_partitions": -1, "replication_factor": -1, "configs": None}
+    try:
+        validate_topic_name(name)
+        assignments = t.get("assignments") or []
+        partitions = int(t.get("num_partitions", -1))
+        replication = int(t.get("replication_factor", -1))
+        if assignments:
+            if partitions != -1 or replication != -1:
+                raise InvalidRequestError(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                    "Both cannot be used at the same time."
+                )
+            indexes = sorted(int(a.get("partition_index", -1)) for a in assignments)
+            if indexes != list(range(len(indexes))):
+                raise InvalidReplicaAssignmentError("Partitions must be numbered 0..n-1")
+            partitions = len(indexes)
+        elif partitions == -1:
+            partitions = ctx.broker.config.default_partitions
+        if partitions <= 0:
+            raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+        if partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitionsError(
+                f"Number of partitions must be at most {MAX_PARTITIONS_PER_TOPIC}."
+            )
+        if replication == 0 or replication < -1:
+            raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
+        configs = validate_topic_configs(
+            {c.get("name"): c.get("value") for c in t.get("configs") or []}
+        )
+        if name in ctx.topics.topics():
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        if not validate_only:
+            await ctx.topics.create_topic(name, partitions, configs or None)
+            info = ctx.topics.topics().get(name)
+            if info is not None:
+                result["topic_id"] = info.topic_id
+        result["num_partitions"] = partitions
+        result["replication_factor"] = REPLICATION_FACTOR_SHOWN
+        result["configs"] = [
+            {"name": n, "value": v, "read_only": False, "config_source": s,
+             "is_sensitive": False}
+            for n, v, s, _kind, _doc in topic_config_values(configs, ctx.broker.config)
+        ]
+    except Exception as exc:  # noqa: BLE001 - becomes this topic's error code
+        result.update(error_code=error_code_of(exc), error_message=error_message_of(exc),
+                      num_partitions=-1, replication_factor=-1, configs=None)
+    return result
+
+
+async def handle_create_topics(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    requested = body.get("topics") or []
+    counts = Counter(t.get("name") for t in requested)
+    validate_only = bool(body.get("validate_only", False))
+    out = []
+    reported_duplicates: set[str] = set()
+    for t in requested:
+        name = t.get("name")
+        if counts[name] > 1:
+            if name in reported_duplicates:
+                continue
+            reported_duplicates.add(name)
+            out.append({"name": name, "topic_id": ZERO_UUID, "error_code": InvalidRequestError.code,
+                        "error_message": f"Create topics request from client contains "
+                                         f"multiple entries for topic {name}",
+                        "num_partitions": -1, "replication_factor": -1, "configs": None})
+            continue
+        out.append(await _create_one(ctx, t, validate_only))
+    return {"throttle_time_ms": 0, "topics": out}
+
+
+async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> dict:
+    result: dict[str, Any] = {"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": 0,
+                              "error_message": None}
+    try:
+        if name is None:
+            info = topic_by_id(ctx, topic_id)
+            if info is None:
+                raise UnknownTopicIdError(f"Topic id {topic_id} does not exist")
+            name = info.name
+            result["name"] = name
+        else:
+            info = ctx.topics.topics().get(name)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"Topic {name} does not exist")
+            result["topic_id"] = info.topic_id
+        await ctx.topics.delete_topic(name)
+    except Exception as exc:  # noqa: BLE001 - becomes this topic's error code
+        result.update(error_code=error_code_of(exc), error_message=error_message_of(exc))
+    return result
+
+
+async def handle_delete_topics(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    if header.api_version >= 6:
+        items = [(t.get("name"), t.get("topic_id")) for t in body.get("topics") or []]
+    else:
+        items = [(n, None) for n in body.get("topic_names") or []]
+    return {"throttle_time_ms": 0,
+            "responses": [await _delete_one(ctx, n, i) for n, i in items]}
+
+
+async def _grow_one(ctx: RequestContext, t: dict[str, Any], validate_only: bool) -> dict:
+    name: str = t.get("name") or ""
+    result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+    try:
+        info = ctx.topics.topics().get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+        count = int(t.get("count", 0))
+        if count < info.partitions:
+            raise InvalidPartitionsError(
+                f"Topic currently has {info.partitions} partitions, which is higher than "
+                f"the requested {count}."
+            )
+        if count == info.partitions:
+            raise InvalidPartitionsError(f"Topic already has {info.partitions} partitions.")
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitionsError(
+                f"Number of partitions must be at most {MAX_PARTITIONS_PER_TOPIC}."
+            )
+        assignments = t.get("assignments")
+        if assignments is not None and len(assignments) != count - info.partitions:
+            raise InvalidReplicaAssignmentError(
+                f"Increasing the number of partitions by {count - info.partitions} but "
+                f"{len(assignments)} assignments provided."
+            )
+        if not validate_only:
+            await ctx.topics.create_partitions(name, count)
+    except Exception as exc:  # noqa: BLE001 - becomes this topic's error code
+        result.update(error_code=error_code_of(exc), error_message=error_message_of(exc))
+    return result
+
+
+async def handle_create_partitions(ctx: RequestContext, header: RequestHeader,
+                                   body: dict) -> dict:
+    validate_only = bool(body.get("validate_only", False))
+    return {"throttle_time_ms": 0,
+            "results": [await _grow_one(ctx, t, validate_only) for t in body.get("topics") or []]}
