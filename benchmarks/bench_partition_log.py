@@ -27,8 +27,16 @@ async def bench(n: int) -> None:
     bk = MemoryBookKeeper(store)
     factory = ManagedLedgerFactory(store, bk)
     payload = build_batch([(None, b"x" * BATCH_BYTES)], timestamp_ms=1)
-    idem = [build_batch([(None, b"x" * BATCH_BYTES)], producer_id=1, producer_epoch=0,
-                        base_sequence=i, timestamp_ms=1) for i in range(n)]
+    idem = [
+        build_batch(
+            [(None, b"x" * BATCH_BYTES)],
+            producer_id=1,
+            producer_epoch=0,
+            base_sequence=i,
+            timestamp_ms=1,
+        )
+        for i in range(n)
+    ]
 
     ml = await factory.open("bench/raw")
     start = time.perf_counter()
@@ -85,8 +93,10 @@ async def bench(n: int) -> None:
     line("PartitionLog.append, idempotent producer", idempotent, n)
     line("PartitionLog.append, 16 concurrent producers", concurrent, n // 16 * 16)
     line("PartitionLog.read (tail cache / ledger)", reads, plog_hw)
-    print(f"PartitionLog per-append overhead over a bare append of a patched copy: "
-          f"{(plain - raw_copy) / n * 1e6:.1f} us")
+    print(
+        f"PartitionLog per-append overhead over a bare append of a patched copy: "
+        f"{(plain - raw_copy) / n * 1e6:.1f} us"
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from protocols.kafka.group_coordinator import CommittedOffset, OffsetKey
 log = logging.getLogger("ledgerwire.offsets")
 
 FORMAT_VERSION = 1
-LEDGER_NAME = "__system/offsets/__consumer_offsets"
+KAFKA_OFFSETS_LEDGER = "__system/offsets/__consumer_offsets"
 State = dict[str, dict[OffsetKey, CommittedOffset]]
 
 
@@ -50,9 +50,11 @@ class LedgerOffsetStore:
         factory: ManagedLedgerFactory,
         config: ManagedLedgerConfig | None = None,
         *,
+        ledger_name: str = KAFKA_OFFSETS_LEDGER,
         snapshot_every: int = 10_000,
     ) -> None:
         self._factory = factory
+        self._ledger_name = ledger_name
         self._config = config
         self._snapshot_every = snapshot_every
         self._ledger: ManagedLedger | None = None
@@ -60,7 +62,7 @@ class LedgerOffsetStore:
         self._records_since_snapshot = 0
 
     async def load(self) -> State:
-        self._ledger = await self._factory.open(LEDGER_NAME, self._config)
+        self._ledger = await self._factory.open(self._ledger_name, self._config)
         cursor = await self._ledger.open_cursor("snapshot")
         start = cursor.mark_delete_position or self._ledger.first_position
         replayed = 0

@@ -3,26 +3,8 @@
 // INPUT.json: [{key, value, headers: {name: value}, timestamp}] with base64 key/value/header values.
 'use strict'
 const fs = require('fs')
-const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkajs')
-const SnappyCodec = require('kafkajs-snappy')
-const lz4js = require('lz4js')
-const { ZstdCodec } = require('zstd-codec')
-
-function registerCodecs () {
-  CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
-  CompressionCodecs[CompressionTypes.LZ4] = () => ({
-    async compress (encoder) { return Buffer.from(lz4js.compress(encoder.buffer)) },
-    async decompress (buffer) { return Buffer.from(lz4js.decompress(buffer)) }
-  })
-  return new Promise(resolve => ZstdCodec.run(zstd => {
-    const simple = new zstd.Simple()
-    CompressionCodecs[CompressionTypes.ZSTD] = () => ({
-      async compress (encoder) { return Buffer.from(simple.compress(encoder.buffer)) },
-      async decompress (buffer) { return Buffer.from(simple.decompress(buffer)) }
-    })
-    resolve()
-  }))
-}
+const { Kafka, CompressionTypes, logLevel } = require('kafkajs')
+const { registerCodecs } = require('./codecs')
 
 const CODECS = {
   none: CompressionTypes.None,

@@ -1,0 +1,171 @@
+"""`ledgerwire standalone`: one process holding a broker, its bookies and the metadata store.
+
+Everything lives under one data directory:
+
+    <data_dir>/metadata/       the embedded metadata store
+    <data_dir>/bookies/<i>/    bookie i's journal, entry logs and index
+
+The bookies are real bookie servers on loopback ports (the ledger client reaches them over
+TCP exactly as it would in a cluster), so the standalone shape exercises the same code paths
+as a cluster does. Shutdown runs in the reverse order of start-up: stop accepting Kafka
+connections and drain them, close every partition's ledger (so the next start needs no
+recovery), then checkpoint and close the bookies, then the metadata store.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import Any
+
+import trio
+
+from gateway.config import Config
+from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
+from gateway.kafka_listener import serve_kafka
+from gateway.offset_store import LedgerOffsetStore
+from gateway.topic_service import TopicService, TopicServiceConfig
+from ledger_backend.bookie.cookie import check_cookie
+from ledger_backend.bookie.server import serve_bookie
+from ledger_backend.bookie.storage import open_bookie_storage
+from ledger_backend.bookie.storage_api import BookieStorageConfig
+from ledger_backend.client.bookkeeper import BookKeeper
+from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from ledger_backend.metadata import open_store
+from protocols.kafka.group_coordinator import GroupCoordinator
+
+log = logging.getLogger("ledgerwire.standalone")
+
+
+def bookie_storage_config(config: Config, index: int) -> BookieStorageConfig:
+    s = config.storage
+    return BookieStorageConfig(
+        data_dir=config.data_dir / "bookies" / str(index),
+        fsync=s.fsync,
+        journal_max_group_wait_s=s.journal_max_group_wait_ms / 1000.0,
+        write_cache_bytes=s.write_cache_mb << 20,
+        read_cache_bytes=s.read_cache_mb << 20,
+    )
+
+
+def system_ledger_config(config: Config) -> ManagedLedgerConfig:
+    """Internal logs (committed offsets): replicated like topics, never trimmed by age."""
+    s = config.storage
+    return ManagedLedgerConfig(
+        ensemble_size=s.ensemble_size,
+        write_quorum=s.write_quorum,
+        ack_quorum=s.ack_quorum,
+        max_entries_per_ledger=s.max_entries_per_ledger,
+        max_ledger_bytes=s.max_ledger_mb << 20,
+        max_ledger_age_s=s.max_ledger_age_s,
+    )
+
+
+def topic_service_config(config: Config) -> TopicServiceConfig:
+    k, s = config.kafka, config.storage
+    return TopicServiceConfig(
+        default_partitions=k.default_partitions,
+        auto_create_topics=k.auto_create_topics,
+        retention_ms=config.retention.retention_ms,
+        retention_bytes=config.retention.retention_bytes,
+        max_message_bytes=k.max_message_bytes,
+        ensemble_size=s.ensemble_size,
+        write_quorum=s.write_quorum,
+        ack_quorum=s.ack_quorum,
+        max_entries_per_ledger=s.max_entries_per_ledger,
+        max_ledger_bytes=s.max_ledger_mb << 20,
+    )
+
+
+async def run_standalone(
+    config: Config, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run until SIGINT/SIGTERM (or cancellation), then shut down gracefully."""
+    started = trio.current_time()
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    async with AsyncExitStack() as stack:
+        store = await open_store(f"embedded:{config.data_dir / 'metadata'}")
+        stack.push_async_callback(store.close)
+
+        bookkeeper = await stack.enter_async_context(BookKeeper(store))
+
+        async def active_ledgers() -> set[int]:
+            return set(await bookkeeper.list_ledgers())
+
+        bookie_nursery = await stack.enter_async_context(trio.open_nursery())
+        for index in range(config.storage.bookies):
+            storage_config = bookie_storage_config(config, index)
+            # Refuse a data directory that belongs to another bookie identity.
+            await check_cookie(storage_config.data_dir, store, f"standalone-bookie-{index}")
+            storage = await stack.enter_async_context(
+                open_bookie_storage(storage_config, active_ledgers)
+            )
+            await bookie_nursery.start(
+                partial(
+                    serve_bookie,
+                    storage,
+                    store,
+                    config.storage.bookie_host,
+                    config.storage.bookie_port + index,
+                    bookie_id=f"standalone-bookie-{index}",
+                )
+            )
+        # Bookie servers stop before their storage closes (exit stack unwinds in reverse).
+        stack.callback(bookie_nursery.cancel_scope.cancel)
+
+        factory = ManagedLedgerFactory(store, bookkeeper)
+        topics = TopicService(store, factory, topic_service_config(config))
+        await topics.load()
+        stack.push_async_callback(topics.close)
+        offset_store = LedgerOffsetStore(factory, system_ledger_config(config))
+        stack.push_async_callback(offset_store.close)
+
+        # Background work stops before the logs it writes to are closed.
+        background = await stack.enter_async_context(trio.open_nursery())
+        stack.callback(background.cancel_scope.cancel)
+        background.start_soon(topics.run_retention)
+        coordinator = GroupCoordinator(offset_store)
+        await background.start(coordinator.run)
+
+        adv_host, adv_port = config.kafka_advertised
+        broker = KafkaBroker(
+            topics,
+            KafkaBrokerConfig(
+                broker_id=config.kafka.broker_id,
+                advertised_host=adv_host,
+                advertised_port=adv_port,
+                cluster_id=config.kafka.cluster_id,
+                auto_create_topics=config.kafka.auto_create_topics,
+                default_partitions=config.kafka.default_partitions,
+                max_message_bytes=config.kafka.max_message_bytes,
+                retention_ms=config.retention.retention_ms,
+                retention_bytes=config.retention.retention_bytes,
+                max_frame_bytes=config.kafka.max_frame_bytes,
+                drain_timeout_s=config.kafka.shutdown_grace_s,
+            ),
+            group_coordinator=coordinator,
+        )
+        bind_host, bind_port = config.kafka_bind
+        async with trio.open_nursery() as servers:
+            await servers.start(serve_kafka, broker, bind_host, bind_port)
+            log.info(
+                "ledgerwire standalone ready",
+                extra={
+                    "kafka": f"{bind_host}:{bind_port}",
+                    "advertised": f"{adv_host}:{adv_port}",
+                    "bookies": config.storage.bookies,
+                    "data_dir": str(config.data_dir),
+                    "startup_s": round(trio.current_time() - started, 3),
+                },
+            )
+            task_status.started()
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+                    break
+            # serve_kafka drains in-flight requests when cancelled, within its grace period.
+            servers.cancel_scope.cancel()
+        log.info("kafka listener stopped; closing ledgers and bookies")
+    log.info("ledgerwire standalone stopped")
