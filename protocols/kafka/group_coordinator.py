@@ -452,6 +452,17 @@ class GroupCoordinator:
         await self._store.commit(group_id, offsets)
         self.offsets.setdefault(group_id, {}).update(offsets)
 
+    async def apply_transactional_offsets(
+        self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]
+    ) -> None:
+        """Make offsets committed inside a transaction visible, when the transaction commits.
+
+        Membership was checked when the offsets were sent (TxnOffsetCommit); the commit marker
+        applies them whatever the group did since, as Kafka does.
+        """
+        await self._store.commit(group_id, offsets)
+        self.offsets.setdefault(group_id, {}).update(offsets)
+
     def fetch_offsets(self, group_id: str, keys: list[OffsetKey] | None) -> dict[OffsetKey, CommittedOffset]:
         committed = self.offsets.get(group_id, {})
         if keys is None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser, _config_from_args
+from gateway.cli import build_parser
+from gateway.commands.standalone import config_from_args
 from gateway.config import ConfigError, load_config, parse_host_port
 
 
@@ -27,7 +28,7 @@ def test_flags_override_file_which_overrides_defaults(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         ["standalone", "--config", str(toml), "--default-partitions", "8", "--no-fsync"]
     )
-    config = _config_from_args(args)
+    config = config_from_args(args)
     assert config.data_dir == Path("/srv/lw")
     assert config.kafka_bind == ("127.0.0.1", 19092)
     assert config.kafka.default_partitions == 8

@@ -1,0 +1,71 @@
+"""`ledgerwire standalone`: broker, bookies and the embedded metadata store in one process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import trio
+
+from gateway.config import load_config
+from gateway.logging_setup import setup_logging
+
+NAME = "standalone"
+HELP = "broker, bookies and embedded metadata in one process"
+
+
+def bool_flag(parser: argparse.ArgumentParser, name: str, dest: str, help_text: str) -> None:
+    parser.add_argument(f"--{name}", dest=dest, action="store_true", default=None, help=help_text)
+    parser.add_argument(f"--no-{name}", dest=dest, action="store_false", default=None)
+
+
+def add_config_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags that override the TOML configuration (dest = the dotted setting name)."""
+    p.add_argument("--config", type=Path, help="TOML configuration file")
+    p.add_argument("--data-dir", dest="data_dir", help="data directory (default ./data)")
+    p.add_argument("--kafka-listener", dest="kafka.listener", metavar="HOST:PORT",
+                   help="Kafka listener (default 0.0.0.0:9092)")
+    p.add_argument("--advertised-host", dest="kafka.advertised_host", metavar="HOST")
+    p.add_argument("--advertised-port", dest="kafka.advertised_port", type=int, metavar="N")
+    p.add_argument("--bookies", dest="storage.bookies", type=int, metavar="N", help="in-process bookies")
+    p.add_argument("--bookie-port", dest="storage.bookie_port", type=int, metavar="N",
+                   help="first bookie's port (the others follow)")
+    p.add_argument("--ensemble-size", dest="storage.ensemble_size", type=int, metavar="N")
+    p.add_argument("--write-quorum", dest="storage.write_quorum", type=int, metavar="N")
+    p.add_argument("--ack-quorum", dest="storage.ack_quorum", type=int, metavar="N")
+    bool_flag(p, "fsync", "storage.fsync", "fsync the journal before acknowledging (default)")
+    bool_flag(p, "auto-create-topics", "kafka.auto_create_topics", "create topics on first use")
+    p.add_argument("--default-partitions", dest="kafka.default_partitions", type=int, metavar="N")
+    p.add_argument("--retention-ms", dest="retention.retention_ms", type=int, metavar="N")
+    p.add_argument("--retention-bytes", dest="retention.retention_bytes", type=int, metavar="N")
+    p.add_argument("--log-level", dest="log.level", metavar="LEVEL")
+    p.add_argument("--log-format", dest="log.format", choices=["json", "text"])
+
+
+def config_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    overrides = {
+        key: value
+        for key, value in vars(args).items()
+        if "." in key or key == "data_dir"
+    }
+    return load_config(args.config, overrides)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    setup_logging(config.log.level, config.log.format)
+    from gateway.standalone import run_standalone
+
+    try:
+        trio.run(run_standalone, config)
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        logging.getLogger("ledgerwire").error("cannot start: %s", exc)
+        return 1
+    return 0
