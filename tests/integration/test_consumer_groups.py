@@ -16,9 +16,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def produce(bootstrap: str, topic: str, partitions: int, count: int) -> None:
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)]
-    )[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
+        topic
+    ].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for i in range(count):
         producer.produce(topic, value=b"%d" % i, partition=i % partitions)

@@ -71,13 +71,14 @@ class Standalone:
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")
+        log_start = log.tell()  # earlier runs' lines stay in the file: look only past them
         self.proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=log, env=dict(os.environ))
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"standalone exited with {self.proc.returncode}:\n{self.log()}")
-            if b"standalone ready" in self.log_path.read_bytes():
+            if b"standalone ready" in self.log_path.read_bytes()[log_start:]:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"standalone did not become ready:\n{self.log()}")
