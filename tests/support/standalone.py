@@ -78,10 +78,18 @@ class Standalone:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"standalone exited with {self.proc.returncode}:\n{self.log()}")
-            if b"standalone ready" in self.log_path.read_bytes()[log_start:]:
+            if b"standalone ready" in self.log_path.read_bytes()[log_start:] or self._accepts():
                 return
             time.sleep(0.05)
         raise RuntimeError(f"standalone did not become ready:\n{self.log()}")
+
+    def _accepts(self) -> bool:
+        """The Kafka port takes connections (the ready line may be filtered by --log-level)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.kafka_port), timeout=0.2):
+                return True
+        except OSError:
+            return False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-20000:]
