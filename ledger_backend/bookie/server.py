@@ -23,6 +23,7 @@ import socket
 
 import trio
 
+from ledger_backend.bookie import local_bookies
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     AddEntryRequest,
@@ -133,10 +134,12 @@ async def serve_bookie(
             for listener in listeners:
                 root.start_soon(server.accept_loop, listener, connections)
             logger.info("bookie %s serving on %s", server.bookie_id, address)
+            local_bookies.register(str(address), server)
             task_status.started(address)
             try:
                 await trio.sleep_forever()
             finally:
+                local_bookies.unregister(str(address), server)
                 with trio.CancelScope(shield=True):
                     # stop accepting, stop being offered to writers, then drain
                     for listener in listeners:
@@ -337,6 +340,11 @@ class _BookieServer:
                 conn.bytes_released = trio.Event()
 
     async def _answer(self, conn: _Connection, request: Message) -> None:
+        await conn.respond(await self.answer(request))
+
+    async def answer(self, request: Message) -> Message:
+        """The response to one request: what the wire gets, and what an in-process client
+        (ledger_backend.bookie.local_bookies) gets without the wire."""
         if type(request) is AddEntryRequest:
             response: Message = await self._add_entry(request)
         elif type(request) is ReadEntryRequest:
@@ -347,7 +355,7 @@ class _BookieServer:
             response = self._bookie_info(request)
         else:  # FrameDecoder(accept="requests") lets nothing else through
             raise AssertionError(f"unexpected message {request!r}")
-        await conn.respond(response)
+        return response
 
     # --- requests -----------------------------------------------------------------------
 

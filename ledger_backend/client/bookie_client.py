@@ -22,6 +22,7 @@ from typing import cast
 
 import trio
 
+from ledger_backend.bookie import local_bookies
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     FrameDecoder,
@@ -231,25 +232,83 @@ class BookieConnection:
             _deliver(entry.callback, error)
 
 
+class LocalBookieConnection:
+    """A connection to a bookie served by this process: requests go to its `answer()` directly.
+
+    Same interface and outcomes as BookieConnection (callbacks get the response, or
+    BKTimeoutError / BookieUnavailableError), minus the encoding and the sockets.
+    """
+
+    def __init__(self, address: str, nursery: trio.Nursery, *, timeout_s: float) -> None:
+        self.address = address
+        self._nursery = nursery
+        self._timeout_s = timeout_s
+        self._ids = itertools.count(1)
+        self._in_flight = 0
+        self._closed = False
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def submit(
+        self, build: Callable[[int], Request], callback: ResponseCallback,
+        timeout_s: float | None = None,
+    ) -> None:  # fmt: skip
+        server = local_bookies.lookup(self.address)
+        if self._closed or server is None:
+            _deliver(callback, BookieUnavailableError(f"bookie {self.address} is not serving"))
+            return
+        request = build(next(self._ids))
+        wait = self._timeout_s if timeout_s is None else timeout_s
+        self._in_flight += 1
+        self._nursery.start_soon(self._run_one, server, request, callback, wait)
+
+    async def _run_one(self, server: local_bookies.AnswersRequests, request: Request,
+                       callback: ResponseCallback, wait: float) -> None:  # fmt: skip
+        try:
+            with trio.move_on_after(wait):
+                response = await server.answer(request)
+                _deliver(callback, response)
+                return
+            _deliver(callback, BKTimeoutError(f"bookie {self.address}: no answer in {wait}s"))
+        finally:
+            self._in_flight -= 1
+
+    request = BookieConnection.request
+
+    async def close(self) -> None:
+        self._closed = True
+
+
 class BookieClientPool:
-    """The connections of one BookKeeper client, one per bookie address."""
+    """The connections of one BookKeeper client, one per bookie address.
+
+    With `local_bookies=True`, bookies served by this very process are reached in-process
+    (see ledger_backend/bookie/local_bookies.py); all others over TCP.
+    """
 
     def __init__(self, nursery: trio.Nursery, *, timeout_s: float,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:  # fmt: skip
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 local_bookies: bool = False) -> None:  # fmt: skip
         self._nursery = nursery
         self._timeout_s = timeout_s
         self._max_frame_bytes = max_frame_bytes
-        self._connections: dict[str, BookieConnection] = {}
+        self._local = local_bookies
+        self._connections: dict[str, BookieConnection | LocalBookieConnection] = {}
 
     @property
     def timeout_s(self) -> float:
         return self._timeout_s
 
-    def connection(self, address: str) -> BookieConnection:
+    def connection(self, address: str) -> BookieConnection | LocalBookieConnection:
         conn = self._connections.get(address)
         if conn is None:
-            conn = BookieConnection(address, self._nursery, timeout_s=self._timeout_s,
-                                    max_frame_bytes=self._max_frame_bytes)  # fmt: skip
+            if self._local and local_bookies.lookup(address) is not None:
+                conn = LocalBookieConnection(address, self._nursery, timeout_s=self._timeout_s)
+            else:
+                conn = BookieConnection(address, self._nursery, timeout_s=self._timeout_s,
+                                        max_frame_bytes=self._max_frame_bytes)  # fmt: skip
             self._connections[address] = conn
         return conn
 

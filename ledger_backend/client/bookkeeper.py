@@ -48,8 +48,10 @@ class BookKeeper:
         timeout_s: float = 10.0,
         placement: PlacementPolicy | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        local_bookies: bool = False,
     ) -> None:
         self._store = store
+        self._local_bookies = local_bookies  # reach bookies of this process without the wire
         self.timeout_s = timeout_s
         self._placement = placement or PlacementPolicy()
         self._max_frame_bytes = max_frame_bytes
@@ -60,7 +62,8 @@ class BookKeeper:
         self._nursery_manager = trio.open_nursery()
         nursery = await self._nursery_manager.__aenter__()
         pool = BookieClientPool(nursery, timeout_s=self.timeout_s,
-                                max_frame_bytes=self._max_frame_bytes)  # fmt: skip
+                                max_frame_bytes=self._max_frame_bytes,
+                                local_bookies=self._local_bookies)  # fmt: skip
         self._ctx = ClientContext(self._store, pool, self._placement, nursery, self.timeout_s)
         return self
 
