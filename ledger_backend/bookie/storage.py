@@ -105,6 +105,8 @@ class DurableBookieStorage(BookieStorage):
         self.index = EntryIndex()
         self.write_cache = WriteCache(config.write_cache_bytes)
         self.read_cache = ReadCache(config.read_cache_bytes)
+        # entries being read from an entry log right now (as part of a read-ahead run)
+        self._reads_in_flight: dict[tuple[int, int], trio.Event] = {}
         self.logs = EntryLogDirectory(self.ledgers_dir / "entrylogs", fsync=config.fsync)
         self.writer = EntryLogWriter(self.logs, max_bytes=config.entry_log_max_bytes)
         self.index_log = IndexLog(self.ledgers_dir / "index", fsync=config.fsync)
@@ -226,7 +228,8 @@ class DurableBookieStorage(BookieStorage):
         self._notify_lac(ledger_id)
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        for _attempt in range(3):
+        moved = 0  # times compaction moved the entry while we read it
+        while moved < 3:
             state = self.states.get(ledger_id)
             if state is None or state.deleted:
                 raise NoSuchLedgerError(f"no ledger {ledger_id}")
@@ -237,9 +240,16 @@ class DurableBookieStorage(BookieStorage):
                 return data
             if self.index.get(ledger_id, entry_id) is None:
                 raise NoSuchEntryError(f"no entry {entry_id} in ledger {ledger_id}")
+            pending = self._reads_in_flight.get((ledger_id, entry_id))
+            if pending is not None:
+                # Another read is already fetching this entry as part of its read-ahead run:
+                # wait for it and take the entry from the read cache, rather than read it again.
+                await pending.wait()
+                continue
             try:
                 return await self._read_from_log(ledger_id, entry_id)
             except FileNotFoundError:
+                moved += 1
                 continue  # compaction moved it while we read: look it up again
             except EntryLogCorruptError as exc:
                 raise BookieError(f"ledger {ledger_id} entry {entry_id}: {exc}") from exc
@@ -258,21 +268,33 @@ class DurableBookieStorage(BookieStorage):
             found = idx.get(next_id)
             if found is None or found[0] != ((log_id << 32) | end):
                 break
+            if (ledger_id, next_id) in self._reads_in_flight:
+                break  # another read already brings it (and what follows)
             if self.read_cache.get(ledger_id, next_id) is not None:
                 break
             run.append((next_id, found[1]))
             end += ENTRY_HEADER_SIZE + found[1]
-        raw = memoryview(
-            await trio.to_thread.run_sync(self.logs.read_span, log_id, start, end - start)
-        )
-        pos, wanted = 0, b""
-        for eid, size in run:
-            payload = decode_entry(raw[pos : pos + ENTRY_HEADER_SIZE + size], ledger_id, eid)
-            pos += ENTRY_HEADER_SIZE + size
-            if eid == entry_id:
-                wanted = payload
-            self.read_cache.put(ledger_id, eid, payload)
-        return wanted
+        done = trio.Event()
+        keys = [(ledger_id, eid) for eid, _ in run]
+        for key in keys:
+            self._reads_in_flight[key] = done
+        try:
+            raw = memoryview(
+                await trio.to_thread.run_sync(self.logs.read_span, log_id, start, end - start)
+            )
+            pos, wanted = 0, b""
+            for eid, size in run:
+                payload = decode_entry(raw[pos : pos + ENTRY_HEADER_SIZE + size], ledger_id, eid)
+                pos += ENTRY_HEADER_SIZE + size
+                if eid == entry_id:
+                    wanted = payload
+                self.read_cache.put(ledger_id, eid, payload)
+            return wanted
+        finally:
+            for key in keys:
+                if self._reads_in_flight.get(key) is done:
+                    del self._reads_in_flight[key]
+            done.set()
 
     async def fence(self, ledger_id: int) -> int:
         journal = self._check_accepting()
