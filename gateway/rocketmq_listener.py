@@ -1,0 +1,240 @@
+"""RocketMQ TCP listeners: the name server and the broker.
+
+Shape (Trio): one nursery per server; the accept loop hands each connection to a connections
+nursery; one task per connection reads frames (`FrameReader` refuses an oversize length before
+reading the body) and starts one task per request.  RocketMQ clients match responses by opaque,
+so responses go out in completion order (a long-polling pull must not hold up a send), but one
+writer task owns the socket's write side.  Oneway requests are run and never answered.
+Broker-initiated requests (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) go through the
+same writer.  A frame that cannot be decoded closes that connection only; a handler that fails
+unexpectedly gets a SYSTEM_ERROR response (and a log line), never a crash.
+
+Graceful shutdown: when the server task is cancelled it stops accepting and stops reading new
+requests; requests in flight get `drain_timeout_s` to finish and be answered (a long-polling
+pull that is still waiting then is cancelled); the connections nursery is shielded so outside
+cancellation cannot cut that drain short, its own deadline bounds it.
+
+This module must never decode message bodies or touch partition data itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
+
+import trio
+
+from gateway.rocketmq_service import RocketMQBroker
+from protocols.rocketmq.codec import (
+    FrameReader,
+    RemotingCommand,
+    decode_command,
+    encode_command,
+    make_response,
+)
+from protocols.rocketmq.dispatch import dispatch
+from protocols.rocketmq.errors import MalformedFrameError, ResponseCode
+from protocols.rocketmq.name_server import NameServer
+
+log = logging.getLogger("ledgerwire.rocketmq.listener")
+
+RECEIVE_BYTES = 256 * 1024
+MAX_IN_FLIGHT_PER_CONNECTION = 1024
+DRAIN_TIMEOUT_S = 5.0
+_ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_connection_ids = itertools.count(1)
+
+RequestHandler = Callable[["RemotingConnection", RemotingCommand],
+                          Awaitable[RemotingCommand | None]]
+
+
+class ListenAddress(NamedTuple):
+    host: str
+    port: int
+
+
+def _peer(stream: trio.SocketStream) -> tuple[str, int]:
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:
+        return ("0.0.0.0", 0)
+    return (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else ("0.0.0.0", 0)
+
+
+class RemotingConnection:
+    """One client connection (the ConnectionLike the handlers see)."""
+
+    def __init__(self, stream: trio.SocketStream, max_frame_bytes: int,
+                 max_header_bytes: int) -> None:
+        self.stream = stream
+        self.peer = _peer(stream)
+        self.connection_id = next(_connection_ids)
+        self.max_frame_bytes = max_frame_bytes
+        self.max_header_bytes = max_header_bytes
+        self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
+        self._slots = trio.Semaphore(MAX_IN_FLIGHT_PER_CONNECTION)
+        self._read_scope = trio.CancelScope()
+
+    def stop_reading(self) -> None:
+        """Take no new requests; the ones in flight finish and are answered (graceful drain)."""
+        self._read_scope.cancel()
+
+    def send_request(self, command: RemotingCommand) -> bool:
+        try:
+            self._send.send_nowait(encode_command(command))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+        return True
+
+    async def run(self, handle: RequestHandler) -> None:
+        async with self.stream, trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_loop, nursery.cancel_scope)
+            async with trio.open_nursery() as requests:
+                with self._read_scope:
+                    try:
+                        await self._read_loop(handle, requests)
+                    except MalformedFrameError as exc:
+                        log.warning("closing connection after a malformed frame",
+                                    extra={"client": f"{self.peer[0]}:{self.peer[1]}",
+                                           "error": str(exc)})
+                        nursery.cancel_scope.cancel()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        nursery.cancel_scope.cancel()
+            # every request is answered (or the connection is gone): flush, then close
+            self._send.close()
+
+    async def _read_loop(self, handle: RequestHandler, nursery: trio.Nursery) -> None:
+        reader = FrameReader(self.max_frame_bytes)
+        while True:
+            data = await self.stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                return
+            for frame in reader.feed(data):
+                command = decode_command(frame, max_header_bytes=self.max_header_bytes)
+                if command.is_response:
+                    continue  # answers to our oneway notifications: nothing waits for them
+                await self._slots.acquire()
+                nursery.start_soon(self._serve, handle, command)
+
+    async def _serve(self, handle: RequestHandler, request: RemotingCommand) -> None:
+        try:
+            try:
+                response = await handle(self, request)
+            except Exception as exc:
+                log.exception("request failed", extra={"code": request.code})
+                response = make_response(request, ResponseCode.SYSTEM_ERROR,
+                                         f"internal error: {type(exc).__name__}: {exc}")
+            if response is not None and not request.is_oneway:
+                self.send_request(response)
+        finally:
+            self._slots.release()
+
+    async def _write_loop(self, connection_scope: trio.CancelScope) -> None:
+        async with self._receive:
+            async for frame in self._receive:
+                try:
+                    await self.stream.send_all(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    connection_scope.cancel()
+                    return
+        connection_scope.cancel()
+
+    def close(self) -> None:
+        self._send.close()
+
+
+async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, port: int,
+                          *, max_frame_bytes: int, max_header_bytes: int,
+                          drain_timeout_s: float = DRAIN_TIMEOUT_S,
+                          on_bound: Callable[[int], None] | None = None,
+                          on_close: Callable[[RemotingConnection], None] | None = None,
+                          task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    listeners = await trio.open_tcp_listeners(port, host=host or None)
+    bound_host, bound_port = listeners[0].socket.getsockname()[:2]
+    if on_bound is not None:
+        on_bound(bound_port)
+
+    live: set[RemotingConnection] = set()
+    closing = trio.Event()
+
+    async def serve_connection(stream: trio.SocketStream) -> None:
+        conn = RemotingConnection(stream, max_frame_bytes, max_header_bytes)
+        live.add(conn)
+        try:
+            if closing.is_set():
+                conn.stop_reading()
+            await conn.run(handle)
+        finally:
+            live.discard(conn)
+            conn.close()
+            if on_close is not None:
+                on_close(conn)
+
+    async def run_connections(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """The connections nursery: shielded, so a shutdown drains it within its deadline."""
+        async with trio.open_nursery() as connections:
+            connections.cancel_scope.shield = True
+            task_status.started(connections)
+            await closing.wait()
+            connections.cancel_scope.deadline = trio.current_time() + drain_timeout_s
+            for conn in list(live):
+                conn.stop_reading()
+
+    async def accept_loop(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                log.error("accept failed, backing off", extra={"error": str(exc)})
+                await trio.sleep(0.1)
+                continue
+            nursery.start_soon(serve_connection, stream)
+
+    async with trio.open_nursery() as outer:
+        connections = await outer.start(run_connections)
+        try:
+            async with trio.open_nursery() as accepting:
+                for listener in listeners:
+                    accepting.start_soon(accept_loop, listener, connections)
+                log.info(f"rocketmq {name} ready",
+                         extra={"address": f"{bound_host}:{bound_port}"})
+                task_status.started(ListenAddress(bound_host, bound_port))
+        finally:
+            closing.set()
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await listener.aclose()
+
+
+async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, port: int, *,
+                                     max_frame_bytes: int = 4 << 20,
+                                     task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the name server on host:port until cancelled; started(ListenAddress)."""
+
+    async def handle(conn: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        return await name_server.handle(request)
+
+    await _serve_remoting("name server", handle, host, port, max_frame_bytes=max_frame_bytes,
+                          max_header_bytes=min(max_frame_bytes, 1 << 20),
+                          task_status=task_status)
+
+
+async def serve_rocketmq_broker(broker: RocketMQBroker, host: str | None, port: int, *,
+                                task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the broker on host:port until cancelled; started(ListenAddress).  With
+    advertised_port 0 the broker advertises the bound port."""
+
+    async def handle(conn: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        return await dispatch(broker, conn, request)
+
+    await _serve_remoting("broker", handle, host, port,
+                          max_frame_bytes=broker.config.max_frame_bytes,
+                          max_header_bytes=broker.config.max_header_bytes,
+                          on_bound=broker.listener_bound, on_close=broker.connection_closed,
+                          task_status=task_status)

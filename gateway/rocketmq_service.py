@@ -1,0 +1,140 @@
+"""Process-side state of the RocketMQ broker: topics, durable consumer offsets, live clients.
+
+`RocketMQBroker` is what the RocketMQ handlers (protocols/rocketmq/handlers) see as the broker:
+the shared topic service (queues are partitions, one offset space with Kafka), consumer offsets
+kept in a LedgerOffsetStore under their own ledger (__system/offsets/__rocketmq_offsets, keys
+group -> (RocketMQ topic, queue id)), the client registry fed by heartbeats, and the broker ->
+client notifications (NOTIFY_CONSUMER_IDS_CHANGED), the delay scheduler (rocketmq_delays.py) and
+the transaction service (rocketmq_transactions.py).  `run()` is its background work (delayed
+delivery, transaction check-back, client expiry); start it in the server nursery next to the
+listeners.
+
+This module must never acknowledge an offset commit before the offset store made it durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import trio
+
+from gateway.offset_store import LedgerOffsetStore
+from gateway.rocketmq_delays import DelayScheduler
+from gateway.rocketmq_transactions import TransactionService
+from gateway.topic_service import TopicService
+from protocols.kafka.errors import KafkaProtocolError, TopicAlreadyExistsError
+from protocols.kafka.group_coordinator import CommittedOffset
+from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike
+from protocols.rocketmq.client_registry import ClientRegistry
+from protocols.rocketmq.codec import make_request
+from protocols.rocketmq.handlers.common import StorageError
+from protocols.rocketmq.name_server import BrokerEndpoint
+from protocols.rocketmq.request_codes import RequestCode
+
+log = logging.getLogger("ledgerwire.rocketmq")
+
+ROCKETMQ_OFFSETS_LEDGER = "__system/offsets/__rocketmq_offsets"
+EXPIRY_SCAN_INTERVAL_S = 10.0
+
+
+class RocketMQOffsets:
+    """group -> (topic, queue) -> offset, read from memory, committed durably."""
+
+    def __init__(self, store: LedgerOffsetStore) -> None:
+        self._store = store
+        self._offsets: dict[str, dict[tuple[str, int], int]] = {}
+        self._lock = trio.Lock()
+
+    async def load(self) -> None:
+        state = await self._store.load()
+        self._offsets = {g: {k: v.offset for k, v in offsets.items()}
+                         for g, offsets in state.items()}
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self._offsets.get(group, {}).get((topic, queue_id))
+
+    async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if self.query(group, topic, queue_id) == offset:
+            return
+        now = int(time.time() * 1000)
+        await self._store.commit(group, {(topic, queue_id): CommittedOffset(offset, -1, "", now)})
+        self._offsets.setdefault(group, {})[(topic, queue_id)] = offset
+
+    async def close(self) -> None:
+        await self._store.close()
+
+
+class RocketMQBroker:
+    def __init__(self, topics: TopicService, offset_store: LedgerOffsetStore,
+                 config: RocketMQBrokerConfig | None = None) -> None:
+        self.topics: Any = topics
+        self.config = config or RocketMQBrokerConfig()
+        self.offsets = RocketMQOffsets(offset_store)
+        self.clients = ClientRegistry(self.config.client_expiry_s, self.config.lock_expiry_s)
+        self._create_lock = trio.Lock()
+        self.delays = DelayScheduler(self, self.config.delay_levels)
+        self.transactions = TransactionService(
+            self, check_timeout_s=self.config.transaction_check_timeout_s,
+            check_interval_s=self.config.transaction_check_interval_s,
+            max_checks=self.config.transaction_max_checks)
+
+    async def load(self) -> None:
+        """Load committed offsets and transaction decisions (once, before serving)."""
+        await self.offsets.load()
+        await self.transactions.load()
+
+    async def close(self) -> None:
+        await self.offsets.close()
+
+    def listener_bound(self, port: int) -> None:
+        if self.config.advertised_port == 0:
+            self.config.advertised_port = port
+
+    def endpoint(self) -> BrokerEndpoint:
+        c = self.config
+        return BrokerEndpoint(c.cluster_name, c.broker_name, c.broker_id, c.broker_addr)
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    async def ensure_topic(self, topic: str, queue_nums: int) -> TopicInfoLike:
+        """The topic (storage name), created with `queue_nums` partitions if missing."""
+        async with self._create_lock:
+            info = self.topics.topics().get(topic) or await self.topics.refresh_topic(topic)
+            if info is not None:
+                return info  # type: ignore[no-any-return]
+            try:
+                await self.topics.create_topic(topic, queue_nums)
+                log.info("auto-created topic", extra={"topic": topic, "queues": queue_nums})
+            except TopicAlreadyExistsError:
+                pass
+            except KafkaProtocolError as exc:
+                raise StorageError(f"cannot create topic {topic}: {exc}") from exc
+            info = await self.topics.refresh_topic(topic)
+            if info is None:
+                raise StorageError(f"topic {topic} vanished while being created")
+            return info  # type: ignore[no-any-return]
+
+    def notify_consumers_changed(self, group: str) -> None:
+        for conn in self.clients.consumer_connections(group):
+            conn.send_request(make_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                           {"consumerGroup": group}, oneway=True))
+
+    def connection_closed(self, conn: Any) -> None:
+        for group in self.clients.connection_closed(conn):
+            self.notify_consumers_changed(group)
+
+    async def run(self) -> None:
+        """Background work: delayed delivery, transaction check-back, client expiry."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.delays.run)
+            nursery.start_soon(self.transactions.run)
+            nursery.start_soon(self._expire_clients)
+
+    async def _expire_clients(self) -> None:
+        while True:
+            await trio.sleep(EXPIRY_SCAN_INTERVAL_S)
+            for group in self.clients.expire(trio.current_time()):
+                self.notify_consumers_changed(group)

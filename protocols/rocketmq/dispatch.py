@@ -1,0 +1,68 @@
+"""The broker's request table: request code -> handler, and the one place errors become
+RocketMQ error responses.
+
+A `RocketMQError` is answered with its response code and message; a header field that cannot
+be parsed is a SYSTEM_ERROR answer, like Java's; an unknown code REQUEST_CODE_NOT_SUPPORTED.
+Anything else propagates (the listener logs it and answers SYSTEM_ERROR).  Oneway requests are
+run but never answered.
+
+This module must never do I/O beyond what the handlers do through the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
+from protocols.rocketmq.codec import RemotingCommand, make_response
+from protocols.rocketmq.errors import RocketMQError
+from protocols.rocketmq.handlers import (
+    admin,
+    clients,
+    messages,
+    offsets,
+    pull,
+    send,
+    transactions,
+)
+from protocols.rocketmq.request_codes import RequestCode
+
+Handler = Callable[[BrokerLike, ConnectionLike, RemotingCommand], Awaitable[RemotingCommand]]
+
+BROKER_HANDLERS: dict[int, Handler] = {
+    RequestCode.SEND_MESSAGE: send.handle_send,
+    RequestCode.SEND_MESSAGE_V2: send.handle_send,
+    RequestCode.SEND_BATCH_MESSAGE: send.handle_send,
+    RequestCode.PULL_MESSAGE: pull.handle_pull,
+    RequestCode.QUERY_CONSUMER_OFFSET: offsets.handle_query_consumer_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: offsets.handle_update_consumer_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.handle_search_offset_by_timestamp,
+    RequestCode.GET_MAX_OFFSET: offsets.handle_get_max_offset,
+    RequestCode.GET_MIN_OFFSET: offsets.handle_get_min_offset,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: offsets.handle_get_earliest_msg_storetime,
+    RequestCode.HEART_BEAT: clients.handle_heartbeat,
+    RequestCode.UNREGISTER_CLIENT: clients.handle_unregister_client,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.handle_get_consumer_list,
+    RequestCode.LOCK_BATCH_MQ: clients.handle_lock_batch,
+    RequestCode.UNLOCK_BATCH_MQ: clients.handle_unlock_batch,
+    RequestCode.CHECK_CLIENT_CONFIG: clients.handle_check_client_config,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: admin.handle_update_and_create_topic,
+    RequestCode.GET_ALL_TOPIC_CONFIG: admin.handle_get_all_topic_config,
+    RequestCode.DELETE_TOPIC_IN_BROKER: admin.handle_delete_topic,
+    RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_get_broker_runtime_info,
+    RequestCode.VIEW_MESSAGE_BY_ID: messages.handle_view_message_by_id,
+    RequestCode.QUERY_MESSAGE: messages.handle_query_message,
+    RequestCode.CONSUMER_SEND_MSG_BACK: messages.handle_consumer_send_msg_back,
+    RequestCode.END_TRANSACTION: transactions.handle_end_transaction,
+}
+
+
+async def dispatch(broker: BrokerLike, conn: ConnectionLike,
+                   request: RemotingCommand) -> RemotingCommand:
+    handler = BROKER_HANDLERS.get(request.code)
+    if handler is None:
+        return make_response(request, 3, f"request type {request.code} not supported")
+    try:
+        return await handler(broker, conn, request)
+    except RocketMQError as exc:
+        return make_response(request, exc.code, str(exc))

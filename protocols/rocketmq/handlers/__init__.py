@@ -1,0 +1,1 @@
+"""RocketMQ broker request handlers, one module per family; dispatch.py maps codes to them."""

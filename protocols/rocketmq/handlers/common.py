@@ -1,0 +1,96 @@
+"""Helpers the broker handlers share: topic/queue lookup, reading records, building responses.
+
+This module must never write to a partition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from protocols.kafka.errors import KafkaProtocolError, UnknownTopicOrPartitionError
+from protocols.kafka.record_batch import Record, decode_records, parse_header
+from protocols.rocketmq.broker_api import BrokerLike, PartitionLogLike, TopicInfoLike
+from protocols.rocketmq.errors import MessageIllegalError, RocketMQError, TopicNotExistError
+from protocols.rocketmq.message_encoding import StoredMessage, from_record
+from protocols.rocketmq.message_id import MAX_QUEUES, commit_log_offset
+from protocols.rocketmq.topic_names import from_storage, to_storage
+
+
+class StorageError(RocketMQError):
+    """A failure below the protocol (answered as SYSTEM_ERROR with its text)."""
+
+
+def topic_info(broker: BrokerLike, topic: str) -> TopicInfoLike | None:
+    return broker.topics.topics().get(to_storage(topic))
+
+
+async def find_topic(broker: BrokerLike, topic: str) -> TopicInfoLike:
+    name = to_storage(topic)
+    info = broker.topics.topics().get(name)
+    if info is None:
+        info = await broker.topics.refresh_topic(name)
+    if info is None:
+        raise TopicNotExistError(f"topic[{topic}] not exist, apply first please!")
+    return info
+
+
+async def get_queue(broker: BrokerLike, topic: str, queue_id: int) -> PartitionLogLike:
+    info = await find_topic(broker, topic)
+    if not 0 <= queue_id < min(info.partitions, MAX_QUEUES):
+        raise MessageIllegalError(
+            f"queueId[{queue_id}] is illegal, topic:[{topic}] queue nums:[{info.partitions}]")
+    try:
+        return await broker.topics.partition(info.name, queue_id)
+    except UnknownTopicOrPartitionError as exc:
+        raise TopicNotExistError(str(exc)) from exc
+    except KafkaProtocolError as exc:
+        raise StorageError(str(exc)) from exc
+
+
+def records_of(batches: list[bytes], first_offset: int) -> list[Record]:
+    """Data records at or after `first_offset` (control batches skipped)."""
+    return list(iter_records(batches, first_offset))
+
+
+def iter_records(batches: list[bytes], first_offset: int) -> Iterator[Record]:
+    """Like records_of, decoding each batch only when the caller gets that far."""
+    for batch in batches:
+        if parse_header(batch).is_control:
+            continue
+        for record in decode_records(batch):
+            if record.offset >= first_offset:
+                yield record
+
+
+def stored_message(broker: BrokerLike, storage_topic: str, queue_id: int,
+                   record: Record) -> StoredMessage:
+    body, props, meta = from_record(record)
+    cfg = broker.config
+    return StoredMessage(
+        topic=from_storage(storage_topic),
+        queue_id=queue_id,
+        queue_offset=record.offset,
+        commit_log_offset=commit_log_offset(from_storage(storage_topic), queue_id, record.offset),
+        body=body,
+        properties=props,
+        flag=meta.flag,
+        sys_flag=meta.sys_flag,
+        born_timestamp=record.timestamp,
+        born_host=meta.born_host,
+        store_timestamp=meta.store_timestamp or record.timestamp,
+        store_host=(cfg.advertised_host, cfg.advertised_port),
+        reconsume_times=meta.reconsume_times,
+    )
+
+
+def json_body(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+
+def parse_json_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MessageIllegalError(f"request body is not JSON: {exc}") from exc

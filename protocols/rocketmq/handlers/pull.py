@@ -1,0 +1,131 @@
+"""PULL_MESSAGE (11): read a queue from an offset, filter by tag, long-poll when empty.
+
+The subscription comes from the request when the client sends it (sysFlag bit 2: C++ client,
+ali-ons) and otherwise from the group's heartbeat (Java).  Records are decoded from the stored
+batches and re-framed in RocketMQ's stored-message encoding.  When nothing is there and the
+client allows suspension (sysFlag bit 1), the request waits for new data up to its suspend
+timeout (capped by long_polling_max_s).  Offsets outside [min, max] answer PULL_OFFSET_MOVED;
+an empty queue PULL_NOT_FOUND; records that were all filtered out PULL_RETRY_IMMEDIATELY with
+the next offset past them.  With sysFlag bit 0 the request also commits `commitOffset`.
+
+This module must never change a partition.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from protocols.kafka.errors import KafkaProtocolError, OffsetOutOfRangeError
+from protocols.kafka.record_batch import parse_header
+from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
+from protocols.rocketmq.codec import RemotingCommand, make_response
+from protocols.rocketmq.errors import ResponseCode
+from protocols.rocketmq.handlers.common import (
+    StorageError,
+    get_queue,
+    iter_records,
+    stored_message,
+)
+from protocols.rocketmq.headers import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    PullHeader,
+)
+from protocols.rocketmq.message_encoding import PROPERTY_TAGS, encode_stored_message
+from protocols.rocketmq.subscription import MATCH_ALL, TagFilter, parse_tag_expression
+from protocols.rocketmq.topic_names import to_storage
+
+MAX_MESSAGES = 1024
+READ_CHUNK_BYTES = 256 * 1024  # per partition read: batches are decoded only as needed
+
+
+def _filter_for(broker: BrokerLike, header: PullHeader) -> TagFilter:
+    if header.sys_flag & PULL_FLAG_SUBSCRIPTION and header.subscription is not None:
+        return parse_tag_expression(header.subscription, header.expression_type)
+    found = broker.clients.subscription(header.consumer_group, header.topic)
+    if found is None:
+        if header.subscription is not None:
+            return parse_tag_expression(header.subscription, header.expression_type)
+        return MATCH_ALL
+    return found
+
+
+async def handle_pull(broker: BrokerLike, conn: ConnectionLike,
+                      request: RemotingCommand) -> RemotingCommand:
+    header = PullHeader.parse(request.ext_fields)
+    tag_filter = _filter_for(broker, header)
+    plog = await get_queue(broker, header.topic, header.queue_id)
+    if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and header.commit_offset >= 0:
+        await broker.offsets.commit(header.consumer_group, header.topic, header.queue_id,
+                                    header.commit_offset)
+    max_msgs = max(1, min(header.max_msg_nums, MAX_MESSAGES))
+    offset = header.queue_offset
+    deadline = trio.current_time()
+    if header.sys_flag & PULL_FLAG_SUSPEND and header.suspend_timeout_ms > 0:
+        deadline += min(header.suspend_timeout_ms / 1000.0, broker.config.long_polling_max_s)
+    storage_topic = to_storage(header.topic)
+    while True:
+        low, high = plog.log_start_offset, plog.high_watermark
+        if offset < low or offset > high:
+            next_offset = low if offset < low else high
+            return _answer(request, ResponseCode.PULL_OFFSET_MOVED, next_offset, low, high)
+        scanned = 0
+        bodies: list[bytes] = []
+        total = 0
+        while offset < plog.high_watermark and len(bodies) < max_msgs \
+                and scanned < broker.config.pull_scan_limit \
+                and total < broker.config.pull_max_bytes:
+            try:
+                batches = await plog.read(offset, min(READ_CHUNK_BYTES,
+                                                      broker.config.pull_max_bytes - total))
+            except OffsetOutOfRangeError:
+                break
+            except KafkaProtocolError as exc:
+                raise StorageError(f"reading {header.topic}-{header.queue_id}: {exc}") from exc
+            if not batches:
+                break
+            before = offset
+            for record in iter_records(batches, offset):
+                scanned += 1
+                offset = record.offset + 1
+                tags = next((v for k, v in record.headers if k == PROPERTY_TAGS), None)
+                tag = tags.decode("utf-8", "replace") if tags is not None else None
+                if not tag_filter.matches(tag):
+                    continue
+                encoded = encode_stored_message(
+                    stored_message(broker, storage_topic, header.queue_id, record))
+                bodies.append(encoded)
+                total += len(encoded)
+                if len(bodies) >= max_msgs or total >= broker.config.pull_max_bytes:
+                    break
+            if offset == before:
+                # only control batches: step past them
+                offset = max(offset, parse_header(batches[-1]).last_offset + 1)
+        low, high = plog.log_start_offset, plog.high_watermark
+        if bodies:
+            return _answer(request, ResponseCode.SUCCESS, offset, low, high, b"".join(bodies))
+        if offset > header.queue_offset:
+            return _answer(request, ResponseCode.PULL_RETRY_IMMEDIATELY, offset, low, high)
+        remaining = deadline - trio.current_time()
+        if remaining <= 0:
+            return _answer(request, ResponseCode.PULL_NOT_FOUND, offset, low, high)
+        await plog.wait_for_data(offset, remaining)
+        if plog.high_watermark <= offset:
+            low, high = plog.log_start_offset, plog.high_watermark
+            return _answer(request, ResponseCode.PULL_NOT_FOUND, offset, low, high)
+
+
+def _answer(request: RemotingCommand, code: ResponseCode, next_offset: int, low: int, high: int,
+            body: bytes = b"") -> RemotingCommand:
+    remark = {
+        ResponseCode.PULL_OFFSET_MOVED: "the request offset is out of range",
+        ResponseCode.PULL_NOT_FOUND: "no new message",
+        ResponseCode.PULL_RETRY_IMMEDIATELY: "no matched message",
+    }.get(code)
+    return make_response(request, code, remark, {
+        "suggestWhichBrokerId": 0,
+        "nextBeginOffset": next_offset,
+        "minOffset": low,
+        "maxOffset": high,
+    }, body)

@@ -1,0 +1,176 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+A send becomes one Kafka v2 record batch (one record per message) appended to the partition
+that is the message queue; the answer carries the queue offset and the offset message id.
+Unknown topics are created on first send when the producer fell back to the default topic
+route (defaultTopic set) and auto-creation is on; retry topics are always created.  Compressed
+bodies (sysFlag bit 0) are inflated so Kafka readers see the plain body.  Delay levels and
+transactional half messages are handed to the broker's scheduler (broker.delays / .transactions)
+when it has one.
+
+This module must never answer before the append is durable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from protocols.kafka.errors import KafkaProtocolError
+from protocols.kafka.record_batch import Record, build_batch
+from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
+from protocols.rocketmq.codec import RemotingCommand, make_response
+from protocols.rocketmq.delay_levels import timer_deliver_at
+from protocols.rocketmq.errors import (
+    MessageIllegalError,
+    ResponseCode,
+    TopicNotExistError,
+)
+from protocols.rocketmq.handlers.common import StorageError, find_topic, get_queue
+from protocols.rocketmq.headers import SendHeader
+from protocols.rocketmq.message_encoding import (
+    PROPERTY_DELAY,
+    PROPERTY_UNIQ_KEY,
+    SYS_FLAG_COMPRESSED,
+    SYS_FLAG_TRANSACTION_MASK,
+    SYS_FLAG_TRANSACTION_PREPARED,
+    MessageMeta,
+    decode_batch_body,
+    decode_properties,
+    decompress_body,
+    to_record,
+)
+from protocols.rocketmq.message_id import commit_log_offset, offset_message_id
+from protocols.rocketmq.request_codes import RequestCode
+from protocols.rocketmq.topic_names import (
+    HALF_TOPIC,
+    RETRY_PREFIX,
+    SCHEDULE_TOPIC,
+    to_storage,
+)
+
+_round_robin = itertools.count()
+MAX_MESSAGES_PER_BATCH = 10_000
+
+
+async def resolve_queue(broker: BrokerLike, header: SendHeader) -> int:
+    """The topic's queue count after auto-creation; chooses a queue when queueId < 0."""
+    try:
+        info = await find_topic(broker, header.topic)
+        partitions = info.partitions
+    except TopicNotExistError:
+        cfg = broker.config
+        retry = header.topic.startswith(RETRY_PREFIX)
+        if not (retry or (cfg.auto_create_topics and header.default_topic)):
+            raise
+        queues = 1 if retry else max(1, min(header.default_topic_queue_nums,
+                                            cfg.default_queue_nums))
+        info = await broker.ensure_topic(to_storage(header.topic), queues)
+        partitions = info.partitions
+    if header.queue_id < 0:
+        return next(_round_robin) % partitions
+    if header.queue_id >= partitions:
+        raise MessageIllegalError(
+            f"request queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+            f"queue nums:[{partitions}]")
+    return header.queue_id
+
+
+def _message_meta(header: SendHeader, flag: int, conn: ConnectionLike, now: int) -> MessageMeta:
+    return MessageMeta(flag=flag, sys_flag=header.sys_flag & ~SYS_FLAG_COMPRESSED,
+                       born_host=conn.peer, store_timestamp=now,
+                       reconsume_times=header.reconsume_times)
+
+
+async def append_records(broker: BrokerLike, topic: str, queue_id: int,
+                         records: list[Record]) -> int:
+    """Append records as one batch to (RocketMQ) topic/queue; returns the first offset."""
+    plog = await get_queue(broker, topic, queue_id)
+    try:
+        result = await plog.append(build_batch(records))
+    except KafkaProtocolError as exc:
+        raise StorageError(f"append to {topic}-{queue_id} failed: {exc}") from exc
+    return result.base_offset
+
+
+async def _divert(broker: BrokerLike, conn: ConnectionLike, header: SendHeader, queue_id: int,
+                  message: tuple[bytes, dict[str, str], int], now: int,
+                  born: int) -> dict[str, object] | None:
+    """Half messages go to the transaction service, delayed ones to the scheduler; the
+    response fields, or None when the message is stored normally."""
+    body, props, flag = message
+    meta = _message_meta(header, flag, conn, now)
+    cfg = broker.config
+    uniq = props.get(PROPERTY_UNIQ_KEY, "")
+    transactions = getattr(broker, "transactions", None)
+    if header.sys_flag & SYS_FLAG_TRANSACTION_MASK == SYS_FLAG_TRANSACTION_PREPARED:
+        if transactions is None:
+            raise MessageIllegalError("transactional messages are not enabled on this broker")
+        offset = await transactions.prepare(header.topic, queue_id, header.producer_group, body,
+                                            props, meta, born)
+        clo = commit_log_offset(HALF_TOPIC, 0, offset)
+        return {"msgId": offset_message_id(cfg.advertised_host, cfg.advertised_port, clo),
+                "queueId": queue_id, "queueOffset": offset, "transactionId": uniq,
+                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    delays = getattr(broker, "delays", None)
+    try:
+        level = int(props.get(PROPERTY_DELAY, "0") or 0)
+        deliver_at = timer_deliver_at(props, now)
+    except ValueError as exc:
+        raise MessageIllegalError(f"bad delay level or delivery time: {exc}") from exc
+    if deliver_at is not None and deliver_at > now and delays is not None:
+        timer_queue, offset = await delays.schedule_at(header.topic, queue_id, body, props, meta,
+                                                       born, deliver_at)
+        clo = commit_log_offset(SCHEDULE_TOPIC, timer_queue, offset)
+        return {"msgId": offset_message_id(cfg.advertised_host, cfg.advertised_port, clo),
+                "queueId": queue_id, "queueOffset": offset,
+                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    if level > 0 and delays is not None:
+        schedule_queue, offset = await delays.schedule(header.topic, queue_id, body, props,
+                                                       meta, born, level)
+        clo = commit_log_offset(SCHEDULE_TOPIC, schedule_queue, offset)
+        return {"msgId": offset_message_id(cfg.advertised_host, cfg.advertised_port, clo),
+                "queueId": queue_id, "queueOffset": offset,
+                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    return None
+
+
+async def handle_send(broker: BrokerLike, conn: ConnectionLike,
+                      request: RemotingCommand) -> RemotingCommand:
+    v2 = request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    header = SendHeader.parse(request.ext_fields, v2=v2)
+    batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
+    now = int(time.time() * 1000)
+    born = header.born_timestamp or now
+    if batch:
+        items = decode_batch_body(request.body)
+        if len(items) > MAX_MESSAGES_PER_BATCH:
+            raise MessageIllegalError(f"batch of {len(items)} messages is too large")
+        messages = [(m.body, {**m.properties}, m.flag) for m in items]
+    else:
+        body = request.body
+        if header.sys_flag & SYS_FLAG_COMPRESSED:
+            body = decompress_body(body)
+        messages = [(body, decode_properties(header.properties), header.flag)]
+    queue_id = await resolve_queue(broker, header)
+
+    if not batch:
+        diverted = await _divert(broker, conn, header, queue_id, messages[0], now, born)
+        if diverted is not None:
+            return make_response(request, ResponseCode.SUCCESS, None, diverted)
+
+    records = [to_record(body, props, _message_meta(header, flag, conn, now), born)
+               for body, props, flag in messages]
+    base = await append_records(broker, header.topic, queue_id, records)
+    cfg = broker.config
+    ids = [offset_message_id(cfg.advertised_host, cfg.advertised_port,
+                             commit_log_offset(header.topic, queue_id, base + i))
+           for i in range(len(records))]
+    ext: dict[str, object] = {
+        "msgId": ",".join(ids),
+        "queueId": queue_id,
+        "queueOffset": base,
+        "MSG_REGION": "DefaultRegion",
+        "TRACE_ON": "true",
+    }
+    return make_response(request, ResponseCode.SUCCESS, None, ext)

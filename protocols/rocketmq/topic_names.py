@@ -1,0 +1,53 @@
+"""RocketMQ topic names <-> ledgerwire (Kafka-legal) topic names.
+
+RocketMQ names match [%|a-zA-Z0-9_-]+ and system topics contain '%' (%RETRY%group, %DLQ%group);
+Kafka names match [a-zA-Z0-9._-]+.  RocketMQ names never contain '.', so '%' -> '.' is
+injective on them ('|' is refused).  A Kafka topic with dots is seen by RocketMQ clients with
+'%' in place of each dot.
+
+This module must never do I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+from protocols.rocketmq.errors import MessageIllegalError
+
+MAX_TOPIC_LENGTH = 127
+_LEGAL = re.compile(r"[%a-zA-Z0-9_-]+")
+
+DEFAULT_TOPIC = "TBW102"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+
+def validate_topic(topic: str) -> None:
+    if not topic:
+        raise MessageIllegalError("the specified topic is blank")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise MessageIllegalError(f"the specified topic is longer than {MAX_TOPIC_LENGTH}")
+    if not _LEGAL.fullmatch(topic):
+        raise MessageIllegalError(
+            f"the specified topic[{topic}] contains illegal characters, allowing only "
+            "^[%a-zA-Z0-9_-]+$")
+
+
+def to_storage(topic: str) -> str:
+    validate_topic(topic)
+    return topic.replace("%", ".")
+
+
+def from_storage(name: str) -> str:
+    return name.replace(".", "%")
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group

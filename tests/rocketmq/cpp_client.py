@@ -1,0 +1,117 @@
+"""Blocking helpers around rocketmq-client-python (the official C++ client): run them in a
+thread (trio.to_thread.run_sync) while the in-process broker serves."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rocketmq.client import ConsumeStatus, Message, Producer, PushConsumer, RecvMessage, SendStatus
+from rocketmq.ffi import SEND_EXCEPTION_CALLBACK, SEND_SUCCESS_CALLBACK, dll
+
+
+def message(topic: str, body: bytes, tags: str | None = None, keys: str | None = None,
+            props: dict[str, str] | None = None, delay_level: int = 0) -> Message:
+    m = Message(topic)
+    m.set_body(body)
+    if tags:
+        m.set_tags(tags)
+    if keys:
+        m.set_keys(keys)
+    for k, v in (props or {}).items():
+        m.set_property(k, v)
+    if delay_level:
+        m.set_delay_time_level(delay_level)
+    return m
+
+
+def producer(ns: str, group: str, *, orderly: bool = False) -> Producer:
+    p = Producer(group, orderly=orderly, timeout=10_000)
+    p.set_namesrv_addr(ns)
+    p.start()
+    return p
+
+
+def send_async(p: Producer, m: Message, timeout: float = 10.0) -> str:
+    """SendMessageAsync through the C API (the Python wrapper has no send_async)."""
+    done = threading.Event()
+    outcome: list[str] = []
+
+    @SEND_SUCCESS_CALLBACK
+    def on_success(result):  # type: ignore[no-untyped-def]
+        outcome.append("ok:" + result.contents.msgId.decode())
+        done.set()
+
+    @SEND_EXCEPTION_CALLBACK
+    def on_error(exc):  # type: ignore[no-untyped-def]
+        outcome.append(f"error:{exc.error}")
+        done.set()
+
+    dll.SendMessageAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, SEND_SUCCESS_CALLBACK,
+                                     SEND_EXCEPTION_CALLBACK]
+    rc = dll.SendMessageAsync(p._handle, m._handle, on_success, on_error)
+    assert rc == 0, rc
+    assert done.wait(timeout), "async send never completed"
+    return outcome[0]
+
+
+@dataclass
+class Received:
+    topic: str
+    tags: str
+    keys: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    reconsume_times: int
+    props: dict[str, str] = field(default_factory=dict)
+    at: float = 0.0
+
+
+def _received(m: RecvMessage, props: tuple[str, ...]) -> Received:
+    return Received(m.topic.decode() if isinstance(m.topic, bytes) else m.topic,
+                    (m.tags or b"").decode(), (m.keys or b"").decode(), m.body, m.queue_id,
+                    m.queue_offset, m.reconsume_times,
+                    {p: (m.get_property(p) or b"").decode() for p in props}, time.time())
+
+
+class Consumer:
+    """A push consumer collecting what it receives; `reply` decides the consume status."""
+
+    def __init__(self, ns: str, group: str, topic: str, expression: str = "*", *,
+                 orderly: bool = False, props: tuple[str, ...] = (),
+                 reply: Callable[[Received], bool] | None = None) -> None:
+        self.received: list[Received] = []
+        self.lock = threading.Lock()
+        self.consumer = PushConsumer(group, orderly=orderly)
+        self.consumer.set_namesrv_addr(ns)
+        self.consumer.set_thread_count(2)
+
+        def callback(m: RecvMessage) -> ConsumeStatus:
+            got = _received(m, props)
+            with self.lock:
+                self.received.append(got)
+            if reply is not None and not reply(got):
+                return ConsumeStatus.RECONSUME_LATER
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        self.consumer.subscribe(topic, callback, expression)
+        self.consumer.start()
+
+    def wait_for(self, predicate: Callable[[list[Received]], bool], timeout: float) -> bool:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with self.lock:
+                if predicate(self.received):
+                    return True
+            time.sleep(0.05)
+        return False
+
+    def shutdown(self) -> None:
+        self.consumer.shutdown()
+
+
+__all__ = ["Consumer", "SendStatus", "message", "producer", "send_async"]
