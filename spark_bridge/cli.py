@@ -1,0 +1,281 @@
+"""`ledgerwire backfill` and `ledgerwire replay`: the Spark bridge from the command line.
+
+    ledgerwire backfill --from PATH --topic T [--format parquet|json|csv] [--key-column K]
+                        [--timestamp-column TS] [--value-column V] [--backfill-id ID] ...
+    ledgerwire replay --topic T --to PATH [--metadata DIR|zk://...] [--starting-offsets ...]
+
+Both start a Spark session (local[*] unless --master), register the "ledgerwire" source, show
+Spark's console progress bar while the job runs, and print a summary (rows, bytes, time).
+`backfill_main(argv)` / `replay_main(argv)` return a process exit code (0 ok, 1 the job failed,
+2 bad arguments or options); gateway/cli.py wires them in as subcommands.
+
+Backfill ids: without --backfill-id the id is derived from the input path, the topic and the
+column choices, so running the same command again after an interruption resumes it (the writer
+skips what the first run wrote; see writer.py). A value column: --value-column, else a column
+named "value", else every other column as one JSON object.
+
+This module must never hold job logic of its own: it builds DataFrames and hands over to the
+data source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_METADATA = "./data"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _spark(master: str, app: str) -> tuple[Any, bool]:
+    """A session (an active one is reused, e.g. in tests) and whether we created it."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import spark_bridge
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        spark_bridge.register(active)
+        return active, False
+    spark = (SparkSession.builder.master(master).appName(app)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "true")
+             .config("spark.sql.shuffle.partitions", "8")
+             .getOrCreate())  # fmt: skip
+    spark.sparkContext.setLogLevel("WARN")
+    spark_bridge.register(spark)
+    return spark, True
+
+
+def _summary(what: str, rows: int, nbytes: int, seconds: float, extra: str = "") -> str:
+    rate = rows / seconds if seconds > 0 else 0.0
+    mb_s = nbytes / seconds / 1e6 if seconds > 0 else 0.0
+    return (f"{what}: {rows} rows, {nbytes / 1e6:.1f} MB in {seconds:.1f} s "
+            f"({rate:,.0f} rows/s, {mb_s:.1f} MB/s){extra}")
+
+
+def _report_failure(command: str, exc: BaseException) -> int:
+    """One line for a failed job: an option error (from the data source, possibly wrapped
+    in Spark's exception) exits 2, anything else 1."""
+    text = str(exc)
+    found = re.search(r"OptionError: (.+)", text)
+    if found is not None:
+        print(f"ledgerwire {command}: {found.group(1).strip()}", file=sys.stderr)
+        return 2
+    first = text.strip().splitlines()[0] if text.strip() else repr(exc)
+    print(f"ledgerwire {command}: job failed: {first}", file=sys.stderr)
+    return 1
+
+
+# ---- backfill ------------------------------------------------------------------------------
+
+def backfill_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ledgerwire backfill",
+                                description="write a Parquet/JSON/CSV dump into a topic")
+    add_backfill_arguments(p)
+    return p
+
+
+def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
+    """The backfill flags (for gateway/commands: add_arguments)."""
+    p.add_argument("--from", dest="source", required=True, help="input file or directory")
+    p.add_argument("--format", choices=["parquet", "json", "csv"],
+                   help="input format (default: from the file extension, else parquet)")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--key-column")
+    p.add_argument("--timestamp-column")
+    p.add_argument("--value-column")
+    p.add_argument("--partition-column")
+    p.add_argument("--headers-column")
+    p.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP)
+    p.add_argument("--metadata", default=DEFAULT_METADATA,
+                   help="ledgerwire standalone data dir or zk://... (to resume a backfill)")
+    p.add_argument("--backfill-id", help="restart id (default: derived from the arguments)")
+    p.add_argument("--partitions", type=int,
+                   help="create the topic with this many partitions if it does not exist")
+    p.add_argument("--compression", default="lz4",
+                   choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--tasks", type=int, help="repartition the input into this many tasks")
+    p.add_argument("--master", default="local[*]")
+
+
+def _infer_format(path: str) -> str:
+    suffix = Path(path).suffix.lower()
+    return {".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}.get(
+        suffix, "parquet")
+
+
+def default_backfill_id(args: argparse.Namespace) -> str:
+    basis = json.dumps([str(Path(args.source).resolve()), args.topic, args.key_column,
+                        args.timestamp_column, args.value_column, args.partition_column,
+                        args.headers_column, args.tasks])  # fmt: skip
+    return "bf-" + hashlib.sha256(basis.encode()).hexdigest()[:16]
+
+
+def _ensure_topic(bootstrap: str, topic: str, partitions: int | None) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(timeout=30)
+    if topic in metadata.topics and metadata.topics[topic].error is None:
+        return
+    if partitions is None:
+        raise SystemExit(f"ledgerwire backfill: topic {topic!r} does not exist; create it or "
+                         "pass --partitions N")
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)])
+    for future in futures.values():
+        future.result(timeout=60)
+
+
+def backfill_main(argv: list[str] | None = None) -> int:
+    return run_backfill(backfill_parser().parse_args(argv))
+
+
+def run_backfill(args: argparse.Namespace) -> int:
+    """Run a parsed backfill command (for gateway/commands: run)."""
+    from pyspark.sql import functions as F
+
+    from spark_bridge.options import OptionError
+
+    fmt = args.format or _infer_format(args.source)
+    backfill_id = args.backfill_id or default_backfill_id(args)
+    try:
+        _ensure_topic(args.bootstrap_servers, args.topic, args.partitions)
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    spark, own_session = _spark(args.master, "ledgerwire-backfill")
+    started = time.time()
+    try:
+        reader = spark.read.format(fmt)
+        if fmt == "csv":
+            reader = reader.option("header", "true").option("inferSchema", "true")
+        df = reader.load(args.source)
+        if args.tasks:
+            df = df.coalesce(args.tasks) if args.tasks < df.rdd.getNumPartitions() \
+                else df.repartition(args.tasks)  # fmt: skip
+        columns = df.columns
+        for option, name in (("--key-column", args.key_column),
+                             ("--timestamp-column", args.timestamp_column),
+                             ("--value-column", args.value_column),
+                             ("--partition-column", args.partition_column),
+                             ("--headers-column", args.headers_column)):  # fmt: skip
+            if name is not None and name not in columns:
+                print(f"ledgerwire backfill: {option} {name!r} is not a column of "
+                      f"{args.source} (columns: {', '.join(columns)})", file=sys.stderr)
+                return 2
+        special = {args.key_column, args.timestamp_column, args.partition_column,
+                   args.headers_column} - {None}  # fmt: skip
+        if args.value_column:
+            value = F.col(args.value_column)
+        elif "value" in columns:
+            value = F.col("value")
+        else:
+            value = F.to_json(F.struct(*[F.col(c) for c in columns if c not in special]))
+        selected = [value.cast("binary").alias("value")]
+        if args.key_column:
+            selected.append(F.col(args.key_column).cast("binary").alias("key"))
+        if args.timestamp_column:
+            ts = F.col(args.timestamp_column)
+            kind = dict(df.dtypes)[args.timestamp_column]
+            selected.append((ts if kind in ("timestamp", "bigint") else
+                             ts.cast("timestamp")).alias("timestamp"))  # fmt: skip
+        if args.partition_column:
+            selected.append(F.col(args.partition_column).cast("int").alias("partition"))
+        if args.headers_column:
+            selected.append(F.col(args.headers_column).alias("headers"))
+        summary_file = Path(tempfile.mkdtemp(prefix="ledgerwire-backfill-")) / "summary.json"
+        print(f"backfill {args.source} ({fmt}) -> {args.topic}, backfill id {backfill_id}",
+              file=sys.stderr)
+        (df.select(*selected).write.format("ledgerwire").mode("append")
+           .option("topic", args.topic)
+           .option("kafka.bootstrap.servers", args.bootstrap_servers)
+           .option("kafka.compression.type", args.compression)
+           .option("ledgerwire.metadata", args.metadata)
+           .option("ledgerwire.backfillId", backfill_id)
+           .option("ledgerwire.summaryPath", str(summary_file))
+           .save())  # fmt: skip
+        done = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        print(_summary("backfill", int(done.get("rows", 0)), int(done.get("bytes", 0)),
+                       time.time() - started,
+                       f", {done.get('skipped', 0)} rows already there from an earlier run"))
+        return 0
+    except OptionError as exc:
+        print(f"ledgerwire backfill: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a failed job is reported, not a traceback
+        return _report_failure("backfill", exc)
+    finally:
+        if own_session:
+            spark.stop()
+
+
+# ---- replay --------------------------------------------------------------------------------
+
+def replay_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ledgerwire replay",
+                                description="read a topic's history from the bookies to Parquet")
+    add_replay_arguments(p)
+    return p
+
+
+def add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    """The replay flags (for gateway/commands: add_arguments)."""
+    p.add_argument("--topic", required=True, help="topic name (comma-separated for several)")
+    p.add_argument("--to", dest="target", required=True, help="output Parquet directory")
+    p.add_argument("--metadata", default=DEFAULT_METADATA,
+                   help="ledgerwire standalone data dir or zk://host:port/chroot")
+    p.add_argument("--starting-offsets", default="earliest")
+    p.add_argument("--ending-offsets", default="latest")
+    p.add_argument("--include-headers", action="store_true")
+    p.add_argument("--min-partitions", type=int)
+    p.add_argument("--read-from", default="auto", choices=["auto", "bookies", "files"])
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--master", default="local[*]")
+
+
+def replay_main(argv: list[str] | None = None) -> int:
+    return run_replay(replay_parser().parse_args(argv))
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """Run a parsed replay command (for gateway/commands: run)."""
+    from spark_bridge.options import OptionError
+
+    spark, own_session = _spark(args.master, "ledgerwire-replay")
+    started = time.time()
+    try:
+        reader = (spark.read.format("ledgerwire")
+                  .option("ledgerwire.metadata", args.metadata)
+                  .option("ledgerwire.readFrom", args.read_from)
+                  .option("subscribe", args.topic)
+                  .option("startingOffsets", args.starting_offsets)
+                  .option("endingOffsets", args.ending_offsets)
+                  .option("includeHeaders", str(args.include_headers).lower()))  # fmt: skip
+        if args.min_partitions:
+            reader = reader.option("minPartitions", str(args.min_partitions))
+        df = reader.load()
+        df.write.mode("overwrite" if args.overwrite else "errorifexists").parquet(args.target)
+        seconds = time.time() - started
+        written = spark.read.parquet(args.target)
+        rows = written.count()
+        nbytes = sum(f.stat().st_size for f in Path(args.target).rglob("*.parquet"))
+        print(_summary("replay", rows, nbytes, seconds, f" -> {args.target}"))
+        return 0
+    except OptionError as exc:
+        print(f"ledgerwire replay: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a failed job is reported, not a traceback
+        return _report_failure("replay", exc)
+    finally:
+        if own_session:
+            spark.stop()

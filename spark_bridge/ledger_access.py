@@ -1,0 +1,368 @@
+"""Synchronous access to ledgerwire's metadata and ledgers for Spark's (non-async) Python code.
+
+Spark calls the data source from plain threads, and its `read` methods are generators, which
+cannot live inside `trio.run`. `LedgerAccess` therefore runs one Trio loop in a daemon thread
+holding a read-only metadata store and a `BookKeeper` ledger client, and exposes blocking calls
+(`trio.from_thread.run`) plus a prefetching chunk iterator: while Spark's thread decodes one
+chunk of entries, the Trio thread already reads the next from the bookies.
+
+Two ways to reach the entries (`ReadMode`):
+  - "bookies": the ledger client, over the network, like any BookKeeper reader. Ledgers are
+    opened with recovery=False ALWAYS: a reader must never fence a live writer; the open
+    ledger is read up to its last-add-confirmed.
+  - "files": a stopped `ledgerwire standalone`'s bookie directories (bookie_files.py); the
+    metadata comes from its sqlite file, read-only.
+The open ledger's last entry: a bookie learns the LAC only from the next add, so a reader that
+stops at the LAC would not see a partition's last batch until something else is produced.
+With tail="quorum" (the default) entries past the LAC are also read when at least Qa bookies of
+their write set hold a copy that passes its digest: exactly the entries that ledger recovery
+would keep (it gives up on an entry only after Qw - Qa + 1 bookies lack it), so no reader ever
+sees an entry that a later owner could lose. tail="lac" is BookKeeper's plain rule.
+`resolve_read_mode` picks "files" only for a standalone data directory whose registered bookies
+refuse connections (the broker process is not running).
+
+This module must never write metadata, open a ledger with recovery, or read a bookie directory
+while its bookie answers.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import trio
+
+from ledger_backend.bookie.protocol import ReadEntryRequest, ReadEntryResponse
+from ledger_backend.client.bookie_client import check_status
+from ledger_backend.client.bookkeeper import BookKeeper
+from ledger_backend.client.entry_format import decode_entry
+from ledger_backend.client.errors import LedgerError, NoSuchEntryError
+from ledger_backend.client.ledger_metadata import (
+    AVAILABLE_BOOKIES_PATH,
+    LedgerMetadata,
+    ledger_path,
+)
+from ledger_backend.client.read_handle import read_entry_from_bookies
+from ledger_backend.metadata.store import MetadataStore, NoNodeError
+from spark_bridge.bookie_files import BookieFiles
+from spark_bridge.metadata_access import (
+    ConnectionSpec,
+    ReadOnlyEmbeddedStore,
+    open_readonly_store,
+)
+
+ReadMode = Literal["bookies", "files"]
+TailRule = Literal["quorum", "lac"]
+_MAX_PARALLEL_READS = 32
+T = TypeVar("T")
+_PREFETCH_CHUNKS = 2
+_STOP = object()
+
+
+@dataclass(frozen=True)
+class LedgerEnd:
+    last_entry: int   # closed: its last entry; open: per the tail rule (-1: nothing yet)
+    closed: bool
+
+
+def _bookie_answers(address: str, timeout_s: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def resolve_read_mode(spec: ConnectionSpec, requested: str = "auto") -> ReadMode:
+    """"bookies" or "files" (see the module docstring); ValueError names the option."""
+    if requested not in ("auto", "bookies", "files"):
+        raise ValueError(
+            f"option 'ledgerwire.readFrom'={requested!r}: expected auto, bookies or files"
+        )
+    if requested == "files" and not spec.bookie_dirs:
+        raise ValueError("option 'ledgerwire.readFrom'=files needs 'ledgerwire.metadata' to be "
+                         "a standalone data directory (with bookies/<i>/ in it)")
+    if requested != "auto":
+        return requested  # type: ignore[return-value]
+    if not (spec.is_embedded and spec.bookie_dirs):
+        return "bookies"
+    store = ReadOnlyEmbeddedStore(spec.metadata_url[len("embedded-ro:"):])
+    try:
+        try:
+            available = store.children_sync(AVAILABLE_BOOKIES_PATH)
+        except NoNodeError:
+            available = []
+    finally:
+        store.close_sync()
+    return "bookies" if any(_bookie_answers(a) for a in available) else "files"
+
+
+class LedgerAccess:
+    """Blocking metadata reads and ledger reads; use as a context manager."""
+
+    def __init__(self, spec: ConnectionSpec, mode: ReadMode, *, tail: TailRule = "quorum",
+                 timeout_s: float = 30.0) -> None:
+        self.spec = spec
+        self.mode = mode
+        self.tail = tail
+        self.timeout_s = timeout_s
+        self._files: BookieFiles | None = None
+        self._sync_store: ReadOnlyEmbeddedStore | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._store: MetadataStore | None = None
+        self._bk: BookKeeper | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stop: trio.Event | None = None
+        self._ledgers: dict[int, tuple[LedgerMetadata, LedgerEnd]] = {}
+        self.closed_spans: dict[int, Any] = {}  # ledger id -> topic_layout.LedgerSpan (final)
+        self._thread: threading.Thread | None = None
+        self._startup_error: BaseException | None = None
+        if mode == "files":
+            self._sync_store = ReadOnlyEmbeddedStore(spec.metadata_url[len("embedded-ro:"):])
+            self._files = BookieFiles(list(spec.bookie_dirs))
+        else:
+            self._start_loop()
+
+    # ---- the Trio thread ------------------------------------------------------------------
+
+    def _start_loop(self) -> None:
+        ready = threading.Event()
+
+        async def main() -> None:
+            try:
+                store = await open_readonly_store(self.spec)
+            except BaseException as exc:
+                self._startup_error = exc
+                ready.set()
+                return
+            try:
+                async with BookKeeper(store, timeout_s=self.timeout_s) as bk, \
+                        trio.open_nursery() as nursery:  # fmt: skip
+                    self._store, self._bk, self._nursery = store, bk, nursery
+                    self._stop = trio.Event()
+                    self._token = trio.lowlevel.current_trio_token()
+                    ready.set()
+                    await self._stop.wait()
+                    nursery.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await store.close()
+
+        def run() -> None:
+            try:
+                trio.run(main)
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+                self._startup_error = self._startup_error or exc
+                ready.set()
+
+        self._thread = threading.Thread(target=run, name="ledgerwire-access", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if self._startup_error is not None or self._token is None:
+            raise RuntimeError(f"cannot reach ledgerwire metadata at {self.spec.metadata_url}: "
+                               f"{self._startup_error}") from self._startup_error
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        async def bounded() -> Any:
+            with trio.fail_after(self.timeout_s * 2):
+                return await fn(*args)
+
+        return trio.from_thread.run(bounded, trio_token=self._token)
+
+    def close(self) -> None:
+        if self._files is not None:
+            self._files.close()
+            self._files = None
+        if self._sync_store is not None:
+            self._sync_store.close_sync()
+            self._sync_store = None
+        if self._token is not None and self._stop is not None:
+            stop = self._stop
+            try:
+                trio.from_thread.run_sync(stop.set, trio_token=self._token)
+            except trio.RunFinishedError:
+                pass
+            self._token = None
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def __enter__(self) -> LedgerAccess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- metadata -------------------------------------------------------------------------
+
+    def get(self, path: str) -> bytes | None:
+        try:
+            if self._sync_store is not None:
+                return self._sync_store.get_sync(path)[0]
+            assert self._store is not None
+            return self._call(self._store.get, path)[0]  # type: ignore[no-any-return]
+        except NoNodeError:
+            return None
+
+    def children(self, path: str) -> list[str]:
+        try:
+            if self._sync_store is not None:
+                return self._sync_store.children_sync(path)
+            assert self._store is not None
+            return self._call(self._store.children, path)  # type: ignore[no-any-return]
+        except NoNodeError:
+            return []
+
+    # ---- ledgers --------------------------------------------------------------------------
+
+    def ledger_end(self, ledger_id: int, *, refresh: bool = False) -> LedgerEnd:
+        """How far a ledger can be read now (closed: all of it; open: see the module doc)."""
+        known = self._ledgers.get(ledger_id)
+        if known is not None and (known[1].closed or not refresh):
+            return known[1]
+        raw = self.get(ledger_path(ledger_id))
+        if raw is None:
+            raise NoNodeError(f"ledger {ledger_id} has no metadata (deleted?)")
+        metadata = LedgerMetadata.from_json_bytes(raw)
+        if metadata.is_closed:
+            end = LedgerEnd(metadata.last_entry_id, True)
+        elif self._files is not None:
+            end = LedgerEnd(self._files_tail(ledger_id, metadata), False)
+        else:
+            end = LedgerEnd(self._call(self._network_tail, ledger_id, metadata), False)
+        self._ledgers[ledger_id] = (metadata, end)
+        return end
+
+    def chunk_entries(self, ledger_id: int, target_bytes: int = 8 << 20) -> int:
+        """How many entries make about `target_bytes` (from a closed ledger's length)."""
+        end = self.ledger_end(ledger_id)
+        metadata = self._ledgers[ledger_id][0]
+        if not end.closed or end.last_entry < 0 or metadata.length <= 0:
+            return 16
+        average = metadata.length / (end.last_entry + 1)
+        return max(2, min(256, int(target_bytes / max(average, 1.0))))
+
+    def _files_tail(self, ledger_id: int, metadata: LedgerMetadata) -> int:
+        assert self._files is not None
+        last = self._files.last_add_confirmed(ledger_id)
+        if self.tail == "lac":
+            return last
+        while self._files.copies(ledger_id, last + 1) >= metadata.ack_quorum:
+            last += 1
+        return last
+
+    async def _network_tail(self, ledger_id: int, metadata: LedgerMetadata) -> int:
+        assert self._bk is not None
+        handle = await self._bk.open_ledger(ledger_id, recovery=False)  # never fence a writer
+        last = handle.last_add_confirmed
+        metadata = handle.metadata
+        if handle.is_closed or self.tail == "lac":
+            return last
+        ctx = self._bk.context
+        while True:
+            entry_id = last + 1
+            copies = 0
+            def request(rid: int, e: int = entry_id) -> ReadEntryRequest:
+                return ReadEntryRequest(rid, ledger_id, e, False)  # fence=False: never fence
+
+            for bookie in metadata.write_set_bookies(entry_id):
+                try:
+                    connection = ctx.pool.connection(bookie)
+                    response = await connection.request(request)  # type: ignore[misc]
+                    check_status(response, bookie)
+                    assert isinstance(response, ReadEntryResponse)
+                    decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id)
+                    copies += 1
+                except LedgerError:
+                    continue
+            if copies < metadata.ack_quorum:
+                return last
+            last = entry_id
+
+    def read(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries first..last (inclusive) of a ledger, digests verified."""
+        end = self.ledger_end(ledger_id)
+        if last > end.last_entry:
+            raise NoSuchEntryError(f"ledger {ledger_id}: entry {last} is past the readable "
+                                   f"end {end.last_entry}")
+        if self._files is not None:
+            return [self._files.read(ledger_id, e) for e in range(first, last + 1)]
+        metadata = self._ledgers[ledger_id][0]
+        return self._call(self._read_range, ledger_id, metadata, first,  # type: ignore[no-any-return]
+                          last)
+
+    async def _read_range(self, ledger_id: int, metadata: LedgerMetadata, first: int,
+                          last: int) -> list[bytes]:  # fmt: skip
+        assert self._bk is not None
+        ctx = self._bk.context
+        results: list[bytes] = [b""] * (last - first + 1)
+        limiter = trio.Semaphore(_MAX_PARALLEL_READS)
+
+        async def one(entry_id: int) -> None:
+            async with limiter:
+                entry = await read_entry_from_bookies(ctx, ledger_id, metadata, entry_id)
+            results[entry_id - first] = entry.payload
+
+        async with trio.open_nursery() as nursery:
+            for entry_id in range(first, last + 1):
+                nursery.start_soon(one, entry_id)
+        return results
+
+    def iter_chunks(self, ledger_id: int, first: int, last: int, chunk: int = 128
+                    ) -> Iterator[list[bytes]]:  # fmt: skip
+        """Entries first..last in chunks, the next chunk read while the caller works."""
+        if first > last:
+            return
+        if self._files is not None:
+            for start in range(first, last + 1, chunk):
+                yield self.read(ledger_id, start, min(last, start + chunk - 1))
+            return
+        end = self.ledger_end(ledger_id)
+        if last > end.last_entry:
+            raise NoSuchEntryError(f"ledger {ledger_id}: entry {last} is past the readable "
+                                   f"end {end.last_entry}")
+        metadata = self._ledgers[ledger_id][0]
+        out: queue.Queue[object] = queue.Queue(maxsize=_PREFETCH_CHUNKS)
+        cancel = trio.CancelScope()
+
+        async def produce() -> None:
+            with cancel:
+                try:
+                    for start in range(first, last + 1, chunk):
+                        data = await self._read_range(ledger_id, metadata, start,
+                                                      min(last, start + chunk - 1))
+                        await _put(out, data)
+                    await _put(out, _STOP)
+                except Exception as exc:  # noqa: BLE001 - handed to the consumer
+                    await _put(out, exc)
+
+        assert self._nursery is not None
+        trio.from_thread.run_sync(self._nursery.start_soon, produce, trio_token=self._token)
+        try:
+            while True:
+                item = out.get(timeout=self.timeout_s * 4)
+                if item is _STOP:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+        finally:
+            if self._token is not None:
+                try:
+                    trio.from_thread.run_sync(cancel.cancel, trio_token=self._token)
+                except trio.RunFinishedError:
+                    pass
+
+
+async def _put(out: queue.Queue[object], item: object) -> None:
+    while True:
+        try:
+            out.put_nowait(item)
+            return
+        except queue.Full:
+            await trio.sleep(0.002)

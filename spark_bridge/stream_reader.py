@@ -1,0 +1,155 @@
+"""`spark.readStream.format("ledgerwire")`: micro-batches of new records, from the bookies.
+
+Offsets are Spark's Kafka source JSON, {"topic": {"0": next offset, "1": ...}}, so a checkpoint
+says exactly where each partition stands; a restarted query resumes from the checkpointed end
+of its last committed micro-batch and the rows of a batch are the same on every re-run (rows
+are filtered by offset, so a batch boundary inside a record batch splits it cleanly).
+
+Each trigger re-reads the topic list (subscribePattern picks up new topics), the partition
+counts (new partitions start at their earliest offset, as in Spark's Kafka source) and each
+partition's readable end. `maxOffsetsPerTrigger` is shared among partitions in proportion to
+what each has waiting, and every partition with data moves by at least one offset.
+
+This module must never move a partition's offset backwards, nor skip offsets silently
+(failOnDataLoss=false is the only way data that retention deleted is skipped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
+from spark_bridge.options import OptionError, parse_reader_options
+from spark_bridge.planner import (
+    LedgerSplit,
+    offset_range,
+    resolve_topic_partitions,
+    splits_for_range,
+)
+from spark_bridge.reader import read_split
+from spark_bridge.topic_layout import PartitionLayout, partition_layout
+
+Offsets = dict[str, dict[str, int]]
+
+
+def _flatten(offsets: Offsets) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
+
+
+def _nest(flat: dict[tuple[str, int], int]) -> Offsets:
+    out: Offsets = {}
+    for (topic, partition), offset in sorted(flat.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def share_limit(start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
+                max_offsets: int) -> dict[tuple[str, int], int]:  # fmt: skip
+    """End offsets advancing at most `max_offsets` in total, in proportion to the backlog."""
+    backlog = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(backlog.values())
+    if total <= max_offsets:
+        return dict(latest)
+    end = {}
+    for tp, waiting in backlog.items():
+        share = (waiting * max_offsets) // total
+        if waiting and share == 0:
+            share = 1
+        end[tp] = start.get(tp, latest[tp]) + min(waiting, share)
+    return end
+
+
+class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+    def __init__(self, options: dict[str, str]) -> None:
+        self.opts = parse_reader_options(options, streaming=True)
+        self.mode = resolve_read_mode(self.opts.spec, self.opts.read_from)
+        self._access: LedgerAccess | None = None
+        self._layouts: dict[tuple[str, int], PartitionLayout] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_access"] = None  # a thread and connections: never shipped to executors
+        return state
+
+    # ---- driver side ----------------------------------------------------------------------
+
+    def _acc(self) -> LedgerAccess:
+        if self._access is None:
+            self._access = LedgerAccess(self.opts.spec, self.mode, tail=self.opts.tail_read)
+        return self._access
+
+    def _refresh(self) -> dict[tuple[str, int], PartitionLayout]:
+        access = self._acc()
+        layouts = {}
+        for topic, partition in resolve_topic_partitions(access, self.opts):
+            layouts[(topic, partition)] = partition_layout(
+                access, topic, partition, self.opts.namespace, refresh=True)
+        self._layouts = layouts
+        return layouts
+
+    def initialOffset(self) -> Offsets:
+        access = self._acc()
+        flat = {}
+        for tp, layout in self._refresh().items():
+            start, _end = offset_range(access, self.opts, layout, ending=None)
+            flat[tp] = start
+        return _nest(flat)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        layouts = self._refresh()
+        begin = _flatten(start)
+        latest: dict[tuple[str, int], int] = {}
+        for tp, layout in layouts.items():
+            latest[tp] = max(layout.end_offset, begin.get(tp, layout.earliest_offset))
+            if tp not in begin:  # a new partition (or topic) starts at its earliest offset
+                begin[tp] = layout.earliest_offset
+        if isinstance(limit, ReadMaxRows):
+            latest = share_limit(begin, latest, limit.max_rows)
+        for tp, offset in begin.items():  # partitions that vanished keep their offset
+            latest.setdefault(tp, offset)
+        return _nest(latest)
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        access = self._acc()
+        begin, finish = _flatten(start), _flatten(end)
+        splits: list[InputPartition] = []
+        for tp, stop in sorted(finish.items()):
+            layout = self._layouts.get(tp)
+            if layout is None or layout.end_offset < stop:
+                layout = partition_layout(access, tp[0], tp[1], self.opts.namespace,
+                                          refresh=True)  # fmt: skip
+            first = begin.get(tp, layout.earliest_offset)
+            if first < layout.earliest_offset:
+                if self.opts.fail_on_data_loss:
+                    raise OptionError(
+                        f"option 'failOnDataLoss': offsets {first}..{layout.earliest_offset} of "
+                        f"{tp[0]}-{tp[1]} were deleted before this query read them; set "
+                        "failOnDataLoss=false to skip them")
+                first = layout.earliest_offset
+            if stop > first:
+                splits.extend(splits_for_range(access, layout, first, stop))
+        return splits
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LedgerSplit)
+        return read_split(self.opts.spec, self.mode, partition,
+                          include_headers=self.opts.include_headers,
+                          read_committed=self.opts.read_committed,
+                          tail=self.opts.tail_read)  # fmt: skip
+
+    def commit(self, end: Offsets) -> None:
+        pass  # offsets live in Spark's checkpoint; ledgerwire keeps no reader state
+
+    def stop(self) -> None:
+        if self._access is not None:
+            self._access.close()
+            self._access = None
