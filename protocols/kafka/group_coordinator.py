@@ -10,152 +10,63 @@ One `Group` per group id, driven through one explicit state machine (`ALLOWED_TR
 A rebalance finishes when every known member has rejoined or when the longest rebalance
 timeout of its members runs out (members that did not rejoin are dropped); a group that was
 Empty first waits `initial_rebalance_delay_s` so a fleet starting together lands in one
-generation. Sessions expire in a background task. Waits are Trio events; the coordinator
+generation. A static member (group.instance.id) that comes back with no member id takes
+over its old incarnation's place (fencing it); in a Stable group with unchanged protocols it
+gets the current generation and assignment back, no rebalance (KIP-345). Members may commit
+with the current generation while a rebalance is prepared, not between JoinGroup and
+SyncGroup. Sessions expire in a background task. Waits are Trio events; the coordinator
 runs its timers in the nursery given to `run()`.
 
-Committed offsets are kept in memory for reads and written through an `OffsetStoreApi` (the
-gateway backs it by a ledger) before a commit is acknowledged. This module must never do I/O
-of its own: storage goes through the offset store it is given.
+The data (states, members, groups, offsets) lives in `group_model.py`; KIP-848 groups in
+`consumer_group_coordinator.py`, which this coordinator holds as `consumer_groups` (one
+group-id namespace, one offset store); committed offsets in `group_offsets.py` (a mixin of
+the coordinator). Committed offsets are kept in memory for reads and
+written through an `OffsetStoreApi` (the gateway backs it by a ledger) before a commit is
+acknowledged; those of groups that stay empty past the retention period expire. This module
+must never do I/O of its own: storage goes through the offset store it is given.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
-from protocols.kafka.errors import ErrorCode, KafkaProtocolError
+from protocols.kafka.consumer_group_coordinator import (
+    ConsumerGroupCoordinator,
+    ConsumerGroupError,
+)
+from protocols.kafka.errors import ErrorCode
+from protocols.kafka.group_model import (
+    ALLOWED_TRANSITIONS,
+    CommittedOffset,
+    CoordinatorConfig,
+    Group,
+    GroupError,
+    GroupState,
+    Member,
+    OffsetKey,
+    OffsetStoreApi,
+    wall_clock_ms,
+)
+from protocols.kafka.group_offsets import CommittedOffsets
 
 log = logging.getLogger("ledgerwire.kafka.groups")
 
 
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-ALLOWED_TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
-    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE, GroupState.DEAD}),
-    GroupState.PREPARING_REBALANCE: frozenset(
-        {GroupState.COMPLETING_REBALANCE, GroupState.EMPTY, GroupState.DEAD}
-    ),
-    GroupState.COMPLETING_REBALANCE: frozenset(
-        {GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.DEAD}
-    ),
-    GroupState.STABLE: frozenset({GroupState.PREPARING_REBALANCE, GroupState.DEAD}),
-    GroupState.DEAD: frozenset(),
-}
-
-
-class GroupError(KafkaProtocolError):
-    """A group request refused with a wire error code (the handler answers with it)."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message, code=code)
-
-
-@dataclass(frozen=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int = -1
-    metadata: str | None = ""
-    commit_timestamp_ms: int = -1
-
-
-OffsetKey = tuple[str, int]  # (topic, partition)
-
-
-class OffsetStoreApi(Protocol):
-    """Durable committed offsets (gateway.offset_store.LedgerOffsetStore)."""
-
-    async def load(self) -> dict[str, dict[OffsetKey, CommittedOffset]]: ...
-
-    async def commit(self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]) -> None: ...
-
-    async def delete(self, group_id: str, keys: list[OffsetKey] | None) -> None: ...
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_s: float
-    rebalance_timeout_s: float
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    last_heartbeat: float = 0.0
-    joining: bool = False  # has a JoinGroup waiting for this rebalance to finish
-    join_result: dict[str, Any] | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        for name, metadata in self.protocols:
-            if name == protocol:
-                return metadata
-        return b""
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation_id: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending_member_ids: set[str] = field(default_factory=set)  # handed out, not yet joined
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    changed: trio.Event = field(default_factory=trio.Event)
-    rebalance_running: bool = False
-
-    def transition(self, new: GroupState) -> None:
-        if new not in ALLOWED_TRANSITIONS[self.state]:
-            raise AssertionError(f"group {self.group_id}: {self.state.value} -> {new.value}")
-        log.info(
-            "group state",
-            extra={"group": self.group_id, "from": self.state.value, "to": new.value,
-                   "generation": self.generation_id},
-        )
-        self.state = new
-        self.wake()
-
-    def wake(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
-
-    def all_members_joined(self) -> bool:
-        return all(m.joining for m in self.members.values())
-
-    def rebalance_timeout_s(self) -> float:
-        return max((m.rebalance_timeout_s for m in self.members.values()), default=0.0)
-
-
-@dataclass
-class CoordinatorConfig:
-    initial_rebalance_delay_s: float = 3.0
-    min_session_timeout_s: float = 6.0
-    max_session_timeout_s: float = 1800.0
-    expiry_check_interval_s: float = 0.5
-
-
-class GroupCoordinator:
+class GroupCoordinator(CommittedOffsets):
     def __init__(self, offset_store: OffsetStoreApi, config: CoordinatorConfig | None = None):
         self.config = config or CoordinatorConfig()
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[OffsetKey, CommittedOffset]] = {}
         self._store = offset_store
         self._nursery: trio.Nursery | None = None
+        # KIP-848 groups share the group-id namespace and the committed offsets.
+        self.consumer_groups = ConsumerGroupCoordinator(
+            self.config.consumer_groups, self._release_classic_group
+        )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Load committed offsets and run the coordinator's timers until cancelled."""
@@ -163,7 +74,19 @@ class GroupCoordinator:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._expire_sessions)
+            nursery.start_soon(self._expire_offsets_periodically)
             task_status.started()
+
+    def _release_classic_group(self, group_id: str) -> bool:
+        """A KIP-848 group wants the id: granted unless a classic group with members has it."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return True
+        if group.members:
+            return False
+        group.transition(GroupState.DEAD)
+        del self.groups[group_id]
+        return True
 
     # ---- membership -------------------------------------------------------------------------
 
@@ -196,6 +119,10 @@ class GroupCoordinator:
             raise GroupError(ErrorCode.INVALID_SESSION_TIMEOUT)
         if not protocols:
             raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        try:
+            self.consumer_groups.drop_if_empty(group_id)
+        except ConsumerGroupError as exc:
+            raise GroupError(exc.code, "the group uses the consumer (KIP-848) protocol") from None
         group = self._group(group_id, create=True)
         if group.members and group.protocol_type not in (None, protocol_type):
             raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
@@ -204,12 +131,10 @@ class GroupCoordinator:
 
         if not member_id:
             if group_instance_id is not None and group_instance_id in group.static_members:
-                # A static member restarted: its new id replaces (fences) the old one.
-                old_id = group.static_members[group_instance_id]
-                old = group.members.pop(old_id, None)
-                member_id = f"{group_instance_id}-{uuid.uuid4()}"
-                if old is not None and old.join_result is None and old.joining:
-                    old.join_result = {"error_code": int(ErrorCode.FENCED_INSTANCE_ID)}
+                rejoined = self._replace_static_member(group, group_instance_id, protocols)
+                if rejoined is not None:
+                    return rejoined
+                member_id = group.static_members[group_instance_id]
             else:
                 member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
                 if require_known_member_id and group_instance_id is None:
@@ -255,6 +180,38 @@ class GroupCoordinator:
         while member.join_result is None:
             await group.changed.wait()
         return member.join_result
+
+    def _replace_static_member(
+        self, group: Group, instance_id: str, protocols: list[tuple[str, bytes]]
+    ) -> dict[str, Any] | None:
+        """A static member came back with no member id: give it a new id that fences the old.
+
+        The member keeps its place and assignment. In a Stable group where its protocols are
+        unchanged (so the group's protocol stays the same) it gets the current generation back
+        and nothing is rebalanced — the point of static membership (KIP-345). A returning
+        leader is told to skip computing an assignment (KIP-814). Otherwise returns None and
+        the caller runs the ordinary join under the new id.
+        """
+        old_id = group.static_members[instance_id]
+        member = group.members.pop(old_id)
+        if member.joining and member.join_result is None:
+            # The old incarnation still waits on a JoinGroup: it is fenced.
+            member.join_result = {"error_code": int(ErrorCode.FENCED_INSTANCE_ID)}
+            member.joining = False
+        new_id = f"{instance_id}-{uuid.uuid4()}"
+        member.member_id = new_id
+        group.members[new_id] = member
+        group.static_members[instance_id] = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        member.last_heartbeat = trio.current_time()
+        log.info("static member rejoined",
+                 extra={"group": group.group_id, "instance": instance_id, "member": new_id})
+        if group.state is GroupState.STABLE and member.protocols == protocols:
+            answer = self._join_answer(group, member)
+            answer["skip_assignment"] = new_id == group.leader_id
+            return answer
+        return None
 
     def _supports_common_protocol(self, group: Group, protocols: list[tuple[str, bytes]]) -> bool:
         names = {name for name, _ in protocols}
@@ -346,7 +303,21 @@ class GroupCoordinator:
             member.join_result = {"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID)}
         group.wake()
 
-    def _check_member(self, group: Group, member_id: str, generation_id: int) -> Member:
+    @staticmethod
+    def _check_instance(group: Group, member_id: str, instance_id: str | None) -> None:
+        """A request naming a static instance must come from its current incarnation."""
+        if instance_id is None:
+            return
+        current = group.static_members.get(instance_id)
+        if current is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if current != member_id:
+            raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
+
+    def _check_member(
+        self, group: Group, member_id: str, generation_id: int, instance_id: str | None = None
+    ) -> Member:
+        self._check_instance(group, member_id, instance_id)
         member = group.members.get(member_id)
         if member is None:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -356,10 +327,15 @@ class GroupCoordinator:
 
     async def sync(
         self, *, group_id: str, member_id: str, generation_id: int,
-        assignments: list[tuple[str, bytes]],
+        assignments: list[tuple[str, bytes]], group_instance_id: str | None = None,
+        protocol_type: str | None = None, protocol_name: str | None = None,
     ) -> tuple[str | None, str | None, bytes]:
         group = self._group(group_id, create=False)
-        member = self._check_member(group, member_id, generation_id)
+        member = self._check_member(group, member_id, generation_id, group_instance_id)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state is GroupState.COMPLETING_REBALANCE:
@@ -378,8 +354,12 @@ class GroupCoordinator:
         member.last_heartbeat = trio.current_time()
         return group.protocol_type, group.protocol_name, member.assignment
 
-    def heartbeat(self, *, group_id: str, member_id: str, generation_id: int) -> None:
+    def heartbeat(
+        self, *, group_id: str, member_id: str, generation_id: int,
+        group_instance_id: str | None = None,
+    ) -> None:
         group = self._group(group_id, create=False)
+        self._check_instance(group, member_id, group_instance_id)
         member = group.members.get(member_id)
         if member is None:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -396,8 +376,12 @@ class GroupCoordinator:
             return [int(ErrorCode.UNKNOWN_MEMBER_ID)] * len(members)
         codes = []
         for member_id, instance_id in members:
-            if instance_id is not None and not member_id:
-                member_id = group.static_members.get(instance_id, "")
+            if instance_id is not None:
+                current = group.static_members.get(instance_id)
+                if current is not None and member_id and member_id != current:
+                    codes.append(int(ErrorCode.FENCED_INSTANCE_ID))
+                    continue
+                member_id = current or ""
             if member_id in group.members:
                 self._remove_member(group, member_id)
                 codes.append(0)
@@ -426,62 +410,18 @@ class GroupCoordinator:
                     if not m.joining and now - m.last_heartbeat > m.session_timeout_s
                 ]
                 for member_id in expired:
-                    log.info("session expired", extra={"group": group.group_id, "member": member_id})
+                    log.info("session expired",
+                             extra={"group": group.group_id, "member": member_id})
                     self._remove_member(group, member_id)
                 if expired:
                     self._after_membership_change(group, "session expired")
-
-    # ---- offsets ----------------------------------------------------------------------------
-
-    async def commit_offsets(
-        self, *, group_id: str, member_id: str, generation_id: int,
-        offsets: Mapping[OffsetKey, CommittedOffset],
-    ) -> None:
-        group = self.groups.get(group_id)
-        if generation_id >= 0 or member_id:
-            if group is None or not group.members:
-                if generation_id >= 0:
-                    raise GroupError(ErrorCode.ILLEGAL_GENERATION)
-            else:
-                self._check_member(group, member_id, generation_id)
-                if group.state is GroupState.PREPARING_REBALANCE:
-                    raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
-        elif group is not None and group.members:
-            # A simple (assign-only) commit into a group that has live members is refused.
-            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
-        await self._store.commit(group_id, offsets)
-        self.offsets.setdefault(group_id, {}).update(offsets)
-
-    async def apply_transactional_offsets(
-        self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]
-    ) -> None:
-        """Make offsets committed inside a transaction visible, when the transaction commits.
-
-        Membership was checked when the offsets were sent (TxnOffsetCommit); the commit marker
-        applies them whatever the group did since, as Kafka does.
-        """
-        await self._store.commit(group_id, offsets)
-        self.offsets.setdefault(group_id, {}).update(offsets)
-
-    def fetch_offsets(self, group_id: str, keys: list[OffsetKey] | None) -> dict[OffsetKey, CommittedOffset]:
-        committed = self.offsets.get(group_id, {})
-        if keys is None:
-            return dict(committed)
-        return {k: committed[k] for k in keys if k in committed}
-
-    async def delete_offsets(self, group_id: str, keys: list[OffsetKey]) -> None:
-        group = self.groups.get(group_id)
-        if group is not None and group.state not in (GroupState.EMPTY, GroupState.DEAD):
-            raise GroupError(ErrorCode.NON_EMPTY_GROUP)
-        await self._store.delete(group_id, keys)
-        committed = self.offsets.get(group_id, {})
-        for key in keys:
-            committed.pop(key, None)
+            self.consumer_groups.expire(now)
 
     # ---- admin ------------------------------------------------------------------------------
 
     def known_group_ids(self) -> list[str]:
         ids = {g for g, grp in self.groups.items() if grp.state is not GroupState.DEAD}
+        ids.update(self.consumer_groups.groups)
         ids.update(g for g, offsets in self.offsets.items() if offsets)
         return sorted(ids)
 
@@ -492,6 +432,13 @@ class GroupCoordinator:
         return group
 
     async def delete_group(self, group_id: str) -> None:
+        if self.consumer_groups.owns(group_id):
+            if self.consumer_groups.has_members(group_id):
+                raise GroupError(ErrorCode.NON_EMPTY_GROUP)
+            self.consumer_groups.delete(group_id)
+            await self._store.delete(group_id, None)
+            self.offsets.pop(group_id, None)
+            return
         group = self.groups.get(group_id)
         if group is not None and group.state not in (GroupState.EMPTY, GroupState.DEAD):
             raise GroupError(ErrorCode.NON_EMPTY_GROUP)
@@ -502,3 +449,9 @@ class GroupCoordinator:
         if group is not None:
             group.transition(GroupState.DEAD)
             del self.groups[group_id]
+
+
+__all__ = [
+    "ALLOWED_TRANSITIONS", "CommittedOffset", "CoordinatorConfig", "Group", "GroupCoordinator",
+    "GroupError", "GroupState", "Member", "OffsetKey", "OffsetStoreApi", "wall_clock_ms",
+]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from protocols.kafka.errors import ErrorCode
+from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.group_coordinator import (
     ALLOWED_TRANSITIONS,
     CommittedOffset,
@@ -57,7 +59,9 @@ def autojump_clock() -> trio.testing.MockClock:
 
 
 async def start(nursery: trio.Nursery) -> GroupCoordinator:
-    coordinator = GroupCoordinator(MemoryOffsetStore(), CoordinatorConfig(initial_rebalance_delay_s=1.0))
+    coordinator = GroupCoordinator(
+        MemoryOffsetStore(), CoordinatorConfig(initial_rebalance_delay_s=1.0)
+    )
     await nursery.start(coordinator.run)
     return coordinator
 
@@ -113,7 +117,8 @@ async def test_two_members_rebalance_sync_and_heartbeat(autojump_clock: object) 
             coordinator.heartbeat(group_id="g", member_id=leader, generation_id=1)
         assert info.value.code == ErrorCode.REBALANCE_IN_PROGRESS
         again = await coordinator.join(**join_args(leader))  # type: ignore[arg-type]
-        assert again["generation_id"] == 2 and [m["member_id"] for m in again["members"]] == [leader]
+        assert again["generation_id"] == 2
+        assert [m["member_id"] for m in again["members"]] == [leader]
         nursery.cancel_scope.cancel()
 
 
@@ -166,3 +171,168 @@ async def test_offsets_commit_fetch_and_generation_checks(autojump_clock: object
 def test_every_state_has_a_transition_rule() -> None:
     assert set(ALLOWED_TRANSITIONS) == set(GroupState)
     assert ALLOWED_TRANSITIONS[GroupState.DEAD] == frozenset()
+
+
+async def stable_static_group(coordinator: GroupCoordinator) -> dict[str, str]:
+    """Two static members a and b, synced; returns instance id -> member id."""
+    answers: dict[str, dict] = {}
+
+    async def join_static(instance: str) -> None:
+        args = join_args(group_instance_id=instance)
+        answers[instance] = await coordinator.join(**args)  # type: ignore[arg-type]
+
+    async with trio.open_nursery() as joins:
+        joins.start_soon(join_static, "a")
+        joins.start_soon(join_static, "b")
+    leader = answers["a"]["leader"]
+    ids = {inst: a["member_id"] for inst, a in answers.items()}
+    async with trio.open_nursery() as syncs:
+        for mid in ids.values():
+            given = [(m, b"assign-" + i.encode()) for i, m in ids.items()] if mid == leader else []
+            syncs.start_soon(partial(coordinator.sync, group_id="g", member_id=mid,
+                                     generation_id=1, assignments=given))
+    assert coordinator.groups["g"].state is GroupState.STABLE
+    return ids
+
+
+async def test_static_member_rejoin_causes_no_rebalance(autojump_clock: object) -> None:
+    async with trio.open_nursery() as nursery:
+        coordinator = await start(nursery)
+        ids = await stable_static_group(coordinator)
+        group = coordinator.groups["g"]
+        # Instance b restarts: it joins with no member id, same instance id and protocols.
+        again = await coordinator.join(**join_args(group_instance_id="b"))  # type: ignore[arg-type]
+        assert again["error_code"] == 0 and again["generation_id"] == 1
+        assert again["member_id"] != ids["b"]
+        assert group.state is GroupState.STABLE and group.generation_id == 1
+        _, _, assignment = await coordinator.sync(
+            group_id="g", member_id=again["member_id"], generation_id=1, assignments=[])
+        assert assignment == b"assign-b"
+        # The old incarnation is fenced; the other member sees no rebalance.
+        with pytest.raises(GroupError) as info:
+            coordinator.heartbeat(group_id="g", member_id=ids["b"], generation_id=1,
+                                  group_instance_id="b")
+        assert info.value.code == ErrorCode.FENCED_INSTANCE_ID
+        coordinator.heartbeat(group_id="g", member_id=ids["a"], generation_id=1,
+                              group_instance_id="a")
+        # A static member rejoining with changed protocols does rebalance.
+        changed = join_args(group_instance_id="a", protocols=[("roundrobin", b"new")])
+        async with trio.open_nursery() as rejoin:
+            rejoin.start_soon(partial(coordinator.join, **changed))  # type: ignore[arg-type]
+            await trio.sleep(0.1)
+            assert group.state is GroupState.PREPARING_REBALANCE
+            rejoin.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
+
+
+async def test_unknown_member_and_stale_generation_answers(autojump_clock: object) -> None:
+    async with trio.open_nursery() as nursery:
+        coordinator = await start(nursery)
+        ids = await stable_static_group(coordinator)
+        for call, code in [
+            (partial(coordinator.heartbeat, group_id="g", member_id="nobody", generation_id=1),
+             ErrorCode.UNKNOWN_MEMBER_ID),
+            (partial(coordinator.heartbeat, group_id="nogroup", member_id="x", generation_id=1),
+             ErrorCode.UNKNOWN_MEMBER_ID),
+            (partial(coordinator.heartbeat, group_id="g", member_id=ids["a"], generation_id=0),
+             ErrorCode.ILLEGAL_GENERATION),
+        ]:
+            with pytest.raises(GroupError) as info:
+                call()
+            assert info.value.code == code
+        with pytest.raises(GroupError) as info:
+            await coordinator.join(**join_args("made-up"))  # type: ignore[arg-type]
+        assert info.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+        with pytest.raises(GroupError) as info:
+            await coordinator.join(**join_args(session_timeout_ms=1))  # type: ignore[arg-type]
+        assert info.value.code == ErrorCode.INVALID_SESSION_TIMEOUT
+        with pytest.raises(GroupError) as info:
+            await coordinator.sync(group_id="g", member_id=ids["a"], generation_id=5,
+                                   assignments=[])
+        assert info.value.code == ErrorCode.ILLEGAL_GENERATION
+        with pytest.raises(GroupError) as info:
+            await coordinator.commit_offsets(group_id="g", member_id="", generation_id=-1,
+                                             offsets={("t", 0): CommittedOffset(1)})
+        assert info.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+        nursery.cancel_scope.cancel()
+
+
+async def test_commit_allowed_while_preparing_rebalance(autojump_clock: object) -> None:
+    async with trio.open_nursery() as nursery:
+        coordinator = await start(nursery)
+        ids = await stable_static_group(coordinator)
+        assert coordinator.leave("g", [("", "b")]) == [0]
+        assert coordinator.groups["g"].state is GroupState.PREPARING_REBALANCE
+        # An eager consumer commits what it is giving up before it rejoins.
+        await coordinator.commit_offsets(group_id="g", member_id=ids["a"], generation_id=1,
+                                         offsets={("t", 0): CommittedOffset(5)})
+        assert coordinator.fetch_offsets("g", None)[("t", 0)].offset == 5
+        nursery.cancel_scope.cancel()
+
+
+async def test_offsets_of_groups_empty_past_retention_expire(autojump_clock: object) -> None:
+    now = [1_000_000_000_000]
+    async with trio.open_nursery() as nursery:
+        coordinator = GroupCoordinator(MemoryOffsetStore(), CoordinatorConfig(
+            initial_rebalance_delay_s=0.0, offsets_retention_s=3600.0,
+            wall_clock_ms=lambda: now[0]))
+        await nursery.start(coordinator.run)
+        for group_id, committed_at in [("old", now[0]), ("fresh", now[0] + 3_000_000)]:
+            await coordinator.commit_offsets(
+                group_id=group_id, member_id="", generation_id=-1,
+                offsets={("t", 0): CommittedOffset(1, commit_timestamp_ms=committed_at)})
+        now[0] += 3_700_000
+        assert await coordinator.expire_offsets() == ["old"]
+        assert coordinator.fetch_offsets("old", None) == {}
+        assert coordinator.fetch_offsets("fresh", None)
+        assert coordinator.known_group_ids() == ["fresh"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_member_not_rejoining_within_rebalance_timeout_is_dropped(
+    autojump_clock: object,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        coordinator = await start(nursery)
+        ids = await stable_static_group(coordinator)
+        group = coordinator.groups["g"]
+        started = trio.current_time()
+        # "a" rejoins with new protocols; "b" keeps heartbeating but never rejoins.
+        changed = join_args(ids["a"], group_instance_id="a", protocols=[("range", b"v2")])
+
+        async def keep_heartbeating() -> None:
+            while True:
+                with pytest.raises(GroupError):
+                    coordinator.heartbeat(group_id="g", member_id=ids["b"], generation_id=1)
+                await trio.sleep(1)
+
+        nursery.start_soon(keep_heartbeating)
+        answer = await coordinator.join(**changed)  # type: ignore[arg-type]
+        waited = trio.current_time() - started
+        assert 29 <= waited <= 31  # the 30 s rebalance timeout of join_args
+        assert answer["generation_id"] == 2
+        assert [m["member_id"] for m in answer["members"]] == [ids["a"]]
+        assert ids["b"] not in group.members
+        nursery.cancel_scope.cancel()
+
+
+async def test_classic_and_consumer_groups_share_the_id_space(autojump_clock: object) -> None:
+    async with trio.open_nursery() as nursery:
+        coordinator = await start(nursery)
+        await stable_static_group(coordinator)
+        beat: dict[str, Any] = dict(
+            group_id="g", member_id="m", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30_000, subscribed_topic_names=["t"],
+            subscribed_topic_regex=None, server_assignor=None, owned=None, client_id="c",
+            client_host="/h", topics={"t": 2},
+        )
+        with pytest.raises(KafkaProtocolError) as info:
+            coordinator.consumer_groups.heartbeat(**beat)
+        assert info.value.code == ErrorCode.GROUP_ID_NOT_FOUND
+        answer = coordinator.consumer_groups.heartbeat(**{**beat, "group_id": "fresh"})
+        assert answer["member_epoch"] == 1
+        with pytest.raises(GroupError) as info:
+            await coordinator.join(**join_args(group_id="fresh"))  # type: ignore[arg-type]
+        assert info.value.code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        assert coordinator.known_group_ids() == ["fresh", "g"]
+        nursery.cancel_scope.cancel()

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocols.kafka.acl_model import OP_DELETE, OP_DESCRIBE, OP_READ, RES_GROUP
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
-from protocols.kafka.errors import ErrorCode
-from protocols.kafka.group_coordinator import GroupError, GroupState
+from protocols.kafka.errors import ErrorCode, KafkaProtocolError
+from protocols.kafka.group_coordinator import GroupState
+from protocols.kafka.handlers.authorization import group_denied_code, require_group
 
 NO_OPERATIONS = -(2**31)  # "authorized operations not requested"
 
@@ -23,6 +25,7 @@ def _host(ctx: RequestContext) -> str:
 
 
 async def handle_join_group(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    require_group(ctx, OP_READ, body["group_id"])
     coordinator = ctx.broker.group_coordinator
     try:
         answer = await coordinator.join(
@@ -37,7 +40,7 @@ async def handle_join_group(ctx: RequestContext, header: RequestHeader, body: di
             client_host=_host(ctx),
             require_known_member_id=header.api_version >= 4,
         )
-    except GroupError as exc:
+    except KafkaProtocolError as exc:
         answer = {"error_code": int(exc.code), "member_id": body.get("member_id") or ""}
     return {
         "throttle_time_ms": 0,
@@ -48,13 +51,14 @@ async def handle_join_group(ctx: RequestContext, header: RequestHeader, body: di
         if answer.get("protocol_name") is not None or header.api_version >= 7
         else "",
         "leader": answer.get("leader", ""),
-        "skip_assignment": False,
+        "skip_assignment": bool(answer.get("skip_assignment", False)),
         "member_id": answer.get("member_id", ""),
         "members": answer.get("members", []),
     }
 
 
 async def handle_sync_group(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    require_group(ctx, OP_READ, body["group_id"])
     try:
         protocol_type, protocol_name, assignment = await ctx.broker.group_coordinator.sync(
             group_id=body["group_id"],
@@ -63,9 +67,12 @@ async def handle_sync_group(ctx: RequestContext, header: RequestHeader, body: di
             assignments=[
                 (a["member_id"], bytes(a["assignment"])) for a in body.get("assignments") or []
             ],
+            group_instance_id=body.get("group_instance_id"),
+            protocol_type=body.get("protocol_type"),
+            protocol_name=body.get("protocol_name"),
         )
         code = 0
-    except GroupError as exc:
+    except KafkaProtocolError as exc:
         protocol_type, protocol_name, assignment, code = None, None, b"", int(exc.code)
     return {
         "throttle_time_ms": 0,
@@ -77,19 +84,22 @@ async def handle_sync_group(ctx: RequestContext, header: RequestHeader, body: di
 
 
 async def handle_heartbeat(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    require_group(ctx, OP_READ, body["group_id"])
     try:
         ctx.broker.group_coordinator.heartbeat(
             group_id=body["group_id"],
             member_id=body["member_id"],
             generation_id=body["generation_id"],
+            group_instance_id=body.get("group_instance_id"),
         )
         code = 0
-    except GroupError as exc:
+    except KafkaProtocolError as exc:
         code = int(exc.code)
     return {"throttle_time_ms": 0, "error_code": code}
 
 
 async def handle_leave_group(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    require_group(ctx, OP_READ, body["group_id"])
     if header.api_version >= 3:
         leaving = [(m.get("member_id") or "", m.get("group_instance_id")) for m in body["members"]]
     else:
@@ -107,6 +117,17 @@ async def handle_describe_groups(ctx: RequestContext, header: RequestHeader, bod
     coordinator = ctx.broker.group_coordinator
     described: list[dict[str, Any]] = []
     for group_id in body.get("groups") or []:
+        if denied := group_denied_code(ctx, OP_DESCRIBE, group_id):
+            described.append(
+                {"error_code": denied, "group_id": group_id, "group_state": "",
+                 "protocol_type": "", "protocol_data": "", "members": [],
+                 "authorized_operations": NO_OPERATIONS}
+            )
+            continue
+        consumer_group = coordinator.consumer_groups.described(group_id)
+        if consumer_group is not None:
+            described.append(_describe_consumer_group_classically(consumer_group))
+            continue
         group = coordinator.describe(group_id)
         if group is None:
             described.append(
@@ -142,12 +163,39 @@ async def handle_describe_groups(ctx: RequestContext, header: RequestHeader, bod
     return {"throttle_time_ms": 0, "groups": described}
 
 
+def _describe_consumer_group_classically(group: Any) -> dict[str, Any]:
+    """A KIP-848 group in DescribeGroups' shape (its members carry no classic metadata)."""
+    return {
+        "error_code": 0, "group_id": group.group_id, "group_state": group.state.value,
+        "protocol_type": "consumer", "protocol_data": group.assignor_name,
+        "members": [
+            {"member_id": m.member_id, "group_instance_id": m.instance_id,
+             "client_id": m.client_id, "client_host": m.client_host,
+             "member_metadata": b"", "member_assignment": b""}
+            for m in group.members.values()
+        ],
+        "authorized_operations": NO_OPERATIONS,
+    }
+
+
 async def handle_list_groups(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
     coordinator = ctx.broker.group_coordinator
     wanted_states = {s.lower() for s in body.get("states_filter") or []}
     wanted_types = {t.lower() for t in body.get("types_filter") or []}
     listed = []
     for group_id in coordinator.known_group_ids():
+        if not ctx.authorize(OP_DESCRIBE, RES_GROUP, group_id):
+            continue
+        consumer_group = coordinator.consumer_groups.described(group_id)
+        if consumer_group is not None:
+            state = consumer_group.state.value
+            if (wanted_states and state.lower() not in wanted_states) or (
+                wanted_types and "consumer" not in wanted_types
+            ):
+                continue
+            listed.append({"group_id": group_id, "protocol_type": "consumer",
+                           "group_state": state, "group_type": "consumer"})
+            continue
         group = coordinator.describe(group_id)
         state = group.state.value if group is not None else GroupState.EMPTY.value
         if wanted_states and state.lower() not in wanted_states:
@@ -165,10 +213,13 @@ async def handle_list_groups(ctx: RequestContext, header: RequestHeader, body: d
 async def handle_delete_groups(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
     results = []
     for group_id in body.get("groups_names") or []:
+        if denied := group_denied_code(ctx, OP_DELETE, group_id):
+            results.append({"group_id": group_id, "error_code": denied})
+            continue
         try:
             await ctx.broker.group_coordinator.delete_group(group_id)
             code = 0
-        except GroupError as exc:
+        except KafkaProtocolError as exc:
             code = int(exc.code)
         results.append({"group_id": group_id, "error_code": code})
     return {"throttle_time_ms": 0, "results": results}

@@ -11,10 +11,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from protocols.kafka.acl_model import OP_DELETE, OP_DESCRIBE, OP_READ
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
-from protocols.kafka.errors import ErrorCode
-from protocols.kafka.group_coordinator import CommittedOffset, GroupError, OffsetKey
+from protocols.kafka.errors import ErrorCode, KafkaProtocolError
+from protocols.kafka.group_coordinator import CommittedOffset, OffsetKey
+from protocols.kafka.handlers.authorization import (
+    group_denied_code,
+    require_group,
+    topic_denied_code,
+)
 
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 
@@ -24,13 +30,17 @@ async def handle_offset_commit(ctx: RequestContext, header: RequestHeader, body:
     offsets: dict[OffsetKey, CommittedOffset] = {}
     codes: dict[OffsetKey, int] = {}
     known = ctx.topics.topics()
+    group_code = group_denied_code(ctx, OP_READ, body["group_id"])
     for topic in body.get("topics") or []:
         name = topic["name"]
         info = known.get(name)
+        topic_code = group_code or topic_denied_code(ctx, OP_READ, name)
         for p in topic.get("partitions") or []:
             key = (name, p["partition_index"])
             metadata = p.get("committed_metadata")
-            if info is None or not 0 <= key[1] < info.partitions:
+            if topic_code:
+                codes[key] = topic_code
+            elif info is None or not 0 <= key[1] < info.partitions:
                 codes[key] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif metadata is not None and len(metadata.encode()) > MAX_METADATA_BYTES:
                 codes[key] = int(ErrorCode.OFFSET_METADATA_TOO_LARGE)
@@ -48,9 +58,10 @@ async def handle_offset_commit(ctx: RequestContext, header: RequestHeader, body:
                 member_id=body.get("member_id") or "",
                 generation_id=body.get("generation_id_or_member_epoch", -1),
                 offsets=offsets,
+                group_instance_id=body.get("group_instance_id"),
             )
             codes.update({key: 0 for key in offsets})
-        except GroupError as exc:
+        except KafkaProtocolError as exc:
             codes.update({key: int(exc.code) for key in offsets})
     return {
         "throttle_time_ms": 0,
@@ -68,8 +79,18 @@ async def handle_offset_commit(ctx: RequestContext, header: RequestHeader, body:
     }
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: list[dict] | None) -> list[dict]:
+def _unstable(ctx: RequestContext, group_id: str, require_stable: bool) -> set[OffsetKey]:
+    """Partitions whose offsets wait in an open transaction (KIP-447), when asked to care."""
+    transactions = getattr(ctx.broker, "transaction_coordinator", None)
+    if not require_stable or transactions is None:
+        return set()
+    return transactions.pending_offset_partitions(group_id)
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics: list[dict] | None,
+                 require_stable: bool = False) -> list[dict]:
     coordinator = ctx.broker.group_coordinator
+    unstable = _unstable(ctx, group_id, require_stable)
     if topics is None:  # every partition with a committed offset
         committed = coordinator.fetch_offsets(group_id, None)
         by_topic: dict[str, list[int]] = {}
@@ -91,7 +112,9 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: list[dict] | None) 
                     "committed_offset": found.offset if found else -1,
                     "committed_leader_epoch": found.leader_epoch if found else -1,
                     "metadata": (found.metadata if found else "") or "",
-                    "error_code": 0,
+                    "error_code": int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                    if (topic["name"], index) in unstable
+                    else 0,
                 }
             )
         answer.append({"name": topic["name"], "partitions": partitions})
@@ -100,18 +123,29 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: list[dict] | None) 
 
 async def handle_offset_fetch(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
     if header.api_version >= 8:
-        return {
-            "throttle_time_ms": 0,
-            "groups": [
-                {"group_id": g["group_id"],
-                 "topics": _fetch_group(ctx, g["group_id"], g.get("topics")),
-                 "error_code": 0}
-                for g in body.get("groups") or []
-            ],
-        }
+        groups = []
+        for g in body.get("groups") or []:
+            if denied := group_denied_code(ctx, OP_DESCRIBE, g["group_id"]):
+                groups.append({"group_id": g["group_id"], "topics": [], "error_code": denied})
+                continue
+            try:  # v9: a KIP-848 member fetches with its member epoch
+                ctx.broker.group_coordinator.consumer_groups.validate_offset_fetch(
+                    g["group_id"], g.get("member_id"), g.get("member_epoch", -1))
+            except KafkaProtocolError as exc:
+                groups.append({"group_id": g["group_id"], "topics": [],
+                               "error_code": int(exc.code)})
+                continue
+            groups.append({"group_id": g["group_id"],
+                           "topics": _fetch_group(ctx, g["group_id"], g.get("topics"),
+                                                  bool(body.get("require_stable"))),
+                           "error_code": 0})
+        return {"throttle_time_ms": 0, "groups": groups}
+    if header.api_version >= 2:  # v2+ has a top-level error code to refuse with
+        require_group(ctx, OP_DESCRIBE, body["group_id"])
     return {
         "throttle_time_ms": 0,
-        "topics": _fetch_group(ctx, body["group_id"], body.get("topics")),
+        "topics": _fetch_group(ctx, body["group_id"], body.get("topics"),
+                               bool(body.get("require_stable"))),
         "error_code": 0,
     }
 
@@ -122,17 +156,25 @@ async def handle_offset_delete(ctx: RequestContext, header: RequestHeader, body:
         for t in body.get("topics") or []
         for p in t.get("partitions") or []
     ]
+    require_group(ctx, OP_DELETE, body["group_id"])
+    coordinator = ctx.broker.group_coordinator
+    refused: dict[OffsetKey, int] = {
+        key: code for key in keys if (code := topic_denied_code(ctx, OP_READ, key[0]))
+    }
+    keys = [key for key in keys if key not in refused]
     try:
-        await ctx.broker.group_coordinator.delete_offsets(body["group_id"], keys)
+        refused.update(coordinator.offset_delete_refusals(body["group_id"], keys))
+        await coordinator.delete_offsets(body["group_id"], keys)
         top = 0
-    except GroupError as exc:
+    except KafkaProtocolError as exc:
         top = int(exc.code)
     return {
         "error_code": top,
         "throttle_time_ms": 0,
         "topics": [
             {"name": t["name"],
-             "partitions": [{"partition_index": p["partition_index"], "error_code": 0}
+             "partitions": [{"partition_index": p["partition_index"],
+                             "error_code": refused.get((t["name"], p["partition_index"]), 0)}
                             for p in t.get("partitions") or []]}
             for t in body.get("topics") or []
         ],

@@ -1,0 +1,169 @@
+"""KIP-848 consumer groups on the wire: ConsumerGroupHeartbeat (key 68) and
+ConsumerGroupDescribe (key 69), answered from the ConsumerGroupCoordinator that the broker's
+group coordinator holds.
+
+The wire names topics by id; the coordinator works with names. This module translates (an
+owned partition of a topic id the broker does not know is dropped — the topic is gone) and
+turns coordinator errors into the answer's error code. It must never keep group state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from protocols.kafka.acl_model import OP_READ
+from protocols.kafka.assignors import TopicPartition
+from protocols.kafka.broker_api import RequestContext
+from protocols.kafka.codec import RequestHeader
+from protocols.kafka.errors import ErrorCode, KafkaProtocolError
+from protocols.kafka.handlers.authorization import require_group
+
+NO_OPERATIONS = -(2**31)
+
+
+def _host(ctx: RequestContext) -> str:
+    return "/" + ctx.client_address.rsplit(":", 1)[0]
+
+
+def _by_id(
+    ctx: RequestContext,
+) -> tuple[dict[uuid.UUID, str], dict[str, uuid.UUID], dict[str, int]]:
+    ids: dict[uuid.UUID, str] = {}
+    names: dict[str, uuid.UUID] = {}
+    counts: dict[str, int] = {}
+    for name, info in ctx.topics.topics().items():
+        ids[info.topic_id] = name
+        names[name] = info.topic_id
+        counts[name] = info.partitions
+    return ids, names, counts
+
+
+def _wire_partitions(
+    partitions: frozenset[TopicPartition], names: dict[str, uuid.UUID], with_names: bool = False
+) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    out = []
+    for topic in sorted(by_topic):
+        if topic not in names:
+            continue
+        entry: dict[str, Any] = {"topic_id": names[topic], "partitions": sorted(by_topic[topic])}
+        if with_names:
+            entry["topic_name"] = topic
+        out.append(entry)
+    return out
+
+
+async def handle_consumer_group_heartbeat(
+    ctx: RequestContext, header: RequestHeader, body: dict
+) -> dict:
+    require_group(ctx, OP_READ, body["group_id"])
+    ids, names, counts = _by_id(ctx)
+    owned_wire = body.get("topic_partitions")
+    owned = None
+    if owned_wire is not None:
+        owned = frozenset(
+            (ids[t["topic_id"]], p)
+            for t in owned_wire
+            if t["topic_id"] in ids
+            for p in t.get("partitions") or []
+        )
+    try:
+        answer = ctx.broker.group_coordinator.consumer_groups.heartbeat(
+            group_id=body["group_id"],
+            member_id=body.get("member_id") or "",
+            member_epoch=body["member_epoch"],
+            instance_id=body.get("instance_id"),
+            rack_id=body.get("rack_id"),
+            rebalance_timeout_ms=body.get("rebalance_timeout_ms", -1),
+            subscribed_topic_names=body.get("subscribed_topic_names"),
+            subscribed_topic_regex=body.get("subscribed_topic_regex"),
+            server_assignor=body.get("server_assignor"),
+            owned=owned,
+            client_id=header.client_id or "",
+            client_host=_host(ctx),
+            topics=counts,
+        )
+    except KafkaProtocolError as exc:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(exc.code),
+            "error_message": exc.message,
+            "member_id": None,
+            "member_epoch": -1,
+            "heartbeat_interval_ms": 0,
+            "assignment": None,
+        }
+    assignment = answer["assignment"]
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "member_id": answer["member_id"],
+        "member_epoch": answer["member_epoch"],
+        "heartbeat_interval_ms": answer["heartbeat_interval_ms"],
+        "assignment": None
+        if assignment is None
+        else {"topic_partitions": _wire_partitions(assignment, names)},
+    }
+
+
+async def handle_consumer_group_describe(
+    ctx: RequestContext, header: RequestHeader, body: dict
+) -> dict:
+    _, names, _ = _by_id(ctx)
+    coordinator = ctx.broker.group_coordinator.consumer_groups
+    described = []
+    for group_id in body.get("group_ids") or []:
+        group = coordinator.described(group_id)
+        if group is None:
+            described.append(
+                {
+                    "error_code": int(ErrorCode.GROUP_ID_NOT_FOUND),
+                    "error_message": f"Group {group_id} not found.",
+                    "group_id": group_id,
+                    "group_state": "Dead",
+                    "group_epoch": -1,
+                    "assignment_epoch": -1,
+                    "assignor_name": "",
+                    "members": [],
+                    "authorized_operations": NO_OPERATIONS,
+                }
+            )
+            continue
+        described.append(
+            {
+                "error_code": 0,
+                "error_message": None,
+                "group_id": group_id,
+                "group_state": group.state.value,
+                "group_epoch": group.group_epoch,
+                "assignment_epoch": group.assignment_epoch,
+                "assignor_name": group.assignor_name,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "instance_id": m.instance_id,
+                        "rack_id": m.rack_id,
+                        "member_epoch": m.member_epoch,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "subscribed_topic_names": sorted(m.subscribed_topics),
+                        "subscribed_topic_regex": m.subscribed_regex,
+                        "assignment": {
+                            "topic_partitions": _wire_partitions(m.assigned, names, True)
+                        },
+                        "target_assignment": {
+                            "topic_partitions": _wire_partitions(
+                                group.target.get(m.member_id, frozenset()), names, True
+                            )
+                        },
+                    }
+                    for m in group.members.values()
+                ],
+                "authorized_operations": NO_OPERATIONS,
+            }
+        )
+    return {"throttle_time_ms": 0, "groups": described}
