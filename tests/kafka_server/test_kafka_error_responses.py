@@ -13,6 +13,12 @@ from protocols.kafka.handlers.error_responses import error_code_of, whole_reques
 
 T = uuid.uuid4()
 SAMPLE_BODIES: dict[int, dict] = {
+    17: {}, 29: {}, 36: {}, 60: {},
+    21: {"topics": [{"name": "t", "partitions": [{"partition_index": 3, "offset": 1}]}]},
+    30: {"creations": [{}]}, 31: {"filters": [{}]},
+    33: {"resources": [{"resource_type": 2, "resource_name": "t"}]},
+    44: {"resources": [{"resource_type": 2, "resource_name": "t"}]},
+    61: {"topics": [{"name": "t", "partition_indexes": [3]}]},
     0: {"topic_data": [{"name": "t", "partition_data": [{"index": 3}]}]},
     1: {"topics": [{"topic": "t", "topic_id": T, "partitions": [{"partition": 3}]}]},
     2: {"topics": [{"name": "t", "partitions": [{"partition_index": 3}]}]},

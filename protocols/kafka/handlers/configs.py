@@ -1,4 +1,4 @@
-"""DescribeConfigs (key 32): topic configs with their defaults, and the broker's own configs.
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44): topic configs.
 
 `TOPIC_CONFIGS` is the catalog of topic-level configs this broker knows: name, type and
 default (Kafka's names and defaults; retention and message size defaults come from the broker
@@ -7,20 +7,38 @@ DYNAMIC_TOPIC_CONFIG; the rest as DEFAULT_CONFIG.  CreateTopics uses the same ca
 validate configs and to describe new topics (v5+).  Broker configs are read-only
 STATIC_BROKER_CONFIG values that admin clients commonly ask for.
 
-This module must never change a config: AlterConfigs is a separate API.
+AlterConfigs replaces a topic's explicit configs with the given set (Kafka's legacy semantics);
+IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT per name.  Both go through
+`TopicService.alter_topic_configs` (CAS on the topic node, then applied to the open partitions),
+refuse unknown names and bad values with INVALID_CONFIG, and with `validate_only` change
+nothing.  Broker configs are static here: altering them is refused.  Each resource is
+authorised on its own (ALTER_CONFIGS / DESCRIBE_CONFIGS on the topic, or on the cluster for
+broker resources).
+
+This module must never change a config without going through the topic service.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from protocols.kafka.acl_model import (
+    CLUSTER_NAME,
+    OP_ALTER_CONFIGS,
+    OP_DESCRIBE_CONFIGS,
+    RES_CLUSTER,
+    RES_TOPIC,
+)
 from protocols.kafka.broker_api import BrokerSettings, RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
+    ClusterAuthorizationFailedError,
     ErrorCode,
     InvalidConfigError,
     InvalidRequestError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 from protocols.kafka.handlers.error_responses import error_code_of, error_message_of
@@ -43,6 +61,9 @@ LONG_MAX = str(2**63 - 1)
 
 # name -> (type, default, documentation); None default = derived from the broker config
 TOPIC_CONFIGS: dict[str, tuple[int, str | None, str]] = {
+    "bookkeeper.ensemble.size": (TYPE_INT, None, "Bookies a ledger of this topic is striped over."),
+    "bookkeeper.write.quorum": (TYPE_INT, None, "Copies written of each entry."),
+    "bookkeeper.ack.quorum": (TYPE_INT, None, "Copies acknowledged before an append is."),
     "cleanup.policy": (TYPE_LIST, "delete", "Retention policy: delete (compact is not applied)."),
     "compression.type": (TYPE_STRING, "producer", "Batches are stored as the producer sent them."),
     "delete.retention.ms": (TYPE_LONG, "86400000", "Tombstone retention for compacted topics."),
@@ -76,6 +97,9 @@ TOPIC_CONFIGS: dict[str, tuple[int, str | None, str]] = {
 }
 
 _INTEGER_TYPES = (TYPE_INT, TYPE_SHORT, TYPE_LONG)
+# Lower bounds of the configs that take effect here (Kafka's: -1 means "no limit").
+_MINIMUMS = {"retention.ms": -1, "retention.bytes": -1, "max.message.bytes": 0,
+             "segment.bytes": 1, "segment.ms": 1, "message.timestamp.difference.max.ms": 0}
 
 
 def topic_default(name: str, broker: BrokerSettings) -> str:
@@ -88,6 +112,8 @@ def topic_default(name: str, broker: BrokerSettings) -> str:
         return str(broker.retention_ms)
     if name == "retention.bytes":
         return str(broker.retention_bytes)
+    if name.startswith("bookkeeper."):
+        return "-1"  # unset: the namespace's, else the broker's storage default applies
     raise KeyError(name)
 
 
@@ -109,6 +135,10 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
                 raise ValueError(value)
         except ValueError:
             raise InvalidConfigError(f"Invalid value {value} for configuration {name}") from None
+        low = _MINIMUMS.get(name)
+        if low is not None and int(value) < low:
+            raise InvalidConfigError(f"Invalid value {value} for configuration {name}: "
+                                     f"value must be at least {low}")
         if name == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
             raise InvalidConfigError(f"Invalid value {value} for configuration {name}")
         if name == "cleanup.policy" and not set(value.split(",")) <= {"delete", "compact"}:
@@ -187,6 +217,7 @@ async def handle_describe_configs(ctx: RequestContext, header: RequestHeader, bo
         result: dict[str, Any] = {"error_code": 0, "error_message": None,
                                   "resource_type": rtype, "resource_name": rname, "configs": []}
         try:
+            _authorize_resource(ctx, OP_DESCRIBE_CONFIGS, rtype, rname)
             if rtype == RESOURCE_TOPIC:
                 info = ctx.topics.topics().get(rname)
                 if info is None:
@@ -216,3 +247,104 @@ async def handle_describe_configs(ctx: RequestContext, header: RequestHeader, bo
                 result["error_message"] = None
         results.append(result)
     return {"throttle_time_ms": 0, "results": results}
+
+
+# IncrementalAlterConfigs ConfigOperation
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+ConfigUpdate = Callable[[Mapping[str, str]], dict[str, str]]
+
+
+def _authorize_resource(ctx: RequestContext, operation: int, rtype: int, rname: str) -> None:
+    if rtype == RESOURCE_TOPIC:
+        if not ctx.authorize(operation, RES_TOPIC, rname):
+            raise TopicAuthorizationFailedError(f"not authorized to access topic {rname}")
+    elif rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        if not ctx.authorize(operation, RES_CLUSTER, CLUSTER_NAME):
+            raise ClusterAuthorizationFailedError("not authorized to access the cluster")
+
+
+def _replace_all(entries: list[dict]) -> ConfigUpdate:
+    names = Counter(e.get("name") for e in entries)
+    duplicates = [n for n, c in names.items() if c > 1]
+    if duplicates:
+        raise InvalidRequestError(f"duplicate config keys: {sorted(map(str, duplicates))}")
+    wanted = validate_topic_configs({str(e.get("name")): e.get("value") for e in entries})
+    return lambda _current: dict(wanted)
+
+
+def _incremental(entries: list[dict]) -> ConfigUpdate:
+    names = Counter(e.get("name") for e in entries)
+    duplicates = [n for n, c in names.items() if c > 1]
+    if duplicates:
+        raise InvalidRequestError(f"duplicate config keys: {sorted(map(str, duplicates))}")
+    for e in entries:
+        name, op = e.get("name"), int(e.get("config_operation", OP_SET))
+        if name not in TOPIC_CONFIGS:
+            raise InvalidConfigError(f"Unknown topic config name: {name}")
+        if op not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
+            raise InvalidRequestError(f"unknown config operation {op} for {name}")
+        if op in (OP_APPEND, OP_SUBTRACT) and TOPIC_CONFIGS[name][0] != TYPE_LIST:
+            raise InvalidConfigError(f"Config value append is not allowed for config key: {name}")
+        if op != OP_DELETE and e.get("value") is None:
+            raise InvalidConfigError(f"Null value not supported for topic config {name}")
+
+    def update(current: Mapping[str, str]) -> dict[str, str]:
+        configs = dict(current)
+        for e in entries:
+            name, op, value = e["name"], int(e.get("config_operation", OP_SET)), e.get("value")
+            if op == OP_SET:
+                configs[name] = str(value)
+            elif op == OP_DELETE:
+                configs.pop(name, None)
+            else:
+                items = [v for v in configs.get(name, "").split(",") if v]
+                given = [v for v in (value or "").split(",") if v]
+                if op == OP_APPEND:
+                    items += [v for v in given if v not in items]
+                else:
+                    items = [v for v in items if v not in given]
+                configs[name] = ",".join(items)
+        return validate_topic_configs(configs)
+
+    return update
+
+
+async def _alter_resources(ctx: RequestContext, body: dict,
+                           make_update: Callable[[list[dict]], ConfigUpdate]) -> dict:
+    validate_only = bool(body.get("validate_only", False))
+    resources = body.get("resources") or []
+    counts = Counter((int(r.get("resource_type", 0)), r.get("resource_name")) for r in resources)
+    responses = []
+    for resource in resources:
+        rtype = int(resource.get("resource_type", 0))
+        rname = resource.get("resource_name") or ""
+        out: dict[str, Any] = {"error_code": 0, "error_message": None,
+                               "resource_type": rtype, "resource_name": rname}
+        try:
+            if counts[(rtype, rname)] > 1:
+                raise InvalidRequestError(f"resource {rname} appears more than once")
+            _authorize_resource(ctx, OP_ALTER_CONFIGS, rtype, rname)
+            if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+                raise InvalidConfigError("broker configs are static in ledgerwire; set them in "
+                                         "the broker's configuration file")
+            if rtype != RESOURCE_TOPIC:
+                raise InvalidRequestError(f"Unsupported resource type {rtype}")
+            if rname not in ctx.topics.topics():
+                raise UnknownTopicOrPartitionError(f"Topic {rname} does not exist")
+            update = make_update(list(resource.get("configs") or []))
+            await ctx.topics.alter_topic_configs(rname, update, validate_only=validate_only)
+        except Exception as exc:  # noqa: BLE001 - becomes this resource's error code
+            out["error_code"] = error_code_of(exc)
+            out["error_message"] = error_message_of(exc)
+        responses.append(out)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+async def handle_alter_configs(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    return await _alter_resources(ctx, body, _replace_all)
+
+
+async def handle_incremental_alter_configs(ctx: RequestContext, header: RequestHeader,
+                                           body: dict) -> dict:
+    return await _alter_resources(ctx, body, _incremental)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
+from protocols.kafka.handlers.admin_errors import ADMIN_ERROR_BUILDERS
 from protocols.kafka.schema import SCHEMAS
 
 log = logging.getLogger("ledgerwire.kafka.handlers")
@@ -279,6 +280,7 @@ _BUILDERS: dict[int, _ErrorBuilder] = {
     ApiKey.DESCRIBE_CONFIGS: _describe_configs,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
 }
+_BUILDERS.update(ADMIN_ERROR_BUILDERS)
 
 
 def whole_request_error(

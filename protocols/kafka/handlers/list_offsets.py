@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocols.kafka.acl_model import OP_DESCRIBE
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
+from protocols.kafka.handlers.authorization import require_topic
 from protocols.kafka.handlers.error_responses import error_code_of
 from protocols.kafka.handlers.topic_lookup import open_partition
 
@@ -33,6 +35,7 @@ async def _lookup(ctx: RequestContext, topic: str, p: dict[str, Any], read_commi
                               "old_style_offsets": [], "timestamp": -1, "offset": -1,
                               "leader_epoch": 0}
     try:
+        require_topic(ctx, OP_DESCRIBE, topic)
         plog = await open_partition(ctx, topic, index)
         ts = int(p.get("timestamp", LATEST))
         found: tuple[int, int] | None

@@ -6,6 +6,9 @@ replication factor is accepted as given (-1 or any positive value): the ledger b
 replicating, and Metadata shows this broker as the one replica.  Manual replica assignments are
 accepted for their partition count only.  `validate_only` checks everything and changes nothing.
 
+Authorisation: CREATE on the cluster or the topic, DELETE on the topic, ALTER on the topic for
+CreatePartitions (TOPIC_AUTHORIZATION_FAILED per topic otherwise).
+
 This module must never touch partition data: it only asks the topic service.
 """
 
@@ -14,6 +17,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from protocols.kafka.acl_model import (
+    CLUSTER_NAME,
+    OP_ALTER,
+    OP_CREATE,
+    OP_DELETE,
+    RES_CLUSTER,
+    RES_TOPIC,
+)
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
@@ -22,6 +33,7 @@ from protocols.kafka.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
@@ -40,6 +52,9 @@ async def _create_one(ctx: RequestContext, t: dict[str, Any], validate_only: boo
                               "error_message": None, "topic_config_error_code": 0,
                               "num_partitions": -1, "replication_factor": -1, "configs": None}
     try:
+        if not (ctx.authorize(OP_CREATE, RES_CLUSTER, CLUSTER_NAME)
+                or ctx.authorize(OP_CREATE, RES_TOPIC, name)):
+            raise TopicAuthorizationFailedError(f"not authorized to create topic {name}")
         validate_topic_name(name)
         assignments = t.get("assignments") or []
         partitions = int(t.get("num_partitions", -1))
@@ -123,6 +138,8 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> d
             if info is None:
                 raise UnknownTopicOrPartitionError(f"Topic {name} does not exist")
             result["topic_id"] = info.topic_id
+        if not ctx.authorize(OP_DELETE, RES_TOPIC, name):
+            raise TopicAuthorizationFailedError(f"not authorized to delete topic {name}")
         await ctx.topics.delete_topic(name)
     except Exception as exc:  # noqa: BLE001 - becomes this topic's error code
         result.update(error_code=error_code_of(exc), error_message=error_message_of(exc))
@@ -142,6 +159,8 @@ async def _grow_one(ctx: RequestContext, t: dict[str, Any], validate_only: bool)
     name: str = t.get("name") or ""
     result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
     try:
+        if not ctx.authorize(OP_ALTER, RES_TOPIC, name):
+            raise TopicAuthorizationFailedError(f"not authorized to alter topic {name}")
         info = ctx.topics.topics().get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")

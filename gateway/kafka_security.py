@@ -1,0 +1,98 @@
+"""The Kafka listener's security, assembled from configuration: TLS, SASL, credentials, ACLs.
+
+`setup_kafka_security(config, store)` builds what the broker and listener need:
+
+- a server-side `ssl.SSLContext` from kafka.ssl_certfile / ssl_keyfile for SSL and SASL_SSL
+  (TLS 1.2 or newer);
+- the SASL mechanisms for SASL_PLAINTEXT and SASL_SSL (None otherwise: no authentication,
+  every client is User:ANONYMOUS);
+- the credential store (gateway/credentials.py), after applying the users listed in the
+  configuration ([security] users, and the [[users]] tables of security.users_file): each is
+  created, or its password reset, at start -- the way to add users to a standalone whose data
+  directory the running process locks;
+- the ACL store and authorizer (gateway/acl_store.py) with super users and
+  allow_everyone_if_no_acl_found; authorisation is enforced when security.authorization says
+  so ("auto": on SASL listeners).
+
+This module must never log passwords or keep them after the credentials are written.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.acl_store import AclStore, Authorizer
+from gateway.config import Config, ConfigError
+from gateway.credentials import CredentialStore
+from ledger_backend.metadata.store import MetadataStore
+from protocols.kafka.sasl import SCRAM_SHA_256, SCRAM_SHA_512
+
+log = logging.getLogger("ledgerwire.security")
+
+
+@dataclass
+class KafkaSecurity:
+    ssl_context: ssl.SSLContext | None
+    sasl_mechanisms: tuple[str, ...] | None
+    credentials: CredentialStore
+    acls: AclStore
+    authorizer: Authorizer
+
+
+def server_ssl_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load TLS certificate {certfile} / key {keyfile}: {exc}") from exc
+    return context
+
+
+def configured_users(config: Config) -> list[dict[str, Any]]:
+    """The [security] users plus those of security.users_file."""
+    users = list(config.security.users)
+    if config.security.users_file:
+        path = Path(config.security.users_file)
+        try:
+            table = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read users file {path}: {exc}") from exc
+        extra = table.get("users", [])
+        if not isinstance(extra, list) or not all(
+                isinstance(u, dict) and u.get("name") and "password" in u for u in extra):
+            raise ConfigError(f"{path}: [[users]] tables need a name and a password")
+        users.extend(extra)
+    return users
+
+
+async def setup_kafka_security(config: Config, store: MetadataStore) -> KafkaSecurity:
+    k = config.kafka
+    protocol = k.security_protocol
+    ssl_context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        ssl_context = server_ssl_context(k.ssl_certfile, k.ssl_keyfile)
+    mechanisms = tuple(k.sasl_mechanisms) if protocol.startswith("SASL_") else None
+    credentials = CredentialStore(store)
+    for user in configured_users(config):
+        wanted = tuple(user.get("mechanisms") or (SCRAM_SHA_256, SCRAM_SHA_512))
+        changed = await credentials.ensure_user(str(user["name"]), str(user["password"]),
+                                                wanted)
+        if changed:
+            log.info("SASL user set from configuration", extra={"user": user["name"]})
+    acls = AclStore(store)
+    await acls.load()
+    authorizer = Authorizer(
+        acls,
+        enabled=config.security.authorization_enabled(protocol),
+        super_users=config.security.super_users,
+        allow_if_no_acl=config.security.allow_everyone_if_no_acl_found,
+    )
+    log.info("kafka security", extra={"protocol": protocol, "sasl": mechanisms,
+                                      "authorization": authorizer.enabled})
+    return KafkaSecurity(ssl_context, mechanisms, credentials, acls, authorizer)

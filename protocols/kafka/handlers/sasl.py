@@ -1,0 +1,84 @@
+"""SaslHandshake (17) and SaslAuthenticate (36): drive the connection's `SaslSession`.
+
+The session (protocols/kafka/sasl.py) lives in `ctx.session`, created by the listener for
+connections on a SASL listener; the credentials come from `broker.credentials`
+(gateway/credentials.py: `async lookup(user, mechanism)`).  A failed login is answered with
+SASL_AUTHENTICATION_FAILED (or the handshake with UNSUPPORTED_SASL_MECHANISM) and leaves the
+session FAILED, after which the listener closes the connection.  On a listener without SASL
+both APIs answer ILLEGAL_SASL_STATE.  `authenticate_token` is shared with the raw-token path
+of SaslHandshake v0.
+
+This module must never log tokens (they hold passwords and proofs).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from protocols.kafka.broker_api import RequestContext
+from protocols.kafka.codec import RequestHeader
+from protocols.kafka.errors import (
+    ErrorCode,
+    IllegalSaslStateError,
+    KafkaProtocolError,
+    SaslAuthenticationFailedError,
+)
+from protocols.kafka.sasl import PLAIN, SaslSession
+
+log = logging.getLogger("ledgerwire.kafka.sasl")
+
+
+def _session(ctx: RequestContext) -> SaslSession:
+    session = ctx.session
+    if not isinstance(session, SaslSession):
+        raise IllegalSaslStateError("this listener does not use SASL")
+    return session
+
+
+async def authenticate_token(ctx: RequestContext, token: bytes) -> bytes:
+    """Feed one client token to the session; the server's answer token (see module doc)."""
+    session = _session(ctx)
+    user = session.username_in(token)
+    credential = None
+    if user is not None:
+        credentials: Any = getattr(ctx.broker, "credentials", None)
+        if credentials is not None:
+            credential = await credentials.lookup(user, session.mechanism)
+    try:
+        if session.mechanism == PLAIN:  # PBKDF2 of the password: keep it off the event loop
+            reply = await trio.to_thread.run_sync(session.authenticate, token, credential)
+        else:
+            reply = session.authenticate(token, credential)
+    except SaslAuthenticationFailedError:
+        log.warning("SASL authentication failed", extra={
+            "client": ctx.client_address, "user": user, "mechanism": session.mechanism})
+        raise
+    if session.authenticated:
+        log.info("SASL authentication succeeded", extra={
+            "client": ctx.client_address, "principal": session.principal,
+            "mechanism": session.mechanism})
+    return reply
+
+
+async def handle_sasl_handshake(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    session = ctx.session if isinstance(ctx.session, SaslSession) else None
+    mechanisms = list(session.enabled_mechanisms) if session is not None else []
+    try:
+        _session(ctx).handshake(body.get("mechanism") or "", header.api_version)
+    except KafkaProtocolError as exc:
+        return {"error_code": int(exc.code), "mechanisms": mechanisms}
+    return {"error_code": 0, "mechanisms": mechanisms}
+
+
+async def handle_sasl_authenticate(ctx: RequestContext, header: RequestHeader,
+                                   body: dict) -> dict:
+    try:
+        reply = await authenticate_token(ctx, bytes(body.get("auth_bytes") or b""))
+    except KafkaProtocolError as exc:
+        return {"error_code": int(exc.code), "error_message": exc.message,
+                "auth_bytes": b"", "session_lifetime_ms": 0}
+    return {"error_code": int(ErrorCode.NONE), "error_message": None, "auth_bytes": reply,
+            "session_lifetime_ms": 0}
