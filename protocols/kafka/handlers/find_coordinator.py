@@ -1,29 +1,43 @@
-"""FindCoordinator (key 10): this broker coordinates every group and transactional id.
+"""FindCoordinator (key 10): which broker coordinates a group or a transactional id.
 
-In standalone (and until coordinator ownership exists) the answer is always this broker, for
-both key types; clients ask early (kafka-python and librdkafka look the coordinator up before
-they need it), so answering keeps them from looping on COORDINATOR_NOT_AVAILABLE.
+In standalone this broker coordinates every group and transactional id, for both key types;
+clients ask early (kafka-python and librdkafka look the coordinator up before they need it),
+so answering keeps them from looping on COORDINATOR_NOT_AVAILABLE.  In a cluster the answer
+is the owner of the key's coordinator partition (ownership service); with no live owner yet
+the answer is COORDINATOR_NOT_AVAILABLE and the client asks again.
 
 This module must never keep group or transaction state: that belongs to the coordinators.
 """
 
 from __future__ import annotations
 
-from protocols.kafka.broker_api import RequestContext
+from protocols.kafka.broker_api import RequestContext, ownership_of
 from protocols.kafka.codec import RequestHeader
+from protocols.kafka.errors import ErrorCode
+
+
+def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
+    ownership = ownership_of(ctx.broker)
+    if ownership is None:
+        return {"node_id": ctx.broker.config.broker_id, "host": ctx.broker.advertised_host,
+                "port": ctx.broker.advertised_port, "error_code": 0, "error_message": None}
+    owner = ownership.coordinator_owner(key_type, key)
+    if owner is None:
+        return {"node_id": -1, "host": "", "port": -1,
+                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "the coordinator partition has no live owner yet"}
+    return {"node_id": owner.node_id, "host": owner.host, "port": owner.port,
+            "error_code": 0, "error_message": None}
 
 
 async def handle_find_coordinator(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
-    node_id = ctx.broker.config.broker_id
-    host, port = ctx.broker.advertised_host, ctx.broker.advertised_port
+    key_type = int(body.get("key_type", 0) or 0)
     if header.api_version >= 4:
         return {
             "throttle_time_ms": 0,
             "coordinators": [
-                {"key": key, "node_id": node_id, "host": host, "port": port,
-                 "error_code": 0, "error_message": None}
+                {"key": key, **_coordinator(ctx, key_type, key)}
                 for key in body.get("coordinator_keys") or []
             ],
         }
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
-            "node_id": node_id, "host": host, "port": port}
+    return {"throttle_time_ms": 0, **_coordinator(ctx, key_type, body.get("key") or "")}

@@ -2,9 +2,17 @@
 
 In standalone this broker is the leader, the only replica and the whole ISR of every partition,
 at leader epoch 0 (the ledger backend replicates underneath; Kafka-level replication is not
-visible to clients).  Requested topics that do not exist are created on the spot when the
-broker allows auto-creation and the request does too (v4+ `allow_auto_topic_creation`, always
-for v0-v3), with the broker's default partition count.
+visible to clients).  In a cluster the broker list is every live broker and each partition's
+leader (and only replica) is its owner from the ownership service; a partition with no live
+owner yet is answered LEADER_NOT_AVAILABLE with leader -1, so clients ask again.
+
+Requested topics that do not exist are created on the spot when the broker allows
+auto-creation and the request does too (v4+ `allow_auto_topic_creation`, always for v0-v3),
+with the broker's default partition count.
+
+Authorisation: listing all topics shows only those the caller may DESCRIBE; a named topic it
+may not describe gets TOPIC_AUTHORIZATION_FAILED, and so does an unknown one it may not create
+(CREATE on the cluster or on the topic) when auto-creation would apply.
 
 This module must never create a topic the request did not name.
 """
@@ -14,7 +22,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from protocols.kafka.broker_api import RequestContext
+from protocols.kafka.acl_model import (
+    CLUSTER_NAME,
+    OP_CREATE,
+    OP_DESCRIBE,
+    RES_CLUSTER,
+    RES_TOPIC,
+)
+from protocols.kafka.broker_api import RequestContext, ownership_of
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
     ErrorCode,
@@ -30,8 +45,24 @@ log = logging.getLogger("ledgerwire.kafka.metadata")
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
-def partition_entries(ctx: RequestContext, partitions: int) -> list[dict]:
+def partition_entries(ctx: RequestContext, partitions: int, topic: str = "") -> list[dict]:
     me = ctx.broker.config.broker_id
+    ownership = ownership_of(ctx.broker)
+    if ownership is not None:
+        entries = []
+        for index in range(partitions):
+            owner = ownership.owner_of(topic, index)
+            leader = owner.node_id if owner is not None else -1
+            entries.append({
+                "error_code": 0 if owner is not None else ErrorCode.LEADER_NOT_AVAILABLE,
+                "partition_index": index,
+                "leader_id": leader,
+                "leader_epoch": 0,
+                "replica_nodes": [leader] if owner is not None else [],
+                "isr_nodes": [leader] if owner is not None else [],
+                "offline_replicas": [],
+            })
+        return entries
     return [
         {
             "error_code": 0,
@@ -52,7 +83,7 @@ def topic_entry(ctx: RequestContext, info: Any) -> dict:
         "name": info.name,
         "topic_id": info.topic_id,
         "is_internal": False,
-        "partitions": partition_entries(ctx, info.partitions),
+        "partitions": partition_entries(ctx, info.partitions, info.name),
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
 
@@ -70,6 +101,9 @@ def error_topic_entry(name: str | None, topic_id: Any, code: int) -> dict:
 
 async def _auto_create(ctx: RequestContext, name: str) -> int:
     """Create `name` with default settings; returns an error code (0 when it now exists)."""
+    allowed = getattr(ctx.topics, "auto_create_allowed", None)  # a namespace may forbid it
+    if allowed is not None and not allowed(name):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     try:
         validate_topic_name(name)
         await ctx.topics.create_topic(name, ctx.broker.config.default_partitions)
@@ -95,8 +129,9 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
     )
     topics_out: list[dict] = []
     if all_topics:
-        for _name, info in sorted(ctx.topics.topics().items()):
-            topics_out.append(topic_entry(ctx, info))
+        for name, info in sorted(ctx.topics.topics().items()):
+            if ctx.authorize(OP_DESCRIBE, RES_TOPIC, name):
+                topics_out.append(topic_entry(ctx, info))
     else:
         seen: set[str] = set()
         for item in requested or []:
@@ -106,13 +141,26 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
                 info = topic_by_id(ctx, topic_id)
                 if info is None:
                     topics_out.append(error_topic_entry(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
+                elif not ctx.authorize(OP_DESCRIBE, RES_TOPIC, info.name):
+                    topics_out.append(error_topic_entry(
+                        None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 else:
                     topics_out.append(topic_entry(ctx, info))
                 continue
             if name in seen:
                 continue
             seen.add(name)
+            if not ctx.authorize(OP_DESCRIBE, RES_TOPIC, name):
+                topics_out.append(
+                    error_topic_entry(name, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             info = ctx.topics.topics().get(name)
+            if info is None and allow_auto_create and not (
+                    ctx.authorize(OP_CREATE, RES_CLUSTER, CLUSTER_NAME)
+                    or ctx.authorize(OP_CREATE, RES_TOPIC, name)):
+                topics_out.append(
+                    error_topic_entry(name, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if info is None and allow_auto_create:
                 code = await _auto_create(ctx, name)
                 if code:
@@ -125,18 +173,26 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
                 )
             else:
                 topics_out.append(topic_entry(ctx, info))
+    brokers = [
+        {
+            "node_id": config.broker_id,
+            "host": ctx.broker.advertised_host,
+            "port": ctx.broker.advertised_port,
+            "rack": config.rack,
+        }
+    ]
+    controller_id = config.broker_id
+    ownership = ownership_of(ctx.broker)
+    if ownership is not None:
+        live = ownership.live_brokers()
+        brokers = [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                   for b in live] or brokers
+        controller_id = min(b.node_id for b in live) if live else controller_id
     return {
         "throttle_time_ms": 0,
-        "brokers": [
-            {
-                "node_id": config.broker_id,
-                "host": ctx.broker.advertised_host,
-                "port": ctx.broker.advertised_port,
-                "rack": config.rack,
-            }
-        ],
+        "brokers": brokers,
         "cluster_id": config.cluster_id,
-        "controller_id": config.broker_id,
+        "controller_id": controller_id,
         "topics": topics_out,
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }

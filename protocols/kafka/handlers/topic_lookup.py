@@ -3,6 +3,13 @@
 Every handler that names a topic goes through here, so "unknown topic", "unknown partition",
 "unknown topic id" and "illegal topic name" mean the same thing in every API.
 
+In a cluster (the broker has an ownership service, broker_api.ownership_of) a partition is
+served only by its owner: `open_partition` refuses others with NOT_LEADER_OR_FOLLOWER so the
+client refreshes its metadata, and the log it returns re-checks ownership after every append,
+so a broker that lost ownership while the append was in flight (paused past its ZooKeeper
+session, or releasing the partition) never acknowledges it.  The entry may still be in the log
+(the new owner recovered it); an idempotent producer's retry is then answered as a duplicate.
+
 This module must never create or change topics: it only looks them up and validates names.
 """
 
@@ -12,9 +19,16 @@ import re
 import uuid
 from typing import Any
 
-from protocols.kafka.broker_api import PartitionLogApi, RequestContext
+from protocols.kafka.broker_api import (
+    AppendResultView,
+    OwnershipApi,
+    PartitionLogApi,
+    RequestContext,
+    ownership_of,
+)
 from protocols.kafka.errors import (
     InvalidTopicError,
+    NotLeaderOrFollowerError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
@@ -72,4 +86,38 @@ async def open_partition(ctx: RequestContext, topic: str | None, partition: int)
         raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
     if not 0 <= partition < info.partitions:
         raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
-    return await ctx.topics.partition(topic, partition)
+    ownership = ownership_of(ctx.broker)
+    if ownership is None:
+        return await ctx.topics.partition(topic, partition)
+    require_local(ownership, topic, partition)
+    plog = await ctx.topics.partition(topic, partition)
+    require_local(ownership, topic, partition)
+    return OwnedPartitionLog(plog, ownership, topic, partition)
+
+
+def require_local(ownership: OwnershipApi, topic: str, partition: int) -> None:
+    if not ownership.is_local(topic, partition):
+        owner = ownership.owner_of(topic, partition)
+        where = f"broker {owner.node_id}" if owner is not None else "no broker yet"
+        raise NotLeaderOrFollowerError(f"{topic}-{partition} is owned by {where}")
+
+
+class OwnedPartitionLog:
+    """A partition log that acknowledges an append only if this broker still owns it."""
+
+    def __init__(self, inner: PartitionLogApi, ownership: OwnershipApi, topic: str,
+                 partition: int) -> None:
+        self._inner = inner
+        self._ownership = ownership
+        self._topic = topic
+        self._partition = partition
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def append(self, records: bytes | memoryview, *,
+                     timestamp_type_log_append: bool = False) -> AppendResultView:
+        result = await self._inner.append(records,
+                                          timestamp_type_log_append=timestamp_type_log_append)
+        require_local(self._ownership, self._topic, self._partition)
+        return result

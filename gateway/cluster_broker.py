@@ -1,0 +1,243 @@
+"""`ledgerwire broker`: one stateless broker of a cluster, on a shared ZooKeeper.
+
+Assembled from the same pieces as `ledgerwire standalone` (TopicService, managed ledgers,
+LedgerOffsetStore + GroupCoordinator, KafkaBroker, serve_kafka) minus the bookies, plus:
+
+- the cluster layout (created idempotently on first start, broker_registry.py);
+- the ownership service (ownership.py): registration with the advertised listener, bundle
+  ownership, and the hooks that load a bundle's coordinator partitions and open its topic
+  partitions (fencing the previous owner) on acquisition, and close them on release;
+- a follower of the topic catalogue (topics created or changed by other brokers);
+- `ClusterKafkaBroker`: a KafkaBroker whose `ownership` the handlers consult.
+
+Shutdown (SIGINT/SIGTERM): stop the Kafka listener (draining requests), release every bundle
+(closing ledgers cleanly, so the next owner needs no recovery), deregister, close.
+
+This module must never serve a partition without going through the ownership checks of the
+handlers, and never release a bundle before its ledgers are closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from contextlib import AsyncExitStack
+from typing import Any
+
+import trio
+
+from gateway.broker_registry import ClusterLayout, init_cluster
+from gateway.config import Config
+from gateway.coordinator_partitions import ClusterGroupCoordinator
+from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
+from gateway.kafka_listener import serve_kafka
+from gateway.ownership import GROUP_TOPIC, OwnershipService, bundle_of
+from gateway.standalone import system_ledger_config, topic_service_config
+from gateway.topic_quorums import QuorumPolicyFactory
+from gateway.topic_service import TOPICS_PATH, TopicService
+from ledger_backend.client.bookkeeper import BookKeeper
+from ledger_backend.managed_ledger import ManagedLedgerFactory
+from ledger_backend.metadata import open_store
+from ledger_backend.metadata.store import MetadataError, MetadataStore, NoNodeError
+from ledger_backend.metadata.zookeeper import DEFAULT_SESSION_TIMEOUT_S, parse_zk_url
+from protocols.kafka.broker_api import BrokerEndpoint
+from protocols.kafka.group_coordinator import CoordinatorConfig
+
+log = logging.getLogger("ledgerwire.broker")
+
+TOPIC_REFRESH_INTERVAL_S = 10.0
+
+
+class ClusterKafkaBroker(KafkaBroker):
+    """A KafkaBroker that answers only for what it owns (handlers read `ownership`)."""
+
+    def __init__(self, topic_service: Any, config: KafkaBrokerConfig, *,
+                 group_coordinator: Any, ownership: OwnershipService) -> None:
+        super().__init__(topic_service, config, group_coordinator=group_coordinator)
+        self.ownership = ownership
+
+
+def session_timeout_of(metadata_url: str) -> float:
+    """The session timeout the broker asks ZooKeeper for (the lease is a fraction of it).
+
+    The server may negotiate a *longer* session (never shorter unless its maxSessionTimeout
+    is below the request, which operators must avoid: the lease would outlive the session)."""
+    if not metadata_url.startswith("zk://"):
+        return DEFAULT_SESSION_TIMEOUT_S
+    return float(parse_zk_url(metadata_url)[2].get("session_timeout_s",
+                                                   DEFAULT_SESSION_TIMEOUT_S))
+
+
+async def follow_topic_catalogue(store: MetadataStore, topics: TopicService) -> None:
+    """Keep the topic cache in step with topics created, changed or deleted elsewhere."""
+    while True:
+        try:
+            async with store.watch(TOPICS_PATH, children=True) as watcher:
+                await refresh_topics(store, topics)
+                while True:
+                    with trio.move_on_after(TOPIC_REFRESH_INTERVAL_S):
+                        await watcher.__anext__()
+                    await refresh_topics(store, topics)
+        except StopAsyncIteration:
+            return
+        except MetadataError as exc:
+            log.debug("topic catalogue watch ended: %r", exc)
+            await trio.sleep(0.5)
+
+
+async def refresh_topics(store: MetadataStore, topics: TopicService) -> None:
+    try:
+        names = set(await store.children(TOPICS_PATH))
+    except NoNodeError:
+        names = set()
+    for name in names | set(topics.topics()):
+        try:
+            await topics.refresh_topic(name)
+        except Exception:  # one bad topic node must not stop the others
+            log.warning("cannot refresh topic %s", name, exc_info=True)
+
+
+class BundleHooks:
+    """What acquiring and releasing a bundle does to this broker's partitions."""
+
+    def __init__(self, topics: TopicService, nursery: trio.Nursery) -> None:
+        self.topics = topics
+        self.nursery = nursery
+        self.groups: ClusterGroupCoordinator | None = None
+        self.ownership: OwnershipService | None = None
+
+    async def acquired(self, bundle: int) -> None:
+        assert self.ownership is not None and self.groups is not None
+        # A log of this bundle still open here is stale by definition (opened while another
+        # broker owned the bundle, e.g. by a request racing a release): its producer state
+        # and offsets may be behind the log.  Close it; the next use reopens, fences, recovers.
+        await self._close_bundle_logs(bundle)
+        for topic, partition in self.ownership.units_in_bundle(bundle):
+            if topic == GROUP_TOPIC:
+                try:
+                    await self.groups.start_partition(partition)
+                except Exception:
+                    log.exception("cannot load coordinator partition %d", partition)
+        # Open (and so fence and recover) the bundle's partitions now rather than on the
+        # first request: failover then costs clients one metadata refresh, not a recovery.
+        bundles = self.ownership.layout.bundles
+        for name, info in self.topics.topics().items():
+            for p in range(info.partitions):
+                if bundle_of(name, p, bundles) == bundle:
+                    self.nursery.start_soon(self._open_quietly, name, p)
+
+    async def _open_quietly(self, topic: str, partition: int) -> None:
+        assert self.ownership is not None
+        if not self.ownership.is_local(topic, partition):
+            return
+        try:
+            plog = await self.topics.partition(topic, partition)
+        except Exception as exc:  # a background open must never take the broker down
+            log.warning("opening %s-%d failed: %r", topic, partition, exc)
+            return
+        if not self.ownership.is_local(topic, partition):  # released while it opened
+            await _close_quietly(plog, topic, partition)
+
+    async def releasing(self, bundle: int) -> None:
+        assert self.ownership is not None and self.groups is not None
+        for topic, partition in self.ownership.units_in_bundle(bundle):
+            if topic == GROUP_TOPIC:
+                await self.groups.stop_partition(partition)
+        await self._close_bundle_logs(bundle)
+
+    async def _close_bundle_logs(self, bundle: int) -> None:
+        assert self.ownership is not None
+        bundles = self.ownership.layout.bundles
+        for (name, p), plog in self.topics.open_partitions().items():
+            if bundle_of(name, p, bundles) == bundle and not plog.closed:
+                await _close_quietly(plog, name, p)
+
+
+async def _close_quietly(plog: Any, topic: str, partition: int) -> None:
+    try:
+        await plog.close()
+    except Exception as exc:  # fenced already: the new owner has it
+        log.info("closing %s-%d: %r", topic, partition, exc)
+
+
+async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *,
+                     task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Run one cluster broker until SIGINT/SIGTERM (or cancellation)."""
+    async with AsyncExitStack() as stack:
+        store = await open_store(metadata_url)
+        stack.push_async_callback(store.close)
+        layout, _ = await init_cluster(store, layout)
+        bookkeeper = await stack.enter_async_context(BookKeeper(store))
+        factory = ManagedLedgerFactory(store, bookkeeper)
+        ts_config = topic_service_config(config)
+        topics_holder: list[TopicService] = []
+
+        def topic_configs(name: str) -> dict[str, str] | None:
+            info = topics_holder[0].topics().get(name) if topics_holder else None
+            return dict(info.configs) if info is not None else None
+
+        topics = TopicService(
+            store, QuorumPolicyFactory(factory, ts_config.namespace, topic_configs), ts_config)
+        topics_holder.append(topics)
+        await topics.load()
+        stack.push_async_callback(topics.close)
+
+        background = await stack.enter_async_context(trio.open_nursery())
+        stack.callback(background.cancel_scope.cancel)
+        background.start_soon(topics.run_retention)
+        background.start_soon(follow_topic_catalogue, store, topics)
+
+        hooks = BundleHooks(topics, background)
+        k = config.kafka
+        adv_host, adv_port = config.kafka_advertised
+        broker_config = KafkaBrokerConfig(
+            broker_id=k.broker_id, advertised_host=adv_host, advertised_port=adv_port,
+            cluster_id=layout.cluster_id, auto_create_topics=k.auto_create_topics,
+            default_partitions=k.default_partitions, max_message_bytes=k.max_message_bytes,
+            retention_ms=config.retention.retention_ms,
+            retention_bytes=config.retention.retention_bytes,
+            max_frame_bytes=k.max_frame_bytes, drain_timeout_s=k.shutdown_grace_s,
+        )
+        # The endpoint is completed once the listener knows its port (advertised port 0).
+        ownership = OwnershipService(store, layout, BrokerEndpoint(k.broker_id, adv_host, 0),
+                                     session_timeout_s=session_timeout_of(metadata_url),
+                                     on_acquired=hooks.acquired, on_releasing=hooks.releasing)
+        groups = ClusterGroupCoordinator(
+            factory, system_ledger_config(config), ownership, background,
+            CoordinatorConfig(
+                initial_rebalance_delay_s=k.group_initial_rebalance_delay_ms / 1000,
+                offsets_retention_s=k.offsets_retention_minutes * 60.0,
+            ),
+        )
+        hooks.ownership, hooks.groups = ownership, groups
+        stack.push_async_callback(groups.stop_all)
+        broker = ClusterKafkaBroker(topics, broker_config, group_coordinator=groups,
+                                    ownership=ownership)
+        bind_host, bind_port = config.kafka_bind
+        async with trio.open_nursery() as servers:
+            await servers.start(serve_kafka, broker, bind_host, bind_port)
+            ownership.me = BrokerEndpoint(k.broker_id, adv_host, broker.advertised_port)
+            owner_scope = trio.CancelScope()
+
+            async def run_ownership(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                with owner_scope:
+                    await ownership.run(task_status=task_status)
+
+            await background.start(run_ownership)
+            log.info("ledgerwire broker ready", extra={
+                "node_id": k.broker_id, "kafka": f"{bind_host}:{bind_port}",
+                "advertised": f"{adv_host}:{broker.advertised_port}",
+                "owned_bundles": sorted(ownership.owned_bundles())})
+            print(f"broker {k.broker_id} ready on {adv_host}:{broker.advertised_port}",
+                  flush=True)
+            task_status.started(broker)
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+                    break
+            servers.cancel_scope.cancel()
+        owner_scope.cancel()
+        with trio.CancelScope(shield=True), trio.move_on_after(30):
+            await ownership.stop()
+        log.info("bundles released; closing")
+    log.info("ledgerwire broker stopped")

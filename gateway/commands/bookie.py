@@ -1,0 +1,91 @@
+"""`ledgerwire bookie`: one bookie process (ledger_backend/bookie), optionally with auto-recovery
+(an auditor candidate and a replication worker) in the same process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import trio
+
+NAME = "bookie"
+HELP = "one bookie: journal, entry logs and index, registered in the metadata store"
+
+
+def add_autorecovery_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lost-bookie-delay", type=float, default=30.0, metavar="S",
+                   help="seconds a bookie must be missing before its ledgers are re-replicated")
+    p.add_argument("--open-ledger-grace", type=float, default=30.0, metavar="S",
+                   help="seconds before an open ledger on a lost bookie is fenced")
+    p.add_argument("--audit-interval", type=float, default=10.0, metavar="S")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metadata", required=True, help="zk://host:port/chroot")
+    parser.add_argument("--data-dir", type=Path, help="journal, entry logs, index and cookie")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=3181)
+    parser.add_argument("--bookie-id", help='stable identity (default "advertised-host:port")')
+    parser.add_argument("--advertised-host")
+    parser.add_argument("--storage", choices=("disk", "memory"), default="disk")
+    parser.add_argument("--unsafe-no-fsync", action="store_true")
+    parser.add_argument("--restore-metadata-cookie", action="store_true")
+    parser.add_argument("--max-frame-bytes", type=int, default=None)
+    parser.add_argument("--drain-timeout", type=float, default=5.0)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--autorecovery", action=argparse.BooleanOptionalAction, default=True,
+                        help="run an auditor candidate and a replication worker (default on)")
+    add_autorecovery_arguments(parser)
+
+
+async def run_bookie_process(args: argparse.Namespace) -> None:
+    from ledger_backend.bookie.__main__ import run_bookie
+
+    async with trio.open_nursery() as nursery:
+        if args.autorecovery:
+            nursery.start_soon(run_autorecovery_process, args)
+        await run_bookie(args)
+        nursery.cancel_scope.cancel()
+
+
+async def run_autorecovery_process(args: argparse.Namespace) -> None:
+    from ledger_backend.autorecovery.auditor import AuditorConfig
+    from ledger_backend.autorecovery.replication_worker import WorkerConfig, run_autorecovery
+    from ledger_backend.client.bookkeeper import BookKeeper
+    from ledger_backend.metadata import open_store
+
+    store = await open_store(args.metadata)
+    try:
+        async with BookKeeper(store) as bk:
+            await run_autorecovery(
+                store, bk,
+                AuditorConfig(lost_bookie_delay_s=args.lost_bookie_delay,
+                              audit_interval_s=args.audit_interval),
+                WorkerConfig(open_ledger_grace_s=args.open_ledger_grace,
+                             poll_interval_s=min(5.0, args.audit_interval)))
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from ledger_backend.bookie.cookie import CookieError
+    from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
+
+    if args.storage == "disk" and args.data_dir is None:
+        print("ledgerwire bookie: --data-dir is required with --storage disk", file=sys.stderr)
+        return 2
+    if args.max_frame_bytes is None:
+        args.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        trio.run(run_bookie_process, args)
+    except CookieError as exc:
+        print(f"bookie refused to start: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,345 @@
+"""Partition ownership in a cluster: bundles of partitions, each owned by one live broker.
+
+Scheme (after Pulsar's namespace bundles).  A cluster has a fixed number of bundles (layout
+node, broker_registry.py).  Topic partition (t, p) lives in bundle (crc32(t) + p) mod B, so
+consecutive partitions of a topic land in consecutive bundles and spread over brokers; the
+group-coordinator partitions ("__consumer_offsets", i) and transaction-coordinator partitions
+("__transaction_state", i) are placed the same way.  A bundle's owner holds the ephemeral node
+/ledgerwire/ownership/bundles/<b>; which broker *should* own it is decided by rendezvous
+hashing over the live, non-draining brokers: every broker computes the same answer from the
+same lists without talking to the others, and a broker joining or leaving moves only the
+bundles it wins or held (about 1/n of them), which keeps ledger recoveries few.
+
+Acquiring a bundle is creating its node; the target broker does it when the node is absent.
+Releasing (a broker joined, or `admin drain`) is: stop answering for the bundle, run the
+release hook (close its partition logs and coordinators, so ledgers are closed cleanly and
+the next owner needs no recovery), then delete the node.  A dead owner's nodes vanish with its
+session and the target takes over; opening the managed ledger fences the dead owner's ledger.
+
+Safety does not rest on ZooKeeper timing: the storage layer fences a deposed owner.  On top of
+that, `is_local` is a *lease*: it is true only while a ZooKeeper round trip started less than
+LEASE_FRACTION of the session timeout ago proved this broker's session alive (a session cannot
+expire sooner than a full timeout after its last contact).  A broker paused past its session
+(SIGSTOP) therefore sees its lease lapse the moment it runs again and refuses to acknowledge
+anything, before kazoo even reports the lost session; then it drops every bundle.
+
+This module must never delete a bundle node it does not own, and never report a bundle as
+local without a valid lease.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import zlib
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from gateway.broker_registry import (
+    BUNDLES_PATH,
+    DRAINING_BROKERS_PATH,
+    LIVE_BROKERS_PATH,
+    ClusterLayout,
+    deregister_broker,
+    read_bundle_owners,
+    read_draining,
+    read_live_brokers,
+    register_broker,
+)
+from ledger_backend.metadata.store import (
+    MetadataError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+    SessionState,
+)
+from protocols.kafka.broker_api import BrokerEndpoint
+
+log = logging.getLogger("ledgerwire.ownership")
+
+GROUP_TOPIC = "__consumer_offsets"
+TXN_TOPIC = "__transaction_state"
+LEASE_FRACTION = 0.6
+RECONCILE_INTERVAL_S = 2.0
+
+BundleHook = Callable[[int], Awaitable[None]]
+
+
+def bundle_of(topic: str, partition: int, bundles: int) -> int:
+    return (zlib.crc32(topic.encode("utf-8")) + partition) % bundles
+
+
+def coordinator_partition(key: str, partitions: int) -> int:
+    return zlib.crc32(key.encode("utf-8")) % partitions
+
+
+def target_broker(bundle: int, eligible: list[int]) -> int | None:
+    """Rendezvous (highest random weight) choice of a bundle's broker among `eligible`."""
+    if not eligible:
+        return None
+
+    def weight(node_id: int) -> bytes:
+        return hashlib.blake2b(f"{bundle}/{node_id}".encode(), digest_size=8).digest()
+
+    return max(eligible, key=weight)
+
+
+def eligible_brokers(live: set[int], draining: set[int]) -> list[int]:
+    """Live brokers not draining; all live ones if every one of them is draining."""
+    return sorted(live - draining) or sorted(live)
+
+
+class OwnershipService:
+    """This broker's view and share of bundle ownership (see the module docstring)."""
+
+    def __init__(self, store: MetadataStore, layout: ClusterLayout, me: BrokerEndpoint, *,
+                 session_timeout_s: float, on_acquired: BundleHook | None = None,
+                 on_releasing: BundleHook | None = None,
+                 clock: Callable[[], float] = trio.current_time) -> None:
+        self._store = store
+        self.layout = layout
+        self.me = me
+        self._session_timeout_s = session_timeout_s
+        self._on_acquired = on_acquired
+        self._on_releasing = on_releasing
+        self._clock = clock
+        self._live: dict[int, BrokerEndpoint] = {me.node_id: me}
+        self._draining: set[int] = set()
+        self._owners: dict[int, int] = {}  # bundle -> owner node id (last read)
+        self._owned: set[int] = set()  # bundles whose node this session holds
+        self._ready: set[int] = set()  # owned bundles whose acquire hook finished
+        self._releasing: set[int] = set()
+        self._lease_until = -1.0
+        self._session_epoch = 0
+        self._dirty = trio.Event()
+        self._stopping = False
+        self.changed = trio.Event()  # set (and replaced) after every reconcile round
+
+    # --- what handlers ask -----------------------------------------------------------------
+
+    def lease_valid(self) -> bool:
+        return self._clock() < self._lease_until
+
+    def live_brokers(self) -> list[BrokerEndpoint]:
+        return [self._live[i] for i in sorted(self._live)]
+
+    def _owner_of_bundle(self, bundle: int) -> BrokerEndpoint | None:
+        if bundle in self._owned:
+            return self.me
+        owner = self._owners.get(bundle)
+        if owner is None or owner == self.me.node_id:
+            target = target_broker(bundle, eligible_brokers(set(self._live), self._draining))
+            owner = target
+        return self._live.get(owner) if owner is not None else None
+
+    def _bundle_is_local(self, bundle: int) -> bool:
+        return bundle in self._ready and bundle not in self._releasing and self.lease_valid()
+
+    def bundle_of(self, topic: str, partition: int) -> int:
+        return bundle_of(topic, partition, self.layout.bundles)
+
+    def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
+        return self._owner_of_bundle(self.bundle_of(topic, partition))
+
+    def is_local(self, topic: str, partition: int) -> bool:
+        return self._bundle_is_local(self.bundle_of(topic, partition))
+
+    def coordinator_unit(self, key_type: int, key: str) -> tuple[str, int]:
+        if key_type == 1:
+            return TXN_TOPIC, coordinator_partition(key, self.layout.txn_partitions)
+        return GROUP_TOPIC, coordinator_partition(key, self.layout.group_partitions)
+
+    def coordinator_owner(self, key_type: int, key: str) -> BrokerEndpoint | None:
+        return self.owner_of(*self.coordinator_unit(key_type, key))
+
+    def coordinator_is_local(self, key_type: int, key: str) -> bool:
+        return self.is_local(*self.coordinator_unit(key_type, key))
+
+    def owned_bundles(self) -> set[int]:
+        return set(self._ready - self._releasing)
+
+    def units_in_bundle(self, bundle: int) -> list[tuple[str, int]]:
+        """The coordinator partitions placed in `bundle`."""
+        units = [(GROUP_TOPIC, p) for p in range(self.layout.group_partitions)]
+        units += [(TXN_TOPIC, p) for p in range(self.layout.txn_partitions)]
+        return [u for u in units if self.bundle_of(*u) == bundle]
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Register, keep the lease, and reconcile ownership until cancelled."""
+        await register_broker(self._store, self.me)
+        await self._renew_lease()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_lease)
+            nursery.start_soon(self._follow_session)
+            for path in (LIVE_BROKERS_PATH, DRAINING_BROKERS_PATH, BUNDLES_PATH):
+                nursery.start_soon(self._watch, path)
+            nursery.start_soon(self._tick)
+            await self._reconcile()
+            task_status.started()
+            await self._reconcile_loop()
+
+    async def stop(self) -> None:
+        """Graceful: release every bundle (hooks close ledgers), then deregister."""
+        self._stopping = True
+        for bundle in sorted(self._owned):
+            await self._release(bundle)
+        try:
+            await deregister_broker(self._store, self.me.node_id)
+        except MetadataError:
+            log.warning("could not deregister broker %d", self.me.node_id, exc_info=True)
+
+    def poke(self) -> None:
+        self._dirty.set()
+
+    async def _tick(self) -> None:
+        while True:
+            await trio.sleep(RECONCILE_INTERVAL_S)
+            self._dirty.set()
+
+    async def _watch(self, path: str) -> None:
+        while True:
+            try:
+                async with self._store.watch(path, children=True) as watcher:
+                    self._dirty.set()
+                    async for _event in watcher:
+                        self._dirty.set()
+                return
+            except SessionExpiredError:
+                await trio.sleep(0.2)
+            except MetadataError:
+                log.warning("watch on %s failed; retrying", path, exc_info=True)
+                await trio.sleep(1.0)
+
+    async def _renew_lease(self) -> None:
+        epoch = self._session_epoch
+        sent = self._clock()
+        stat = await self._store.exists(f"{LIVE_BROKERS_PATH}/{self.me.node_id}")
+        if stat is not None and stat.ephemeral and epoch == self._session_epoch:
+            self._lease_until = max(self._lease_until,
+                                    sent + LEASE_FRACTION * self._session_timeout_s)
+
+    async def _keep_lease(self) -> None:
+        interval = self._session_timeout_s / 6
+        while True:
+            try:
+                with trio.move_on_after(self._session_timeout_s):
+                    await self._renew_lease()
+            except MetadataError as exc:
+                log.debug("lease renewal failed: %r", exc)
+            if not self.lease_valid() and self._owned and not self._stopping:
+                log.warning("ownership lease lapsed; refusing to acknowledge writes",
+                            extra={"bundles": sorted(self._owned)})
+            await trio.sleep(interval)
+
+    async def _follow_session(self) -> None:
+        events = self._store.session_events()
+        async with events:
+            async for state in events:
+                if state is SessionState.LOST:
+                    await self._session_lost()
+
+    async def _session_lost(self) -> None:
+        """Every ephemeral node is gone: drop all bundles now, then register again."""
+        self._session_epoch += 1
+        self._lease_until = -1.0
+        lost = sorted(self._owned)
+        self._ready.clear()
+        self._owned.clear()
+        log.warning("ZooKeeper session lost: stepping down", extra={"bundles": lost})
+        for bundle in lost:
+            await self._run_hook(self._on_releasing, bundle)
+        if self._stopping:
+            return
+        while True:
+            try:
+                await register_broker(self._store, self.me)
+                await self._renew_lease()
+                break
+            except Exception:  # registration keeps being retried; the broker must not die
+                log.warning("registering again failed; retrying", exc_info=True)
+                await trio.sleep(0.5)
+        self._dirty.set()
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty = trio.Event()
+            if self._stopping:
+                return
+            try:
+                await self._reconcile()
+            except Exception as exc:  # retried; ownership must keep being reconciled
+                log.warning("ownership reconcile failed: %r", exc)
+                await trio.sleep(0.5)
+                self._dirty.set()
+
+    async def _reconcile(self) -> None:
+        self._live = await read_live_brokers(self._store)
+        self._draining = await read_draining(self._store)
+        self._owners = await read_bundle_owners(self._store)
+        eligible = eligible_brokers(set(self._live), self._draining)
+        me = self.me.node_id
+        for bundle in range(self.layout.bundles):
+            target = target_broker(bundle, eligible)
+            owner = self._owners.get(bundle)
+            if bundle in self._owned:
+                if owner != me:  # our node vanished (session trouble): not ours any more
+                    self._owned.discard(bundle)
+                    self._ready.discard(bundle)
+                    await self._run_hook(self._on_releasing, bundle)
+                elif target is not None and target != me and target in self._live:
+                    await self._release(bundle)
+            elif owner is None and target == me and self.lease_valid():
+                await self._acquire(bundle)
+            elif owner == me and self.lease_valid():
+                # created by a call whose answer we lost: this session holds it
+                self._owned.add(bundle)
+                await self._finish_acquire(bundle)
+        old, self.changed = self.changed, trio.Event()
+        old.set()
+
+    async def _acquire(self, bundle: int) -> None:
+        data = json.dumps({"node_id": self.me.node_id}).encode()
+        try:
+            await self._store.create(f"{BUNDLES_PATH}/{bundle}", data, ephemeral=True)
+        except NodeExistsError:
+            return
+        self._owned.add(bundle)
+        self._owners[bundle] = self.me.node_id
+        await self._finish_acquire(bundle)
+
+    async def _finish_acquire(self, bundle: int) -> None:
+        if bundle in self._ready:
+            return
+        log.info("acquired bundle %d", bundle)
+        await self._run_hook(self._on_acquired, bundle)
+        if bundle in self._owned:
+            self._ready.add(bundle)
+
+    async def _release(self, bundle: int) -> None:
+        self._releasing.add(bundle)
+        try:
+            await self._run_hook(self._on_releasing, bundle)
+            try:
+                await self._store.delete(f"{BUNDLES_PATH}/{bundle}")
+            except NoNodeError:
+                pass
+            log.info("released bundle %d", bundle)
+        finally:
+            self._owned.discard(bundle)
+            self._ready.discard(bundle)
+            self._releasing.discard(bundle)
+            self._owners.pop(bundle, None)
+
+    async def _run_hook(self, hook: BundleHook | None, bundle: int) -> None:
+        if hook is None:
+            return
+        try:
+            await hook(bundle)
+        except Exception:
+            log.exception("bundle %d hook failed", bundle)

@@ -1,0 +1,225 @@
+"""A real ledgerwire cluster on loopback for tests and benchmarks: one ZooKeeper server,
+`ledgerwire bookie` and `ledgerwire broker` subprocesses, each with its own log file.
+
+Synchronous (plain subprocess), so pytest fixtures, confluent-kafka code and the benchmark
+scripts can all drive it.  Processes can be SIGKILLed, SIGSTOPped and SIGCONTed by the tests.
+It must never leave a process running: `close()` reaps everything it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
+
+from support.zookeeper import ZooKeeperServer  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Process:
+    def __init__(self, name: str, args: list[str], log_path: Path, ready_text: bytes) -> None:
+        self.name = name
+        self.args = args
+        self.log_path = log_path
+        self.ready_text = ready_text
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0, wait: bool = True) -> None:
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "gateway", *self.args],
+                                         cwd=REPO, stdout=log, stderr=log,
+                                         env=dict(os.environ), start_new_session=True)
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.log()}")
+            if self.ready_text in self.log_path.read_bytes()[offset:]:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name} not ready in {timeout_s} s:\n{self.log()}")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-15000:]
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if not self.alive:
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Cluster:
+    """ZooKeeper + bookies + brokers (see the module docstring)."""
+
+    def __init__(self, base: Path, *, bookies: int = 3, brokers: int = 2,
+                 quorum: tuple[int, int, int] = (3, 2, 2), session_timeout_s: float = 4.0,
+                 partitions: int = 6, bundles: int = 16, lost_bookie_delay_s: float = 2.0,
+                 open_ledger_grace_s: float = 4.0, autorecovery: bool = True,
+                 fsync: bool = False) -> None:
+        self.base = base
+        base.mkdir(parents=True, exist_ok=True)
+        self.zk = ZooKeeperServer(base / "zk")
+        (base / "zk").mkdir(exist_ok=True)
+        self.quorum = quorum
+        self.session_timeout_s = session_timeout_s
+        self.partitions = partitions
+        self.bundles = bundles
+        self.lost_bookie_delay_s = lost_bookie_delay_s
+        self.open_ledger_grace_s = open_ledger_grace_s
+        self.autorecovery = autorecovery
+        self.fsync = fsync
+        self.bookies: list[Process] = []
+        self.brokers: dict[int, Process] = {}
+        self.broker_ports: dict[int, int] = {}
+        self._n_bookies = bookies
+        self._n_brokers = brokers
+
+    @property
+    def metadata_url(self) -> str:
+        return self.zk.store_url("/ledgerwire-test", session_timeout_s=self.session_timeout_s)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for i, p in sorted(self.broker_ports.items())
+                        if self.brokers[i].alive)
+
+    def start(self) -> Cluster:
+        self.zk.start()
+        init = self.cli("cluster", "init", "--bundles", str(self.bundles))
+        if init.returncode != 0:
+            raise RuntimeError(f"cluster init failed: {init.stdout}{init.stderr}")
+        for _ in range(self._n_bookies):
+            self.add_bookie()
+        for node_id in range(1, self._n_brokers + 1):
+            self.add_broker(node_id)
+        if self._n_brokers:
+            self.wait_all_bundles_owned()
+        return self
+
+    def add_bookie(self) -> Process:
+        index = len(self.bookies)
+        port = free_port()
+        args = ["bookie", "--metadata", self.metadata_url, "--data-dir",
+                str(self.base / f"bookie-{index}"), "--port", str(port),
+                "--bookie-id", f"127.0.0.1:{port}",
+                "--lost-bookie-delay", str(self.lost_bookie_delay_s),
+                "--open-ledger-grace", str(self.open_ledger_grace_s),
+                "--audit-interval", "1"]
+        if not self.fsync:
+            args.append("--unsafe-no-fsync")
+        if not self.autorecovery:
+            args.append("--no-autorecovery")
+        bookie = Process(f"bookie-{index}", args, self.base / f"bookie-{index}.log",
+                         b"listening on")
+        bookie.bookie_id = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
+        bookie.start()
+        self.bookies.append(bookie)
+        return bookie
+
+    def add_broker(self, node_id: int, wait: bool = True) -> Process:
+        port = self.broker_ports.get(node_id) or free_port()
+        e, qw, qa = self.quorum
+        args = ["broker", "--metadata", self.metadata_url, "--broker-id", str(node_id),
+                "--kafka-listener", f"127.0.0.1:{port}", "--data-dir",
+                str(self.base / f"broker-{node_id}"), "--ensemble-size", str(e),
+                "--write-quorum", str(qw), "--ack-quorum", str(qa),
+                "--default-partitions", str(self.partitions), "--bundles", str(self.bundles),
+                "--group-initial-rebalance-delay-ms", "0", "--log-format", "text"]
+        broker = Process(f"broker-{node_id}", args, self.base / f"broker-{node_id}.log",
+                         b"ready on")
+        self.brokers[node_id] = broker
+        self.broker_ports[node_id] = port
+        broker.start(wait=wait)
+        return broker
+
+    def cli(self, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gateway", *args,
+                               "--metadata", self.metadata_url],
+                              cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+
+    def status(self) -> dict:
+        result = self.cli("cluster", "status")
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr)
+        return json.loads(result.stdout)
+
+    def bundle_owners(self) -> dict[int, int]:
+        return {int(b): o for b, o in self.status()["bundle_owners"].items()}
+
+    def wait_all_bundles_owned(self, timeout_s: float = 60.0,
+                               by: set[int] | None = None) -> dict[int, int]:
+        deadline = time.monotonic() + timeout_s
+        owners: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            owners = self.bundle_owners()
+            if len(owners) == self.bundles and (by is None or set(owners.values()) <= by):
+                return owners
+            time.sleep(0.3)
+        raise TimeoutError(f"bundles not all owned (by {by}): {owners}")
+
+    def partition_owner(self, topic: str, partition: int) -> int | None:
+        import zlib
+
+        bundle = (zlib.crc32(topic.encode()) + partition) % self.bundles
+        return self.bundle_owners().get(bundle)
+
+    def logs(self) -> str:
+        parts = []
+        for p in [*self.brokers.values(), *self.bookies]:
+            parts.append(f"===== {p.name}\n{p.log()[-5000:]}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for p in self.brokers.values():
+            p.kill()
+        for p in self.bookies:
+            p.kill()
+        self.zk.stop(kill=True)
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,125 @@
+"""Bundle ownership on the in-memory metadata store (two sessions = two brokers): every bundle
+gets exactly one owner, a drained broker gives all its bundles away, a joining broker takes
+about its share, and a broker whose session ends loses its bundles to the survivor."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+import trio
+
+from gateway.broker_registry import ClusterLayout, init_cluster, read_bundle_owners, set_draining
+from gateway.ownership import (
+    GROUP_TOPIC,
+    OwnershipService,
+    bundle_of,
+    eligible_brokers,
+    target_broker,
+)
+from ledger_backend.metadata import open_store
+from protocols.kafka.broker_api import BrokerEndpoint
+
+_names = itertools.count()
+LAYOUT = ClusterLayout("test", bundles=16, group_partitions=4, txn_partitions=4)
+
+
+def test_rendezvous_assignment_is_stable_and_spread() -> None:
+    two = {b: target_broker(b, [1, 2]) for b in range(64)}
+    three = {b: target_broker(b, [1, 2, 3]) for b in range(64)}
+    # adding broker 3 moves only bundles that broker 3 wins
+    assert all(three[b] in (two[b], 3) for b in range(64))
+    counts = Counter(three.values())
+    assert min(counts.values()) >= 10, counts
+    assert target_broker(5, []) is None
+    assert eligible_brokers({1, 2}, {2}) == [1]
+    assert eligible_brokers({2}, {2}) == [2]  # draining the last broker keeps it serving
+
+
+def test_consecutive_partitions_land_in_consecutive_bundles() -> None:
+    first = bundle_of("orders", 0, 16)
+    assert [bundle_of("orders", p, 16) for p in range(4)] == [(first + p) % 16 for p in range(4)]
+
+
+class Broker:
+    def __init__(self, node_id: int, name: str) -> None:
+        self.node_id = node_id
+        self.name = name
+        self.acquired: list[int] = []
+        self.released: list[int] = []
+        self.service: OwnershipService | None = None
+        self.scope = trio.CancelScope()
+        self.store: Any = None
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.store = await open_store(f"memory:{self.name}")
+        await init_cluster(self.store, LAYOUT)
+
+        async def acquired(bundle: int) -> None:
+            self.acquired.append(bundle)
+
+        async def released(bundle: int) -> None:
+            self.released.append(bundle)
+
+        self.service = OwnershipService(
+            self.store, LAYOUT, BrokerEndpoint(self.node_id, "127.0.0.1", 9000 + self.node_id),
+            session_timeout_s=10.0, on_acquired=acquired, on_releasing=released)
+        try:
+            with self.scope:
+                await self.service.run(task_status=task_status)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.store.close()
+
+
+async def wait_owners(store: Any, want: set[int], timeout_s: float = 10.0) -> dict[int, int]:
+    with trio.fail_after(timeout_s):
+        while True:
+            owners = await read_bundle_owners(store)
+            if len(owners) == LAYOUT.bundles and set(owners.values()) == want:
+                return owners
+            await trio.sleep(0.05)
+
+
+@pytest.mark.slow
+async def test_two_brokers_share_drain_and_take_over() -> None:
+    name = f"own-{next(_names)}"
+    admin = await open_store(f"memory:{name}")
+    one, two = Broker(1, name), Broker(2, name)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(one.run)
+        owners = await wait_owners(admin, {1})
+        assert one.service is not None and one.service.owned_bundles() == set(range(16))
+        assert one.service.is_local("t", 3)
+        assert one.service.coordinator_is_local(0, "group-a")
+
+        await nursery.start(two.run)
+        one.service.poke()
+        owners = await wait_owners(admin, {1, 2})
+        expected = {b: target_broker(b, [1, 2]) for b in range(16)}
+        assert owners == expected
+        assert two.service is not None
+        # both views agree on who owns every partition and coordinator key
+        with trio.fail_after(5):
+            while one.service.owned_bundles() | two.service.owned_bundles() != set(range(16)):
+                await one.service.changed.wait()
+        for p in range(12):
+            assert one.service.is_local("t", p) != two.service.is_local("t", p)
+            assert one.service.owner_of("t", p) == two.service.owner_of("t", p)
+        assert sorted(one.released) == sorted(b for b, o in expected.items() if o == 2)
+        unit = one.service.coordinator_unit(0, "group-a")
+        assert unit[0] == GROUP_TOPIC
+
+        await set_draining(admin, 2, True)
+        await wait_owners(admin, {1})
+        await set_draining(admin, 2, False)
+        await wait_owners(admin, {1, 2})
+
+        # broker 1 "dies": its session ends, its ephemeral nodes go, broker 2 takes all
+        one.scope.cancel()
+        await wait_owners(admin, {2})
+        assert two.service.owned_bundles() == set(range(16))
+        nursery.cancel_scope.cancel()
+    await admin.close()

@@ -1,0 +1,204 @@
+"""The Kafka handlers in a cluster: Metadata names each partition's owner as leader and lists
+the live brokers, FindCoordinator names the coordinator partition's owner, a non-owner refuses
+produce and fetch with NOT_LEADER_OR_FOLLOWER and group calls with NOT_COORDINATOR, and an
+append that completes after ownership was lost is not acknowledged."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import trio
+
+from gateway.coordinator_partitions import ClusterGroupCoordinator
+from protocols.kafka.broker_api import BrokerEndpoint, RequestContext
+from protocols.kafka.codec import RequestHeader
+from protocols.kafka.errors import ErrorCode, NotLeaderOrFollowerError
+from protocols.kafka.group_coordinator import GroupError
+from protocols.kafka.handlers.find_coordinator import handle_find_coordinator
+from protocols.kafka.handlers.metadata import handle_metadata
+from protocols.kafka.handlers.topic_lookup import open_partition
+
+ME = BrokerEndpoint(1, "10.0.0.1", 9092)
+OTHER = BrokerEndpoint(2, "10.0.0.2", 9092)
+
+
+@dataclass(frozen=True)
+class Info:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+class FakeLog:
+    log_start_offset = 0
+    high_watermark = 0
+
+    def __init__(self) -> None:
+        self.appended = 0
+        self.during_append: Any = None
+
+    async def append(self, records: Any, *, timestamp_type_log_append: bool = False) -> Any:
+        self.appended += 1
+        if self.during_append is not None:
+            self.during_append()
+        return object()
+
+
+class FakeTopics:
+    def __init__(self) -> None:
+        self.info = Info("t", uuid.uuid4(), 4)
+        self.log = FakeLog()
+
+    def topics(self) -> dict[str, Info]:
+        return {"t": self.info}
+
+    async def partition(self, topic: str, partition: int) -> FakeLog:
+        return self.log
+
+
+class FakeOwnership:
+    """Even partitions and group keys starting with "a" are local; the rest belong to OTHER."""
+
+    def __init__(self) -> None:
+        self.lost = False
+
+    def live_brokers(self) -> list[BrokerEndpoint]:
+        return [ME, OTHER]
+
+    def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
+        return ME if partition % 2 == 0 else OTHER
+
+    def is_local(self, topic: str, partition: int) -> bool:
+        return not self.lost and self.owner_of(topic, partition) == ME
+
+    def coordinator_unit(self, key_type: int, key: str) -> tuple[str, int]:
+        return ("__consumer_offsets", 0 if key.startswith("a") else 1)
+
+    def coordinator_owner(self, key_type: int, key: str) -> BrokerEndpoint | None:
+        return ME if key.startswith("a") else OTHER
+
+    def coordinator_is_local(self, key_type: int, key: str) -> bool:
+        return self.coordinator_owner(key_type, key) == ME
+
+
+@dataclass
+class Settings:
+    broker_id: int = 1
+    cluster_id: str = "c"
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    max_message_bytes: int = 1 << 20
+    retention_ms: int = -1
+    retention_bytes: int = -1
+    rack: str | None = None
+
+
+class FakeBroker:
+    def __init__(self) -> None:
+        self.topic_service = FakeTopics()
+        self.config = Settings()
+        self.advertised_host, self.advertised_port = ME.host, ME.port
+        self.group_coordinator = None
+        self.ownership = FakeOwnership()
+
+
+def header(api_key: int, version: int) -> RequestHeader:
+    return RequestHeader(api_key=api_key, api_version=version, correlation_id=1, client_id="x")
+
+
+async def test_metadata_names_owners_and_live_brokers() -> None:
+    ctx = RequestContext(broker=FakeBroker())  # type: ignore[arg-type]
+    answer = await handle_metadata(ctx, header(3, 12), {"topics": None})
+    assert {b["node_id"] for b in answer["brokers"]} == {1, 2}
+    leaders = {p["partition_index"]: p["leader_id"] for p in answer["topics"][0]["partitions"]}
+    assert leaders == {0: 1, 1: 2, 2: 1, 3: 2}
+
+
+async def test_find_coordinator_names_the_coordinator_partition_owner() -> None:
+    ctx = RequestContext(broker=FakeBroker())  # type: ignore[arg-type]
+    v4 = await handle_find_coordinator(ctx, header(10, 4),
+                                       {"key_type": 0, "coordinator_keys": ["alpha", "beta"]})
+    assert [(c["key"], c["node_id"], c["host"]) for c in v4["coordinators"]] == [
+        ("alpha", 1, "10.0.0.1"), ("beta", 2, "10.0.0.2")]
+    v3 = await handle_find_coordinator(ctx, header(10, 3), {"key": "beta", "key_type": 1})
+    assert (v3["node_id"], v3["error_code"]) == (2, 0)
+
+
+async def test_non_owner_refuses_and_lost_ownership_is_never_acknowledged() -> None:
+    broker = FakeBroker()
+    ctx = RequestContext(broker=broker)  # type: ignore[arg-type]
+    with pytest.raises(NotLeaderOrFollowerError):
+        await open_partition(ctx, "t", 1)
+    plog = await open_partition(ctx, "t", 2)
+    await plog.append(b"x")
+
+    def lose() -> None:
+        broker.ownership.lost = True
+
+    broker.topic_service.log.during_append = lose
+    with pytest.raises(NotLeaderOrFollowerError):
+        await plog.append(b"y")
+    assert broker.topic_service.log.appended == 2
+
+
+async def test_group_calls_for_a_group_owned_elsewhere_get_not_coordinator() -> None:
+    async with trio.open_nursery() as nursery:
+        groups = ClusterGroupCoordinator(None, None, FakeOwnership(), nursery)  # type: ignore[arg-type]
+        with pytest.raises(GroupError) as caught:
+            groups.heartbeat(group_id="beta", member_id="m", generation_id=1)
+        assert caught.value.code == ErrorCode.NOT_COORDINATOR
+        with pytest.raises(GroupError):  # local partition, but not loaded yet
+            groups.fetch_offsets("alpha", None)
+        with pytest.raises(GroupError):
+            groups.consumer_groups.described("beta")
+
+
+class ClosableLog:
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class LayoutOwnership:
+    class layout:  # noqa: N801 - mimics OwnershipService.layout
+        bundles = 4
+
+    def units_in_bundle(self, bundle: int) -> list[tuple[str, int]]:
+        return []
+
+    def is_local(self, topic: str, partition: int) -> bool:
+        return False
+
+
+class OpenLogs:
+    def __init__(self, logs: dict[tuple[str, int], ClosableLog]) -> None:
+        self.logs = logs
+
+    def open_partitions(self) -> dict[tuple[str, int], ClosableLog]:
+        return dict(self.logs)
+
+    def topics(self) -> dict[str, Any]:
+        return {}
+
+
+async def test_acquiring_a_bundle_closes_stale_logs_of_it() -> None:
+    """A log left open from an earlier ownership (a request that raced a release) must not be
+    reused when the bundle comes back: its producer state may be behind the real log."""
+    from gateway.cluster_broker import BundleHooks
+    from gateway.ownership import bundle_of
+
+    logs = {("t", p): ClosableLog() for p in range(4)}
+    async with trio.open_nursery() as nursery:
+        hooks = BundleHooks(OpenLogs(logs), nursery)  # type: ignore[arg-type]
+        hooks.ownership = LayoutOwnership()  # type: ignore[assignment]
+        hooks.groups = object()  # type: ignore[assignment]
+        target = bundle_of("t", 2, 4)
+        await hooks.acquired(target)
+    assert [p for (_, p), plog in logs.items() if plog.closed] == [
+        p for p in range(4) if bundle_of("t", p, 4) == target]
