@@ -1,0 +1,339 @@
+"""The admin operations over a running broker, as JSON, and the routes that expose them.
+
+`AdminContext` holds the components a process has (metadata store, topic service, namespace
+registry, group coordinator, bookie storages, broker metrics); `build_router` maps the HTTP
+endpoints (listed in README, "Admin HTTP API") onto the operations here and in
+gateway/admin_groups.py.  The CLI (`ledgerwire admin ...`, gateway/admin_cli/) calls these
+endpoints; nothing else changes cluster state behind the topic service's or the namespace
+registry's back.
+
+This module must never touch the Kafka listener or a partition's ledgers directly: topics go
+through TopicService, groups through the coordinator, namespaces through NamespaceRegistry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from gateway import admin_groups
+from gateway.admin_http import HttpError, HttpRequest, HttpResponse, Router
+from gateway.metrics import BookieGauges, BrokerMetrics, Histogram, MetricsSnapshot, render_metrics
+from gateway.namespaces import NamespaceError, NamespaceRegistry
+from ledger_backend.autorecovery.under_replication import list_underreplicated
+from ledger_backend.client.ledger_metadata import LedgerMetadata, ledger_path
+from ledger_backend.metadata.store import MetadataError, MetadataStore, NoNodeError
+from protocols.kafka.errors import KafkaProtocolError, UnknownTopicOrPartitionError
+
+_log = logging.getLogger("ledgerwire.admin")
+
+
+@dataclass
+class LocalBookie:
+    bookie_id: str
+    address: str
+    storage: Any  # ledger_backend.bookie.storage.BookieStorage
+    journal_fsync: Histogram | None = None
+
+
+@dataclass
+class AdminContext:
+    store: MetadataStore
+    topics: Any  # gateway.topic_service.TopicService
+    namespaces: NamespaceRegistry
+    coordinator: Any = None  # protocols.kafka.group_coordinator.GroupCoordinator
+    broker_metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
+    bookies: list[LocalBookie] = field(default_factory=list)
+    broker_id: int = 0
+    kafka_address: str = ""
+    ready: bool = False
+    retention: Any = None  # gateway.retention_policies.RetentionPolicies
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                pass  # deleted while we walked (GC)
+    return total
+
+
+async def _ledger_metadata(store: MetadataStore, ledger_id: int) -> LedgerMetadata | None:
+    try:
+        data, _ = await store.get(ledger_path(ledger_id))
+    except NoNodeError:
+        return None
+    return LedgerMetadata.from_json_bytes(data)
+
+
+# --- topics -------------------------------------------------------------------------------------
+
+def list_topics(ctx: AdminContext, namespace: str | None) -> list[dict[str, Any]]:
+    out = []
+    for name, info in sorted(ctx.topics.topics().items()):
+        ns = ctx.namespaces.namespace_of(name)
+        if namespace is None or ns == namespace:
+            out.append({"topic": name, "partitions": info.partitions, "namespace": ns})
+    return out
+
+
+async def describe_topic(ctx: AdminContext, name: str) -> dict[str, Any]:
+    info = ctx.topics.topics().get(name) or await ctx.topics.refresh_topic(name)
+    if info is None:
+        raise HttpError(404, f"topic {name!r} does not exist")
+    partitions = []
+    for p in range(info.partitions):
+        plog = await ctx.topics.partition(name, p)
+        ledgers = []
+        for ledger in ctx.topics.partition_ledgers(name, p):
+            meta = await _ledger_metadata(ctx.store, ledger.ledger_id)
+            ledgers.append({
+                "ledger_id": ledger.ledger_id, "entries": ledger.entries, "bytes": ledger.size,
+                "created_ms": ledger.created_ms,
+                "state": meta.state.value if meta else None,
+                "ensemble_size": meta.ensemble_size if meta else None,
+                "write_quorum": meta.write_quorum if meta else None,
+                "ack_quorum": meta.ack_quorum if meta else None,
+                "ensemble": list(meta.current_ensemble) if meta else None,
+            })
+        partitions.append({
+            "partition": p, "owner": ctx.broker_id,
+            "managed_ledger": ctx.topics.managed_ledger_name(name, p),
+            "log_start_offset": plog.log_start_offset, "log_end_offset": plog.high_watermark,
+            "bytes": sum(x["bytes"] for x in ledgers), "ledgers": ledgers,
+        })
+    return {"topic": name, "topic_id": str(info.topic_id), "partitions": partitions,
+            "namespace": ctx.namespaces.namespace_of(name), "configs": dict(info.configs),
+            "bytes": sum(p["bytes"] for p in partitions)}
+
+
+async def create_topic(ctx: AdminContext, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    partitions = body.get("partitions", -1)
+    configs = body.get("configs") or {}
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or \
+            not isinstance(configs, dict):
+        raise HttpError(400, "partitions must be an integer and configs an object")
+    if body.get("namespace"):
+        await ctx.namespaces.map_topic(name, str(body["namespace"]))
+    await ctx.topics.create_topic(name, partitions, {str(k): str(v) for k, v in configs.items()})
+    info = ctx.topics.topics()[name]
+    return {"topic": name, "partitions": info.partitions,
+            "namespace": ctx.namespaces.namespace_of(name)}
+
+
+# --- bookies, brokers, metrics ---------------------------------------------------------------
+
+async def bookie_rows(ctx: AdminContext) -> list[dict[str, Any]]:
+    rows = []
+    for b in ctx.bookies:
+        used, total = await trio.to_thread.run_sync(b.storage.disk_usage)
+        data_bytes = await trio.to_thread.run_sync(_dir_bytes, b.storage.config.data_dir)
+        rows.append({"bookie": b.bookie_id, "address": b.address,
+                     "state": "read-only" if b.storage.is_read_only() else "read-write",
+                     "disk_used_bytes": used, "disk_total_bytes": total,
+                     "data_bytes": data_bytes, "ledgers": len(b.storage.ledger_ids())})
+    return rows
+
+
+async def garbage_collect(ctx: AdminContext) -> list[dict[str, Any]]:
+    """Run retention now, then GC and a major compaction on every local bookie (tests, ops)."""
+    deleted = await ctx.topics.apply_retention()
+    out = []
+    for b in ctx.bookies:
+        before = await trio.to_thread.run_sync(_dir_bytes, b.storage.config.data_dir)
+        await b.storage.garbage_collect()
+        await b.storage.compact(major=True)
+        after = await trio.to_thread.run_sync(_dir_bytes, b.storage.config.data_dir)
+        out.append({"bookie": b.bookie_id, "data_bytes_before": before,
+                    "data_bytes_after": after})
+    return [{"ledgers_deleted_by_retention": deleted}, *out]
+
+
+async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
+    partitions = []
+    for (topic, p), plog in sorted(ctx.topics.open_partitions().items()):
+        ledgers = ctx.topics.partition_ledgers(topic, p)
+        partitions.append({"topic": topic, "partition": p, "log_start": plog.log_start_offset,
+                           "log_end": plog.high_watermark, "ledgers": len(ledgers),
+                           "bytes": sum(x.size for x in ledgers)})
+    lag = (admin_groups.lag_of_open_partitions(ctx.coordinator, ctx.topics)
+           if ctx.coordinator is not None else [])
+    bookies = []
+    for row, b in zip(await bookie_rows(ctx), ctx.bookies, strict=True):
+        bookies.append(BookieGauges(
+            b.bookie_id, row["state"], row["disk_used_bytes"], row["disk_total_bytes"],
+            b.storage.read_cache.hits, b.storage.read_cache.misses, b.journal_fsync))
+    try:
+        under = len(await list_underreplicated(ctx.store))
+    except MetadataError:
+        under = 0
+    return MetricsSnapshot(ctx.broker_metrics, partitions, lag, bookies, under)
+
+
+async def run_retention(ctx: AdminContext) -> dict[str, Any]:
+    """One retention/TTL pass now (the background task does it every minute)."""
+    if ctx.retention is None:
+        return {"ledgers_deleted_by_retention": await ctx.topics.apply_retention()}
+    result = await ctx.retention.apply_once()
+    return dict(result.to_json())
+
+
+# --- routes -------------------------------------------------------------------------------------
+
+def _wrap(fn: Callable[[HttpRequest], Awaitable[Any]],
+          status: int = 200) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
+    async def handler(request: HttpRequest) -> HttpResponse:
+        try:
+            result = await fn(request)
+        except NamespaceError as exc:
+            raise HttpError(exc.status, str(exc)) from exc
+        except UnknownTopicOrPartitionError as exc:
+            raise HttpError(404, exc.message or "unknown topic") from exc
+        except KafkaProtocolError as exc:
+            raise HttpError(409 if "EXISTS" in exc.code.name else 400,
+                            f"{exc.code.name}: {exc.message}") from exc
+        return HttpResponse.json(result, status)
+    return handler
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    body = request.json()
+    if not isinstance(body, dict):
+        raise HttpError(400, "body must be a JSON object")
+    return body
+
+
+def build_router(ctx: AdminContext) -> Router:
+    r = Router()
+    ns = ctx.namespaces
+    v1 = "/admin/v1"
+
+    async def health(_: HttpRequest) -> HttpResponse:
+        return HttpResponse.json({"status": "ok"})
+
+    async def ready(_: HttpRequest) -> HttpResponse:
+        return HttpResponse.json({"ready": ctx.ready}, 200 if ctx.ready else 503)
+
+    async def metrics(_: HttpRequest) -> HttpResponse:
+        return HttpResponse.text(render_metrics(await metrics_snapshot(ctx)),
+                                 "text/plain; version=0.0.4; charset=utf-8")
+
+    async def delete_topic(q: HttpRequest) -> dict[str, Any]:
+        await ctx.topics.delete_topic(q.params["topic"])
+        return {"deleted": q.params["topic"]}
+
+    async def delete_namespace(q: HttpRequest) -> dict[str, Any]:
+        full = f"{q.params['tenant']}/{q.params['namespace']}"
+        await ns.delete_namespace(full, [t["topic"] for t in list_topics(ctx, full)])
+        return {"deleted": full}
+
+    async def brokers(_: HttpRequest) -> list[dict[str, Any]]:
+        return [{"broker_id": ctx.broker_id, "kafka": ctx.kafka_address, "state": "owning",
+                 "partitions_open": len(ctx.topics.open_partitions())}]
+
+    def coordinator() -> Any:
+        if ctx.coordinator is None:
+            raise HttpError(503, "no group coordinator in this process")
+        return ctx.coordinator
+
+    routes: list[tuple[str, str, Callable[[HttpRequest], Awaitable[Any]], int]] = [
+        ("GET", "/tenants", lambda q: _const(ns.tenants()), 200),
+        ("PUT", "/tenants/{tenant}", lambda q: _created(
+            ns.create_tenant(q.params["tenant"], _body(q).get("allowed_principals")),
+            {"tenant": q.params["tenant"]}), 201),
+        ("DELETE", "/tenants/{tenant}", lambda q: _created(
+            ns.delete_tenant(q.params["tenant"]), {"deleted": q.params["tenant"]}), 200),
+        ("GET", "/namespaces", lambda q: _const(ns.namespaces(q.arg("tenant"))), 200),
+        ("PUT", "/namespaces/{tenant}/{namespace}", lambda q: _created(
+            ns.create_namespace(f"{q.params['tenant']}/{q.params['namespace']}",
+                                _body(q).get("policies")),
+            {"namespace": f"{q.params['tenant']}/{q.params['namespace']}"}), 201),
+        ("GET", "/namespaces/{tenant}/{namespace}", lambda q: _describe_ns(ctx, q), 200),
+        ("DELETE", "/namespaces/{tenant}/{namespace}", delete_namespace, 200),
+        ("GET", "/namespaces/{tenant}/{namespace}/policies", lambda q: _const(
+            ns.policies(f"{q.params['tenant']}/{q.params['namespace']}").to_json()), 200),
+        ("POST", "/namespaces/{tenant}/{namespace}/policies", lambda q: _policies_set(ctx, q),
+         200),
+        ("GET", "/topics", lambda q: _const(list_topics(ctx, q.arg("namespace"))), 200),
+        ("GET", "/topics/{topic}", lambda q: describe_topic(ctx, q.params["topic"]), 200),
+        ("PUT", "/topics/{topic}", lambda q: create_topic(ctx, q.params["topic"], _body(q)), 201),
+        ("DELETE", "/topics/{topic}", delete_topic, 200),
+        ("GET", "/groups", lambda q: _const(admin_groups.list_groups(coordinator())), 200),
+        ("GET", "/groups/{group}", lambda q: admin_groups.describe_group(
+            coordinator(), ctx.topics, q.params["group"]), 200),
+        ("POST", "/groups/{group}/reset-offsets", lambda q: admin_groups.reset_offsets(
+            coordinator(), ctx.topics, q.params["group"], _body(q)), 200),
+        ("GET", "/bookies", lambda q: bookie_rows(ctx), 200),
+        ("POST", "/bookies/gc", lambda q: garbage_collect(ctx), 200),
+        ("GET", "/brokers", brokers, 200),
+        ("POST", "/retention/run", lambda q: run_retention(ctx), 200),
+    ]
+    for method, path, fn, status in routes:
+        r.add(method, v1 + path, _wrap(fn, status))
+    r.add("GET", "/health", health)
+    r.add("GET", "/ready", ready)
+    r.add("GET", "/metrics", metrics)
+    return r
+
+
+async def _const(value: Any) -> Any:
+    return value
+
+
+async def _created(action: Awaitable[Any], answer: Any) -> Any:
+    await action
+    return answer
+
+
+async def _describe_ns(ctx: AdminContext, q: HttpRequest) -> dict[str, Any]:
+    full = f"{q.params['tenant']}/{q.params['namespace']}"
+    return {"namespace": full, "policies": ctx.namespaces.policies(full).to_json(),
+            "topics": [t["topic"] for t in list_topics(ctx, full)]}
+
+
+async def _policies_set(ctx: AdminContext, q: HttpRequest) -> dict[str, Any]:
+    full = f"{q.params['tenant']}/{q.params['namespace']}"
+    policies = await ctx.namespaces.set_policies(full, _body(q))
+    await ctx.topics.reapply_configs()
+    return policies.to_json()
+
+
+def watch_bookie(bookie_id: str, address: str, storage: Any) -> LocalBookie:
+    """A local bookie for the admin API, its journal timed into a fresh histogram."""
+    hist = Histogram()
+    journal = getattr(storage, "journal", None)
+    if journal is not None:
+        journal.fsync_observer = hist.observe
+    return LocalBookie(bookie_id, address, storage, hist)
+
+
+async def serve_admin_api(ctx: AdminContext, listener: str, *,
+                          task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the admin API on `listener` ("host:port"; "" = not at all) until cancelled.
+
+    A port already in use is logged and the process runs on without the admin API: the broker's
+    data path matters more than its dashboard.
+    """
+    from gateway.admin_http import serve_admin_http
+    from gateway.config import parse_host_port
+
+    if not listener:
+        task_status.started(None)
+        return
+    host, port = parse_host_port(listener)
+    ctx.broker_metrics.topic_names_by_id = lambda topic_id: next(
+        (n for n, i in ctx.topics.topics().items() if i.topic_id == topic_id), None)
+    try:
+        await serve_admin_http(build_router(ctx), host, port, task_status=task_status)
+    except OSError as exc:
+        _log.error("admin HTTP API not started: cannot listen on %s: %s", listener, exc)
+        task_status.started(None)
