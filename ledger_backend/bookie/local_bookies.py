@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ledger_backend.bookie.protocol import Request, Response
+from ledger_backend.bookie.protocol import Message
 
 
 class AnswersRequests(Protocol):
-    async def answer(self, request: Request) -> Response: ...
+    async def answer(self, request: Message) -> Message: ...
 
 
 _serving: dict[str, AnswersRequests] = {}

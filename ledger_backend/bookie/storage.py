@@ -2,7 +2,8 @@
 
 Layout under data_dir: ``journal/*.jnl`` (write-ahead log), ``ledgers/entrylogs/*.log``
 (entries of many ledgers), ``ledgers/index/*.idx`` (entry locations + ledger states) and
-``ledgers/checkpoint.mark`` (the log mark).
+``ledgers/checkpoint.mark`` (the log mark).  Reads (caches, entry-log runs) are in
+``entry_reads.py``.
 
 DURABILITY RULE (the one place it is written down):
   1. An add, fence or delete is acknowledged only after its journal record is fsynced (group
@@ -43,14 +44,8 @@ from .entry_index import (
     encode_index_record,
     encode_state_record,
 )
-from .entry_log import (
-    ENTRY_HEADER_SIZE,
-    EntryLogCorruptError,
-    EntryLogDirectory,
-    EntryLogWriter,
-    decode_entry,
-    split_location,
-)
+from .entry_log import EntryLogDirectory, EntryLogWriter
+from .entry_reads import EntryReads
 from .file_format import BadFileError
 from .garbage_collector import CompactionResult, GarbageCollector, GcResult
 from .journal import (
@@ -71,7 +66,6 @@ from .storage_api import (
     BookieStorage,
     BookieStorageConfig,
     LedgerFencedError,
-    NoSuchEntryError,
     NoSuchLedgerError,
 )
 from .write_cache import WriteCache, sorted_entries
@@ -105,11 +99,13 @@ class DurableBookieStorage(BookieStorage):
         self.index = EntryIndex()
         self.write_cache = WriteCache(config.write_cache_bytes)
         self.read_cache = ReadCache(config.read_cache_bytes)
-        # entries being read from an entry log right now (as part of a read-ahead run)
-        self._reads_in_flight: dict[tuple[int, int], trio.Event] = {}
         self.logs = EntryLogDirectory(self.ledgers_dir / "entrylogs", fsync=config.fsync)
         self.writer = EntryLogWriter(self.logs, max_bytes=config.entry_log_max_bytes)
         self.index_log = IndexLog(self.ledgers_dir / "index", fsync=config.fsync)
+        self.reads = EntryReads(
+            self.states, self.write_cache, self.read_cache, self.index, self.logs,
+            read_ahead_entries=config.read_ahead_entries,
+        )
         self.disk = DiskMonitor(
             data_dir,
             threshold=config.disk_usage_threshold,
@@ -222,79 +218,17 @@ class DurableBookieStorage(BookieStorage):
             await self._flush_finished.wait()
             journal = self._check_accepting()
         self._put_entry(ledger_id, entry_id, lac, data)
-        if self.write_cache.is_full():
+        if self.write_cache.should_flush() or self.write_cache.is_full():
             self.request_flush()
         await journal.append(TYPE_ADD, ledger_id, entry_id, lac, data)
         self._notify_lac(ledger_id)
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        moved = 0  # times compaction moved the entry while we read it
-        while moved < 3:
-            state = self.states.get(ledger_id)
-            if state is None or state.deleted:
-                raise NoSuchLedgerError(f"no ledger {ledger_id}")
-            data = self.write_cache.get(ledger_id, entry_id)
-            if data is None:
-                data = self.read_cache.get(ledger_id, entry_id)
-            if data is not None:
-                return data
-            if self.index.get(ledger_id, entry_id) is None:
-                raise NoSuchEntryError(f"no entry {entry_id} in ledger {ledger_id}")
-            pending = self._reads_in_flight.get((ledger_id, entry_id))
-            if pending is not None:
-                # Another read is already fetching this entry as part of its read-ahead run:
-                # wait for it and take the entry from the read cache, rather than read it again.
-                await pending.wait()
-                continue
-            try:
-                return await self._read_from_log(ledger_id, entry_id)
-            except FileNotFoundError:
-                moved += 1
-                continue  # compaction moved it while we read: look it up again
-            except EntryLogCorruptError as exc:
-                raise BookieError(f"ledger {ledger_id} entry {entry_id}: {exc}") from exc
-        raise BookieError(f"ledger {ledger_id} entry {entry_id} kept moving while read")
+        return await self.reads.read_entry(ledger_id, entry_id)
 
-    async def _read_from_log(self, ledger_id: int, entry_id: int) -> bytes:
-        """Read the entry and up to read_ahead_entries following ones lying right after it."""
-        idx = self.index.ledger(ledger_id)
-        first = idx.get(entry_id) if idx is not None else None
-        if idx is None or first is None:
-            raise NoSuchEntryError(f"no entry {entry_id} in ledger {ledger_id}")
-        log_id, start = split_location(first[0])
-        run = [(entry_id, first[1])]
-        end = start + ENTRY_HEADER_SIZE + first[1]
-        for next_id in range(entry_id + 1, entry_id + max(self.config.read_ahead_entries, 1)):
-            found = idx.get(next_id)
-            if found is None or found[0] != ((log_id << 32) | end):
-                break
-            if (ledger_id, next_id) in self._reads_in_flight:
-                break  # another read already brings it (and what follows)
-            if self.read_cache.get(ledger_id, next_id) is not None:
-                break
-            run.append((next_id, found[1]))
-            end += ENTRY_HEADER_SIZE + found[1]
-        done = trio.Event()
-        keys = [(ledger_id, eid) for eid, _ in run]
-        for key in keys:
-            self._reads_in_flight[key] = done
-        try:
-            raw = memoryview(
-                await trio.to_thread.run_sync(self.logs.read_span, log_id, start, end - start)
-            )
-            pos, wanted = 0, b""
-            for eid, size in run:
-                payload = decode_entry(raw[pos : pos + ENTRY_HEADER_SIZE + size], ledger_id, eid)
-                pos += ENTRY_HEADER_SIZE + size
-                if eid == entry_id:
-                    wanted = payload
-                self.read_cache.put(ledger_id, eid, payload)
-            return wanted
-        finally:
-            for key in keys:
-                if self._reads_in_flight.get(key) is done:
-                    del self._reads_in_flight[key]
-            done.set()
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries first..last of one ledger (see EntryReads.read_entries)."""
+        return await self.reads.read_entries(ledger_id, first, last)
 
     async def fence(self, ledger_id: int) -> int:
         journal = self._check_accepting()

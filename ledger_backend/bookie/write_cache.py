@@ -29,6 +29,11 @@ class WriteCache:
     def is_full(self) -> bool:
         return self.active_bytes >= self.generation_budget
 
+    def should_flush(self) -> bool:
+        """Half of ``active``'s budget is used and no flush runs: start one now, so that it is
+        done before ``active`` fills (adds wait only when both halves are busy)."""
+        return self.flushing is None and self.active_bytes * 2 >= self.generation_budget
+
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         entries = self.active.get(ledger_id)
         if entries is None:

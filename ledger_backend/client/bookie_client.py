@@ -7,6 +7,9 @@ batches, reads responses and hands each to its request's callback; every request
 deadline and a sweeper fails expired ones with BKTimeoutError. When the connection breaks, every
 request in flight fails with BookieUnavailableError and the next request reconnects.
 
+In-process bookies (LocalBookieConnection) get the request objects without the wire, and plain
+range reads in one storage call (`read_entries`), falling back to single requests on any doubt.
+
 Callbacks run inside the connection's tasks: they must be quick and must never block or await.
 This module must never interpret entries or ledger state: it moves protocol messages only.
 """
@@ -57,6 +60,26 @@ def _deliver(callback: ResponseCallback, outcome: Response | LedgerError) -> Non
         callback(outcome)
     except Exception:
         log.exception("ledger client callback failed for %r", outcome)
+
+
+async def _request(
+    conn: BookieConnection | LocalBookieConnection,
+    build: Callable[[int], Request],
+    timeout_s: float | None,
+) -> Response:
+    done = trio.Event()
+    result: list[Response | LedgerError] = []
+
+    def on_done(outcome: Response | LedgerError) -> None:
+        result.append(outcome)
+        done.set()
+
+    conn.submit(build, on_done, timeout_s)
+    await done.wait()  # the connection's sweeper bounds this wait with the request's deadline
+    outcome = result[0]
+    if isinstance(outcome, LedgerError):
+        raise outcome
+    return outcome
 
 
 @dataclass(slots=True)
@@ -116,19 +139,7 @@ class BookieConnection:
     async def request(self, build: Callable[[int], Request], timeout_s: float | None = None
                       ) -> Response:  # fmt: skip
         """Send one request and wait for its response (or raise the LedgerError)."""
-        done = trio.Event()
-        result: list[Response | LedgerError] = []
-
-        def on_done(outcome: Response | LedgerError) -> None:
-            result.append(outcome)
-            done.set()
-
-        self.submit(build, on_done, timeout_s)
-        await done.wait()  # the sweeper bounds this wait with the request's deadline
-        outcome = result[0]
-        if isinstance(outcome, LedgerError):
-            raise outcome
-        return outcome
+        return await _request(self, build, timeout_s)
 
     async def close(self) -> None:
         self._closed = True
@@ -236,7 +247,9 @@ class LocalBookieConnection:
     """A connection to a bookie served by this process: requests go to its `answer()` directly.
 
     Same interface and outcomes as BookieConnection (callbacks get the response, or
-    BKTimeoutError / BookieUnavailableError), minus the encoding and the sockets.
+    BKTimeoutError / BookieUnavailableError), minus the encoding and the sockets. Deadlines are
+    kept like BookieConnection keeps them (a sweeper task while requests are in flight), not
+    with a cancel scope per request.
     """
 
     def __init__(self, address: str, nursery: trio.Nursery, *, timeout_s: float) -> None:
@@ -244,12 +257,13 @@ class LocalBookieConnection:
         self._nursery = nursery
         self._timeout_s = timeout_s
         self._ids = itertools.count(1)
-        self._in_flight = 0
+        self._in_flight: dict[int, _InFlight] = {}
+        self._sweeping = False
         self._closed = False
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return len(self._in_flight)
 
     def submit(
         self, build: Callable[[int], Request], callback: ResponseCallback,
@@ -259,23 +273,60 @@ class LocalBookieConnection:
         if self._closed or server is None:
             _deliver(callback, BookieUnavailableError(f"bookie {self.address} is not serving"))
             return
-        request = build(next(self._ids))
+        request_id = next(self._ids)
+        request = build(request_id)
         wait = self._timeout_s if timeout_s is None else timeout_s
-        self._in_flight += 1
-        self._nursery.start_soon(self._run_one, server, request, callback, wait)
+        self._in_flight[request_id] = _InFlight(trio.current_time() + wait, callback)
+        self._nursery.start_soon(self._run_one, server, request, request_id)
+        if not self._sweeping:
+            self._sweeping = True
+            self._nursery.start_soon(self._sweep_expired)
 
     async def _run_one(self, server: local_bookies.AnswersRequests, request: Request,
-                       callback: ResponseCallback, wait: float) -> None:  # fmt: skip
-        try:
-            with trio.move_on_after(wait):
-                response = await server.answer(request)
-                _deliver(callback, response)
-                return
-            _deliver(callback, BKTimeoutError(f"bookie {self.address}: no answer in {wait}s"))
-        finally:
-            self._in_flight -= 1
+                       request_id: int) -> None:  # fmt: skip
+        response = cast(Response, await server.answer(request))  # a bookie answers requests
+        in_flight = self._in_flight.pop(request_id, None)
+        if in_flight is not None:  # else it timed out (or the connection closed) meanwhile
+            _deliver(in_flight.callback, response)
 
-    request = BookieConnection.request
+    async def _sweep_expired(self) -> None:
+        try:
+            while self._in_flight:
+                await trio.sleep(_SWEEP_INTERVAL_S)
+                now = trio.current_time()
+                expired = [rid for rid, f in self._in_flight.items() if f.deadline <= now]
+                for rid in expired:
+                    in_flight = self._in_flight.pop(rid)
+                    _deliver(in_flight.callback,
+                             BKTimeoutError(f"bookie {self.address}: no answer in time"))
+        finally:
+            self._sweeping = False
+
+    async def request(self, build: Callable[[int], Request], timeout_s: float | None = None
+                      ) -> Response:  # fmt: skip
+        """Send one request and wait for its response (or raise the LedgerError)."""
+        return await _request(self, build, timeout_s)
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes] | None:
+        """Stored bodies of entries first..last in one call into the local bookie's storage, or
+        None when that shortcut is unavailable or anything goes wrong (the caller then reads
+        entry by entry through `answer()`, which gives every error its proper status).
+
+        Only plain reads take this path: no fencing, no long poll, nothing a bookie answers
+        differently from a run of ReadEntryRequests that all succeed."""
+        server = local_bookies.lookup(self.address)
+        storage = getattr(server, "storage", None)
+        read_range = getattr(storage, "read_entries", None)
+        if self._closed or read_range is None:
+            return None
+        with trio.move_on_after(self._timeout_s):
+            try:
+                return list(await read_range(ledger_id, first, last))
+            except Exception as exc:  # noqa: BLE001 - the per-entry path reports it properly
+                log.debug("local range read %d:%d..%d fell back: %r", ledger_id, first, last,
+                          exc)  # fmt: skip
+                return None
+        return None
 
     async def close(self) -> None:
         self._closed = True

@@ -3,20 +3,23 @@
 A closed ledger is readable up to its last entry; an open one up to the LAC learned from the
 bookies of its last fragment (the highest LAC they saw piggybacked on adds). Each entry is read
 from a bookie of its write set, trying the next one on an error, a timeout or a digest
-mismatch. This module must never return bytes that failed their CRC-32C check, and never read
-past the LAC (use recovery for that).
+mismatch. A range goes out as one request per entry through callbacks (no task per entry),
+failures retried entry by entry; a range that a bookie of this process holds whole (one
+fragment, Qw == E) is read from it in one call. This module must never return bytes that failed
+their CRC-32C check, and never read past the LAC (use recovery for that).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Mapping
 
 import trio
 
-from ledger_backend.bookie.protocol import ReadEntryRequest, ReadEntryResponse, Status
-from ledger_backend.client.bookie_client import check_status
+from ledger_backend.bookie.protocol import ReadEntryRequest, ReadEntryResponse, Response, Status
+from ledger_backend.client.bookie_client import LocalBookieConnection, check_status
 from ledger_backend.client.client_context import ClientContext
 from ledger_backend.client.entry_format import DecodedEntry, decode_entry
 from ledger_backend.client.errors import (
@@ -36,11 +39,15 @@ _LONG_POLL_ROUND_S = 1.0
 
 async def read_entry_from_bookies(
     ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata, entry_id: int,
-    *, fence: bool = False,
+    *, fence: bool = False, last_resort: str | None = None,
 ) -> DecodedEntry:  # fmt: skip
-    """Read and verify one entry, trying each bookie of its write set in turn."""
+    """Read and verify one entry, trying each bookie of its write set in turn (`last_resort`,
+    a bookie that just failed for this entry, only after the others)."""
     errors: list[LedgerError] = []
-    for bookie in metadata.write_set_bookies(entry_id):
+    bookies = metadata.write_set_bookies(entry_id)
+    if last_resort in bookies:
+        bookies = [b for b in bookies if b != last_resort] + [last_resort]
+    for bookie in bookies:
         try:
             response = await ctx.pool.connection(bookie).request(
                 lambda rid: ReadEntryRequest(rid, ledger_id, entry_id, fence)
@@ -123,21 +130,32 @@ class ReadHandle:
             raise NoSuchEntryError(
                 f"ledger {self.ledger_id}: entry {last} is beyond the LAC {self._lac}"
             )
-        results: list[bytes] = [b""] * (last - first + 1)
         if first == last:
             entry = await read_entry_from_bookies(self._ctx, self.ledger_id, self._metadata, first)
-            results[0] = entry.payload
-            return results
+            return [entry.payload]
+        local = await self._read_range_locally(first, last)
+        if local is not None:
+            return local
+        results, failed = await self._read_range_once(first, last)
+        if failed:
+            await self._retry_failed(first, results, failed)
+        return [r if r is not None else b"" for r in results]
+
+    async def _retry_failed(self, first: int, results: list[bytes | None],
+                            failed: list[tuple[int, str]]) -> None:  # fmt: skip
+        """Entries whose first bookie failed (error, timeout, bad digest) go through the full
+        per-entry path, in parallel, the failed bookie tried last; the first error is raised."""
         limiter = trio.Semaphore(_MAX_PARALLEL_READS)
         errors: list[LedgerError] = []
 
         async with trio.open_nursery() as nursery:
 
-            async def read_one(entry_id: int) -> None:
+            async def retry(entry_id: int, bookie: str) -> None:
                 try:
                     async with limiter:
                         entry = await read_entry_from_bookies(
-                            self._ctx, self.ledger_id, self._metadata, entry_id
+                            self._ctx, self.ledger_id, self._metadata, entry_id,
+                            last_resort=bookie,
                         )
                 except LedgerError as exc:  # raised plainly below, not in an ExceptionGroup
                     errors.append(exc)
@@ -145,11 +163,93 @@ class ReadHandle:
                     return
                 results[entry_id - first] = entry.payload
 
-            for entry_id in range(first, last + 1):
-                nursery.start_soon(read_one, entry_id)
+            for entry_id, bookie in sorted(failed):
+                nursery.start_soon(retry, entry_id, bookie)
         if errors:
             raise errors[0]
-        return results
+
+    async def _read_range_locally(self, first: int, last: int) -> list[bytes] | None:
+        """The whole range from one bookie of this process holding every entry of it (one
+        fragment, and Qw == E so each bookie of the ensemble has them all), digests verified
+        here as on any read; None when that does not apply or fails (then entry by entry)."""
+        metadata = self._metadata
+        if metadata.write_quorum != metadata.ensemble_size:
+            return None
+        ensemble = metadata.ensemble_for_entry(first)
+        if metadata.ensemble_for_entry(last) is not ensemble:
+            return None
+        for bookie in ensemble:
+            conn = self._ctx.pool.connection(bookie)
+            if isinstance(conn, LocalBookieConnection):
+                break
+        else:
+            return None
+        bodies = await conn.read_entries(self.ledger_id, first, last)
+        if bodies is None or len(bodies) != last - first + 1:
+            return None
+        try:
+            return [decode_entry(body, ledger_id=self.ledger_id, entry_id=first + i).payload
+                    for i, body in enumerate(bodies)]  # fmt: skip
+        except DigestMismatchError as exc:
+            log.error("ledger %d: local range read %d..%d: %s", self.ledger_id, first, last, exc)
+            return None
+
+    async def _read_range_once(self, first: int, last: int
+                               ) -> tuple[list[bytes | None], list[tuple[int, str]]]:  # fmt: skip
+        """Ask the first bookie of each entry's write set, at most _MAX_PARALLEL_READS at a time,
+        through request callbacks (no task per entry). Returns the verified payloads (None where
+        that bookie failed) and (entry id, bookie) of each failure."""
+        ledger_id, metadata, pool = self.ledger_id, self._metadata, self._ctx.pool
+        results: list[bytes | None] = [None] * (last - first + 1)
+        failed: list[tuple[int, str]] = []  # (entry id, the bookie that failed it)
+        all_answered = trio.Event()
+        next_id = first
+        outstanding = 0
+        pumping = False
+
+        def pump() -> None:
+            # Keep up to _MAX_PARALLEL_READS requests out. Re-entrant calls (an answer delivered
+            # synchronously inside submit) return at once; the outer loop carries on.
+            nonlocal next_id, outstanding, pumping
+            if pumping:
+                return
+            pumping = True
+            try:
+                while next_id <= last and outstanding < _MAX_PARALLEL_READS:
+                    entry_id = next_id
+                    next_id += 1
+                    outstanding += 1
+                    bookie = metadata.write_set_bookies(entry_id)[0]
+                    pool.connection(bookie).submit(
+                        functools.partial(ReadEntryRequest, ledger_id=ledger_id,
+                                          entry_id=entry_id, fence=False),
+                        functools.partial(on_answer, entry_id, bookie),
+                    )
+            finally:
+                pumping = False
+            if next_id > last and outstanding == 0:
+                all_answered.set()
+
+        def on_answer(entry_id: int, bookie: str, outcome: Response | LedgerError) -> None:
+            nonlocal outstanding
+            outstanding -= 1
+            try:
+                if isinstance(outcome, LedgerError):
+                    raise outcome
+                check_status(outcome, bookie)
+                assert isinstance(outcome, ReadEntryResponse)
+                decoded = decode_entry(outcome.body, ledger_id=ledger_id, entry_id=entry_id)
+                results[entry_id - first] = decoded.payload
+            except LedgerError:
+                failed.append((entry_id, bookie))
+            pump()
+
+        pump()
+        try:
+            await all_answered.wait()  # every request has a deadline: an answer always comes
+        finally:
+            next_id = last + 1  # cancelled: answers still due send nothing more
+        return results, failed
 
     async def read_lac(self) -> int:
         """Refresh the LAC: from the metadata if the ledger got closed, else from the bookies."""

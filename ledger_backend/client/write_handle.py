@@ -47,6 +47,7 @@ class _PendingAdd:
     ledger_length: int
     lac_sent: int
     body: bytes
+    deadline: float  # the handle fails if this add is still unacknowledged then
     sent_to: dict[int, str] = field(default_factory=dict)  # ensemble index -> bookie address
     acked: set[int] = field(default_factory=set)
     done: trio.Event = field(default_factory=trio.Event)
@@ -78,6 +79,7 @@ class WriteHandle:
         self._closed = False
         self._close_lock = trio.Lock()
         self.ensemble_changes = 0
+        self._watchdog_running = False
 
     @property
     def last_add_confirmed(self) -> int:
@@ -101,15 +103,15 @@ class WriteHandle:
         self._next_entry_id += 1
         self._assigned_length += len(data)
         body = encode_entry(self.ledger_id, entry_id, self._lac, self._assigned_length, data)
-        add = _PendingAdd(entry_id, self._assigned_length, self._lac, body)
+        deadline = trio.current_time() + self._ctx.timeout_s * _APPEND_TIMEOUTS
+        add = _PendingAdd(entry_id, self._assigned_length, self._lac, body, deadline)
         self._pending.append(add)
         self._drained = trio.Event() if self._drained.is_set() else self._drained
         self._send_missing(add)
-        with trio.move_on_after(self._ctx.timeout_s * _APPEND_TIMEOUTS):
-            await add.done.wait()
-        if not add.done.is_set():
-            self._fail(BKTimeoutError(f"ledger {self.ledger_id} entry {entry_id} was not "
-                                      f"acknowledged in time"))  # fmt: skip
+        if not self._watchdog_running:
+            self._watchdog_running = True
+            self._ctx.nursery.start_soon(self._watch_deadlines)
+        await add.done.wait()  # the watchdog fails the handle if it takes too long
         if add.error is not None:
             raise add.error
         return entry_id
@@ -157,6 +159,23 @@ class WriteHandle:
         self._closed = True
         if self._error is None:
             self._error = LedgerClosedError(f"ledger {self.ledger_id} is closed")
+
+    async def _watch_deadlines(self) -> None:
+        """Fail the handle once its oldest unacknowledged add passes its deadline.
+
+        One task per handle with adds in flight, instead of a cancel scope per append: the
+        oldest pending add always has the earliest deadline (deadlines follow entry order)."""
+        try:
+            while self._pending and self._error is None:
+                oldest = self._pending[0]
+                delay = oldest.deadline - trio.current_time()
+                if delay > 0:
+                    await trio.sleep(delay)
+                    continue
+                self._fail(BKTimeoutError(f"ledger {self.ledger_id} entry {oldest.entry_id} "
+                                          f"was not acknowledged in time"))  # fmt: skip
+        finally:
+            self._watchdog_running = False
 
     # --- sending and acknowledging --------------------------------------------------------
 
