@@ -12,6 +12,23 @@ memory, and closes that connection; a malformed request closes that connection o
 with the client's address); an unsupported version gets the protocol's error where one can be
 expressed (see KafkaBroker); Produce with acks=0 gets no response.
 
+Writing: a handler's answer is a list of buffers (stored record batches among them, uncopied);
+the writer takes every answer that is already done, in order, and sends them all with one
+vectored `sendmsg` (plain TCP) or one joined `send_all` (TLS).  Each send has
+`write_timeout_s`; a client that stops reading is disconnected.  Both that and the idle
+timeout are watched by one per-connection watchdog task that looks every quarter of the
+shorter timeout (so a timeout fires between 1x and 1.25x its value), not by a cancel scope
+around every receive and send.
+
+Security: with an `ssl_context` every connection is wrapped in a `trio.SSLStream` (server
+side; the TLS handshake must finish within `TLS_HANDSHAKE_TIMEOUT_S`).  With
+`sasl_mechanisms` every connection carries a `SaslSession` (protocols/kafka/sasl.py) in its
+context: until it is authenticated, frames are served one at a time, in the read loop (the
+session's state decides what the next frame may be), only ApiVersions / SaslHandshake /
+SaslAuthenticate are accepted -- anything else closes the connection -- and a failed login
+closes it once its answer is written.  After SaslHandshake v0 the tokens arrive as raw
+size-prefixed frames and are answered the same way.
+
 Graceful shutdown: when the server task is cancelled it stops accepting, stops reading new
 requests, gives in-flight requests `drain_timeout_s` to finish and be written, then cancels
 them.  The connections nursery is shielded so outside cancellation cannot cut that drain short;
@@ -24,21 +41,33 @@ from __future__ import annotations
 
 import errno
 import logging
+import ssl
+import struct
 from typing import Any, NamedTuple
 
 import trio
 
 from gateway.kafka_broker import CloseConnection, KafkaBroker
 from protocols.kafka.codec import RequestHeader
-from protocols.kafka.errors import MalformedRequestError, UnsupportedVersionError
+from protocols.kafka.errors import (
+    KafkaProtocolError,
+    MalformedRequestError,
+    UnsupportedVersionError,
+)
 from protocols.kafka.framing import FrameReader
+from protocols.kafka.handlers.sasl import authenticate_token
+from protocols.kafka.sasl import SaslSession, SaslState
 
 log = logging.getLogger("ledgerwire.kafka.listener")
 
 RECEIVE_BYTES = 256 * 1024
+# iovecs per sendmsg call (Linux IOV_MAX is 1024)
+_MAX_IOVECS = 512
+_TLS_SEND_BYTES = 1 << 20
 # accept() failures that mean "out of resources right now", not "the listener is broken"
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_BACKOFF_S = 0.1
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class ListenAddress(NamedTuple):
@@ -53,16 +82,44 @@ class _Reply:
 
     def __init__(self) -> None:
         self.done = trio.Event()
-        self.frame: bytes | None = None
+        self.frame: list[Any] | None = None  # the answer's buffers, None: no answer
         self.close = False
 
-    def finish(self, frame: bytes | None, *, close: bool = False) -> None:
+    def finish(self, frame: list[Any] | None, *, close: bool = False) -> None:
         self.frame = frame
         self.close = close
         self.done.set()
 
 
-def _peer_name(stream: trio.SocketStream) -> str:
+def _buffer_size(buffer: Any) -> int:
+    return buffer.nbytes if type(buffer) is memoryview else len(buffer)
+
+
+async def _sendmsg_all(sock: trio.socket.SocketType, buffers: list[Any]) -> None:
+    """Send every buffer, in order, with as few vectored `sendmsg` calls as the kernel allows."""
+    start = 0
+    count = len(buffers)
+    while start < count:
+        batch = buffers[start : start + _MAX_IOVECS]
+        try:
+            sent = await sock.sendmsg(batch)
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        for buffer in batch:
+            size = _buffer_size(buffer)
+            if sent < size:
+                if sent:
+                    buffers[start] = memoryview(buffer)[sent:]
+                break
+            sent -= size
+            start += 1
+
+
+def _peer_name(stream: trio.abc.Stream) -> str:
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    if not isinstance(stream, trio.SocketStream):
+        return "?"
     try:
         peer = stream.socket.getpeername()
     except OSError:
@@ -73,13 +130,19 @@ def _peer_name(stream: trio.SocketStream) -> str:
 
 
 class _Connection:
-    def __init__(self, server: _KafkaServer, stream: trio.SocketStream) -> None:
+    def __init__(self, server: _KafkaServer, stream: trio.abc.Stream) -> None:
         self.server = server
         self.broker = server.broker
         self.stream = stream
         self.peer = _peer_name(stream)
         self.read_scope = trio.CancelScope()
         self.pending = 0
+        # plain TCP: the socket, for vectored sends; None (TLS): joined send_all
+        self.socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self.receiving = False  # the read loop waits for bytes (idle watchdog)
+        self.receive_started = 0.0
+        self.send_started: float | None = None  # the writer is sending since (watchdog)
+        self.write_scope = trio.CancelScope()
 
     def stop_reading(self) -> None:
         self.read_scope.cancel()
@@ -89,58 +152,121 @@ class _Connection:
         send, receive = trio.open_memory_channel[_Reply](config.max_in_flight_per_connection)
         async with self.stream:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop, receive, nursery.cancel_scope)
+                watchdog = trio.CancelScope()
+                nursery.start_soon(self._watchdog, watchdog)
+                nursery.start_soon(self._write_loop, receive, nursery.cancel_scope, watchdog)
                 async with send:
                     with self.read_scope:
-                        try:
-                            await self._read_loop(send, nursery)
-                        except (trio.BrokenResourceError, trio.ClosedResourceError):
-                            log.debug("connection lost", extra={"client": self.peer})
-                            nursery.cancel_scope.cancel()
-                        except CloseConnection as exc:
-                            log.warning("closing connection from %s: %s", self.peer, exc,
-                                        extra={"client": self.peer, "reason": str(exc)})
-                            nursery.cancel_scope.cancel()
-                        except (MalformedRequestError, UnicodeError) as exc:
-                            log.warning("closing connection from %s after a malformed "
-                                        "request: %s", self.peer, exc,
-                                        extra={"client": self.peer, "error": str(exc)})
-                            nursery.cancel_scope.cancel()
+                        await self._read_until_closed(send, nursery)
+
+    async def _read_until_closed(self, send: trio.MemorySendChannel[_Reply],
+                                 nursery: trio.Nursery) -> None:
+        try:
+            await self._read_loop(send, nursery)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            log.debug("connection lost", extra={"client": self.peer})
+            nursery.cancel_scope.cancel()
+        except CloseConnection as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc,
+                        extra={"client": self.peer, "reason": str(exc)})
+            nursery.cancel_scope.cancel()
+        except (MalformedRequestError, UnicodeError) as exc:
+            log.warning("closing connection from %s after a malformed "
+                        "request: %s", self.peer, exc,
+                        extra={"client": self.peer, "error": str(exc)})
+            nursery.cancel_scope.cancel()
+
+    async def _watchdog(self, scope: trio.CancelScope) -> None:
+        """Close an idle connection, and one whose client stopped reading (module doc)."""
+        idle_timeout = self.broker.config.idle_timeout_s
+        write_timeout = self.broker.config.write_timeout_s
+        period = max(min(idle_timeout, write_timeout) / 4, 0.01)
+        with scope:
+            while True:
+                await trio.sleep(period)
+                now = trio.current_time()
+                started = self.send_started
+                if started is not None and now - started >= write_timeout:
+                    self.write_scope.cancel()
+                if self.receiving and now - self.receive_started >= idle_timeout:
+                    if self.pending == 0:
+                        log.info("closing idle connection", extra={"client": self.peer})
+                        self.read_scope.cancel()
+                    else:  # requests are still running: wait another full period
+                        self.receive_started = now
 
     async def _read_loop(self, send: trio.MemorySendChannel[_Reply],
                          nursery: trio.Nursery) -> None:
         reader = FrameReader(self.broker.config.max_frame_bytes)
         ctx = self.broker.new_context(self.peer)
-        idle_timeout = self.broker.config.idle_timeout_s
+        session: SaslSession | None = None
+        if self.server.sasl_mechanisms is not None:
+            session = SaslSession(self.server.sasl_mechanisms)
+            ctx.session = session
+        receive_some = self.stream.receive_some
         while True:
-            data = b""
-            with trio.move_on_after(idle_timeout) as idle:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-            if idle.cancelled_caught:
-                if self.pending == 0:
-                    log.info("closing idle connection", extra={"client": self.peer})
-                    return
-                continue
+            self.receive_started = trio.current_time()
+            self.receiving = True
+            try:
+                data = await receive_some(RECEIVE_BYTES)
+            finally:
+                self.receiving = False
             if not data:
                 return  # the client closed its side; pending answers still go out
             for frame in reader.feed(data):
+                if session is not None and not session.authenticated:
+                    await self._authenticate_step(ctx, session, frame, send)
+                    if session.failed:
+                        return  # the answer (if any) still goes out, then the connection closes
+                    continue
                 reply = _Reply()
                 try:
                     header, body = self.broker.decode(frame)
                 except UnsupportedVersionError as exc:
-                    reply.finish(self.broker.answer_unsupported_version(exc))
+                    reply.finish([self.broker.answer_unsupported_version(exc)])
                     await send.send(reply)
                     continue
                 self.pending += 1
-                await send.send(reply)
+                try:
+                    send.send_nowait(reply)  # no scheduling round trip while there is room
+                except trio.WouldBlock:
+                    await send.send(reply)
                 # Taken in read order, right before the task starts (see request_order).
                 request_ctx = self.broker.request_context(ctx, header)
                 nursery.start_soon(self._serve_request, request_ctx, header, body, reply)
 
+    async def _authenticate_step(self, ctx: Any, session: SaslSession, frame: bytes,
+                                 send: trio.MemorySendChannel[_Reply]) -> None:
+        """Serve one frame of a not yet authenticated connection, inline (see module doc)."""
+        reply = _Reply()
+        if session.raw_tokens and session.state in (SaslState.AWAIT_TOKEN,
+                                                     SaslState.AWAIT_SCRAM_FINAL):
+            try:
+                token_reply = await authenticate_token(ctx, bytes(frame))
+            except KafkaProtocolError:
+                session.state = SaslState.FAILED  # v0 has no error frame: just close
+                return
+            reply.finish([struct.pack(">i", len(token_reply)) + token_reply])
+            await send.send(reply)
+            return
+        try:
+            header, body = self.broker.decode(frame)
+        except UnsupportedVersionError as exc:
+            reply.finish([self.broker.answer_unsupported_version(exc)])
+            await send.send(reply)
+            return
+        if not session.allows(header.api_key):
+            session.state = SaslState.FAILED
+            raise CloseConnection(
+                f"api key {header.api_key} before SASL authentication completed")
+        request_ctx = self.broker.request_context(ctx, header)
+        reply.finish(await self.broker.handle_to_buffers(request_ctx, header, body))
+        await send.send(reply)
+
     async def _serve_request(self, ctx: Any, header: RequestHeader, body: dict,
                              reply: _Reply) -> None:
         try:
-            frame = await self.broker.handle(ctx, header, body)
+            frame = await self.broker.handle_to_buffers(ctx, header, body)
         except CloseConnection as exc:
             log.warning("closing connection", extra={"client": self.peer, "reason": str(exc)})
             reply.finish(None, close=True)
@@ -155,30 +281,92 @@ class _Connection:
             self.pending -= 1
 
     async def _write_loop(self, receive: trio.MemoryReceiveChannel[_Reply],
-                          connection_scope: trio.CancelScope) -> None:
+                          connection_scope: trio.CancelScope,
+                          watchdog: trio.CancelScope) -> None:
+        try:
+            await self._write_replies(receive, connection_scope)
+        finally:
+            watchdog.cancel()  # the watchdog lives as long as there may be answers to send
+
+    async def _write_replies(self, receive: trio.MemoryReceiveChannel[_Reply],
+                             connection_scope: trio.CancelScope) -> None:
+        """Send the answers in request order, every answer already done in one send."""
+        head: _Reply | None = None
         async with receive:
-            async for reply in receive:
-                await reply.done.wait()
-                if reply.close:
-                    connection_scope.cancel()
-                    return
-                if reply.frame is not None:
-                    try:
-                        with trio.move_on_after(self.broker.config.write_timeout_s) as stuck:
-                            await self.stream.send_all(reply.frame)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+            with self.write_scope:
+                while True:
+                    if head is None:
+                        try:
+                            head = receive.receive_nowait()
+                        except trio.WouldBlock:
+                            try:
+                                head = await receive.receive()
+                            except trio.EndOfChannel:
+                                return
+                        except trio.EndOfChannel:
+                            return
+                    if not head.done.is_set():
+                        await head.done.wait()
+                    reply, head = head, None
+                    buffers: list[Any] = []
+                    close = False
+                    while True:  # take the answers that are ready, stopping at the first not
+                        if reply.close:
+                            close = True
+                            break
+                        if reply.frame is not None:
+                            buffers += reply.frame
+                        try:
+                            reply = receive.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        if not reply.done.is_set():
+                            head = reply
+                            break
+                    if buffers:
+                        self.send_started = trio.current_time()
+                        try:
+                            await self._send(buffers)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            connection_scope.cancel()
+                            return
+                        self.send_started = None
+                    if close:
                         connection_scope.cancel()
                         return
-                    if stuck.cancelled_caught:
-                        log.warning("closing connection from %s: it stopped reading answers",
-                                    self.peer, extra={"client": self.peer})
-                        connection_scope.cancel()
-                        return
+        log.warning("closing connection from %s: it stopped reading answers",
+                    self.peer, extra={"client": self.peer})
+        connection_scope.cancel()
+
+    async def _send(self, buffers: list[Any]) -> None:
+        if self.socket is not None:
+            await _sendmsg_all(self.socket, buffers)
+            return
+        # TLS: no vectored send; join small buffers into sends of about _TLS_SEND_BYTES, so
+        # coalescing never builds one copy of many large answers.
+        pending: list[Any] = []
+        pending_bytes = 0
+        for buffer in buffers:
+            size = _buffer_size(buffer)
+            if pending and pending_bytes + size > _TLS_SEND_BYTES:
+                await self.stream.send_all(pending[0] if len(pending) == 1
+                                           else b"".join(pending))
+                pending, pending_bytes = [], 0
+            pending.append(buffer)
+            pending_bytes += size
+        if len(pending) == 1:
+            await self.stream.send_all(pending[0])
+        elif pending:
+            await self.stream.send_all(b"".join(pending))
 
 
 class _KafkaServer:
-    def __init__(self, broker: KafkaBroker, drain_timeout_s: float) -> None:
+    def __init__(self, broker: KafkaBroker, drain_timeout_s: float, *,
+                 ssl_context: ssl.SSLContext | None = None,
+                 sasl_mechanisms: tuple[str, ...] | None = None) -> None:
         self.broker = broker
+        self.ssl_context = ssl_context
+        self.sasl_mechanisms = sasl_mechanisms
         self.drain_timeout_s = drain_timeout_s
         self.connections: set[_Connection] = set()
         self._closing = trio.Event()
@@ -199,10 +387,22 @@ class _KafkaServer:
         self._closing.set()
 
     async def serve_connection(self, stream: trio.SocketStream) -> None:
-        connection = _Connection(self, stream)
         if self._closing.is_set():
             await stream.aclose()
             return
+        served: trio.abc.Stream = stream
+        if self.ssl_context is not None:
+            tls = trio.SSLStream(stream, self.ssl_context, server_side=True)
+            try:
+                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                    await tls.do_handshake()
+            except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                log.info("TLS handshake failed", extra={"client": _peer_name(stream),
+                                                        "error": repr(exc)})
+                await trio.aclose_forcefully(stream)
+                return
+            served = tls
+        connection = _Connection(self, served)
         self.connections.add(connection)
         log.debug("connection accepted", extra={"client": connection.peer})
         try:
@@ -233,17 +433,22 @@ async def serve_kafka(
     *,
     task_status: Any = trio.TASK_STATUS_IGNORED,
     drain_timeout_s: float | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    sasl_mechanisms: tuple[str, ...] | None = None,
 ) -> None:
     """Serve Kafka clients on host:port until cancelled, then drain gracefully.
 
     `task_status.started(ListenAddress(host, port))` reports the bound address (port 0 picks a
     free port, which the broker then advertises if its configured advertised port is 0).
+    `ssl_context` (server side) turns on TLS; `sasl_mechanisms` requires SASL authentication
+    with one of those mechanisms (see the module docstring).
     """
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
     broker.listener_bound(bound_port)
     server = _KafkaServer(
-        broker, broker.config.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        broker, broker.config.drain_timeout_s if drain_timeout_s is None else drain_timeout_s,
+        ssl_context=ssl_context, sasl_mechanisms=sasl_mechanisms,
     )
     async with trio.open_nursery() as nursery:
         connections = await nursery.start(server.run_connections)

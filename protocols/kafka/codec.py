@@ -10,6 +10,10 @@ ClientId that is never compact; response header v0, or v1 for flexible versions 
 ApiVersions, which always answers with header v0 and answers a version it does not know with
 its v0 layout.
 
+`encode_response` returns one bytes frame; `encode_response_buffers` returns the same frame as a
+list of buffers in which large records blocks (stored batches) appear uncopied, for one
+vectored send.
+
 Errors: undecodable input raises `MalformedRequestError` (close the connection); an API key or
 version outside the table raises `UnsupportedVersionError` carrying whatever header could be
 read (for ApiVersions that is enough to answer).  No other exception escapes `decode_request`.
@@ -26,7 +30,7 @@ from .errors import MalformedRequestError, UnsupportedVersionError
 from .schema import SCHEMAS, ApiSchema
 from .schema.headers import REQUEST_HEADER, RESPONSE_HEADER
 from .schema_compiler import CompiledStruct, compile_struct
-from .types import string_reader
+from .types import SegmentedOutput, string_reader
 
 __all__ = [
     "SCHEMAS",
@@ -35,6 +39,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_buffers",
     "supported_api_versions",
 ]
 
@@ -59,6 +64,7 @@ class _Compiled:
     header: CompiledStruct
     body: CompiledStruct
     header_version: int
+    name: str  # the API's name, for error messages
 
 
 _REQUESTS: dict[tuple[int, int], _Compiled] = {}
@@ -85,6 +91,7 @@ def _request_codec(schema: ApiSchema, version: int) -> _Compiled:
             _header_codec("request", header_version),
             compile_struct(schema.request, version, schema.is_flexible(version)),
             header_version,
+            schema.name,
         )
         _REQUESTS[key] = compiled
     return compiled
@@ -99,6 +106,7 @@ def _response_codec(schema: ApiSchema, version: int) -> _Compiled:
             _header_codec("response", header_version),
             compile_struct(schema.response, version, schema.is_flexible(version)),
             header_version,
+            schema.name,
         )
         _RESPONSES[key] = compiled
     return compiled
@@ -140,19 +148,22 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     if len(buf) < _HEADER_PREFIX.size:
         raise MalformedRequestError(f"request of {len(buf)} bytes is shorter than its header")
     api_key, api_version, correlation_id = _HEADER_PREFIX.unpack_from(buf, 0)
-    schema = _schema_for(api_key, api_version)
-    if schema is None:
-        header = _partial_header(buf, api_key, api_version, correlation_id)
-        raise UnsupportedVersionError(
-            f"API key {api_key} version {api_version} is not supported", header=header
-        )
-    compiled = _request_codec(schema, api_version)
+    # Only supported (api key, version) pairs are ever compiled, so a hit needs no check.
+    compiled = _REQUESTS.get((api_key, api_version))
+    if compiled is None:
+        schema = _schema_for(api_key, api_version)
+        if schema is None:
+            header = _partial_header(buf, api_key, api_version, correlation_id)
+            raise UnsupportedVersionError(
+                f"API key {api_key} version {api_version} is not supported", header=header
+            )
+        compiled = _request_codec(schema, api_version)
     try:
         header_fields, pos = compiled.header.decode(buf, 0)
         body, pos = compiled.body.decode(buf, pos)
     except _DECODE_FAILURES as exc:
         raise MalformedRequestError(
-            f"cannot decode {schema.name} v{api_version} request: {exc}"
+            f"cannot decode {compiled.name} v{api_version} request: {exc}"
         ) from exc
     # Trailing bytes are tolerated, as the Kafka broker does.
     return RequestHeader(api_key, api_version, correlation_id, header_fields["client_id"]), body
@@ -166,12 +177,10 @@ def _framed(out: bytearray) -> bytes:
     return bytes(out)
 
 
-def encode_response(header: RequestHeader, body: dict[str, Any]) -> bytes:
-    """The full response frame (with its 4-byte size prefix) answering `header`.
-
-    For an ApiVersions request of a version outside the table the v0 layout is used (the
-    caller puts UNSUPPORTED_VERSION and the supported range in `body`).
-    """
+def _response_compiled(header: RequestHeader) -> _Compiled:
+    compiled = _RESPONSES.get((header.api_key, header.api_version))
+    if compiled is not None:  # only supported versions are ever compiled under their own key
+        return compiled
     schema = SCHEMAS.get(header.api_key)
     if schema is None:
         raise UnsupportedVersionError(f"unknown API key {header.api_key}", header=header)
@@ -182,11 +191,39 @@ def encode_response(header: RequestHeader, body: dict[str, Any]) -> bytes:
                 f"{schema.name} version {version} is not supported", header=header
             )
         version = schema.unsupported_version_response
-    compiled = _response_codec(schema, version)
+    return _response_codec(schema, version)
+
+
+def encode_response(header: RequestHeader, body: dict[str, Any]) -> bytes:
+    """The full response frame (with its 4-byte size prefix) answering `header`.
+
+    For an ApiVersions request of a version outside the table the v0 layout is used (the
+    caller puts UNSUPPORTED_VERSION and the supported range in `body`).
+    """
+    compiled = _response_compiled(header)
     out = bytearray(4)
     compiled.header.encode({"correlation_id": header.correlation_id}, out)
     compiled.body.encode(body, out)
     return _framed(out)
+
+
+def encode_response_buffers(header: RequestHeader, body: dict[str, Any]) -> list[Any]:
+    """The same frame as `encode_response`, as a list of buffers for one vectored send.
+
+    Large records blocks (stored batches) are among the buffers as they were given, uncopied;
+    the caller must not change them until the buffers are sent.  Concatenated, the buffers
+    are exactly `encode_response(header, body)`.
+    """
+    compiled = _response_compiled(header)
+    out = SegmentedOutput(b"\0\0\0\0")
+    compiled.header.encode({"correlation_id": header.correlation_id}, out)
+    compiled.body.encode(body, out)
+    buffers = out.segments()
+    size = sum(len(b) if type(b) is not memoryview else b.nbytes for b in buffers) - 4
+    if size > _FRAME_SIZE_MAX:
+        raise ValueError("frame larger than 2 GiB")
+    _INT32.pack_into(buffers[0], 0, size)
+    return buffers
 
 
 def encode_request(header: RequestHeader, body: dict[str, Any]) -> bytes:

@@ -4,7 +4,8 @@ Readers have the shape `read(buf: memoryview, pos: int) -> (value, new_pos)` and
 length against the bytes that remain *before* slicing or allocating; a violation raises
 `MalformedRequestError`.  (Fixed-width reads rely on `struct.unpack_from`, whose `struct.error`
 the codec turns into `MalformedRequestError` at its boundary.)  Writers have the shape
-`write(value, out: bytearray) -> None`.
+`write(value, out: bytearray) -> None`; when `out` is a `SegmentedOutput`, the bytes writer
+hands large blocks to it uncopied instead of appending them.
 
 The factories return small closures specialised once per (type, compact, nullable), so the
 compiled schema does no type dispatch at run time.  This module never knows about APIs, the
@@ -214,6 +215,36 @@ def string_writer(compact: bool, nullable: bool) -> Writer:
     return write_string
 
 
+# Buffers at least this large are passed through a `SegmentedOutput` uncopied.
+PASS_THROUGH_MIN_BYTES: Final = 8 * 1024
+
+
+class SegmentedOutput(bytearray):
+    """An encoding target that keeps large byte blocks (stored record batches) uncopied.
+
+    Writers append to it like to any bytearray; `bytes_writer` hands a large block to
+    `pass_through`, which closes the bytes written so far into a segment of their own and
+    records the block as the next segment.  `segments()` is then the whole encoding as a list
+    of buffers, ready for one vectored send.
+    """
+
+    def __init__(self, initial: bytes | bytearray = b"") -> None:
+        super().__init__(initial)
+        self.done: list[Any] = []
+
+    def pass_through(self, block: Any) -> None:
+        self.done.append(self[:])
+        del self[:]
+        self.done.append(block)
+
+    def segments(self) -> list[Any]:
+        """Every segment in order; the first one is a bytearray (the caller may patch it)."""
+        parts = self.done
+        if self or not parts:
+            parts.append(self[:])
+        return parts
+
+
 def _buffers(value: Any) -> Sequence[Any]:
     """Records may be given as one buffer or as a sequence of buffers (stored batches)."""
     if isinstance(value, bytes | bytearray | memoryview):
@@ -233,14 +264,32 @@ def bytes_writer(compact: bool, nullable: bool) -> Writer:
             else:
                 out += b"\xff\xff\xff\xff"
             return
+        if isinstance(value, bytes | bytearray):
+            if compact:
+                write_uvarint(len(value) + 1, out)
+            else:
+                out += pack32(len(value))
+            if len(value) >= PASS_THROUGH_MIN_BYTES and type(out) is SegmentedOutput:
+                out.pass_through(value)
+            else:
+                out += value
+            return
         parts = _buffers(value)
-        length = sum(memoryview(part).nbytes for part in parts)
+        sizes = [len(part) if type(part) is bytes else memoryview(part).nbytes for part in parts]
+        length = sum(sizes)
         if compact:
             write_uvarint(length + 1, out)
         else:
             out += pack32(length)
-        for part in parts:
-            out += part
+        if type(out) is SegmentedOutput:
+            for part, size in zip(parts, sizes, strict=True):
+                if size >= PASS_THROUGH_MIN_BYTES:
+                    out.pass_through(part)
+                else:
+                    out += part
+        else:
+            for part in parts:
+                out += part
 
     return write_bytes
 

@@ -1,7 +1,8 @@
 """Fixtures for the Kafka server tests: a real in-process stack on a loopback port.
 
 memory metadata store + MemoryBookKeeper + ManagedLedgerFactory + TopicService + KafkaBroker
-(with a GroupCoordinator on a ledger-backed offset store),
+(with a GroupCoordinator on a ledger-backed offset store and a TransactionCoordinator on a
+ledger-backed transaction store),
 served by `serve_kafka` on 127.0.0.1 port 0.  Real parts all the way down to the ledger client.
 """
 
@@ -19,10 +20,12 @@ from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka_listener import serve_kafka
 from gateway.offset_store import LedgerOffsetStore
 from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.transaction_store import LedgerTransactionStore
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store
 from protocols.kafka.group_coordinator import CoordinatorConfig, GroupCoordinator
+from protocols.kafka.transaction_coordinator import TransactionCoordinator
 from tests.kafka_server.kafka_wire_client import WireClient
 
 
@@ -61,7 +64,11 @@ async def running_stack(**broker_options: Any) -> AsyncIterator[KafkaStack]:
             coordinator = GroupCoordinator(
                 LedgerOffsetStore(factory), CoordinatorConfig(initial_rebalance_delay_s=0.1)
             )
-            broker = KafkaBroker(topics, config, group_coordinator=coordinator)
+            transactions = TransactionCoordinator(
+                LedgerTransactionStore(factory), topics, coordinator
+            )
+            broker = KafkaBroker(topics, config, group_coordinator=coordinator,
+                                 transaction_coordinator=transactions)
             try:
                 server_scope = trio.CancelScope()
 
@@ -71,6 +78,7 @@ async def running_stack(**broker_options: Any) -> AsyncIterator[KafkaStack]:
 
                 async with trio.open_nursery() as nursery:
                     await nursery.start(coordinator.run)
+                    await nursery.start(transactions.run)
                     address = await nursery.start(run_server)
                     yield KafkaStack(broker, topics, address.port, server_scope)
                     server_scope.cancel()

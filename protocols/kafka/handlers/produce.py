@@ -2,10 +2,15 @@
 
 Every append is acknowledged by the ledger's ack quorum before it returns, so acks=1 and
 acks=-1 are answered the same way, after durability; acks=0 is appended the same way too and
-the listener simply sends no response.  Partitions of one request are appended concurrently;
-each gets its own error code.  Old clients' magic v0/v1 message sets are converted to v2
+the listener simply sends no response.  Partitions of one request are appended concurrently
+(a request with a single partition appends inline, without a task); each gets its own error
+code.  Old clients' magic v0/v1 message sets are converted to v2
 batches before they are stored (one offset space, one stored form).  Topics whose
 `message.timestamp.type` is LogAppendTime get the broker's clock in the batch and in the answer.
+
+Each partition needs WRITE on its topic (TOPIC_AUTHORIZATION_FAILED otherwise); a
+transactional produce needs WRITE on its transactional id (every partition gets
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise).
 
 This module must never decode individual records or re-encode v2 batches: the batch bytes go to
 the partition log as they came.
@@ -18,13 +23,16 @@ from typing import Any
 
 import trio
 
+from protocols.kafka.acl_model import OP_WRITE, RES_TOPIC, RES_TRANSACTIONAL_ID
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
     CorruptMessageError,
     ErrorCode,
     InvalidRequiredAcksError,
+    KafkaProtocolError,
     MessageTooLargeError,
+    TopicAuthorizationFailedError,
 )
 from protocols.kafka.handlers.error_responses import error_code_of, error_message_of
 from protocols.kafka.handlers.topic_lookup import open_partition, topic_info
@@ -55,6 +63,8 @@ async def _append_partition(
     turn = ctx.turn
     issued = False
     try:
+        if not ctx.authorize(OP_WRITE, RES_TOPIC, topic):
+            raise TopicAuthorizationFailedError(f"not authorized to write to topic {topic}")
         records = partition.get("records")
         if records is None or len(records) == 0:
             raise CorruptMessageError("produce request without records")
@@ -100,22 +110,45 @@ async def handle_produce(ctx: RequestContext, header: RequestHeader, body: dict)
     acks = body.get("acks", 1)
     topics = body.get("topic_data") or []
     responses: list[dict] = []
-    valid_acks = acks in (0, 1, -1)
+    refusal: KafkaProtocolError | None = None
+    if acks not in (0, 1, -1):
+        refusal = InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
+    elif body.get("transactional_id") and not ctx.authorize(
+            OP_WRITE, RES_TRANSACTIONAL_ID, body["transactional_id"]):
+        refusal = KafkaProtocolError("not authorized to use this transactional id",
+                                     code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if ctx.turn is not None:
         ctx.turn.expect_appends(
-            sum(len(t.get("partition_data") or []) for t in topics) if valid_acks else 0
+            0 if refusal else sum(len(t.get("partition_data") or []) for t in topics)
         )
-    if not valid_acks:
-        err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
+    if refusal is not None:
         for t in topics:
             responses.append({
                 "name": t.get("name"),
                 "partition_responses": [
-                    _partition_error(int(p.get("index", 0)), err.code, err.message)
+                    _partition_error(int(p.get("index", 0)), refusal.code, refusal.message)
                     for p in t.get("partition_data") or []
                 ],
             })
         return {"responses": responses, "throttle_time_ms": 0}
+
+    if len(topics) == 1 and len(topics[0].get("partition_data") or []) == 1:
+        # One partition (the common case): append inline, without a nursery and a task.
+        name = topics[0].get("name")
+        partition = topics[0]["partition_data"][0]
+        index = int(partition.get("index", 0))
+        single: dict[int, dict] = {}
+        await _append_partition(ctx, name, partition, single)
+        return {
+            "responses": [{
+                "name": name,
+                "partition_responses": [
+                    single.get(index) or _partition_error(index, ErrorCode.UNKNOWN_SERVER_ERROR,
+                                                          None)
+                ],
+            }],
+            "throttle_time_ms": 0,
+        }
 
     results: list[tuple[str, list[int], dict]] = []
     async with trio.open_nursery() as nursery:

@@ -48,7 +48,8 @@ class RequestTurn:
     async def wait_until_ready(self) -> None:
         """Return when the earlier requests this one must follow have finished."""
         for event in self._waits:
-            await event.wait()
+            if not event.is_set():
+                await event.wait()
         self._waits = []
 
     def finished(self) -> None:
@@ -90,23 +91,44 @@ class RequestTurn:
 
 
 class ConnectionOrder:
-    """Hands out RequestTurns in the order a connection's requests were read."""
+    """Hands out RequestTurns in the order a connection's requests were read.
 
-    __slots__ = ("_pending", "_last_append")
+    Unfinished Produce turns and other (non-Fetch) turns are kept apart: a Produce waits only
+    for the others, so admitting one never walks the (possibly long) list of Produces in
+    flight; that list is pruned when it has doubled since its last pruning, or when a request
+    that must wait for it arrives.
+    """
+
+    __slots__ = ("_produces", "_others", "_prune_at", "_last_append")
 
     def __init__(self) -> None:
-        self._pending: list[RequestTurn] = []  # unfinished non-Fetch requests, oldest first
+        self._produces: list[RequestTurn] = []  # unfinished Produces, oldest first
+        self._others: list[RequestTurn] = []  # unfinished other non-Fetch requests
+        self._prune_at = 16
         self._last_append: trio.Event | None = None
 
+    @staticmethod
+    def _unfinished(turns: list[RequestTurn]) -> list[RequestTurn]:
+        return [turn for turn in turns if not turn.done.is_set()]
+
     def admit(self, api_key: int) -> RequestTurn:
-        self._pending = [turn for turn in self._pending if not turn.done.is_set()]
         if api_key == FETCH:
             return RequestTurn(api_key, [], None)
+        others = self._others
+        if others:
+            others = self._others = self._unfinished(others)
         if api_key == PRODUCE:
-            waits = [t.done for t in self._pending if t.api_key != PRODUCE]
-            turn = RequestTurn(api_key, waits, self._last_append)
+            turn = RequestTurn(api_key, [t.done for t in others], self._last_append)
             self._last_append = turn.issued
-        else:
-            turn = RequestTurn(api_key, [t.done for t in self._pending], None)
-        self._pending.append(turn)
+            produces = self._produces
+            produces.append(turn)
+            if len(produces) >= self._prune_at:
+                produces = self._produces = self._unfinished(produces)
+                self._prune_at = max(16, 2 * len(produces))
+            return turn
+        produces = self._produces = self._unfinished(self._produces)
+        self._prune_at = max(16, 2 * len(produces))
+        # Every earlier unfinished request (the order of the waits does not matter).
+        turn = RequestTurn(api_key, [t.done for t in others] + [t.done for t in produces], None)
+        others.append(turn)
         return turn
