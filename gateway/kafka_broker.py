@@ -16,12 +16,18 @@ This module must never touch sockets: the listener (gateway/kafka_listener.py) o
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from protocols.kafka.broker_api import RequestContext, TopicServiceApi
-from protocols.kafka.codec import RequestHeader, decode_request, encode_response
+from protocols.kafka.codec import (
+    RequestHeader,
+    decode_request,
+    encode_response,
+    encode_response_buffers,
+)
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError, UnsupportedVersionError
 from protocols.kafka.handlers import HANDLERS, ApiKey
 from protocols.kafka.handlers.api_versions import api_versions_body
@@ -56,11 +62,14 @@ class KafkaBrokerConfig:
     drain_timeout_s: float = 10.0  # graceful shutdown: time given to in-flight requests
 
 
-def _advertised_ranges(with_groups: bool) -> dict[int, tuple[int, int]]:
+def _advertised_ranges(with_groups: bool,
+                       with_transactions: bool = False) -> dict[int, tuple[int, int]]:
     ranges: dict[int, tuple[int, int]] = {}
     for key, spec in HANDLERS.items():
         schema = SCHEMAS.get(key)
         if schema is None or (spec.needs_group_coordinator and not with_groups):
+            continue
+        if spec.needs_transaction_coordinator and not with_transactions:
             continue
         low = max(spec.min_version, schema.min_version)
         high = min(spec.max_version, schema.max_version)
@@ -73,13 +82,24 @@ class KafkaBroker:
     """One Kafka broker's request handling (see the module docstring)."""
 
     def __init__(self, topic_service: TopicServiceApi, config: KafkaBrokerConfig | None = None,
-                 *, group_coordinator: Any = None) -> None:
+                 *, group_coordinator: Any = None, transaction_coordinator: Any = None,
+                 authorizer: Any = None, credentials: Any = None) -> None:
         self.topic_service = topic_service
         self.config = config if config is not None else KafkaBrokerConfig()
         # protocols.kafka.group_coordinator.GroupCoordinator; group APIs are served only with one
         self.group_coordinator = group_coordinator
         self._advertised_port = self.config.advertised_port
-        self._versions = _advertised_ranges(group_coordinator is not None)
+        # protocols.kafka.transaction_coordinator.TransactionCoordinator; the transaction APIs
+        # are served only with one
+        self.transaction_coordinator = transaction_coordinator
+        # gateway.acl_store.Authorizer (RequestContext.authorize asks it; None: allow all, and
+        # the ACL APIs answer SECURITY_DISABLED) and gateway.credentials.CredentialStore (SASL)
+        self.authorizer = authorizer
+        self.credentials = credentials
+        self._versions = _advertised_ranges(group_coordinator is not None,
+                                            transaction_coordinator is not None)
+        # gateway.metrics.BrokerMetrics.observe_request(api name, seconds, body, response)
+        self.request_observer: Callable[[str, float, dict, dict | None], None] | None = None
 
     # --- identity -------------------------------------------------------------------------------
 
@@ -108,7 +128,15 @@ class KafkaBroker:
         """The context of one request; call synchronously in the order requests were read."""
         if connection.order is None:
             return connection
-        return replace(connection, turn=connection.order.admit(header.api_key))
+        turn = connection.order.admit(header.api_key)
+        fields = getattr(connection, "__dict__", None)
+        if fields is None or type(connection) is not RequestContext:
+            return replace(connection, turn=turn)
+        # A shallow copy, as dataclasses.replace makes, without its per-field overhead.
+        request = object.__new__(RequestContext)
+        request.__dict__.update(fields)
+        request.turn = turn
+        return request
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -133,12 +161,23 @@ class KafkaBroker:
 
     async def handle(self, ctx: RequestContext, header: RequestHeader, body: dict) -> bytes | None:
         """Run the request's handler; the encoded response frame, or None for acks=0 Produce."""
+        buffers = await self.handle_to_buffers(ctx, header, body)
+        return None if buffers is None else b"".join(buffers)
+
+    async def handle_to_buffers(self, ctx: RequestContext, header: RequestHeader,
+                                body: dict) -> list[Any] | None:
+        """`handle`, with the frame as buffers for a vectored send (stored batches uncopied)."""
         key, version = header.api_key, header.api_version
         turn: RequestTurn | None = ctx.turn
         try:
             if turn is not None:
                 await turn.wait_until_ready()
+            started = time.perf_counter()
             response = await self._dispatch(ctx, header, body)
+            if self.request_observer is not None:
+                spec = HANDLERS.get(key)
+                self.request_observer(spec.name if spec else str(key),
+                                      time.perf_counter() - started, body, response)
         finally:
             if turn is not None:
                 turn.finished()
@@ -149,14 +188,14 @@ class KafkaBroker:
         if response is None:
             raise CloseConnection(f"no answer for api key {key} version {version}")
         try:
-            return encode_response(header, response)
+            return encode_response_buffers(header, response)
         except Exception:  # a handler produced a body the schema rejects: a bug, answer it
             log.exception("response does not encode", extra={"api_key": key, "version": version,
                                                              "client": ctx.client_address})
             fallback = whole_request_error(key, version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
             if fallback is None:
                 raise CloseConnection("response could not be encoded") from None
-            return encode_response(header, fallback)
+            return [encode_response(header, fallback)]
 
     async def _dispatch(self, ctx: RequestContext, header: RequestHeader,
                         body: dict) -> dict | None:

@@ -22,11 +22,19 @@ from typing import Any
 
 import trio
 
+from gateway.admin_api import AdminContext, LocalBookie, serve_admin_api, watch_bookie
 from gateway.config import Config
 from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka_listener import serve_kafka
+from gateway.kafka_security import setup_kafka_security
+from gateway.metrics import BrokerMetrics
+from gateway.namespaces import NamespaceRegistry
 from gateway.offset_store import LedgerOffsetStore
+from gateway.retention_policies import RetentionPolicies
+from gateway.rocketmq_setup import build_rocketmq
+from gateway.tenant_authorizer import TenantAuthorizer
 from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.transaction_store import LedgerTransactionStore
 from ledger_backend.bookie.cookie import check_cookie
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.bookie.storage import open_bookie_storage
@@ -34,7 +42,9 @@ from ledger_backend.bookie.storage_api import BookieStorageConfig
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata import open_store
-from protocols.kafka.group_coordinator import GroupCoordinator
+from protocols.kafka.consumer_group_coordinator import ConsumerGroupConfig
+from protocols.kafka.group_coordinator import CoordinatorConfig, GroupCoordinator
+from protocols.kafka.transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("ledgerwire.standalone")
 
@@ -47,6 +57,8 @@ def bookie_storage_config(config: Config, index: int) -> BookieStorageConfig:
         journal_max_group_wait_s=s.journal_max_group_wait_ms / 1000.0,
         write_cache_bytes=s.write_cache_mb << 20,
         read_cache_bytes=s.read_cache_mb << 20,
+        entry_log_max_bytes=s.entry_log_max_mb << 20,
+        journal_max_file_bytes=s.journal_max_file_mb << 20,
     )
 
 
@@ -76,6 +88,7 @@ def topic_service_config(config: Config) -> TopicServiceConfig:
         ack_quorum=s.ack_quorum,
         max_entries_per_ledger=s.max_entries_per_ledger,
         max_ledger_bytes=s.max_ledger_mb << 20,
+        max_ledger_age_s=s.max_ledger_age_s,
     )
 
 
@@ -89,12 +102,13 @@ async def run_standalone(
         store = await open_store(f"embedded:{config.data_dir / 'metadata'}")
         stack.push_async_callback(store.close)
 
-        bookkeeper = await stack.enter_async_context(BookKeeper(store))
+        bookkeeper = await stack.enter_async_context(BookKeeper(store, local_bookies=True))
 
         async def active_ledgers() -> set[int]:
             return set(await bookkeeper.list_ledgers())
 
         bookie_nursery = await stack.enter_async_context(trio.open_nursery())
+        local_bookies: list[LocalBookie] = []  # for the admin API and /metrics
         for index in range(config.storage.bookies):
             storage_config = bookie_storage_config(config, index)
             # Refuse a data directory that belongs to another bookie identity.
@@ -112,22 +126,44 @@ async def run_standalone(
                     bookie_id=f"standalone-bookie-{index}",
                 )
             )
+            local_bookies.append(watch_bookie(
+                f"standalone-bookie-{index}",
+                f"{config.storage.bookie_host}:{config.storage.bookie_port + index}", storage))
         # Bookie servers stop before their storage closes (exit stack unwinds in reverse).
         stack.callback(bookie_nursery.cancel_scope.cancel)
 
         factory = ManagedLedgerFactory(store, bookkeeper)
         topics = TopicService(store, factory, topic_service_config(config))
         await topics.load()
+        namespaces = NamespaceRegistry(store, config.admin.default_namespace)
+        await namespaces.load()
+        topics.namespaces = namespaces
         stack.push_async_callback(topics.close)
         offset_store = LedgerOffsetStore(factory, system_ledger_config(config))
         stack.push_async_callback(offset_store.close)
+        transaction_store = LedgerTransactionStore(factory, system_ledger_config(config))
+        stack.push_async_callback(transaction_store.close)
 
         # Background work stops before the logs it writes to are closed.
         background = await stack.enter_async_context(trio.open_nursery())
         stack.callback(background.cancel_scope.cancel)
         background.start_soon(topics.run_retention)
-        coordinator = GroupCoordinator(offset_store)
+        coordinator = GroupCoordinator(
+            offset_store,
+            CoordinatorConfig(
+                initial_rebalance_delay_s=config.kafka.group_initial_rebalance_delay_ms / 1000.0,
+                offsets_retention_s=config.kafka.offsets_retention_minutes * 60.0,
+                consumer_groups=ConsumerGroupConfig(
+                    heartbeat_interval_s=config.kafka.group_consumer_heartbeat_interval_ms / 1000,
+                    session_timeout_s=config.kafka.group_consumer_session_timeout_ms / 1000,
+                ),
+            ),
+        )
         await background.start(coordinator.run)
+        transactions = TransactionCoordinator(transaction_store, topics, coordinator)
+        await background.start(transactions.run)
+        security = await setup_kafka_security(config, store)
+        await background.start(security.acls.run)
 
         adv_host, adv_port = config.kafka_advertised
         broker = KafkaBroker(
@@ -146,25 +182,46 @@ async def run_standalone(
                 drain_timeout_s=config.kafka.shutdown_grace_s,
             ),
             group_coordinator=coordinator,
+            transaction_coordinator=transactions,
+            authorizer=TenantAuthorizer(security.authorizer, namespaces),
+            credentials=security.credentials,
         )
+        broker_metrics = BrokerMetrics()
+        broker.request_observer = broker_metrics.observe_request
+        admin = AdminContext(store, topics, namespaces, coordinator, broker_metrics,
+                             local_bookies, config.kafka.broker_id, f"{adv_host}:{adv_port}",
+                             retention=RetentionPolicies(topics, namespaces, coordinator))
+        background.start_soon(admin.retention.run)
+        rocketmq = None
+        if config.rocketmq.enabled:
+            rocketmq = await build_rocketmq(config.rocketmq, topics, factory,
+                                            system_ledger_config(config), stack, background)
         bind_host, bind_port = config.kafka_bind
+        # Catch signals from here on, so that a SIGTERM right after "ready" is a clean stop.
+        signals = stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
         async with trio.open_nursery() as servers:
-            await servers.start(serve_kafka, broker, bind_host, bind_port)
+            await servers.start(partial(serve_kafka, broker, bind_host, bind_port,
+                                        ssl_context=security.ssl_context,
+                                        sasl_mechanisms=security.sasl_mechanisms))
+            if rocketmq is not None:
+                await rocketmq.serve(servers)
+            admin.ready = True
+            admin_port = await servers.start(serve_admin_api, admin, config.admin.listener)
             log.info(
                 "ledgerwire standalone ready",
                 extra={
                     "kafka": f"{bind_host}:{bind_port}",
                     "advertised": f"{adv_host}:{adv_port}",
                     "bookies": config.storage.bookies,
+                    "admin_port": admin_port,
                     "data_dir": str(config.data_dir),
                     "startup_s": round(trio.current_time() - started, 3),
                 },
             )
             task_status.started()
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-                    break
+            async for signum in signals:
+                log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+                break
             # serve_kafka drains in-flight requests when cancelled, within its grace period.
             servers.cancel_scope.cancel()
         log.info("kafka listener stopped; closing ledgers and bookies")

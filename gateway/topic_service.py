@@ -2,11 +2,19 @@
 
 A topic is one node, /ledgerwire/topics/<name>, holding JSON {"format", "topic_id", "partitions",
 "configs"} and changed only by compare-and-set on its version.  Partition p of topic t is the
-managed ledger "public/default/t-p" plus a small state node under
+managed ledger "<namespace>/t-p" (config.namespace, "public/default", unless a
+gateway.namespaces.NamespaceRegistry set as `namespaces` maps the topic elsewhere and gives its
+namespace's quorum/retention/max-topics policies) plus a small state node under
 /ledgerwire/partition-state/<t>/<p> (log start offset, producer snapshot; see partition_log.py).
 Partition logs are opened lazily on first use; opening the managed ledger fences and recovers a
 crashed predecessor's open ledger, and a log that failed (fenced by another owner) is replaced by
 a freshly opened one on the next `partition()` call.
+
+Topic configs change by compare-and-set too (`alter_topic_configs`): the new configs are written
+to the topic node, then applied to the partitions open here -- retention.ms/bytes and the
+ledger rollover limits (segment.bytes -> max ledger bytes, segment.ms -> max ledger age) on the
+managed ledger's config, max.message.bytes / message.timestamp.type on the partition log's --
+and retention runs at once on that topic, so a shorter retention.ms trims old ledgers now.
 
 Deleting a topic first marks its node "deleting" (CAS), then closes and deletes the partitions'
 managed ledgers and state, then deletes the node; a topic found half-deleted at `load()` is
@@ -22,6 +30,7 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,12 +38,18 @@ import trio
 
 from gateway.partition_log import PartitionLog, PartitionLogConfig
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
-from ledger_backend.metadata.store import MetadataStore, NodeExistsError, NoNodeError
+from ledger_backend.metadata.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+)
 from protocols.kafka.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
     KafkaProtocolError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -65,6 +80,7 @@ class TopicServiceConfig:
     ack_quorum: int = 1
     max_entries_per_ledger: int = 50_000
     max_ledger_bytes: int = 256 << 20
+    max_ledger_age_s: float = 4 * 3600
     snapshot_interval_batches: int = 1000
     namespace: str = "public/default"
 
@@ -128,8 +144,13 @@ class TopicService:
         self.config = config or TopicServiceConfig()
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        # the managed ledger under each open partition log, to apply config changes to it
+        self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
         self._closed = False
+        # gateway.namespaces.NamespaceRegistry, or None: every topic in config.namespace with
+        # the broker's defaults.  Set it before the first partition opens.
+        self.namespaces: Any = None
 
     # --- catalogue -------------------------------------------------------------------------------
 
@@ -180,6 +201,11 @@ class TopicService:
             raise InvalidPartitionsError(f"number of partitions must be >= 1, got {partitions}")
         configs = {k: str(v) for k, v in (configs or {}).items() if v is not None}
         validate_topic_configs(configs)
+        if self.namespaces is not None:
+            try:
+                self.namespaces.check_topic_count(name, list(self._topics))
+            except ValueError as exc:
+                raise PolicyViolationError(str(exc)) from exc
         info = TopicInfo(name, uuid.uuid4(), partitions, configs)
         try:
             await self._store.create(f"{TOPICS_PATH}/{name}", _encode_topic(info),
@@ -203,6 +229,7 @@ class TopicService:
     async def _finish_delete(self, info: TopicInfo, version: int) -> None:
         for p in range(info.partitions):
             plog = self._logs.pop((info.name, p), None)
+            self._partition_ledgers.pop((info.name, p), None)
             if plog is not None:
                 await plog.close()
             ml_name = self.managed_ledger_name(info.name, p)
@@ -231,13 +258,80 @@ class TopicService:
         await self._store.set(f"{TOPICS_PATH}/{name}", _encode_topic(new), version)
         self._topics[name] = new
 
+    async def alter_topic_configs(
+        self, name: str, update: Callable[[Mapping[str, str]], dict[str, str]], *,
+        validate_only: bool = False, attempts: int = 10,
+    ) -> TopicInfo:
+        """Replace a topic's configs with `update(current configs)`, by CAS on the topic node.
+
+        `update` may raise (InvalidConfigError, ...) to refuse the change; it is called again
+        with fresh configs when another writer changed the node meanwhile.  With
+        `validate_only` nothing is written.  Returns the topic as it now is.
+        """
+        for _ in range(attempts):
+            loaded = await self._read_topic(name)
+            if loaded is None or loaded[1]:
+                self._topics.pop(name, None)
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            info, _, version = loaded
+            configs = {k: str(v) for k, v in update(dict(info.configs)).items()}
+            validate_topic_configs(configs)
+            new = TopicInfo(name, info.topic_id, info.partitions, configs)
+            if validate_only:
+                return new
+            try:
+                await self._store.set(f"{TOPICS_PATH}/{name}", _encode_topic(new), version)
+            except BadVersionError:
+                continue
+            self._topics[name] = new
+            log.info("altered configs of topic %s", name, extra={"configs": configs})
+            await self._apply_topic_configs(new)
+            return new
+        raise KafkaProtocolError(f"topic {name!r} kept changing; configs not altered")
+
+    async def _apply_topic_configs(self, info: TopicInfo) -> None:
+        """Give the open partitions of `info` its configs, then run retention on them."""
+        ml_config, plog_config = self._partition_configs(info)
+        for p in range(info.partitions):
+            plog = self._logs.get((info.name, p))
+            ml = self._partition_ledgers.get((info.name, p))
+            if plog is None or ml is None or plog.failed or plog.closed:
+                continue
+            ml.config = ml_config  # what ManagedLedgerFactory.open(name, config) does too
+            plog.config.max_message_bytes = plog_config.max_message_bytes
+            plog.config.log_append_time = plog_config.log_append_time
+            plog.config.max_timestamp_diff_ms = plog_config.max_timestamp_diff_ms
+            try:
+                await plog.apply_retention()
+            except KafkaProtocolError:
+                log.warning("retention of %s failed", plog.name, exc_info=True)
+
+    async def reapply_configs(self) -> None:
+        """Give every open partition its configs again (namespace policies changed), then run
+        retention on it."""
+        for info in list(self._topics.values()):
+            await self._apply_topic_configs(info)
+
+    def partition_ledgers(self, topic: str, partition: int) -> list[Any]:
+        """The ledgers (LedgerInfo) of a partition open here; [] when it is not open."""
+        ml = self._partition_ledgers.get((topic, partition))
+        return list(ml.ledgers) if ml is not None else []
+
     async def allocate_producer_id(self) -> int:
         return await self._store.next_id(PRODUCER_ID_COUNTER_PATH)
 
     # --- partitions ------------------------------------------------------------------------------
 
     def managed_ledger_name(self, topic: str, partition: int) -> str:
-        return f"{self.config.namespace}/{topic}-{partition}"
+        namespace = (self.namespaces.namespace_of(topic) if self.namespaces is not None
+                     else self.config.namespace)
+        return f"{namespace}/{topic}-{partition}"
+
+    def auto_create_allowed(self, topic: str) -> bool:
+        """Whether `topic` may be created on first use (its namespace's policy, else config)."""
+        if self.namespaces is None:
+            return self.config.auto_create_topics
+        return bool(self.namespaces.auto_create_allowed(topic, self.config.auto_create_topics))
 
     async def partition(self, topic: str, partition: int) -> PartitionLog:
         if self._closed:
@@ -262,16 +356,36 @@ class TopicService:
             self._logs[key] = plog
             return plog
 
-    async def _open_partition(self, info: TopicInfo, partition: int) -> PartitionLog:
+    def _partition_configs(self, info: TopicInfo) -> tuple[ManagedLedgerConfig, PartitionLogConfig]:
+        """The managed-ledger and partition-log configs a partition of `info` runs with."""
         configs = info.configs
-        retention_ms = int(configs.get("retention.ms", self.config.retention_ms))
-        retention_bytes = int(configs.get("retention.bytes", self.config.retention_bytes))
+        e, qw, qa = self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum
+        default_ms, default_bytes = self.config.retention_ms, self.config.retention_bytes
+        if self.namespaces is not None:  # namespace policies sit between broker and topic
+            pol = self.namespaces.topic_policies(info.name)
+            e = pol.ensemble_size or e
+            qw = min(pol.write_quorum or qw, e)
+            qa = min(pol.ack_quorum or qa, qw)
+            # 0 is Pulsar's "no retention": consumed data goes (gateway/retention_policies.py),
+            # so the ledger itself has no time/size bound then; -1 keeps everything.
+            if pol.retention_time_minutes is not None:
+                default_ms = pol.retention_time_minutes * 60_000 \
+                    if pol.retention_time_minutes > 0 else -1
+            if pol.retention_size_mb is not None:
+                default_bytes = pol.retention_size_mb << 20 if pol.retention_size_mb > 0 else -1
+        retention_ms = int(configs.get("retention.ms", default_ms))
+        retention_bytes = int(configs.get("retention.bytes", default_bytes))
+        segment_bytes = configs.get("segment.bytes")
+        segment_ms = configs.get("segment.ms")
         ml_config = ManagedLedgerConfig(
-            ensemble_size=self.config.ensemble_size,
-            write_quorum=self.config.write_quorum,
-            ack_quorum=self.config.ack_quorum,
+            ensemble_size=e,
+            write_quorum=qw,
+            ack_quorum=qa,
             max_entries_per_ledger=self.config.max_entries_per_ledger,
-            max_ledger_bytes=self.config.max_ledger_bytes,
+            max_ledger_bytes=max(1, int(segment_bytes)) if segment_bytes is not None
+            else self.config.max_ledger_bytes,
+            max_ledger_age_s=max(0.001, int(segment_ms) / 1000) if segment_ms is not None
+            else self.config.max_ledger_age_s,
             retention_time_s=retention_ms / 1000 if retention_ms >= 0 else None,
             retention_bytes=retention_bytes if retention_bytes >= 0 else None,
         )
@@ -283,11 +397,17 @@ class TopicService:
             snapshot_interval_batches=self.config.snapshot_interval_batches,
             max_timestamp_diff_ms=int(diff) if diff is not None else None,
         )
+        return ml_config, plog_config
+
+    async def _open_partition(self, info: TopicInfo, partition: int) -> PartitionLog:
+        ml_config, plog_config = self._partition_configs(info)
         name = self.managed_ledger_name(info.name, partition)
         ml = await self._factory.open(name, ml_config)
         state_path = f"{PARTITION_STATE_PATH}/{info.name}/{partition}"
         try:
-            return await PartitionLog.open(name, ml, self._store, state_path, plog_config)
+            plog = await PartitionLog.open(name, ml, self._store, state_path, plog_config)
+            self._partition_ledgers[(info.name, partition)] = ml
+            return plog
         except BaseException:
             with trio.CancelScope(shield=True):
                 await ml.close()
@@ -318,6 +438,7 @@ class TopicService:
         """Close every open partition log (and so its managed ledger) cleanly."""
         self._closed = True
         logs, self._logs = list(self._logs.values()), {}
+        self._partition_ledgers.clear()
         for plog in logs:
             await _close_quietly(plog)
 

@@ -8,4 +8,14 @@ from __future__ import annotations
 
 COMMAND_MODULES: list[str] = [
     "gateway.commands.standalone",
+    "gateway.commands.users",
+    "gateway.commands.broker",
+    "gateway.commands.bookie",
+    "gateway.commands.cluster",
+    "gateway.commands.admin",
+    "gateway.commands.recover",
+    "gateway.commands.ledgers",
+    "gateway.commands.autorecovery",
+    "gateway.commands.backfill",
+    "gateway.commands.replay",
 ]

@@ -24,13 +24,24 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     """Flags that override the TOML configuration (dest = the dotted setting name)."""
     p.add_argument("--config", type=Path, help="TOML configuration file")
     p.add_argument("--data-dir", dest="data_dir", help="data directory (default ./data)")
-    p.add_argument("--kafka-listener", dest="kafka.listener", metavar="HOST:PORT",
-                   help="Kafka listener (default 0.0.0.0:9092)")
+    p.add_argument(
+        "--kafka-listener",
+        dest="kafka.listener",
+        metavar="HOST:PORT",
+        help="Kafka listener (default 0.0.0.0:9092)",
+    )
     p.add_argument("--advertised-host", dest="kafka.advertised_host", metavar="HOST")
     p.add_argument("--advertised-port", dest="kafka.advertised_port", type=int, metavar="N")
-    p.add_argument("--bookies", dest="storage.bookies", type=int, metavar="N", help="in-process bookies")
-    p.add_argument("--bookie-port", dest="storage.bookie_port", type=int, metavar="N",
-                   help="first bookie's port (the others follow)")
+    p.add_argument(
+        "--bookies", dest="storage.bookies", type=int, metavar="N", help="in-process bookies"
+    )
+    p.add_argument(
+        "--bookie-port",
+        dest="storage.bookie_port",
+        type=int,
+        metavar="N",
+        help="first bookie's port (the others follow)",
+    )
     p.add_argument("--ensemble-size", dest="storage.ensemble_size", type=int, metavar="N")
     p.add_argument("--write-quorum", dest="storage.write_quorum", type=int, metavar="N")
     p.add_argument("--ack-quorum", dest="storage.ack_quorum", type=int, metavar="N")
@@ -39,16 +50,72 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--default-partitions", dest="kafka.default_partitions", type=int, metavar="N")
     p.add_argument("--retention-ms", dest="retention.retention_ms", type=int, metavar="N")
     p.add_argument("--retention-bytes", dest="retention.retention_bytes", type=int, metavar="N")
+    p.add_argument(
+        "--group-initial-rebalance-delay-ms",
+        type=int,
+        metavar="N",
+        dest="kafka.group_initial_rebalance_delay_ms",
+        help="wait for more members before a new group's first rebalance",
+    )
+    p.add_argument(
+        "--group-consumer-session-timeout-ms",
+        type=int,
+        metavar="N",
+        dest="kafka.group_consumer_session_timeout_ms",
+        help="KIP-848 consumer groups: session timeout the server gives members",
+    )
+    p.add_argument(
+        "--group-consumer-heartbeat-interval-ms",
+        type=int,
+        metavar="N",
+        dest="kafka.group_consumer_heartbeat_interval_ms",
+        help="KIP-848 consumer groups: heartbeat interval the server gives members",
+    )
+    p.add_argument(
+        "--offsets-retention-minutes",
+        dest="kafka.offsets_retention_minutes",
+        type=int,
+        metavar="N",
+        help="expire committed offsets of groups empty this long",
+    )
+    bool_flag(p, "rocketmq", "rocketmq.enabled", "serve the RocketMQ protocol (default)")
+    p.add_argument(
+        "--rocketmq-name-server-listener",
+        dest="rocketmq.name_server_listener",
+        metavar="HOST:PORT",
+        help="RocketMQ name server (default 0.0.0.0:9876)",
+    )
+    p.add_argument(
+        "--rocketmq-broker-listener",
+        dest="rocketmq.broker_listener",
+        metavar="HOST:PORT",
+        help="RocketMQ broker (default 0.0.0.0:10911)",
+    )
+    p.add_argument(
+        "--admin-listener",
+        dest="admin.listener",
+        metavar="HOST:PORT",
+        help="admin HTTP API and /metrics (default 0.0.0.0:8080; '' = off)",
+    )
     p.add_argument("--log-level", dest="log.level", metavar="LEVEL")
     p.add_argument("--log-format", dest="log.format", choices=["json", "text"])
+    p.add_argument(
+        "--security-protocol",
+        dest="kafka.security_protocol",
+        choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+    )
+    p.add_argument("--ssl-certfile", dest="kafka.ssl_certfile", metavar="PEM")
+    p.add_argument("--ssl-keyfile", dest="kafka.ssl_keyfile", metavar="PEM")
+    p.add_argument(
+        "--users-file",
+        dest="security.users_file",
+        metavar="TOML",
+        help="SASL users ([[users]] name, password, mechanisms) set at start",
+    )
 
 
 def config_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    overrides = {
-        key: value
-        for key, value in vars(args).items()
-        if "." in key or key == "data_dir"
-    }
+    overrides = {key: value for key, value in vars(args).items() if "." in key or key == "data_dir"}
     return load_config(args.config, overrides)
 
 

@@ -12,7 +12,7 @@ This module must never import gateway/, Trio networking, or do any I/O: it only 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,11 +48,25 @@ class PartitionLogApi(Protocol):
 
     async def read(self, offset: int, max_bytes: int) -> list[bytes]: ...
 
-    async def wait_for_data(self, offset: int, timeout_s: float) -> None: ...
+    async def wait_for_data(self, offset: int, timeout_s: float, *,
+                            committed: bool = False) -> None:
+        """Until data past `offset` is readable (`committed`: below the last stable offset)."""
+        ...
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [start, end)."""
+        ...
+
+    async def write_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                               coordinator_epoch: int) -> int:
+        """Append a COMMIT/ABORT control batch (transaction coordinator only); its offset."""
+        ...
 
     async def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None: ...
 
     async def max_timestamp_offset(self) -> tuple[int, int] | None: ...
+
+    async def delete_records_before(self, offset: int) -> int: ...
 
 
 class TopicInfoView(Protocol):
@@ -87,6 +101,11 @@ class TopicServiceApi(Protocol):
     async def partition(self, topic: str, partition: int) -> PartitionLogApi: ...
 
     async def allocate_producer_id(self) -> int: ...
+
+    async def alter_topic_configs(
+        self, name: str, update: Callable[[Mapping[str, str]], dict[str, str]], *,
+        validate_only: bool = False,
+    ) -> Any: ...
 
 
 class BrokerSettings(Protocol):
@@ -137,9 +156,49 @@ class BrokerApi(Protocol):
         """The GroupCoordinator (protocols.kafka.group_coordinator), or None without groups."""
         ...
 
+    @property
+    def transaction_coordinator(self) -> Any:
+        """The TransactionCoordinator (protocols.kafka.transaction_coordinator), or None."""
+        ...
+
     def supported_api_versions(self) -> Mapping[int, tuple[int, int]]:
         """api key -> (min, max) version that this broker answers (what ApiVersions advertises)."""
         ...
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    """One live broker as Metadata and FindCoordinator describe it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class OwnershipApi(Protocol):
+    """Which broker owns a partition or a coordinator partition (gateway.ownership).
+
+    Absent (None) in standalone, where the single broker owns everything.  `is_local` is False
+    while this broker is releasing a unit or cannot prove its ZooKeeper session is alive.
+    """
+
+    def live_brokers(self) -> list[BrokerEndpoint]: ...
+
+    def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None: ...
+
+    def is_local(self, topic: str, partition: int) -> bool: ...
+
+    def coordinator_owner(self, key_type: int, key: str) -> BrokerEndpoint | None:
+        """key_type 0 = consumer group, 1 = transactional id (FindCoordinator's key types)."""
+        ...
+
+    def coordinator_is_local(self, key_type: int, key: str) -> bool: ...
+
+
+def ownership_of(broker: Any) -> OwnershipApi | None:
+    """The broker's ownership service, or None when it owns everything (standalone)."""
+    return getattr(broker, "ownership", None)
 
 
 @dataclass
@@ -154,6 +213,31 @@ class RequestContext:
     order: Any = None
     # This request's place in that order (a RequestTurn), set when the request is read.
     turn: Any = None
+    # The connection's authentication state (protocols.kafka.sasl.SaslSession, shared by every
+    # request of the connection), or None on a listener without SASL.
+    session: Any = None
+
+    @property
+    def principal(self) -> str:
+        """Who sent the request: "User:<name>" once SASL succeeded, else User:ANONYMOUS."""
+        principal = getattr(self.session, "principal", None)
+        return principal if principal else "User:ANONYMOUS"
+
+    @property
+    def client_host(self) -> str:
+        host, sep, _port = self.client_address.rpartition(":")
+        return host if sep else self.client_address
+
+    def authorize(self, operation: int, resource_type: int, name: str) -> bool:
+        """May this request's principal do `operation` on the resource (codes of acl_model)?
+
+        The one place handlers ask; True when the broker has no authorizer (security off).
+        """
+        authorizer = getattr(self.broker, "authorizer", None)
+        if authorizer is None:
+            return True
+        return bool(authorizer.authorize(self.principal, self.client_host, operation,
+                                         resource_type, name))
 
     @property
     def topics(self) -> TopicServiceApi:

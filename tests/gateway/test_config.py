@@ -15,7 +15,11 @@ def test_defaults_are_the_documented_ones() -> None:
     config = load_config(None)
     assert config.kafka_bind == ("0.0.0.0", 9092)
     assert config.kafka_advertised == ("127.0.0.1", 9092)
-    assert (config.storage.ensemble_size, config.storage.write_quorum, config.storage.ack_quorum) == (1, 1, 1)
+    assert (
+        config.storage.ensemble_size,
+        config.storage.write_quorum,
+        config.storage.ack_quorum,
+    ) == (1, 1, 1)
     assert config.storage.fsync is True
 
 
@@ -42,8 +46,8 @@ def test_flags_override_file_which_overrides_defaults(tmp_path: Path) -> None:
         "[storage]\nbookies = 1\nensemble_size = 2\n",  # E larger than the bookies available
         "[storage]\nwrite_quorum = 1\nack_quorum = 2\n",  # Qa > Qw
         "[kafka]\nunknown_setting = 1\n",
-        "[kafka]\nauto_create_topics = \"yes\"\n",
-        "[kafka]\nlistener = \"nowhere\"\n",
+        '[kafka]\nauto_create_topics = "yes"\n',
+        '[kafka]\nlistener = "nowhere"\n',
     ],
 )
 def test_bad_configuration_is_refused(tmp_path: Path, text: str) -> None:

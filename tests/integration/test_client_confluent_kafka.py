@@ -16,15 +16,17 @@ COUNT = 20_000
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)]
+    )
     futures[topic].result(30)
 
 
-def produce_all(bootstrap: str, topic: str, messages: list[Message], **conf: object) -> dict[bytes, int]:
+def produce_all(
+    bootstrap: str, topic: str, messages: list[Message], **conf: object
+) -> dict[bytes, int]:
     """Produce with acks=all; return key -> offset from the delivery reports."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **conf}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **conf})
     offsets: dict[bytes, int] = {}
     errors: list[object] = []
 
@@ -38,8 +40,12 @@ def produce_all(bootstrap: str, topic: str, messages: list[Message], **conf: obj
         while True:
             try:
                 producer.produce(
-                    topic, key=m.key, value=m.value, headers=list(m.headers),
-                    timestamp=m.timestamp_ms, on_delivery=on_delivery,
+                    topic,
+                    key=m.key,
+                    value=m.value,
+                    headers=list(m.headers),
+                    timestamp=m.timestamp_ms,
+                    on_delivery=on_delivery,
                 )
                 break
             except BufferError:

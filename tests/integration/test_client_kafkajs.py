@@ -1,4 +1,4 @@
-"""kafkajs (Node; ApiVersions v2 -> v1 -> v0, Produce v7, Fetch v11) against `ledgerwire standalone`.
+"""kafkajs (Node; ApiVersions v2->v1->v0, Produce v7, Fetch v11) against `ledgerwire standalone`.
 
 What kafkajs writes is read back twice: by librdkafka with partition assignment, and by a
 kafkajs consumer group (JoinGroup/SyncGroup/Heartbeat/OffsetCommit on the broker's coordinator).
@@ -52,15 +52,21 @@ def test_kafkajs_produce_every_codec(
     )
     done = subprocess.run(
         ["node", "produce.js", module_standalone.bootstrap, topic, codec, str(input_path)],
-        cwd=NODE_DIR, capture_output=True, text=True, timeout=300,
+        cwd=NODE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     base_offsets = json.loads(done.stdout.strip().splitlines()[-1])["baseOffsets"]
     assert base_offsets == list(range(0, COUNT, 1000))
 
     consumer = Consumer(
-        {"bootstrap.servers": module_standalone.bootstrap, "group.id": f"check-{topic}",
-         "enable.auto.commit": False}
+        {
+            "bootstrap.servers": module_standalone.bootstrap,
+            "group.id": f"check-{topic}",
+            "enable.auto.commit": False,
+        }
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
     got: list[object] = []
@@ -81,21 +87,33 @@ def test_kafkajs_produce_every_codec(
 
 
 def run_node(*args: str, timeout: float = 300) -> str:
-    done = subprocess.run(["node", *args], cwd=NODE_DIR, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        ["node", *args], cwd=NODE_DIR, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
-def test_kafkajs_consumer_group_reads_everything(module_standalone: Standalone, tmp_path: Path) -> None:
+def test_kafkajs_consumer_group_reads_everything(
+    module_standalone: Standalone, tmp_path: Path
+) -> None:
     topic, count = "js-group", 5000
     messages = make_messages(count, seed=399)
     input_path = tmp_path / "input.json"
-    input_path.write_text(json.dumps([
-        {"key": b64(m.key), "value": b64(m.value),
-         "headers": {name: b64(value) for name, value in m.headers}, "timestamp": m.timestamp_ms}
-        for m in messages
-    ]))
+    input_path.write_text(
+        json.dumps(
+            [
+                {
+                    "key": b64(m.key),
+                    "value": b64(m.value),
+                    "headers": {name: b64(value) for name, value in m.headers},
+                    "timestamp": m.timestamp_ms,
+                }
+                for m in messages
+            ]
+        )
+    )
     run_node("produce.js", module_standalone.bootstrap, topic, "gzip", str(input_path))
     out = run_node("consume.js", module_standalone.bootstrap, topic, "js-group-1", str(count))
     got = [json.loads(line) for line in out.strip().splitlines()]

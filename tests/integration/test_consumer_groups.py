@@ -28,9 +28,15 @@ def produce(bootstrap: str, topic: str, partitions: int, count: int) -> None:
 
 def group_consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
     return Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-         "enable.auto.commit": False, "session.timeout.ms": 10000,
-         "heartbeat.interval.ms": 500, **extra}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 500,
+            **extra,
+        }
     )
 
 
@@ -76,12 +82,16 @@ def test_two_members_split_the_partitions(standalone: Standalone) -> None:
             for msg in consumer.consume(200, timeout=0.2):
                 if msg.error() is None:
                     seen[index].add(int(msg.value()))
-        if len(first.assignment()) == 2 and len(second.assignment()) == 2 and (
-            len(seen[0] | seen[1]) == 400
+        if (
+            len(first.assignment()) == 2
+            and len(second.assignment()) == 2
+            and (len(seen[0] | seen[1]) == 400)
         ):
             break
     assert len(first.assignment()) == 2 and len(second.assignment()) == 2
-    parts = {tp.partition for tp in first.assignment()} | {tp.partition for tp in second.assignment()}
+    parts = {tp.partition for tp in first.assignment()} | {
+        tp.partition for tp in second.assignment()
+    }
     assert parts == {0, 1, 2, 3}
     assert seen[0] | seen[1] == set(range(400))
     first.close()
@@ -91,8 +101,11 @@ def test_two_members_split_the_partitions(standalone: Standalone) -> None:
 def test_kafka_python_group_consumer(standalone: Standalone) -> None:
     produce(standalone.bootstrap, "kp-group", 2, 300)
     consumer = KafkaConsumer(
-        "kp-group", bootstrap_servers=standalone.bootstrap, group_id="kp-g",
-        auto_offset_reset="earliest", enable_auto_commit=False,
+        "kp-group",
+        bootstrap_servers=standalone.bootstrap,
+        group_id="kp-g",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
     )
     values = set()
     deadline = time.monotonic() + 60

@@ -1,4 +1,4 @@
-"""What was acknowledged survives SIGKILL; idempotent producers see no duplicates across restarts."""
+"""Acknowledged messages survive SIGKILL; idempotent producers see no duplicates on restart."""
 
 from __future__ import annotations
 
@@ -38,8 +38,13 @@ def test_sigkill_after_acks_loses_nothing(tmp_path: Path) -> None:
     server.start()
     acked: dict[int, bytes] = {}
     producer = Producer(
-        {"bootstrap.servers": server.bootstrap, "acks": "all", "linger.ms": 2,
-         "message.timeout.ms": 5000, "retries": 0}
+        {
+            "bootstrap.servers": server.bootstrap,
+            "acks": "all",
+            "linger.ms": 2,
+            "message.timeout.ms": 5000,
+            "retries": 0,
+        }
     )
 
     def on_delivery(err: object, msg: object) -> None:
@@ -83,8 +88,12 @@ def test_idempotent_producer_across_restart(tmp_path: Path, client: str) -> None
     def produce() -> None:
         if client == "kafka-python":
             kp = KafkaProducer(
-                bootstrap_servers=server.bootstrap, acks="all", enable_idempotence=True,
-                linger_ms=2, retry_backoff_ms=200, request_timeout_ms=5000,
+                bootstrap_servers=server.bootstrap,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=2,
+                retry_backoff_ms=200,
+                request_timeout_ms=5000,
             )
             futures = []
             for i in range(total):
@@ -98,8 +107,12 @@ def test_idempotent_producer_across_restart(tmp_path: Path, client: str) -> None
             kp.close()
         else:
             cp = Producer(
-                {"bootstrap.servers": server.bootstrap, "enable.idempotence": True,
-                 "linger.ms": 2, "message.timeout.ms": 120000}
+                {
+                    "bootstrap.servers": server.bootstrap,
+                    "enable.idempotence": True,
+                    "linger.ms": 2,
+                    "message.timeout.ms": 120000,
+                }
             )
 
             def on_delivery(err: object, msg: object) -> None:

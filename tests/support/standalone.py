@@ -52,6 +52,9 @@ class Standalone:
         self.bookies = bookies
         self.kafka_port = free_port()
         self.bookie_port = free_port_range(bookies)
+        self.admin_port = free_port()
+        self.name_server_port = free_port()
+        self.rocketmq_broker_port = free_port()
         self.extra_args = list(extra_args or [])
         self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -68,6 +71,9 @@ class Standalone:
             "--bookies", str(self.bookies),
             "--bookie-port", str(self.bookie_port),
             "--log-format", "text",
+            "--admin-listener", f"127.0.0.1:{self.admin_port}",
+            "--rocketmq-name-server-listener", f"127.0.0.1:{self.name_server_port}",
+            "--rocketmq-broker-listener", f"127.0.0.1:{self.rocketmq_broker_port}",
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")

@@ -8,8 +8,8 @@ through `error_responses.whole_request_error` (the one place exceptions become r
 The version ranges here are what each handler implements; the broker intersects them with the
 codec's schema table and advertises the result in ApiVersions, and nothing else.  Specs marked
 `needs_group_coordinator` are served and advertised only when the broker was given a group
-coordinator.  Requests of one connection run concurrently under Kafka's ordering rules
-(`request_order`).
+coordinator, `needs_transaction_coordinator` only with a transaction coordinator.  Requests
+of one connection run concurrently under Kafka's ordering rules (`request_order`).
 
 This module must never import gateway/ or do I/O.
 """
@@ -21,8 +21,27 @@ from dataclasses import dataclass
 
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
+from protocols.kafka.handlers import transactions as txn
+from protocols.kafka.handlers.acls import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+)
+from protocols.kafka.handlers.admin import (
+    handle_delete_records,
+    handle_describe_cluster,
+    handle_describe_producers,
+)
 from protocols.kafka.handlers.api_versions import handle_api_versions
-from protocols.kafka.handlers.configs import handle_describe_configs
+from protocols.kafka.handlers.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
+from protocols.kafka.handlers.consumer_group_heartbeat import (
+    handle_consumer_group_describe,
+    handle_consumer_group_heartbeat,
+)
 from protocols.kafka.handlers.error_responses import ApiKey
 from protocols.kafka.handlers.fetch import handle_fetch
 from protocols.kafka.handlers.find_coordinator import handle_find_coordinator
@@ -45,10 +64,17 @@ from protocols.kafka.handlers.offsets import (
 )
 from protocols.kafka.handlers.produce import handle_produce
 from protocols.kafka.handlers.producer_ids import handle_init_producer_id
+from protocols.kafka.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
 from protocols.kafka.handlers.topics_admin import (
     handle_create_partitions,
     handle_create_topics,
     handle_delete_topics,
+)
+from protocols.kafka.handlers.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_end_txn,
+    handle_txn_offset_commit,
 )
 
 Handler = Callable[[RequestContext, RequestHeader, dict], Awaitable[dict]]
@@ -63,6 +89,8 @@ class HandlerSpec:
     handle: Handler
     # Served (and advertised) only when the broker has a group coordinator.
     needs_group_coordinator: bool = False
+    # Served (and advertised) only when the broker has a transaction coordinator.
+    needs_transaction_coordinator: bool = False
 
 
 HANDLERS: dict[int, HandlerSpec] = {
@@ -82,9 +110,20 @@ HANDLERS: dict[int, HandlerSpec] = {
         HandlerSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 0, 4, handle_describe_configs),
         HandlerSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3,
                     handle_create_partitions),
+        # Admin APIs (handlers.configs, handlers.admin, handlers.acls) and SASL (handlers.sasl).
+        HandlerSpec(33, "AlterConfigs", 0, 2, handle_alter_configs),
+        HandlerSpec(44, "IncrementalAlterConfigs", 0, 1, handle_incremental_alter_configs),
+        HandlerSpec(21, "DeleteRecords", 0, 2, handle_delete_records),
+        HandlerSpec(60, "DescribeCluster", 0, 1, handle_describe_cluster),
+        HandlerSpec(61, "DescribeProducers", 0, 0, handle_describe_producers),
+        HandlerSpec(29, "DescribeAcls", 0, 3, handle_describe_acls),
+        HandlerSpec(30, "CreateAcls", 0, 3, handle_create_acls),
+        HandlerSpec(31, "DeleteAcls", 0, 3, handle_delete_acls),
+        HandlerSpec(17, "SaslHandshake", 0, 1, handle_sasl_handshake),
+        HandlerSpec(36, "SaslAuthenticate", 0, 2, handle_sasl_authenticate),
         # Consumer groups and committed offsets (protocols.kafka.group_coordinator).
-        HandlerSpec(ApiKey.OFFSET_COMMIT, "OffsetCommit", 0, 8, handle_offset_commit, True),
-        HandlerSpec(ApiKey.OFFSET_FETCH, "OffsetFetch", 0, 8, handle_offset_fetch, True),
+        HandlerSpec(ApiKey.OFFSET_COMMIT, "OffsetCommit", 0, 9, handle_offset_commit, True),
+        HandlerSpec(ApiKey.OFFSET_FETCH, "OffsetFetch", 0, 9, handle_offset_fetch, True),
         HandlerSpec(ApiKey.JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group, True),
         HandlerSpec(ApiKey.HEARTBEAT, "Heartbeat", 0, 4, handle_heartbeat, True),
         HandlerSpec(ApiKey.LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group, True),
@@ -93,6 +132,19 @@ HANDLERS: dict[int, HandlerSpec] = {
         HandlerSpec(ApiKey.LIST_GROUPS, "ListGroups", 0, 5, handle_list_groups, True),
         HandlerSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2, handle_delete_groups, True),
         HandlerSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0, handle_offset_delete, True),
+        # Transactions (protocols.kafka.transaction_coordinator).  EndTxn v5 is KIP-890's
+        # per-transaction epoch bump (transaction protocol v2), which is not implemented.
+        HandlerSpec(txn.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5,
+                    handle_add_partitions_to_txn, needs_transaction_coordinator=True),
+        HandlerSpec(txn.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4,
+                    handle_add_offsets_to_txn, needs_transaction_coordinator=True),
+        HandlerSpec(txn.END_TXN, "EndTxn", 0, 4, handle_end_txn,
+                    needs_transaction_coordinator=True),
+        HandlerSpec(txn.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4,
+                    handle_txn_offset_commit, needs_transaction_coordinator=True),
+        # KIP-848 consumer groups (protocols.kafka.consumer_group_coordinator).
+        HandlerSpec(68, "ConsumerGroupHeartbeat", 0, 1, handle_consumer_group_heartbeat, True),
+        HandlerSpec(69, "ConsumerGroupDescribe", 0, 0, handle_consumer_group_describe, True),
     )
 }
 
