@@ -4,7 +4,8 @@ Each record after the mark is applied as it was when first journaled: ADD puts t
 the write cache (unless the ledger is deleted here), FENCE fences, DELETE deletes.  Replay is
 idempotent, so records the index already holds are simply written again.  When the write cache
 fills up, a checkpoint with the replay position as its mark makes room.  Replay stops at the
-first torn or bad record (see JournalScanner) and logs the file, offset and reason.
+first torn or bad record (see JournalScanner) and logs the file, offset and reason; a bad record
+that is not the tail of the newest journal file refuses the start (JournalCorruptError).
 
 This module must never apply a record the scanner did not verify, and never journal anything.
 """
@@ -16,12 +17,25 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .journal import TYPE_ADD, TYPE_DELETE, TYPE_FENCE, JournalScanner, LogMark
+from .journal import (
+    TYPE_ADD,
+    TYPE_DELETE,
+    TYPE_FENCE,
+    JournalScanner,
+    LogMark,
+    list_journal_files,
+)
+from .storage_api import BookieError
 
 if TYPE_CHECKING:
     from .storage import DurableBookieStorage
 
 log = logging.getLogger("ledger_backend.bookie.storage")
+
+
+class JournalCorruptError(BookieError):
+    """A bad record with journal files after it: damage, not a torn tail. The bookie must not
+    start (and must not trim the journal) until someone has looked."""
 
 
 async def replay_journal(storage: DurableBookieStorage, mark: LogMark) -> None:
@@ -51,7 +65,18 @@ async def replay_journal(storage: DurableBookieStorage, mark: LogMark) -> None:
     count = storage.replayed_records
     if stop.clean:
         log.info("journal replay from %s: %d records, ended cleanly at %s", mark, count, where)
-    else:
-        log.warning(
-            "journal replay from %s: %d records, stopped at %s: %s", mark, count, where, stop.reason
+        return
+    later = [f for f in list_journal_files(storage.journal_dir) if f > stop.file_id]
+    if later:
+        # A torn write can only be the tail of the newest file (a rollover fsyncs the old file
+        # at a record boundary first). A bad record with journal files after it is damage, and
+        # those files may hold acknowledged entries: refuse to start and keep every file.
+        raise JournalCorruptError(
+            f"journal damaged at {where} ({stop.reason}) with {len(later)} later journal "
+            f"file(s) not replayed; refusing to start so nothing acknowledged is dropped — "
+            f"inspect {storage.journal_dir}"
         )
+    log.warning(
+        "journal replay from %s: %d records, stopped at %s: %s (torn tail of the newest "
+        "journal file: never acknowledged)", mark, count, where, stop.reason
+    )

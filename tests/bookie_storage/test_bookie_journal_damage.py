@@ -1,0 +1,54 @@
+"""A damaged journal record with later journal files refuses the start and keeps every file."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+from ledger_backend.bookie.journal import list_journal_files
+from ledger_backend.bookie.journal_replay import JournalCorruptError
+from ledger_backend.bookie.storage import open_bookie_storage
+from ledger_backend.bookie.storage_api import BookieStorageConfig
+
+
+async def test_damage_before_later_journal_files_refuses_to_start(
+    bookie_config: BookieStorageConfig,
+) -> None:
+    config = dataclasses.replace(bookie_config, journal_max_file_bytes=64 << 10)
+    async with open_bookie_storage(config) as storage:
+        for entry_id in range(40):  # ~160 KB of adds: several journal files
+            await storage.add_entry(9, entry_id, entry_id - 1, bytes([entry_id]) * 4000)
+        # crash image: journal fsynced, nothing checkpointed since the start
+        crash_image = config.data_dir.with_name("crash-image")
+        shutil.copytree(config.data_dir, crash_image)
+    journal_dir = crash_image / "journal"
+    files = list_journal_files(journal_dir)
+    assert len(files) >= 3
+    damaged = journal_dir / f"{files[1]:016x}.jnl"
+    raw = bytearray(damaged.read_bytes())
+    raw[16 + 60] ^= 0xFF  # inside the first record of a middle file
+    damaged.write_bytes(bytes(raw))
+
+    with pytest.raises(BaseException) as info:  # raised through the storage's nursery
+        async with open_bookie_storage(dataclasses.replace(config, data_dir=crash_image)):
+            pass
+    assert info.errisinstance(JournalCorruptError) or info.group_contains(
+        JournalCorruptError, match="refusing to start", depth=None
+    )
+    assert list_journal_files(journal_dir) == files  # nothing trimmed
+
+
+async def test_torn_tail_of_the_newest_file_is_dropped(bookie_config: BookieStorageConfig) -> None:
+    async with open_bookie_storage(bookie_config) as storage:
+        for entry_id in range(5):
+            await storage.add_entry(3, entry_id, entry_id - 1, b"x" * 100)
+        crash_image = bookie_config.data_dir.with_name("crash-image")
+        shutil.copytree(bookie_config.data_dir, crash_image)
+    journal_dir = crash_image / "journal"
+    newest = journal_dir / f"{list_journal_files(journal_dir)[-1]:016x}.jnl"
+    with newest.open("ab") as f:
+        f.write(b"\x00\x00\x10\x00partial")  # a torn, never acknowledged record
+    async with open_bookie_storage(dataclasses.replace(bookie_config, data_dir=crash_image)) as s:
+        assert [await s.read_entry(3, e) for e in range(5)] == [b"x" * 100] * 5
