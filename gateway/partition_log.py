@@ -319,6 +319,12 @@ class PartitionLog:
             if isinstance(exc, Exception):
                 raise KafkaStorageError(f"{self.name}: append failed: {exc!r}") from exc
             raise
+        if self._failure is not None:
+            # An earlier batch failed while this one was in flight: its offsets may be a hole
+            # below this batch, so neither the high watermark nor a producer snapshot may move
+            # past it. Fail this batch too; the client retries on a fresh log, where the
+            # producer state rebuilt from the log decides what is a duplicate.
+            raise KafkaStorageError(f"{self.name}: an earlier append failed") from self._failure
         self._index.record_append(position, base, last)
         if not header.is_control:
             self._timestamps.on_append(header, base)
@@ -363,6 +369,8 @@ class PartitionLog:
         pending = self._pending_snapshot
         if pending is None or self._snapshot_running or self.high_watermark < pending[0]:
             return
+        if self._failure is not None:
+            return  # the high watermark no longer proves every offset below it durable
         self._snapshot_running = True
         self._pending_snapshot = None
         try:
