@@ -49,6 +49,7 @@ from gateway.broker_registry import (
     register_broker,
 )
 from ledger_backend.metadata.store import (
+    BadVersionError,
     MetadataError,
     MetadataStore,
     NodeExistsError,
@@ -325,9 +326,15 @@ class OwnershipService:
         self._releasing.add(bundle)
         try:
             await self._run_hook(self._on_releasing, bundle)
+            path = f"{BUNDLES_PATH}/{bundle}"
             try:
-                await self._store.delete(f"{BUNDLES_PATH}/{bundle}")
-            except NoNodeError:
+                # Only our own node: if our session expired meanwhile, another broker may own it.
+                data, stat = await self._store.get(path)
+                if json.loads(data).get("node_id") == self.me.node_id:
+                    await self._store.delete(path, version=stat.version)
+                else:
+                    log.warning("bundle %d is owned by another broker now; not deleting", bundle)
+            except (NoNodeError, BadVersionError):
                 pass
             log.info("released bundle %d", bundle)
         finally:
