@@ -10,10 +10,17 @@ Steps (after BookKeeper; see NOTES.md "Recovery"):
    absent after Qw - Qa + 1 negative answers; anything else is undecidable and recovery fails
    (the ledger stays IN_RECOVERY for a later attempt).
 4. Re-write each recovered entry (recovery add) to its whole write quorum; Qa must store it.
-   Bookies of the last fragment that did not answer the fence are first replaced in a new
-   fragment starting at LAC + 1 (metadata CAS while IN_RECOVERY), as BookKeeper's recovery
-   does with an ensemble change.
-5. CAS to CLOSED at the last recovered entry with its length.
+   Bookies of the last fragment that did not answer the fence are replaced in a new fragment
+   starting at LAC + 1, as BookKeeper's recovery does with an ensemble change. That fragment
+   is only planned here (not written to the metadata store): while recovery runs, the stored
+   metadata keeps the writer's own ensembles, so a later recovery attempt (after this one
+   died or failed) reads from bookies the writer really wrote to, never from a replacement
+   that holds nothing and would count as a false "no such entry" witness.
+5. One CAS installs the replacement fragment (if any entry was re-written to it) together
+   with CLOSED at the last recovered entry with its length. If that CAS conflicts and the
+   ledger is not CLOSED, the ensembles must still be those this recovery read; otherwise
+   recovery raises (to be retried from scratch) instead of closing with bookies that may not
+   hold the recovered entries.
 
 Must never close a ledger before an entry the writer had acknowledged: every step that cannot
 decide raises instead of guessing.
@@ -67,10 +74,10 @@ async def recover_ledger(ctx: ClientContext, ledger_id: int) -> tuple[LedgerMeta
     metadata, version = await _mark_in_recovery(ctx, ledger_id)
     if metadata.state is LedgerState.CLOSED:
         return metadata, version
+    read_ensembles = metadata.ensembles  # the writer's ensembles, as this recovery read them
     lac, answered = await fence_last_fragment(ctx, ledger_id, metadata)
-    target = _RewriteTarget(ctx, ledger_id, metadata, version, lac, answered)
+    target = _RewriteTarget(ctx, ledger_id, metadata, lac, answered)
     last_entry_id, length = await _recover_entries(ctx, ledger_id, metadata, lac, target)
-    metadata, version = target.metadata, target.version
     if length is None:
         if last_entry_id >= 0:
             entry = await read_entry_from_bookies(ctx, ledger_id, metadata, last_entry_id,
@@ -78,16 +85,26 @@ async def recover_ledger(ctx: ClientContext, ledger_id: int) -> tuple[LedgerMeta
             length = entry.ledger_length
         else:
             length = 0
+    # The replacement fragment (only if entries were re-written to it) and CLOSED in one CAS.
+    closed = target.metadata.replace(
+        state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length
+    )
     while True:
-        closed = metadata.replace(
-            state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length
-        )
         try:
             version = await ctx.cas_metadata(ledger_id, closed, version)
         except MetadataVersionConflict:
-            metadata, version = await ctx.read_metadata(ledger_id)
-            if metadata.state is LedgerState.CLOSED:
-                return metadata, version  # a concurrent recovery finished first
+            current, version = await ctx.read_metadata(ledger_id)
+            if current.state is LedgerState.CLOSED:
+                return current, version  # a concurrent recovery finished first
+            if current.ensembles != read_ensembles:
+                raise LedgerRecoveryError(
+                    f"ledger {ledger_id} ensembles changed during recovery (another "
+                    f"recovery?); not closing with bookies this recovery did not write to"
+                ) from None
+            closed = current.replace(  # only non-ensemble fields changed: keep them
+                ensembles=target.metadata.ensembles, state=LedgerState.CLOSED,
+                last_entry_id=last_entry_id, length=length,
+            )  # fmt: skip
             continue
         log.info("ledger %d recovered and closed at entry %d (%d bytes)", ledger_id,
                  last_entry_id, length)  # fmt: skip
@@ -140,15 +157,16 @@ async def fence_last_fragment(ctx: ClientContext, ledger_id: int, metadata: Ledg
 
 class _RewriteTarget:
     """Where recovered entries are re-written: the last fragment, or, if some of its bookies did
-    not answer the fence, a new fragment from LAC + 1 with those bookies replaced (CAS while
-    IN_RECOVERY), so that a dead bookie does not keep entries below Qa. Made on first use."""
+    not answer the fence, a new fragment from LAC + 1 with those bookies replaced, so that a
+    dead bookie does not keep entries below Qa. Planned on first use, in memory only: the
+    fragment reaches the metadata store with the CLOSED state in recover_ledger's single CAS,
+    after the recovered entries were written to it (`metadata` is what that CAS installs)."""
 
     def __init__(self, ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata,
-                 version: int, lac: int, answered: set[int]) -> None:  # fmt: skip
+                 lac: int, answered: set[int]) -> None:  # fmt: skip
         self._ctx = ctx
         self._ledger_id = ledger_id
         self.metadata = metadata
-        self.version = version
         self._first_entry = lac + 1
         self._dead = sorted(set(range(metadata.ensemble_size)) - answered)
         self._ready = not self._dead
@@ -170,14 +188,8 @@ class _RewriteTarget:
                         dead_bookies, exc)  # fmt: skip
             return self.metadata
         proposed = self.metadata.with_new_ensemble(self._first_entry, ensemble)
-        try:
-            self.version = await self._ctx.cas_metadata(self._ledger_id, proposed, self.version)
-        except MetadataVersionConflict:
-            raise LedgerRecoveryError(
-                f"ledger {self._ledger_id} changed during recovery (another recovery?)"
-            ) from None
-        self.metadata = proposed
-        log.info("ledger %d: recovery replaced %s, new fragment from entry %d", self._ledger_id,
+        self.metadata = proposed  # installed only by the closing CAS
+        log.info("ledger %d: recovery replaces %s, new fragment from entry %d", self._ledger_id,
                  dead_bookies, self._first_entry)  # fmt: skip
         return proposed
 
