@@ -5,7 +5,7 @@ and a ledger append is one fsynced quorum write, where a metadata CAS per group 
 metadata store with data traffic. The ledger `__consumer_offsets` holds one record per commit
 (or deletion); every `snapshot_every` records a snapshot record with the whole state is
 appended, a cursor named "snapshot" is moved to it, and the ledgers before it are deleted —
-a compacted log in the spirit of Kafka's `__consumer_offsets`, with bounded replay at start.
+a compacted log (gateway/compacted_log.py) in the spirit of Kafka's `__consumer_offsets`.
 
 Record format: a JSON object with a format version `v` and a `type` (commit, delete,
 snapshot). This module must never acknowledge a commit before its record is durable.
@@ -13,17 +13,12 @@ snapshot). This module must never acknowledge a commit before its record is dura
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ledger_backend.managed_ledger import (
-    ManagedLedger,
-    ManagedLedgerConfig,
-    ManagedLedgerFactory,
-    Position,
-)
+from gateway.compacted_log import CompactedLog
+from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from protocols.kafka.group_coordinator import CommittedOffset, OffsetKey
 
 log = logging.getLogger("ledgerwire.offsets")
@@ -44,7 +39,7 @@ def _decode_offsets(rows: list[list[Any]]) -> dict[OffsetKey, CommittedOffset]:
     return {(t, p): CommittedOffset(off, epoch, meta, ts) for t, p, off, epoch, meta, ts in rows}
 
 
-class LedgerOffsetStore:
+class LedgerOffsetStore(CompactedLog):
     def __init__(
         self,
         factory: ManagedLedgerFactory,
@@ -53,29 +48,11 @@ class LedgerOffsetStore:
         ledger_name: str = KAFKA_OFFSETS_LEDGER,
         snapshot_every: int = 10_000,
     ) -> None:
-        self._factory = factory
-        self._ledger_name = ledger_name
-        self._config = config
-        self._snapshot_every = snapshot_every
-        self._ledger: ManagedLedger | None = None
+        super().__init__(factory, config, ledger_name=ledger_name, snapshot_every=snapshot_every)
         self._state: State = {}
-        self._records_since_snapshot = 0
 
     async def load(self) -> State:
-        self._ledger = await self._factory.open(self._ledger_name, self._config)
-        cursor = await self._ledger.open_cursor("snapshot")
-        start = cursor.mark_delete_position or self._ledger.first_position
-        replayed = 0
-        position: Position | None = start
-        while position is not None:
-            entries = await self._ledger.read(position, 1000)
-            if not entries:
-                break
-            for entry in entries:
-                self._apply(json.loads(entry.data))
-                replayed += 1
-            position = self._ledger.next_position(entries[-1].position)
-        self._records_since_snapshot = replayed
+        replayed = await self._replay()
         log.info("committed offsets loaded",
                  extra={"groups": len(self._state), "records_replayed": replayed})
         return {group: dict(offsets) for group, offsets in self._state.items()}
@@ -98,14 +75,12 @@ class LedgerOffsetStore:
         else:
             raise ValueError(f"offset record of unknown type {kind!r}")
 
-    async def _append(self, record: dict[str, Any]) -> Position:
-        assert self._ledger is not None, "load() first"
-        position = await self._ledger.append(json.dumps(record, separators=(",", ":")).encode())
-        self._apply(record)
-        self._records_since_snapshot += 1
-        if self._records_since_snapshot >= self._snapshot_every:
-            await self.snapshot()
-        return position
+    def _snapshot_record(self) -> dict[str, Any]:
+        return {
+            "v": FORMAT_VERSION,
+            "type": "snapshot",
+            "groups": {g: _encode_offsets(o) for g, o in self._state.items()},
+        }
 
     async def commit(self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]) -> None:
         await self._append(
@@ -118,21 +93,3 @@ class LedgerOffsetStore:
             {"v": FORMAT_VERSION, "type": "delete", "group": group_id,
              "keys": None if keys is None else [list(k) for k in keys]}
         )
-
-    async def snapshot(self) -> None:
-        """Write the whole state as one record, then drop the ledgers it makes redundant."""
-        assert self._ledger is not None
-        record = {
-            "v": FORMAT_VERSION,
-            "type": "snapshot",
-            "groups": {g: _encode_offsets(o) for g, o in self._state.items()},
-        }
-        position = await self._ledger.append(json.dumps(record, separators=(",", ":")).encode())
-        self._records_since_snapshot = 0
-        cursor = await self._ledger.open_cursor("snapshot")
-        await cursor.mark_delete(position)
-        await self._ledger.delete_ledgers_before(position.ledger_id)
-
-    async def close(self) -> None:
-        if self._ledger is not None:
-            await self._ledger.close()
