@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import signal
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -97,6 +97,15 @@ async def refresh_topics(store: MetadataStore, topics: TopicService) -> None:
             log.warning("cannot refresh topic %s", name, exc_info=True)
 
 
+class BundleExtension(Protocol):
+    """Per-bundle state another subsystem keeps (transaction coordinator partitions,
+    RocketMQ offsets): loaded after the bundle's own units on acquisition, dropped before
+    its logs close on release.  Both must be idempotent and must not raise for one bad unit."""
+
+    async def acquired(self, bundle: int) -> None: ...
+    async def releasing(self, bundle: int) -> None: ...
+
+
 class BundleHooks:
     """What acquiring and releasing a bundle does to this broker's partitions."""
 
@@ -105,6 +114,10 @@ class BundleHooks:
         self.nursery = nursery
         self.groups: ClusterGroupCoordinator | None = None
         self.ownership: OwnershipService | None = None
+        self.extensions: list[BundleExtension] = []
+
+    def add_extension(self, extension: BundleExtension) -> None:
+        self.extensions.append(extension)
 
     async def acquired(self, bundle: int) -> None:
         assert self.ownership is not None and self.groups is not None
@@ -118,6 +131,11 @@ class BundleHooks:
                     await self.groups.start_partition(partition)
                 except Exception:
                     log.exception("cannot load coordinator partition %d", partition)
+        for extension in self.extensions:
+            try:
+                await extension.acquired(bundle)
+            except Exception:
+                log.exception("bundle %d: %r failed to load", bundle, extension)
         # Open (and so fence and recover) the bundle's partitions now rather than on the
         # first request: failover then costs clients one metadata refresh, not a recovery.
         bundles = self.ownership.layout.bundles
@@ -140,6 +158,11 @@ class BundleHooks:
 
     async def releasing(self, bundle: int) -> None:
         assert self.ownership is not None and self.groups is not None
+        for extension in reversed(self.extensions):
+            try:
+                await extension.releasing(bundle)
+            except Exception:
+                log.exception("bundle %d: %r failed to release", bundle, extension)
         for topic, partition in self.ownership.units_in_bundle(bundle):
             if topic == GROUP_TOPIC:
                 await self.groups.stop_partition(partition)
