@@ -35,6 +35,7 @@ from protocols.kafka.acl_model import (
     AclBinding,
     AclFilter,
     decide,
+    decide_by_type,
 )
 
 log = logging.getLogger("ledgerwire.acls")
@@ -184,3 +185,11 @@ class Authorizer:
             log.debug("denied", extra={"principal": principal, "host": host, "operation": operation,
                                       "resource_type": resource_type, "resource": name})
         return allowed
+
+    def authorize_by_type(self, principal: str, host: str, operation: int,
+                          resource_type: int) -> bool:
+        """`operation` allowed on some resource of `resource_type` (acl_model.decide_by_type)."""
+        if not self.enabled or principal in self.super_users:
+            return True
+        return decide_by_type(self.acls.acls, principal, host, operation, resource_type,
+                              allow_if_no_acl=self.allow_if_no_acl)

@@ -164,3 +164,38 @@ def decide(
     if allowed:
         return True
     return allow_if_no_acl and not any_on_resource
+
+
+def decide_by_type(acls: Iterable[AclBinding], principal: str, host: str, operation: int,
+                   resource_type: int, *, allow_if_no_acl: bool) -> bool:
+    """May `principal` do `operation` on SOME resource of `resource_type` (Kafka's
+    authorizeByResourceType, e.g. WRITE on any topic for an idempotent producer id)?
+
+    True when an ALLOW binding names a resource no DENY of this principal covers: a literal
+    or prefixed DENY on the same name, a prefixed DENY that is a prefix of it, or a DENY on
+    the wildcard name refuses everything.
+    """
+    allowing = _IMPLIED_BY.get(operation, frozenset({operation}))
+
+    def mine(acl: AclBinding) -> bool:
+        return (acl.resource_type == resource_type
+                and acl.principal in (principal, WILDCARD_PRINCIPAL)
+                and acl.host in (host, WILDCARD_HOST))
+
+    of_type = [acl for acl in acls if acl.resource_type == resource_type]
+    denies = [acl for acl in of_type if mine(acl) and acl.permission == PERM_DENY
+              and acl.operation in (operation, OP_ALL)]
+    if any(d.pattern_type == PAT_LITERAL and d.resource_name == WILDCARD_NAME for d in denies):
+        return False
+
+    def denied(name: str) -> bool:
+        return any(d.resource_name == name or (d.pattern_type == PAT_PREFIXED
+                                               and name.startswith(d.resource_name))
+                   for d in denies)
+
+    for acl in of_type:
+        if (mine(acl) and acl.permission == PERM_ALLOW
+                and (acl.operation == OP_ALL or acl.operation in allowing)
+                and not denied(acl.resource_name)):
+            return True
+    return allow_if_no_acl and not of_type

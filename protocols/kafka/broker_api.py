@@ -239,6 +239,17 @@ class RequestContext:
         return bool(authorizer.authorize(self.principal, self.client_host, operation,
                                          resource_type, name))
 
+    def authorize_any(self, operation: int, resource_type: int) -> bool:
+        """May this principal do `operation` on some resource of the type (Kafka's
+        authorizeByResourceType)?  True when the broker has no authorizer."""
+        authorizer = getattr(self.broker, "authorizer", None)
+        if authorizer is None:
+            return True
+        by_type = getattr(authorizer, "authorize_by_type", None)
+        if by_type is None:
+            return False
+        return bool(by_type(self.principal, self.client_host, operation, resource_type))
+
     @property
     def topics(self) -> TopicServiceApi:
         return self.broker.topic_service

@@ -400,6 +400,11 @@ class ClusterAuthorizationFailedError(KafkaProtocolError):
 
 
 @_register
+class TransactionalIdAuthorizationFailedError(KafkaProtocolError):
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+@_register
 class InvalidTimestampError(KafkaProtocolError):
     code = ErrorCode.INVALID_TIMESTAMP
 

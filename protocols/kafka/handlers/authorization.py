@@ -12,13 +12,22 @@ This module must never decide anything itself: `ctx.authorize` (the broker's aut
 
 from __future__ import annotations
 
-from protocols.kafka.acl_model import CLUSTER_NAME, RES_CLUSTER, RES_GROUP, RES_TOPIC
+from protocols.kafka.acl_model import (
+    CLUSTER_NAME,
+    OP_IDEMPOTENT_WRITE,
+    OP_WRITE,
+    RES_CLUSTER,
+    RES_GROUP,
+    RES_TOPIC,
+    RES_TRANSACTIONAL_ID,
+)
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.errors import (
     ClusterAuthorizationFailedError,
     ErrorCode,
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 
 
@@ -35,6 +44,22 @@ def require_topic(ctx: RequestContext, operation: int, topic: str) -> None:
 def require_cluster(ctx: RequestContext, operation: int) -> None:
     if not ctx.authorize(operation, RES_CLUSTER, CLUSTER_NAME):
         raise ClusterAuthorizationFailedError("not authorized to access the cluster")
+
+
+def require_transactional_id(ctx: RequestContext, operation: int, transactional_id: str) -> None:
+    if not ctx.authorize(operation, RES_TRANSACTIONAL_ID, transactional_id):
+        raise TransactionalIdAuthorizationFailedError(
+            f"not authorized to use transactional id {transactional_id}")
+
+
+def require_idempotent_write(ctx: RequestContext) -> None:
+    """An idempotent producer id: IDEMPOTENT_WRITE on the cluster, or (KIP-679, Kafka 3.0)
+    WRITE on any topic, which the authorizer answers for the wildcard topic name."""
+    if ctx.authorize(OP_IDEMPOTENT_WRITE, RES_CLUSTER, CLUSTER_NAME):
+        return
+    if ctx.authorize_any(OP_WRITE, RES_TOPIC):
+        return
+    raise ClusterAuthorizationFailedError("not authorized to write idempotently")
 
 
 def group_denied_code(ctx: RequestContext, operation: int, group_id: str) -> int:

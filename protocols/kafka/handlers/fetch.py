@@ -29,6 +29,7 @@ from typing import Any
 
 import trio
 
+from protocols.kafka.acl_model import OP_READ, RES_TOPIC
 from protocols.kafka.broker_api import PartitionLogApi, RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode, OffsetOutOfRangeError
@@ -178,6 +179,8 @@ async def handle_fetch(ctx: RequestContext, header: RequestHeader, body: dict) -
                                  int(p.get("partition_max_bytes", 0)))
             if name is None:
                 pf.error = unknown_code
+            elif not ctx.authorize(OP_READ, RES_TOPIC, name):
+                pf.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             else:
                 try:
                     pf.log = await open_partition(ctx, name, pf.partition)

@@ -11,12 +11,29 @@ This module must never keep group or transaction state: that belongs to the coor
 
 from __future__ import annotations
 
+from protocols.kafka.acl_model import OP_DESCRIBE, RES_GROUP, RES_TRANSACTIONAL_ID
 from protocols.kafka.broker_api import RequestContext, ownership_of
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode
 
+TRANSACTION_KEY = 1
+
+
+def _refused(ctx: RequestContext, key_type: int, key: str) -> int:
+    """DESCRIBE on the group (key type 0) or the transactional id (1); 0 when allowed."""
+    if key_type == TRANSACTION_KEY:
+        if ctx.authorize(OP_DESCRIBE, RES_TRANSACTIONAL_ID, key):
+            return 0
+        return int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if ctx.authorize(OP_DESCRIBE, RES_GROUP, key):
+        return 0
+    return int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+
 
 def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
+    if code := _refused(ctx, key_type, key):
+        return {"node_id": -1, "host": "", "port": -1, "error_code": code,
+                "error_message": "not authorized"}
     ownership = ownership_of(ctx.broker)
     if ownership is None:
         return {"node_id": ctx.broker.config.broker_id, "host": ctx.broker.advertised_host,

@@ -7,7 +7,8 @@ code).  PRODUCER_FENCED (KIP-588) is answered as INVALID_PRODUCER_EPOCH to reque
 older than the one that introduced it, as Kafka does, since older clients do not know the code.
 AddPartitionsToTxn v4+ carries several transactions (the batched form); each is answered on its
 own.  TxnOffsetCommit v3+ checks the member and generation against the group coordinator when
-the client sends them (KIP-447).
+the client sends them (KIP-447).  Authorisation as Kafka's: WRITE on the transactional id for
+all of them, WRITE on each topic added, READ on the group and on each committed topic.
 
 This module must never keep transaction state or write to a partition: the coordinator does.
 """
@@ -17,10 +18,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from protocols.kafka.acl_model import OP_READ, OP_WRITE, RES_TOPIC
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.group_coordinator import CommittedOffset, OffsetKey
+from protocols.kafka.handlers.authorization import require_group, require_transactional_id
 from protocols.kafka.handlers.error_responses import error_code_of
 
 INIT_PRODUCER_ID = 22
@@ -55,6 +58,7 @@ async def init_transactional_producer(ctx: RequestContext, header: RequestHeader
     answer: dict[str, Any] = {"throttle_time_ms": 0, "error_code": 0, "producer_id": -1,
                               "producer_epoch": -1}
     try:
+        require_transactional_id(ctx, OP_WRITE, body["transactional_id"])
         pid, epoch = await _coordinator(ctx).init_producer_id(
             body["transactional_id"], int(body.get("transaction_timeout_ms", 60000)),
             int(body.get("producer_id", -1)), int(body.get("producer_epoch", -1)),
@@ -69,8 +73,15 @@ async def _add_partitions_one(ctx: RequestContext, version: int, txn_id: str, pi
                               epoch: int, topics: list[dict], verify_only: bool) -> list[dict]:
     wanted: list[OffsetKey] = [(t["name"], int(p)) for t in topics for p in t.get("partitions")
                                or []]
+    refused = {key for key in wanted if not ctx.authorize(OP_WRITE, RES_TOPIC, key[0])}
     try:
-        codes = await _coordinator(ctx).add_partitions(txn_id, pid, epoch, wanted, verify_only)
+        require_transactional_id(ctx, OP_WRITE, txn_id)
+        if refused:  # Kafka adds none of them: the others are "not attempted"
+            codes = {key: int(ErrorCode.TOPIC_AUTHORIZATION_FAILED) if key in refused
+                     else int(ErrorCode.OPERATION_NOT_ATTEMPTED) for key in wanted}
+        else:
+            codes = await _coordinator(ctx).add_partitions(txn_id, pid, epoch, wanted,
+                                                           verify_only)
     except Exception as exc:  # noqa: BLE001 - every partition gets the error
         code = _code(exc, ADD_PARTITIONS_TO_TXN, version)
         codes = dict.fromkeys(wanted, code)
@@ -105,6 +116,8 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, header: RequestHeade
 async def handle_add_offsets_to_txn(ctx: RequestContext, header: RequestHeader,
                                     body: dict) -> dict:
     try:
+        require_transactional_id(ctx, OP_WRITE, body["transactional_id"])
+        require_group(ctx, OP_READ, body["group_id"])
         await _coordinator(ctx).add_offsets(body["transactional_id"], int(body["producer_id"]),
                                             int(body["producer_epoch"]), body["group_id"])
         code = 0
@@ -115,6 +128,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, header: RequestHeader,
 
 async def handle_end_txn(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
     try:
+        require_transactional_id(ctx, OP_WRITE, body["transactional_id"])
         await _coordinator(ctx).end_transaction(
             body["transactional_id"], int(body["producer_id"]), int(body["producer_epoch"]),
             bool(body["committed"]),
@@ -152,23 +166,40 @@ async def handle_txn_offset_commit(ctx: RequestContext, header: RequestHeader,
                                    body: dict) -> dict:
     now = int(time.time() * 1000)
     offsets: dict[OffsetKey, CommittedOffset] = {}
+    refused: set[OffsetKey] = set()
     for t in body.get("topics") or []:
+        allowed = ctx.authorize(OP_READ, RES_TOPIC, t["name"])
         for p in t.get("partitions") or []:
-            offsets[(t["name"], int(p["partition_index"]))] = CommittedOffset(
+            key = (t["name"], int(p["partition_index"]))
+            if not allowed:
+                refused.add(key)
+                continue
+            offsets[key] = CommittedOffset(
                 int(p["committed_offset"]), int(p.get("committed_leader_epoch", -1)),
                 p.get("committed_metadata"), now,
             )
+    refused_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     try:
-        _check_member(ctx, body)
-        await _coordinator(ctx).txn_offset_commit(
-            body["transactional_id"], int(body["producer_id"]), int(body["producer_epoch"]),
-            body["group_id"], offsets,
-        )
-        code = 0
+        require_transactional_id(ctx, OP_WRITE, body["transactional_id"])
+        require_group(ctx, OP_READ, body["group_id"])
     except Exception as exc:  # noqa: BLE001 - every partition gets the error
-        code = _code(exc, TXN_OFFSET_COMMIT, header.api_version)
+        code = refused_code = _code(exc, TXN_OFFSET_COMMIT, header.api_version)
+    else:
+        try:
+            if offsets:
+                _check_member(ctx, body)
+                await _coordinator(ctx).txn_offset_commit(
+                    body["transactional_id"], int(body["producer_id"]),
+                    int(body["producer_epoch"]), body["group_id"], offsets,
+                )
+            code = 0
+        except Exception as exc:  # noqa: BLE001 - every authorised partition gets the error
+            code = _code(exc, TXN_OFFSET_COMMIT, header.api_version)
     by_topic: dict[str, list[dict]] = {}
     for topic, partition in offsets:
         by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
+    for topic, partition in sorted(refused):
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "error_code": refused_code})
     return {"throttle_time_ms": 0,
             "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
