@@ -55,3 +55,18 @@ def test_a_format_1_snapshot_still_restores() -> None:
     restored = ProducerStateManager.restore(doc)
     assert restored is not None
     assert restored[0].producers[5].txn_first_offset == -1
+
+
+def test_describe_producers_rows_show_the_open_transaction_start() -> None:
+    from types import SimpleNamespace
+
+    from protocols.kafka.handlers.admin import _producer_rows
+
+    state = ProducerStateManager()
+    append_txn(state, 7, 40, 0, n=3)
+    rows = _producer_rows(SimpleNamespace(producer_state=state))
+    assert [(r["producer_id"], r["last_sequence"], r["current_txn_start_offset"])
+            for r in rows] == [(7, 2, 40)]
+    state.apply_marker(7, 0, CONTROL_COMMIT, 3, 43, 0)
+    row = _producer_rows(SimpleNamespace(producer_state=state))[0]
+    assert row["current_txn_start_offset"] == -1 and row["coordinator_epoch"] == 3

@@ -110,18 +110,16 @@ def _producer_rows(plog: Any) -> list[dict]:
     state = getattr(plog, "producer_state", None)
     if state is None:
         raise KafkaProtocolError("producer state is not available for this partition")
-    txn_start = getattr(plog, "ongoing_transaction_start", None)  # transactions, when present
     rows = []
     for entry in list(state.producers.values()):
         last_ts = entry.batches[-1].timestamp_ms if entry.batches else entry.last_update_ms
-        start = txn_start(entry.producer_id) if callable(txn_start) else None
         rows.append({
             "producer_id": entry.producer_id,
             "producer_epoch": entry.epoch,
             "last_sequence": entry.last_seq,
             "last_timestamp": last_ts,
-            "coordinator_epoch": -1,
-            "current_txn_start_offset": -1 if start is None else int(start),
+            "coordinator_epoch": entry.coordinator_epoch,
+            "current_txn_start_offset": entry.txn_first_offset,  # -1: no open transaction
         })
     return rows
 
