@@ -130,6 +130,14 @@ class MemoryBookieStorage(BookieStorage):
     def last_add_confirmed(self, ledger_id: int) -> int:
         return self._ledger(ledger_id).lac
 
+    def set_explicit_lac(self, ledger_id: int, lac: int) -> None:
+        ledger = self._ledger(ledger_id)
+        if ledger.fenced:
+            raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+        if lac > ledger.lac:
+            ledger.lac = lac
+            self._notify(ledger_id)
+
     def last_entry_id(self, ledger_id: int) -> int:
         ledger = self._ledgers.get(ledger_id)
         return -1 if ledger is None else ledger.last_entry_id

@@ -57,6 +57,7 @@ class OpCode(enum.IntEnum):
     READ_ENTRY = 2
     READ_LAC = 3
     BOOKIE_INFO = 4
+    WRITE_LAC = 5
 
 
 # --- messages -------------------------------------------------------------------------
@@ -95,6 +96,16 @@ class ReadLacRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteLacRequest:
+    """The writer's LAC, sent when adds pause (BookKeeper's explicit LAC), so readers of an
+    open ledger see its last entry without waiting for the next add to piggyback it."""
+
+    request_id: int
+    ledger_id: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
 class BookieInfoRequest:
     request_id: int
 
@@ -126,6 +137,13 @@ class ReadLacResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteLacResponse:
+    request_id: int
+    status: Status
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class BookieInfoResponse:
     request_id: int
     status: Status
@@ -135,8 +153,10 @@ class BookieInfoResponse:
     bookie_id: str
 
 
-Request = AddEntryRequest | ReadEntryRequest | ReadLacRequest | BookieInfoRequest
-Response = AddEntryResponse | ReadEntryResponse | ReadLacResponse | BookieInfoResponse
+Request = (AddEntryRequest | ReadEntryRequest | ReadLacRequest | WriteLacRequest
+           | BookieInfoRequest)
+Response = (AddEntryResponse | ReadEntryResponse | ReadLacResponse | WriteLacResponse
+            | BookieInfoResponse)
 Message = Request | Response
 
 # --- layouts ----------------------------------------------------------------------------
@@ -149,6 +169,8 @@ _ADD_REQ = struct.Struct(">QqqqB")  # request_id, ledger_id, entry_id, lac, flag
 _READ_REQ = struct.Struct(">QqqBqI")  # request_id, ledger, entry, flags(fence), wait_above, timeout
 _LAC_REQ = struct.Struct(">Qq")  # request_id, ledger_id
 _INFO_REQ = struct.Struct(">Q")  # request_id
+_WLAC_REQ = struct.Struct(">Qqq")  # request_id, ledger_id, lac
+_WLAC_RESP = struct.Struct(">QHq")  # request_id, status, ledger_id
 _ADD_RESP = struct.Struct(">QHqq")  # request_id, status, ledger_id, entry_id
 _READ_RESP = struct.Struct(">QHqqq")  # request_id, status, ledger_id, entry_id, lac
 _LAC_RESP = struct.Struct(">QHqq")  # request_id, status, ledger_id, lac
@@ -168,6 +190,8 @@ _ADD_RESP_FRAME = _frame_struct(_ADD_RESP)
 _READ_RESP_FRAME = _frame_struct(_READ_RESP)
 _LAC_RESP_FRAME = _frame_struct(_LAC_RESP)
 _INFO_RESP_FRAME = _frame_struct(_INFO_RESP)
+_WLAC_REQ_FRAME = _frame_struct(_WLAC_REQ)
+_WLAC_RESP_FRAME = _frame_struct(_WLAC_RESP)
 
 _STATUS_BY_VALUE: Final = {s.value: s for s in Status}
 
@@ -179,6 +203,8 @@ _ADD_RESP_OP: Final = _ADD_REQ_OP | _RESPONSE_BIT
 _READ_RESP_OP: Final = _READ_REQ_OP | _RESPONSE_BIT
 _LAC_RESP_OP: Final = _LAC_REQ_OP | _RESPONSE_BIT
 _INFO_RESP_OP: Final = _INFO_REQ_OP | _RESPONSE_BIT
+_WLAC_REQ_OP: Final = int(OpCode.WRITE_LAC)
+_WLAC_RESP_OP: Final = _WLAC_REQ_OP | _RESPONSE_BIT
 
 # --- encoding ---------------------------------------------------------------------------
 
@@ -223,6 +249,16 @@ def encode(msg: Message) -> bytes:
             return _LAC_RESP_FRAME.pack(
                 _LAC_RESP_FRAME.size - 4, PROTOCOL_VERSION, _LAC_RESP_OP,
                 msg.request_id, msg.status, msg.ledger_id, msg.lac,
+            )  # fmt: skip
+        if type(msg) is WriteLacRequest:
+            return _WLAC_REQ_FRAME.pack(
+                _WLAC_REQ_FRAME.size - 4, PROTOCOL_VERSION, _WLAC_REQ_OP,
+                msg.request_id, msg.ledger_id, msg.lac,
+            )  # fmt: skip
+        if type(msg) is WriteLacResponse:
+            return _WLAC_RESP_FRAME.pack(
+                _WLAC_RESP_FRAME.size - 4, PROTOCOL_VERSION, _WLAC_RESP_OP,
+                msg.request_id, msg.status, msg.ledger_id,
             )  # fmt: skip
         if type(msg) is BookieInfoRequest:
             return _INFO_REQ_FRAME.pack(
@@ -300,6 +336,12 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> Message:
     if op == _LAC_RESP_OP:
         rid, status, ledger, lac = _exact(_LAC_RESP, fields, op)
         return ReadLacResponse(rid, _status(status), ledger, lac)
+    if op == _WLAC_REQ_OP:
+        rid, ledger, lac = _exact(_WLAC_REQ, fields, op)
+        return WriteLacRequest(rid, ledger, lac)
+    if op == _WLAC_RESP_OP:
+        rid, status, ledger = _exact(_WLAC_RESP, fields, op)
+        return WriteLacResponse(rid, _status(status), ledger)
     if op == _INFO_REQ_OP:
         (rid,) = _exact(_INFO_REQ, fields, op)
         return BookieInfoRequest(rid)
@@ -387,7 +429,8 @@ class FrameDecoder:
 
     def _check_direction(self, msg: Message) -> None:
         is_request = isinstance(
-            msg, AddEntryRequest | ReadEntryRequest | ReadLacRequest | BookieInfoRequest
+            msg, AddEntryRequest | ReadEntryRequest | ReadLacRequest | WriteLacRequest
+            | BookieInfoRequest
         )
         if is_request and not self._accept_requests:
             raise ProtocolError(f"unexpected request {type(msg).__name__} on a response stream")

@@ -39,6 +39,8 @@ from ledger_backend.bookie.protocol import (
     ReadLacRequest,
     ReadLacResponse,
     Status,
+    WriteLacRequest,
+    WriteLacResponse,
     encode,
 )
 from ledger_backend.bookie.storage_api import (
@@ -351,6 +353,8 @@ class _BookieServer:
             response = await self._read_entry(request)
         elif type(request) is ReadLacRequest:
             response = self._read_lac(request)
+        elif type(request) is WriteLacRequest:
+            response = self._write_lac(request)
         elif type(request) is BookieInfoRequest:
             response = self._bookie_info(request)
         else:  # FrameDecoder(accept="requests") lets nothing else through
@@ -418,6 +422,16 @@ class _BookieServer:
         except Exception as exc:
             status = self._status_for(exc, f"read LAC of {req.ledger_id}")
             return ReadLacResponse(req.request_id, status, req.ledger_id, -1)
+
+    def _write_lac(self, req: WriteLacRequest) -> WriteLacResponse:
+        if req.ledger_id < 0 or req.lac < -1:
+            return WriteLacResponse(req.request_id, Status.BAD_REQUEST, req.ledger_id)
+        try:
+            self.storage.set_explicit_lac(req.ledger_id, req.lac)
+            return WriteLacResponse(req.request_id, Status.OK, req.ledger_id)
+        except Exception as exc:
+            status = self._status_for(exc, f"write LAC of {req.ledger_id}")
+            return WriteLacResponse(req.request_id, status, req.ledger_id)
 
     def _bookie_info(self, req: BookieInfoRequest) -> BookieInfoResponse:
         try:

@@ -251,6 +251,16 @@ class DurableBookieStorage(BookieStorage):
             raise NoSuchLedgerError(f"no ledger {ledger_id}")
         return state.lac
 
+    def set_explicit_lac(self, ledger_id: int, lac: int) -> None:
+        state = self.states.get(ledger_id)
+        if state is None or state.deleted:
+            raise NoSuchLedgerError(f"no ledger {ledger_id}")
+        if state.fenced:
+            raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+        if lac > state.lac:
+            state.lac = lac
+            self._notify_lac(ledger_id)
+
     def last_entry_id(self, ledger_id: int) -> int:
         state = self.states.get(ledger_id)
         return -1 if state is None or state.deleted else state.last_entry_id

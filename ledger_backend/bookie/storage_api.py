@@ -111,6 +111,12 @@ class BookieStorage(abc.ABC):
         """Max `lac` seen on adds, -1 if none; NoSuchLedgerError if the ledger is unknown."""
 
     @abc.abstractmethod
+    def set_explicit_lac(self, ledger_id: int, lac: int) -> None:
+        """Raise the LAC to the writer's explicit LAC (never lower it; memory only: the LAC is a
+        reader's hint, and every entry at or below it is on the ack quorum already).
+        NoSuchLedgerError if the ledger is unknown here, LedgerFencedError if it is fenced."""
+
+    @abc.abstractmethod
     def last_entry_id(self, ledger_id: int) -> int:
         """Highest stored entry id, -1 if none."""
 

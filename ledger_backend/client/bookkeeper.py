@@ -49,8 +49,10 @@ class BookKeeper:
         placement: PlacementPolicy | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         local_bookies: bool = False,
+        explicit_lac_delay_s: float = 0.2,
     ) -> None:
         self._store = store
+        self.explicit_lac_delay_s = explicit_lac_delay_s  # 0: readers trail by one entry
         self._local_bookies = local_bookies  # reach bookies of this process without the wire
         self.timeout_s = timeout_s
         self._placement = placement or PlacementPolicy()
@@ -64,7 +66,8 @@ class BookKeeper:
         pool = BookieClientPool(nursery, timeout_s=self.timeout_s,
                                 max_frame_bytes=self._max_frame_bytes,
                                 local_bookies=self._local_bookies)  # fmt: skip
-        self._ctx = ClientContext(self._store, pool, self._placement, nursery, self.timeout_s)
+        self._ctx = ClientContext(self._store, pool, self._placement, nursery, self.timeout_s,
+                                  self.explicit_lac_delay_s)
         return self
 
     async def __aexit__(

@@ -47,6 +47,9 @@ class ClientContext:
     placement: PlacementPolicy
     nursery: trio.Nursery
     timeout_s: float
+    # A writer whose adds paused this long sends its LAC to the bookies (0: never), so that
+    # readers of the open ledger see the last entry (see WriteHandle).
+    explicit_lac_delay_s: float = 0.2
 
     async def _bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run a store call within the client timeout. Errors a caller handles (no node, node

@@ -3,7 +3,9 @@
 Adds are pipelined: `append` takes the next entry id synchronously (before its first await),
 sends the entry to its write set (ensemble indexes (e + i) mod E, i < Qw) and returns once Qa
 bookies acknowledged it AND every earlier entry is acknowledged. Each add carries the writer's
-LAC. When a bookie fails or times out, an ensemble change starts a new fragment at the first
+LAC; once adds pause for `explicit_lac_delay_s`, the writer sends its LAC to the bookies of the
+last fragment (WRITE_LAC), so readers of the open ledger are not left one entry behind. When a
+bookie fails or times out, an ensemble change starts a new fragment at the first
 unacknowledged entry with a replacement bookie not already in the ensemble, CASes the metadata,
 and resends outstanding entries to the replacement; completions are held meanwhile so the LAC
 never passes the fragment boundary. A FENCED answer from any bookie, or a CAS that finds the
@@ -23,7 +25,13 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ledger_backend.bookie.protocol import AddEntryRequest, AddEntryResponse, Response, Status
+from ledger_backend.bookie.protocol import (
+    AddEntryRequest,
+    AddEntryResponse,
+    Response,
+    Status,
+    WriteLacRequest,
+)
 from ledger_backend.client.client_context import ClientContext, MetadataVersionConflict
 from ledger_backend.client.entry_format import encode_entry
 from ledger_backend.client.errors import (
@@ -80,6 +88,8 @@ class WriteHandle:
         self._close_lock = trio.Lock()
         self.ensemble_changes = 0
         self._watchdog_running = False
+        self._lac_told = -1  # the highest LAC the bookies heard (piggybacked or explicit)
+        self._explicit_lac_pending = False
 
     @property
     def last_add_confirmed(self) -> int:
@@ -105,6 +115,7 @@ class WriteHandle:
         body = encode_entry(self.ledger_id, entry_id, self._lac, self._assigned_length, data)
         deadline = trio.current_time() + self._ctx.timeout_s * _APPEND_TIMEOUTS
         add = _PendingAdd(entry_id, self._assigned_length, self._lac, body, deadline)
+        self._lac_told = max(self._lac_told, self._lac)
         self._pending.append(add)
         self._drained = trio.Event() if self._drained.is_set() else self._drained
         self._send_missing(add)
@@ -240,6 +251,33 @@ class WriteHandle:
             add.done.set()
         if not self._pending:
             self._drained.set()
+            if (self._lac > self._lac_told and not self._explicit_lac_pending
+                    and self._ctx.explicit_lac_delay_s > 0):
+                self._explicit_lac_pending = True
+                self._ctx.nursery.start_soon(self._send_explicit_lac_later)
+
+    async def _send_explicit_lac_later(self) -> None:
+        """After a pause in adds, tell the last fragment's bookies the LAC (fire and forget:
+        a lost WRITE_LAC only leaves readers one entry behind until the next add)."""
+        try:
+            await trio.sleep(self._ctx.explicit_lac_delay_s)
+        finally:
+            self._explicit_lac_pending = False
+        if self._pending or self._error is not None or self._closed or self._closing:
+            return  # the next add piggybacks the LAC; a closed ledger has its last entry
+        lac = self._lac
+        if lac <= self._lac_told:
+            return
+        self._lac_told = lac
+        for bookie in self._metadata.current_ensemble:
+            self._ctx.pool.connection(bookie).submit(
+                functools.partial(WriteLacRequest, ledger_id=self.ledger_id, lac=lac),
+                functools.partial(self._on_write_lac_response, bookie),
+            )
+
+    def _on_write_lac_response(self, bookie: str, outcome: Response | LedgerError) -> None:
+        if isinstance(outcome, LedgerError) or outcome.status is not Status.OK:
+            log.debug("ledger %d: explicit LAC to %s: %r", self.ledger_id, bookie, outcome)
 
     def _fail(self, error: LedgerError) -> None:
         if self._error is None:

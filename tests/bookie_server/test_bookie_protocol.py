@@ -24,6 +24,8 @@ from ledger_backend.bookie.protocol import (
     ReadLacRequest,
     ReadLacResponse,
     Status,
+    WriteLacRequest,
+    WriteLacResponse,
     decode_frame,
     encode,
 )
@@ -39,12 +41,14 @@ requests = st.one_of(
     st.builds(AddEntryRequest, u64, ids, ids, ids, st.booleans(), bodies),
     st.builds(ReadEntryRequest, u64, ids, ids, st.booleans(), i64, u32),
     st.builds(ReadLacRequest, u64, ids),
+    st.builds(WriteLacRequest, u64, ids, ids),
     st.builds(BookieInfoRequest, u64),
 )
 responses = st.one_of(
     st.builds(AddEntryResponse, u64, statuses, ids, ids),
     st.builds(ReadEntryResponse, u64, statuses, ids, ids, ids, bodies),
     st.builds(ReadLacResponse, u64, statuses, ids, ids),
+    st.builds(WriteLacResponse, u64, statuses, ids),
     st.builds(BookieInfoResponse, u64, statuses, u64, u64, st.booleans(), st.text(max_size=40)),
 )
 messages = st.one_of(requests, responses)

@@ -19,6 +19,8 @@ from ledger_backend.bookie.protocol import (
     ReadLacRequest,
     ReadLacResponse,
     Status,
+    WriteLacRequest,
+    WriteLacResponse,
     encode,
 )
 from ledger_backend.bookie.server import serve_bookie
@@ -253,3 +255,22 @@ async def test_unanswered_add_bytes_per_connection_are_bounded(nursery: trio.Nur
     responses = await client.receive(5)
     assert sorted(r.request_id for r in responses) == list(range(5))
     await client.aclose()
+
+
+async def test_write_lac_raises_never_lowers_and_respects_fencing(connect: Connect) -> None:
+    client = await connect()
+    assert await client.request(WriteLacRequest(1, 7, 3)) == WriteLacResponse(
+        1, Status.NO_SUCH_LEDGER, 7)
+    assert await _add(client, 7, 0, -1, b"e0") is Status.OK
+    assert await _add(client, 7, 1, 0, b"e1") is Status.OK
+    assert await client.request(ReadLacRequest(2, 7)) == ReadLacResponse(2, Status.OK, 7, 0)
+    assert await client.request(WriteLacRequest(3, 7, 1)) == WriteLacResponse(3, Status.OK, 7)
+    assert await client.request(ReadLacRequest(4, 7)) == ReadLacResponse(4, Status.OK, 7, 1)
+    assert await client.request(WriteLacRequest(5, 7, 0)) == WriteLacResponse(5, Status.OK, 7)
+    assert await client.request(ReadLacRequest(6, 7)) == ReadLacResponse(6, Status.OK, 7, 1)
+    assert await client.request(WriteLacRequest(7, -1, 0)) == WriteLacResponse(
+        7, Status.BAD_REQUEST, -1)
+    fence = await client.request(ReadEntryRequest(8, 7, -1, fence=True))
+    assert fence.status is Status.OK  # type: ignore[union-attr]
+    assert await client.request(WriteLacRequest(9, 7, 5)) == WriteLacResponse(
+        9, Status.FENCED, 7)

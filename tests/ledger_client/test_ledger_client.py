@@ -217,7 +217,8 @@ async def test_ensemble_change_when_a_bookie_dies(store: MetadataStore) -> None:
 
 
 async def test_wait_for_lac_long_polls(store: MetadataStore) -> None:
-    async with running_bookies(store, 1), BookKeeper(store, timeout_s=5) as bk:
+    async with running_bookies(store, 1), BookKeeper(store, timeout_s=5,
+                                                     explicit_lac_delay_s=0) as bk:
         wh = await bk.create_ledger(1, 1, 1)
         await wh.append(b"0")
         await wh.append(b"1")
@@ -418,3 +419,21 @@ async def test_close_after_another_client_recovered_raises_fenced(store: Metadat
             await writer.close()
         data, _ = await store.get(ledger_path(writer.ledger_id))
         assert LedgerMetadata.from_json_bytes(data).last_entry_id == 0
+
+
+async def test_explicit_lac_lets_readers_of_an_open_ledger_see_the_last_entry(
+        store: MetadataStore) -> None:
+    async with running_bookies(store, 3) as cluster, \
+            BookKeeper(store, timeout_s=5, explicit_lac_delay_s=0.05) as bk:
+        wh = await bk.create_ledger(3, 2, 2)
+        for i in range(3):
+            await wh.append(b"entry-%d" % i)
+        rh = await bk.open_ledger(wh.ledger_id, recovery=False)
+        # Within the delay the last add's LAC (1) is all the bookies heard ...
+        with trio.fail_after(5):
+            assert await rh.wait_for_lac(1, 5) == 2  # ... then the explicit LAC arrives
+        assert await rh.read(2, 2) == [b"entry-2"]
+        for bookie in wh.metadata.current_ensemble:
+            storage = cluster.storage(bookie)
+            assert storage.last_add_confirmed(wh.ledger_id) == 2
+        await wh.close()
