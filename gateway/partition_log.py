@@ -68,7 +68,7 @@ from protocols.kafka.record_batch import (
     CONTROL_COMMIT,
     BatchHeader,
     build_control_batch,
-    convert_legacy_message_set,
+    convert_legacy_to_batch,
     iter_batches,
     parse_header,
     patch_base_offset,
@@ -239,10 +239,7 @@ class PartitionLog:
         self._check_usable()
         data: bytes | bytearray | memoryview = records
         if records_magic(records) < 2:
-            converted = convert_legacy_message_set(records)
-            if len(converted) != 1:
-                raise InvalidRecordError("legacy message set converted to several batches")
-            data = converted[0]
+            data = convert_legacy_to_batch(records)  # one batch: appended all or nothing
         batches = list(iter_batches(data))
         if len(batches) != 1:
             raise InvalidRecordError(

@@ -31,13 +31,8 @@ from pathlib import Path
 
 from ledger_backend.bookie.checkpoint_mark import MARK_FILE_NAME, read_mark
 from ledger_backend.bookie.entry_index import (  # the format's one definition
-    INDEX_FILE_VERSION,
-    INDEX_MAGIC,
-    INDEX_RECORD,
-    INDEX_RECORD_SIZE,
     EntryIndex,
-    _apply_record,
-    _check_record,
+    read_index_log_readonly,
 )
 from ledger_backend.bookie.entry_log import (
     ENTRY_HEADER_SIZE,
@@ -95,28 +90,14 @@ class BookieDirectory:
     # ---- loading --------------------------------------------------------------------------
 
     def _load_index(self) -> None:
-        """Apply the newest index generation's records (the bookie engine's own record
-        checks and decoding, entry_index._check_record/_apply_record), stopping at a torn
-        tail exactly where a starting bookie would cut it, but without cutting anything."""
-        index_dir = self._ledgers_dir / "index"
-        generations = sorted(int(p.stem, 16) for p in index_dir.glob("*.idx")) \
-            if index_dir.is_dir() else []  # fmt: skip
-        if not generations:
-            return
-        path = index_dir / f"{generations[-1]:08x}.idx"
-        data = path.read_bytes()
-        check_file_header(data[:FILE_HEADER_SIZE], INDEX_MAGIC, INDEX_FILE_VERSION)
+        """Apply the newest index generation's records (the bookie engine's own reader,
+        entry_index.read_index_log_readonly), stopping at a torn tail exactly where a starting
+        bookie would cut it, but without cutting anything."""
         states: dict[int, LedgerState] = {}
-        pos = FILE_HEADER_SIZE
-        while pos + INDEX_RECORD_SIZE <= len(data):
-            head = data[pos : pos + INDEX_RECORD_SIZE]
-            end = pos + INDEX_RECORD_SIZE + INDEX_RECORD.unpack_from(head)[0]
-            body = data[pos + INDEX_RECORD_SIZE : end]
-            if end > len(data) or _check_record(head, body) is not None:
-                log.info("%s: index ends at offset %d (torn or bad record)", path, pos)
-                break
-            _apply_record(head, memoryview(body), self._index, states)
-            pos = end
+        path, stopped_at, problem = read_index_log_readonly(
+            self._ledgers_dir / "index", self._index, states)
+        if problem is not None:
+            log.info("%s: index ends at offset %d (%s)", path, stopped_at, problem)
         for ledger_id, state in states.items():
             if state.deleted:
                 self._deleted.add(ledger_id)

@@ -47,11 +47,12 @@ from ledger_backend.client.ledger_metadata import (
     ledger_path,
 )
 from ledger_backend.client.read_handle import read_entry_from_bookies
+from ledger_backend.metadata.embedded_readonly import ReadOnlyEmbeddedStore
 from ledger_backend.metadata.store import MetadataStore, NoNodeError
 from spark_bridge.bookie_files import BookieFiles
 from spark_bridge.metadata_access import (
     ConnectionSpec,
-    ReadOnlyEmbeddedStore,
+    open_embedded_sync,
     open_readonly_store,
 )
 
@@ -91,7 +92,7 @@ def resolve_read_mode(spec: ConnectionSpec, requested: str = "auto") -> ReadMode
         return requested  # type: ignore[return-value]
     if not (spec.is_embedded and spec.bookie_dirs):
         return "bookies"
-    store = ReadOnlyEmbeddedStore(spec.metadata_url[len("embedded-ro:"):])
+    store = open_embedded_sync(spec)
     try:
         try:
             available = store.children_sync(AVAILABLE_BOOKIES_PATH)
@@ -123,7 +124,7 @@ class LedgerAccess:
         self._thread: threading.Thread | None = None
         self._startup_error: BaseException | None = None
         if mode == "files":
-            self._sync_store = ReadOnlyEmbeddedStore(spec.metadata_url[len("embedded-ro:"):])
+            self._sync_store = open_embedded_sync(spec)
             self._files = BookieFiles(list(spec.bookie_dirs))
         else:
             self._start_loop()

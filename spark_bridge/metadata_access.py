@@ -8,14 +8,10 @@
     metadata.db).
 
 The embedded store of a running standalone is locked by that process (an exclusive flock on
-metadata.lock), so the bridge cannot use `ledger_backend.metadata.open_store` on it; and it must
-not anyway: opening the embedded store drops every ephemeral node (bookie registrations) and
-writes. `ReadOnlyEmbeddedStore` opens the sqlite file with `mode=ro` instead, takes no lock and
-serves get/exists/children only; every write raises. sqlite's WAL lets it read consistent
-snapshots while the broker writes.
-
-(Proposed for ledger_backend/metadata: an "embedded-ro:/dir" URL in `open_store` returning this
-store. Until it is merged it lives here, and nothing outside spark_bridge depends on it.)
+metadata.lock), and opening it as a session would drop its ephemeral nodes and write; so an
+embedded directory always resolves to "embedded-ro:<metadata dir>", which `open_store` serves
+with `ledger_backend.metadata.embedded_readonly.ReadOnlyEmbeddedStore` (read-only sqlite, no
+lock, every write raises ReadOnlyStoreError; re-exported here).
 
 This module must never write to a metadata store, never take the embedded store's lock, and
 never keep a kazoo session open longer than the caller's `with` block.
@@ -23,34 +19,18 @@ never keep a kazoo session open longer than the caller's `with` block.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import trio
-
-from ledger_backend.metadata import open_store
-from ledger_backend.metadata.embedded import DB_FILE
-from ledger_backend.metadata.store import (
-    MetadataError,
-    MetadataStore,
-    NoNodeError,
-    Op,
-    OpResult,
-    SessionState,
-    Stat,
-    Watcher,
-    validate_path,
+from ledger_backend.metadata import MetadataStore, open_store
+from ledger_backend.metadata.embedded_readonly import URL_PREFIX as READONLY_URL_PREFIX
+from ledger_backend.metadata.embedded_readonly import (
+    ReadOnlyEmbeddedStore,
+    ReadOnlyStoreError,
 )
+from ledger_backend.metadata.sqlite_tree import DB_FILE
 
 METADATA_OPTION = "ledgerwire.metadata"
-
-
-class ReadOnlyStoreError(MetadataError):
-    """A write was attempted on the bridge's read-only metadata view."""
 
 
 @dataclass(frozen=True)
@@ -58,12 +38,12 @@ class ConnectionSpec:
     """Resolved `ledgerwire.metadata`: the store to read, and (standalone only) the bookie
     data directories that hold the entries when the standalone's bookies are not running."""
 
-    metadata_url: str          # "zk://..." or "embedded-ro:<metadata dir>"
+    metadata_url: str          # "zk://..." or "embedded-ro:<metadata dir>" (open_store URLs)
     bookie_dirs: tuple[str, ...] = ()
 
     @property
     def is_embedded(self) -> bool:
-        return self.metadata_url.startswith("embedded-ro:")
+        return self.metadata_url.startswith(READONLY_URL_PREFIX)
 
 
 def resolve_connection(value: str | None) -> ConnectionSpec:
@@ -103,92 +83,20 @@ def _bookie_dirs(bookies: Path) -> tuple[str, ...]:
     return tuple(str(d.resolve()) for d in dirs)
 
 
-class ReadOnlyEmbeddedStore(MetadataStore):
-    """get/exists/children on an embedded store's sqlite file, opened read-only, no lock."""
-
-    def __init__(self, directory: str) -> None:
-        path = Path(directory) / DB_FILE
-        if not path.is_file():
-            raise NoNodeError(f"no metadata database at {path}")
-        self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def _query(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
-        if self._closed:
-            raise MetadataError("metadata store is closed")
-        with self._lock:
-            try:
-                return self._conn.execute(sql, args).fetchall()
-            except sqlite3.Error as exc:
-                raise MetadataError(f"metadata database error: {exc}") from exc
-
-    def get_sync(self, path: str) -> tuple[bytes, Stat]:
-        validate_path(path)
-        rows = self._query(
-            "SELECT data, version, ctime_ms, mtime_ms, owner, num_children FROM nodes "
-            "WHERE path = ?", (path,))
-        if not rows:
-            raise NoNodeError(path)
-        data, version, ctime, mtime, owner, children = rows[0]
-        return bytes(data), Stat(int(version), int(ctime), int(mtime), owner != 0, int(children))
-
-    def children_sync(self, path: str) -> list[str]:
-        validate_path(path)
-        if not self._query("SELECT 1 FROM nodes WHERE path = ?", (path,)):
-            raise NoNodeError(path)
-        rows = self._query("SELECT path FROM nodes WHERE parent = ?", (path,))
-        cut = 1 if path == "/" else len(path) + 1
-        return sorted(str(p)[cut:] for (p,) in rows)
-
-    async def get(self, path: str) -> tuple[bytes, Stat]:
-        return await trio.to_thread.run_sync(self.get_sync, path)
-
-    async def exists(self, path: str) -> Stat | None:
-        try:
-            return (await self.get(path))[1]
-        except NoNodeError:
-            return None
-
-    async def children(self, path: str) -> list[str]:
-        return await trio.to_thread.run_sync(self.children_sync, path)
-
-    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
-                     sequential: bool = False, make_parents: bool = False) -> str:
-        raise ReadOnlyStoreError(f"create {path}: the Spark bridge's metadata view is read-only")
-
-    async def set(self, path: str, data: bytes, version: int) -> Stat:
-        raise ReadOnlyStoreError(f"set {path}: the Spark bridge's metadata view is read-only")
-
-    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
-        raise ReadOnlyStoreError(f"delete {path}: the Spark bridge's metadata view is read-only")
-
-    async def multi(self, ops: Sequence[Op]) -> list[OpResult]:
-        raise ReadOnlyStoreError("multi: the Spark bridge's metadata view is read-only")
-
-    async def next_id(self, counter_path: str) -> int:
-        raise ReadOnlyStoreError(f"next_id {counter_path}: the metadata view is read-only")
-
-    def watch(self, path: str, *, children: bool = False) -> Watcher:
-        raise ReadOnlyStoreError("watches are not supported by the read-only metadata view")
-
-    def session_events(self) -> trio.abc.ReceiveChannel[SessionState]:
-        raise ReadOnlyStoreError("session events are not supported by the read-only view")
-
-    def close_sync(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with self._lock:
-                self._conn.close()
-
-    async def close(self) -> None:
-        self.close_sync()
-        await trio.lowlevel.checkpoint()
+def open_embedded_sync(spec: ConnectionSpec) -> ReadOnlyEmbeddedStore:
+    """The read-only embedded view for blocking callers (Spark executors, no Trio)."""
+    if not spec.is_embedded:
+        raise ValueError(f"{spec.metadata_url} is not an embedded metadata directory")
+    return ReadOnlyEmbeddedStore(spec.metadata_url[len(READONLY_URL_PREFIX):])
 
 
 async def open_readonly_store(spec: ConnectionSpec) -> MetadataStore:
-    """A store to read from: read-only sqlite for embedded metadata, kazoo for ZooKeeper."""
-    if spec.is_embedded:
-        directory = spec.metadata_url[len("embedded-ro:"):]
-        return await trio.to_thread.run_sync(ReadOnlyEmbeddedStore, directory)
+    """A store to read from: "embedded-ro:" (read-only sqlite, no lock) or kazoo for ZooKeeper;
+    both through `open_store`."""
     return await open_store(spec.metadata_url)
+
+
+__all__ = [
+    "METADATA_OPTION", "ConnectionSpec", "ReadOnlyEmbeddedStore", "ReadOnlyStoreError",
+    "open_embedded_sync", "open_readonly_store", "resolve_connection",
+]

@@ -381,6 +381,42 @@ def _apply_record(
             pos += INDEX_RECORD_SIZE + length
 
 
+def read_index_log_readonly(
+    directory: Path, index: EntryIndex, states: dict[int, LedgerState]
+) -> tuple[Path | None, int, str | None]:
+    """Apply the newest index generation in ``directory`` to ``index``/``states``, read-only.
+
+    For tools reading a bookie's files beside (or instead of) the bookie, e.g. the Spark
+    bridge's offline replay.  Records are checked and applied exactly as ``IndexLog.load`` does,
+    up to the first bad one, but nothing is ever truncated, deleted or created (no torn-tail
+    cut, no cleanup of old generations or temporary files), and a bad record is where reading
+    stops rather than an error (a damaged record inside a batch whose own CRC is good still
+    raises IndexLogCorruptError, as in ``load``).  Returns (the file read, or None when there is
+    no generation; the offset where reading stopped; why it stopped early, or None).
+    """
+    gens = sorted(int(p.stem, 16) for p in directory.glob("*.idx")) if directory.is_dir() else []
+    if not gens:
+        return None, 0, None
+    path = directory / f"{gens[-1]:08x}.idx"
+    data = path.read_bytes()
+    check_file_header(data[:FILE_HEADER_SIZE], INDEX_MAGIC, INDEX_FILE_VERSION)
+    pos = FILE_HEADER_SIZE
+    while pos < len(data):
+        if pos + INDEX_RECORD_SIZE > len(data):
+            return path, pos, "torn record header"
+        head = data[pos : pos + INDEX_RECORD_SIZE]
+        end = pos + INDEX_RECORD_SIZE + INDEX_RECORD.unpack_from(head)[0]
+        if end > len(data):
+            return path, pos, "torn record"
+        body = data[pos + INDEX_RECORD_SIZE : end]
+        problem = _check_record(head, body)
+        if problem is not None:
+            return path, pos, problem
+        _apply_record(head, memoryview(body), index, states)
+        pos = end
+    return path, pos, None
+
+
 def _only_zeros(f: BinaryIO, start: int, end: int) -> bool:
     f.seek(start)
     while start < end:

@@ -56,11 +56,22 @@ async def open_store(url: str) -> MetadataStore:
     - "zk://h1:2181,h2:2181/chroot[?session_timeout_s=10&op_timeout_s=10]" -> ZooKeeper
     - "memory:" -> a fresh in-memory store; "memory:NAME" -> shared by NAME in this process
     - "embedded:/dir" or a plain directory path -> the durable embedded store in that dir
+    - "embedded-ro:/dir" -> a read-only view of that dir's embedded store, without its lock
+      (for readers beside a running standalone; every write raises ReadOnlyStoreError)
     """
     if url.startswith("zk://"):
         from .zookeeper import open_zookeeper
 
         return await open_zookeeper(url)
+    if url.startswith("embedded-ro:"):
+        from .embedded_readonly import open_embedded_readonly
+
+        directory = url[len("embedded-ro:"):]
+        if directory.startswith("//"):
+            directory = directory[2:]
+        if not directory:
+            raise ValueError("metadata store URL names no directory")
+        return await open_embedded_readonly(directory)
     from .embedded import open_embedded, open_memory
 
     if url.startswith("memory:"):

@@ -1,17 +1,26 @@
-"""Magic v0/v1 message sets (Produce v0-v2) converted to one RecordBatch v2.
+"""Magic v0/v1 message sets (Produce v0-v2) converted to exactly one RecordBatch v2.
 
 Legacy layout, per message: offset int64, message_size int32, then the message: crc uint32
 (CRC-32 of everything after it), magic int8, attributes int8 (bits 0-2 codec, bit 3 LogAppendTime
 in v1), timestamp int64 (v1 only), key (int32 length, -1 = null), value (same).  A compressed
-message is a *wrapper*: its value is a whole compressed message set of inner messages.
+message is a *wrapper*: its value is a whole compressed message set of inner messages, which must
+have the wrapper's magic and no codec of their own (Kafka's LogValidator refuses both).
 
-The broker stores only v2 batches, so old producers' data is converted once, on produce: every
-message (inner messages of wrappers included) becomes a record of one v2 batch, compressed with
-the codec of the first wrapper.  v0 messages have no timestamp (-1); v1 inner messages of a
-LogAppendTime wrapper take the wrapper's timestamp.  Offsets the producer wrote are ignored (the
-broker assigns them).  Magic v0 lz4 wrappers use the broken frame checksum of Kafka < 0.10.
+The broker stores only v2 batches, so old producers' data is converted once, on produce, into ONE
+v2 batch holding every message of the set (inner messages of wrappers included, in order).  One
+batch is one ledger entry, so the append of a converted set is atomic: a failed append stores
+nothing of the request and the client's retry cannot duplicate a stored prefix.  The batch is
+compressed with the codec of the first wrapper (uncompressed when there is none): a producer uses
+one `compression.type` for all its sets, so this is the codec it chose, and storing its data
+uncompressed would multiply the bytes on the bookies and on every fetch; mixed codecs in one set
+only come from hand-made requests.  Timestamps: v0 messages have none (-1); v1 messages keep
+their own (CreateTime), except that inner messages of a v1 LogAppendTime wrapper take the
+wrapper's timestamp, as readers of the legacy format do.  The batch itself is CreateTime; the
+partition log stamps LogAppendTime when the topic asks for it.  Offsets the producer wrote are
+ignored (the broker assigns them).  Magic v0 lz4 wrappers use the broken frame checksum of
+Kafka < 0.10.
 
-Sans-IO; never imports Trio or gateway code.
+Sans-IO; never imports Trio or gateway code, and never returns more than one batch.
 """
 
 from __future__ import annotations
@@ -92,12 +101,12 @@ def _iter_messages(data: bytes | bytearray | memoryview) -> list[_Message]:
     return out
 
 
-def convert_legacy_message_set(
+def convert_legacy_to_batch(
     data: bytes | bytearray | memoryview,
     *,
     max_uncompressed_bytes: int = codecs.DEFAULT_MAX_DECOMPRESSED_BYTES,
-) -> list[bytes]:
-    """Turn a magic v0/v1 message set into v2 batches (one batch; a list for future splitting)."""
+) -> bytes:
+    """Turn a magic v0/v1 message set into one v2 batch holding all of its messages."""
     records: list[Record] = []
     codec = codecs.NONE
     for message in _iter_messages(data):
@@ -125,10 +134,23 @@ def convert_legacy_message_set(
             raise InvalidRecordError("compressed legacy wrapper holds no messages")
         wrapper_log_append = message.magic == 1 and bool(message.attributes & 0x08)
         for m in inner:
+            if m.magic != message.magic:
+                raise InvalidRecordError(
+                    f"Log record magic does not match outer magic {message.magic}"
+                )
             if m.attributes & 0x07:
                 raise InvalidRecordError("a compressed legacy wrapper holds a compressed message")
             ts = message.timestamp if wrapper_log_append else m.timestamp
             records.append(Record(0, ts, m.key, m.value, []))
     if not records:
         raise InvalidRecordError("legacy message set holds no messages")
-    return [build_batch(records, compression=codec)]
+    return build_batch(records, compression=codec)
+
+
+def convert_legacy_message_set(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_uncompressed_bytes: int = codecs.DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> list[bytes]:
+    """`convert_legacy_to_batch` as a one-element list (kept for callers written against it)."""
+    return [convert_legacy_to_batch(data, max_uncompressed_bytes=max_uncompressed_bytes)]

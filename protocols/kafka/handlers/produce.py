@@ -4,8 +4,9 @@ Every append is acknowledged by the ledger's ack quorum before it returns, so ac
 acks=-1 are answered the same way, after durability; acks=0 is appended the same way too and
 the listener simply sends no response.  Partitions of one request are appended concurrently
 (a request with a single partition appends inline, without a task); each gets its own error
-code.  Old clients' magic v0/v1 message sets are converted to v2
-batches before they are stored (one offset space, one stored form).  Topics whose
+code.  Old clients' magic v0/v1 message sets are converted to ONE v2
+batch per partition before they are stored (one offset space, one stored form, one atomic
+append: a failed append leaves nothing of the request behind).  Topics whose
 `message.timestamp.type` is LogAppendTime get the broker's clock in the batch and in the answer.
 
 Each partition needs WRITE on its topic (TOPIC_AUTHORIZATION_FAILED otherwise); a
@@ -36,12 +37,14 @@ from protocols.kafka.errors import (
 )
 from protocols.kafka.handlers.error_responses import error_code_of, error_message_of
 from protocols.kafka.handlers.topic_lookup import open_partition, topic_info
-from protocols.kafka.record_batch import convert_legacy_message_set
+from protocols.kafka.record_batch import convert_legacy_to_batch
 
 log = logging.getLogger("ledgerwire.kafka.produce")
 
 MAGIC_OFFSET = 16  # same position in v0/v1 message sets and v2 record batches
 LOG_APPEND_TIME = "LogAppendTime"
+# Below this, decompressing and recompressing a legacy set costs less than a thread hop.
+LEGACY_CONVERT_IN_THREAD_BYTES = 64 << 10
 
 
 def _partition_error(index: int, code: int, message: str | None) -> dict:
@@ -54,6 +57,25 @@ def _partition_error(index: int, code: int, message: str | None) -> dict:
         "record_errors": [],
         "error_message": message,
     }
+
+
+async def _convert_legacy(records: bytes | memoryview) -> bytes:
+    """The magic v0/v1 set as one v2 batch; big sets are (re)compressed off the Trio thread."""
+    if len(records) < LEGACY_CONVERT_IN_THREAD_BYTES:
+        return convert_legacy_to_batch(records)
+    return await trio.to_thread.run_sync(convert_legacy_to_batch, bytes(records))
+
+
+async def _admit_under_backlog_quota(ctx: RequestContext, topic: str, index: int) -> None:
+    """Hold or refuse a produce to a partition over its backlog quota (gateway/backlog_quota.py
+    says why these codes: 44 is not retriable, 89 is in the Java client)."""
+    quotas = getattr(ctx.topics, "backlog_quotas", None)
+    if quotas is None:
+        return
+    refusal = await quotas.admit(topic, index)
+    if refusal is not None:
+        raise KafkaProtocolError(refusal.message, code=ErrorCode.THROTTLING_QUOTA_EXCEEDED
+                                 if refusal.held else ErrorCode.POLICY_VIOLATION)
 
 
 async def _append_partition(
@@ -77,19 +99,17 @@ async def _append_partition(
             )
         log_append = configs.get("message.timestamp.type") == LOG_APPEND_TIME
         plog = await open_partition(ctx, topic, index)
-        batches: list[bytes | memoryview] = [records]
+        await _admit_under_backlog_quota(ctx, topic, index)
+        batch: bytes | memoryview = records
         if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] < 2:
-            batches = list(convert_legacy_message_set(bytes(records)))
-            if not batches:
-                raise CorruptMessageError("empty legacy message set")
+            batch = await _convert_legacy(records)
         if turn is not None:
             await turn.wait_for_append_turn()
             turn.append_issued()
         issued = True
         # No checkpoint between the turn and this call: append takes its offset synchronously.
-        result = await plog.append(batches[0], timestamp_type_log_append=log_append)
-        for batch in batches[1:]:
-            await plog.append(batch, timestamp_type_log_append=log_append)
+        # One batch, one ledger entry: a legacy set is stored whole or not at all.
+        result = await plog.append(batch, timestamp_type_log_append=log_append)
         out[index] = {
             "index": index,
             "error_code": 0,
