@@ -435,7 +435,14 @@ class TransactionCoordinator:
                 await trio.sleep(self.config.marker_retry_backoff_s * (attempt + 1))
         if remaining:
             return False
-        if commit and self._groups is not None:
+        # Extension point: a group coordinator with `settle_transactional_offsets` (a cluster's,
+        # where the group may live on another broker) hears about every group of the
+        # transaction, committed or aborted; a plain one only applies committed offsets.
+        settle = getattr(self._groups, "settle_transactional_offsets", None)
+        if settle is not None:
+            for group_id, offsets in txn.pending_offsets.items():
+                await settle(transactional_id, group_id, offsets if commit else {}, commit)
+        elif commit and self._groups is not None:
             for group_id, offsets in txn.pending_offsets.items():
                 if offsets:
                     await self._groups.apply_transactional_offsets(group_id, offsets)

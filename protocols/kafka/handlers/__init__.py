@@ -74,7 +74,11 @@ from protocols.kafka.handlers.transactions import (
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
     handle_end_txn,
-    handle_txn_offset_commit,
+)
+from protocols.kafka.handlers.txn_inter_broker import (
+    WRITE_TXN_MARKERS,
+    handle_txn_offset_commit_or_apply,
+    handle_write_txn_markers,
 )
 
 Handler = Callable[[RequestContext, RequestHeader, dict], Awaitable[dict]]
@@ -140,8 +144,12 @@ HANDLERS: dict[int, HandlerSpec] = {
                     handle_add_offsets_to_txn, needs_transaction_coordinator=True),
         HandlerSpec(txn.END_TXN, "EndTxn", 0, 4, handle_end_txn,
                     needs_transaction_coordinator=True),
+        # (producer id -1: a cluster's transaction settling its offsets, handlers.txn_inter_broker)
         HandlerSpec(txn.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4,
-                    handle_txn_offset_commit, needs_transaction_coordinator=True),
+                    handle_txn_offset_commit_or_apply, needs_transaction_coordinator=True),
+        # Inter-broker: a cluster's transaction coordinator asks a partition's owner for markers.
+        HandlerSpec(WRITE_TXN_MARKERS, "WriteTxnMarkers", 0, 1, handle_write_txn_markers,
+                    needs_transaction_coordinator=True),
         # KIP-848 consumer groups (protocols.kafka.consumer_group_coordinator).
         HandlerSpec(68, "ConsumerGroupHeartbeat", 0, 1, handle_consumer_group_heartbeat, True),
         HandlerSpec(69, "ConsumerGroupDescribe", 0, 0, handle_consumer_group_describe, True),
