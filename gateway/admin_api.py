@@ -54,6 +54,16 @@ class AdminContext:
     kafka_address: str = ""
     ready: bool = False
     retention: Any = None  # gateway.retention_policies.RetentionPolicies
+    # A cluster broker (gateway/cluster_services.py) sets these: /ready also asks ready_check;
+    # bookies and brokers come from the registries; owner_of names the owner of a partition
+    # (describe_topic never opens one owned elsewhere).  None: this process owns everything.
+    ready_check: Callable[[], bool] | None = None
+    bookie_lister: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    broker_lister: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    owner_of: Callable[[str, int], int | None] | None = None
+
+    def is_ready(self) -> bool:
+        return self.ready and (self.ready_check is None or self.ready_check())
 
 
 def _dir_bytes(path: Path) -> int:
@@ -90,8 +100,13 @@ async def describe_topic(ctx: AdminContext, name: str) -> dict[str, Any]:
     info = ctx.topics.topics().get(name) or await ctx.topics.refresh_topic(name)
     if info is None:
         raise HttpError(404, f"topic {name!r} does not exist")
-    partitions = []
+    partitions: list[dict[str, Any]] = []
     for p in range(info.partitions):
+        owner = ctx.owner_of(name, p) if ctx.owner_of is not None else ctx.broker_id
+        if owner != ctx.broker_id:  # its owner describes it (opening it here would fence it)
+            partitions.append({"partition": p, "owner": owner, "bytes": None, "ledgers": None,
+                               "managed_ledger": ctx.topics.managed_ledger_name(name, p)})
+            continue
         plog = await ctx.topics.partition(name, p)
         ledgers = []
         for ledger in ctx.topics.partition_ledgers(name, p):
@@ -113,7 +128,7 @@ async def describe_topic(ctx: AdminContext, name: str) -> dict[str, Any]:
         })
     return {"topic": name, "topic_id": str(info.topic_id), "partitions": partitions,
             "namespace": ctx.namespaces.namespace_of(name), "configs": dict(info.configs),
-            "bytes": sum(p["bytes"] for p in partitions)}
+            "bytes": sum(p["bytes"] or 0 for p in partitions)}
 
 
 async def create_topic(ctx: AdminContext, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +148,12 @@ async def create_topic(ctx: AdminContext, name: str, body: dict[str, Any]) -> di
 # --- bookies, brokers, metrics ---------------------------------------------------------------
 
 async def bookie_rows(ctx: AdminContext) -> list[dict[str, Any]]:
+    if ctx.bookie_lister is not None:
+        return await ctx.bookie_lister()
+    return await _local_bookie_rows(ctx)
+
+
+async def _local_bookie_rows(ctx: AdminContext) -> list[dict[str, Any]]:
     rows = []
     for b in ctx.bookies:
         used, total = await trio.to_thread.run_sync(b.storage.disk_usage)
@@ -168,7 +189,7 @@ async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
     lag = (admin_groups.lag_of_open_partitions(ctx.coordinator, ctx.topics)
            if ctx.coordinator is not None else [])
     bookies = []
-    for row, b in zip(await bookie_rows(ctx), ctx.bookies, strict=True):
+    for row, b in zip(await _local_bookie_rows(ctx), ctx.bookies, strict=True):
         bookies.append(BookieGauges(
             b.bookie_id, row["state"], row["disk_used_bytes"], row["disk_total_bytes"],
             b.storage.read_cache.hits, b.storage.read_cache.misses, b.journal_fsync))
@@ -221,7 +242,8 @@ def build_router(ctx: AdminContext) -> Router:
         return HttpResponse.json({"status": "ok"})
 
     async def ready(_: HttpRequest) -> HttpResponse:
-        return HttpResponse.json({"ready": ctx.ready}, 200 if ctx.ready else 503)
+        ready = ctx.is_ready()
+        return HttpResponse.json({"ready": ready}, 200 if ready else 503)
 
     async def metrics(_: HttpRequest) -> HttpResponse:
         return HttpResponse.text(render_metrics(await metrics_snapshot(ctx)),
@@ -237,6 +259,8 @@ def build_router(ctx: AdminContext) -> Router:
         return {"deleted": full}
 
     async def brokers(_: HttpRequest) -> list[dict[str, Any]]:
+        if ctx.broker_lister is not None:
+            return await ctx.broker_lister()
         return [{"broker_id": ctx.broker_id, "kafka": ctx.kafka_address, "state": "owning",
                  "partitions_open": len(ctx.topics.open_partitions())}]
 

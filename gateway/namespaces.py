@@ -11,12 +11,18 @@ Layout in the store (every node JSON with a "format" field, changed by compare-a
     /ledgerwire/namespaces/<tenant>/<namespace>     {"format", "policies": {...}}
     /ledgerwire/topic-namespaces/<kafka topic>      {"format", "namespace": "tenant/ns"}
 
+    /ledgerwire/namespace-changes                   touched after every change (followers watch it)
+
 Policies (`NamespacePolicies`): ensemble/write/ack quorum, retention time and size, message TTL,
-max topics, auto-create on/off, backlog quota.  None means "the broker's default".
+max topics, auto-create on/off, backlog quota (size and/or time limit of the slowest group's
+unconsumed backlog, and what happens beyond it: gateway/backlog_quota.py).  None means "the
+broker's default".
 
 The registry keeps a synchronous cache (the topic service asks it on every partition open and
 must not wait on the store there); `load()` fills it and every change made through the registry
-updates it.  A namespace created by another process is seen after `load()`.
+updates it.  `follow()` keeps it in step with changes made by other processes (another broker of
+a cluster, an admin API served elsewhere): a watch on the change marker, which every registry
+touches after it changed something, plus a periodic full re-read for what a watch can miss.
 
 This module must never change a node without a version check, nor import protocol code.
 """
@@ -24,20 +30,31 @@ This module must never change a node without a version check, nor import protoco
 from __future__ import annotations
 
 import json
+import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import trio
+
 from ledger_backend.metadata.store import (
     BadVersionError,
+    MetadataError,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
 )
 
+log = logging.getLogger("ledgerwire.namespaces")
+
 TENANTS_PATH = "/ledgerwire/tenants"
 NAMESPACES_PATH = "/ledgerwire/namespaces"
 TOPIC_NAMESPACES_PATH = "/ledgerwire/topic-namespaces"
+NAMESPACE_CHANGES_PATH = "/ledgerwire/namespace-changes"
+NAMESPACE_REFRESH_INTERVAL_S = 10.0
+# Pulsar's backlog quota retention policies (BacklogQuota.RetentionPolicy), default first.
+BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
 NAMESPACE_FORMAT_VERSION = 1
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
@@ -60,7 +77,9 @@ class NamespacePolicies:
     message_ttl_seconds: int | None = None  # lagging groups skip messages older than this
     max_topics: int | None = None
     auto_create_topics: bool | None = None
-    backlog_quota_mb: int | None = None  # per partition: unconsumed bytes beyond this are refused
+    backlog_quota_mb: int | None = None  # per partition: the slowest group's unconsumed bytes
+    backlog_quota_time_seconds: int | None = None  # ... or the age of its oldest unconsumed one
+    backlog_quota_policy: str | None = None  # one of BACKLOG_POLICIES (None: the first)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -78,6 +97,9 @@ class NamespacePolicies:
             if key == "auto_create_topics":
                 if not isinstance(value, bool):
                     raise NamespaceError(f"{key} must be true or false")
+            elif key == "backlog_quota_policy":
+                if value not in BACKLOG_POLICIES:
+                    raise NamespaceError(f"{key} must be one of {list(BACKLOG_POLICIES)}")
             elif isinstance(value, bool) or not isinstance(value, int):
                 raise NamespaceError(f"{key} must be an integer")
             values[key] = value
@@ -146,19 +168,66 @@ class NamespaceRegistry:
                 await self._store.create(path, _encode(doc), make_parents=True)
             except NodeExistsError:
                 pass
+        await self.reload()
+
+    async def reload(self) -> bool:
+        """Re-read tenants, namespaces and topic mappings; True when anything changed."""
         tenants: dict[str, dict[str, Any]] = {}
         policies: dict[str, NamespacePolicies] = {}
         for t in await self._children(TENANTS_PATH):
-            data, _ = await self._store.get(f"{TENANTS_PATH}/{t}")
+            data = await self._get(f"{TENANTS_PATH}/{t}")
+            if data is None:  # deleted while we listed
+                continue
             tenants[t] = _decode(data)
             for ns in await self._children(f"{NAMESPACES_PATH}/{t}"):
-                data, _ = await self._store.get(f"{NAMESPACES_PATH}/{t}/{ns}")
-                policies[f"{t}/{ns}"] = NamespacePolicies.from_json(_decode(data)["policies"])
+                data = await self._get(f"{NAMESPACES_PATH}/{t}/{ns}")
+                if data is not None:
+                    policies[f"{t}/{ns}"] = NamespacePolicies.from_json(
+                        _decode(data)["policies"])
         explicit: dict[str, str] = {}
         for topic in await self._children(TOPIC_NAMESPACES_PATH):
-            data, _ = await self._store.get(f"{TOPIC_NAMESPACES_PATH}/{topic}")
-            explicit[topic] = str(_decode(data)["namespace"])
+            data = await self._get(f"{TOPIC_NAMESPACES_PATH}/{topic}")
+            if data is not None:
+                explicit[topic] = str(_decode(data)["namespace"])
+        changed = (tenants, policies, explicit) != (self._tenants, self._policies, self._explicit)
         self._tenants, self._policies, self._explicit = tenants, policies, explicit
+        return changed
+
+    async def follow(self, on_change: Callable[[], Awaitable[None]] | None = None, *,
+                     refresh_interval_s: float = NAMESPACE_REFRESH_INTERVAL_S) -> None:
+        """Keep the cache in step with changes made elsewhere, until cancelled (or the store
+        closes); `on_change` runs after a re-read that changed something (e.g. the topic
+        service's reapply_configs, so new retention/quorum policies reach open partitions)."""
+        while True:
+            try:
+                async with self._store.watch(NAMESPACE_CHANGES_PATH) as watcher:
+                    while True:
+                        if await self.reload() and on_change is not None:
+                            await on_change()
+                        with trio.move_on_after(refresh_interval_s):
+                            await watcher.__anext__()
+            except StopAsyncIteration:
+                return
+            except (MetadataError, NamespaceError, ValueError) as exc:
+                log.warning("namespace follower: %r; retrying", exc)
+                await trio.sleep(0.5)
+
+    async def _touch(self) -> None:
+        """Tell followers (other processes) that something changed: bump the marker node."""
+        try:
+            await self._store.set(NAMESPACE_CHANGES_PATH, b"", -1)
+        except NoNodeError:
+            try:
+                await self._store.create(NAMESPACE_CHANGES_PATH, b"", make_parents=True)
+            except NodeExistsError:
+                await self._store.set(NAMESPACE_CHANGES_PATH, b"", -1)
+
+    async def _get(self, path: str) -> bytes | None:
+        try:
+            data, _ = await self._store.get(path)
+        except NoNodeError:
+            return None
+        return data
 
     async def _children(self, path: str) -> list[str]:
         try:
@@ -180,6 +249,7 @@ class NamespaceRegistry:
         except NodeExistsError as exc:
             raise NamespaceError(f"tenant {tenant!r} already exists", 409) from exc
         self._tenants[tenant] = {"format": NAMESPACE_FORMAT_VERSION, **doc}
+        await self._touch()
 
     async def delete_tenant(self, tenant: str) -> None:
         if tenant not in self._tenants:
@@ -189,6 +259,7 @@ class NamespaceRegistry:
         data, stat = await self._store.get(f"{TENANTS_PATH}/{tenant}")
         await self._store.delete(f"{TENANTS_PATH}/{tenant}", stat.version)
         self._tenants.pop(tenant, None)
+        await self._touch()
 
     def principal_allowed(self, topic: str, principal: str) -> bool:
         """A tenant with allowed_principals admits only those (e.g. "User:alice"); else all."""
@@ -213,6 +284,7 @@ class NamespaceRegistry:
         except NodeExistsError as exc:
             raise NamespaceError(f"namespace {full!r} already exists", 409) from exc
         self._policies[full] = parsed
+        await self._touch()
 
     async def delete_namespace(self, full: str, topics_in_it: list[str]) -> None:
         tenant, namespace = split_namespace(full)
@@ -225,7 +297,8 @@ class NamespaceRegistry:
         path = f"{NAMESPACES_PATH}/{tenant}/{namespace}"
         _, stat = await self._store.get(path)
         await self._store.delete(path, stat.version)
-        del self._policies[full]
+        self._policies.pop(full, None)
+        await self._touch()
 
     def policies(self, full: str) -> NamespacePolicies:
         try:
@@ -251,6 +324,7 @@ class NamespaceRegistry:
             except BadVersionError:  # someone else changed it meanwhile: read again
                 continue
             self._policies[full] = new
+            await self._touch()
             return new
         raise NamespaceError(f"namespace {full!r} kept changing", 409)
 
@@ -277,6 +351,7 @@ class NamespaceRegistry:
         except NodeExistsError as exc:
             raise NamespaceError(f"topic {topic!r} is already mapped", 409) from exc
         self._explicit[topic] = full
+        await self._touch()
 
     def topic_policies(self, topic: str) -> NamespacePolicies:
         return self._policies.get(self.namespace_of(topic), NamespacePolicies())

@@ -1,5 +1,8 @@
 """Pulsar-style retention and TTL on top of Kafka partitions, driven by namespace policies.
 
+(Backlog quotas, the third of Pulsar's consumption policies, live in gateway/backlog_quota.py;
+a pass here runs a backlog pass first when `backlog` is set.)
+
 How Pulsar's policies map onto ledgerwire (and Kafka's topic configs):
 
 - A namespace with `retention_time_minutes = 0` (Pulsar's "no retention") deletes data once
@@ -23,8 +26,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -41,9 +45,11 @@ class RetentionPass:
 
     ledgers_deleted: dict[str, int] = field(default_factory=dict)  # partition -> count
     offsets_expired: list[dict[str, Any]] = field(default_factory=list)
+    backlog: dict[str, Any] = field(default_factory=dict)  # the backlog quota pass, if any
 
     def to_json(self) -> dict[str, Any]:
-        return {"ledgers_deleted": self.ledgers_deleted, "offsets_expired": self.offsets_expired}
+        return {"ledgers_deleted": self.ledgers_deleted, "offsets_expired": self.offsets_expired,
+                "backlog": self.backlog}
 
 
 def consumed_ledger_cut(bases: list[tuple[int, int | None]], min_committed: int,
@@ -68,13 +74,50 @@ def consumed_ledger_cut(bases: list[tuple[int, int | None]], min_committed: int,
     return cut
 
 
+class RetentionScope(Protocol):
+    """Where a pass may act when this process owns only part of a cluster
+    (gateway/cluster_services.py ClusterRetentionScope).  `committed_floors` is the smallest
+    offset committed on each partition by *any* group of the cluster, or None when some
+    groups' offsets are unknown (then no consumed data is deleted)."""
+
+    def owns(self, topic: str, partition: int) -> bool: ...
+    async def committed_floors(self) -> Mapping[tuple[str, int], int] | None: ...
+
+
+def committed_offsets(coordinator: Any, topic: str,
+                      partition: int) -> dict[str, CommittedOffset]:
+    """Every group's committed offset on a partition (groups that committed nothing left out)."""
+    out = {}
+    for group_id, offsets in coordinator.offsets.items():
+        committed = offsets.get((topic, partition))
+        if committed is not None and committed.offset >= 0:
+            out[group_id] = committed
+    return out
+
+
+async def advance_committed(coordinator: Any, group_id: str, topic: str, partition: int,
+                            committed: CommittedOffset, to: int, now_ms: int) -> None:
+    """Move a group's committed offset forward to `to` (TTL, backlog eviction)."""
+    if to <= committed.offset:
+        return
+    # Pulsar's TTL and backlog eviction skip messages for active subscriptions too, so
+    # membership is not checked: the offsets are applied as a transaction commit marker does.
+    await coordinator.apply_transactional_offsets(group_id, {
+        (topic, partition): CommittedOffset(to, committed.leader_epoch, committed.metadata,
+                                            now_ms)})
+
+
 class RetentionPolicies:
     def __init__(self, topics: Any, namespaces: Any, coordinator: Any,
-                 now_ms: Any = None) -> None:
+                 now_ms: Any = None, *, scope: RetentionScope | None = None) -> None:
         self._topics = topics
         self._namespaces = namespaces
         self._coordinator = coordinator
+        self._scope = scope
         self._now_ms = now_ms or (lambda: int(time.time() * 1000))
+        # gateway.backlog_quota.BacklogQuotas, or None: run with every pass (its eviction moves
+        # offsets forward like TTL, before consumed data is deleted).
+        self.backlog: Any = None
 
     async def run(self, interval_s: float = 60.0) -> None:
         while True:
@@ -88,27 +131,27 @@ class RetentionPolicies:
         """TTL first (it moves offsets forward), then consumed-data deletion, then the time and
         size bounds (the topic service's own retention)."""
         result = RetentionPass()
+        if self.backlog is not None:
+            result.backlog = (await self.backlog.apply_once()).to_json()
+        floors = await self._scope.committed_floors() if self._scope is not None else None
         for (topic, partition), plog in sorted(self._topics.open_partitions().items()):
             if plog.failed or plog.closed:
+                continue
+            if self._scope is not None and not self._scope.owns(topic, partition):
                 continue
             policies = self._namespaces.topic_policies(topic)
             if policies.message_ttl_seconds is not None and policies.message_ttl_seconds > 0:
                 await self._expire(topic, partition, plog, policies.message_ttl_seconds, result)
             if policies.retention_time_minutes == 0 and \
                     "retention.ms" not in self._topics.topics().get(topic, _NO_INFO).configs:
-                deleted = await self._delete_consumed(topic, partition, plog)
+                deleted = await self._delete_consumed(topic, partition, plog, floors)
                 if deleted:
                     result.ledgers_deleted[f"{topic}-{partition}"] = deleted
         await self._topics.apply_retention()
         return result
 
     def _committed(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
-        out = {}
-        for group_id, offsets in self._coordinator.offsets.items():
-            committed = offsets.get((topic, partition))
-            if committed is not None and committed.offset >= 0:
-                out[group_id] = committed
-        return out
+        return committed_offsets(self._coordinator, topic, partition)
 
     async def _expire(self, topic: str, partition: int, plog: Any, ttl_s: int,
                       result: RetentionPass) -> None:
@@ -118,11 +161,8 @@ class RetentionPolicies:
         for group_id, committed in self._committed(topic, partition).items():
             if committed.offset >= first_live:
                 continue
-            # Pulsar's TTL skips messages for active subscriptions too, so membership is not
-            # checked: the offsets are applied as a transaction commit marker applies them.
-            await self._coordinator.apply_transactional_offsets(group_id, {
-                (topic, partition): CommittedOffset(first_live, committed.leader_epoch,
-                                                    committed.metadata, self._now_ms())})
+            await advance_committed(self._coordinator, group_id, topic, partition, committed,
+                                    first_live, self._now_ms())
             result.offsets_expired.append({"group": group_id, "topic": topic,
                                            "partition": partition, "from": committed.offset,
                                            "to": first_live})
@@ -130,11 +170,17 @@ class RetentionPolicies:
                 "group": group_id, "topic": topic, "partition": partition,
                 "from": committed.offset, "to": first_live})
 
-    async def _delete_consumed(self, topic: str, partition: int, plog: Any) -> int:
-        committed = self._committed(topic, partition)
+    async def _delete_consumed(self, topic: str, partition: int, plog: Any,
+                               floors: Mapping[tuple[str, int], int] | None = None) -> int:
+        committed = [c.offset for c in self._committed(topic, partition).values()]
+        if self._scope is not None:  # a cluster: groups coordinated elsewhere count too
+            if floors is None:
+                return 0
+            if (topic, partition) in floors:
+                committed.append(floors[(topic, partition)])
         if not committed:
             return 0
-        min_committed = min(c.offset for c in committed.values())
+        min_committed = min(committed)
         ledgers = self._topics.partition_ledgers(topic, partition)
         if len(ledgers) < 2 and min_committed < plog.high_watermark:
             return 0

@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from gateway.admin_api import AdminContext, LocalBookie, serve_admin_api, watch_bookie
+from gateway.backlog_quota import BacklogQuotas
 from gateway.config import Config
 from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka_listener import serve_kafka
@@ -148,6 +149,8 @@ async def run_standalone(
         background = await stack.enter_async_context(trio.open_nursery())
         stack.callback(background.cancel_scope.cancel)
         background.start_soon(topics.run_retention)
+        # namespaces/policies changed elsewhere reach this process (and its open partitions)
+        background.start_soon(namespaces.follow, topics.reapply_configs)
         coordinator = GroupCoordinator(
             offset_store,
             CoordinatorConfig(
@@ -192,6 +195,10 @@ async def run_standalone(
                              local_bookies, config.kafka.broker_id, f"{adv_host}:{adv_port}",
                              retention=RetentionPolicies(topics, namespaces, coordinator))
         background.start_soon(admin.retention.run)
+        backlog_quotas = BacklogQuotas(topics, namespaces, coordinator)
+        topics.backlog_quotas = backlog_quotas  # the produce/send handlers ask it
+        admin.retention.backlog = backlog_quotas
+        background.start_soon(backlog_quotas.run)
         rocketmq = None
         if config.rocketmq.enabled:
             rocketmq = await build_rocketmq(config.rocketmq, topics, factory,

@@ -151,6 +151,14 @@ class TopicService:
         # gateway.namespaces.NamespaceRegistry, or None: every topic in config.namespace with
         # the broker's defaults.  Set it before the first partition opens.
         self.namespaces: Any = None
+        # gateway.backlog_quota.BacklogQuotas, or None: the Kafka produce and RocketMQ send
+        # handlers ask it (`admit`) before appending to a partition.
+        self.backlog_quotas: Any = None
+
+    @property
+    def metadata_store(self) -> MetadataStore:
+        """The store the topic catalogue lives in (other catalogues share it)."""
+        return self._store
 
     # --- catalogue -------------------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ from protocols.rocketmq.delay_levels import timer_deliver_at
 from protocols.rocketmq.errors import (
     MessageIllegalError,
     ResponseCode,
+    ServiceNotAvailableError,
+    SystemBusyError,
     TopicNotExistError,
 )
 from protocols.rocketmq.handlers.common import StorageError, find_topic, get_queue
@@ -135,6 +137,17 @@ async def _divert(broker: BrokerLike, conn: ConnectionLike, header: SendHeader, 
     return None
 
 
+async def _admit_under_backlog_quota(broker: BrokerLike, topic: str, queue_id: int) -> None:
+    """Hold or refuse a send to a queue over its backlog quota (gateway/backlog_quota.py says
+    why these codes: both are retried by the client, SYSTEM_BUSY being flow control)."""
+    quotas = getattr(broker.topics, "backlog_quotas", None)
+    if quotas is None:
+        return
+    refusal = await quotas.admit(to_storage(topic), queue_id)
+    if refusal is not None:
+        raise (SystemBusyError if refusal.held else ServiceNotAvailableError)(refusal.message)
+
+
 async def handle_send(broker: BrokerLike, conn: ConnectionLike,
                       request: RemotingCommand) -> RemotingCommand:
     v2 = request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
@@ -153,6 +166,7 @@ async def handle_send(broker: BrokerLike, conn: ConnectionLike,
             body = decompress_body(body)
         messages = [(body, decode_properties(header.properties), header.flag)]
     queue_id = await resolve_queue(broker, header)
+    await _admit_under_backlog_quota(broker, header.topic, queue_id)
 
     if not batch:
         diverted = await _divert(broker, conn, header, queue_id, messages[0], now, born)
