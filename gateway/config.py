@@ -93,6 +93,17 @@ class AdminConfig:
 
 
 @dataclass
+class RocketMQAclConfig:
+    """Apache plain_acl.yml as TOML: [rocketmq.acl] and [[rocketmq.acl.accounts]] tables with
+    access_key, secret_key, white_remote_address, admin, default_topic_perm,
+    default_group_perm, topic_perms/group_perms (["name=DENY|PUB|SUB|PUB|SUB"]) and tenant."""
+
+    enabled: bool = False
+    global_white_remote_addresses: list[str] = field(default_factory=list)
+    accounts: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class RocketMQConfig:
     enabled: bool = True
     name_server_listener: str = "0.0.0.0:9876"
@@ -108,6 +119,7 @@ class RocketMQConfig:
     transaction_check_timeout_s: float = 6.0
     transaction_check_interval_s: float = 60.0
     transaction_max_checks: int = 15
+    acl: RocketMQAclConfig = field(default_factory=RocketMQAclConfig)
 
 
 @dataclass
@@ -163,6 +175,7 @@ class Config:
         if self.log.format not in ("json", "text"):
             raise ConfigError("log.format must be 'json' or 'text'")
         self._validate_security()
+        self._validate_rocketmq_acl()
         if self.admin.listener:
             parse_host_port(self.admin.listener)
 
@@ -182,6 +195,18 @@ class Config:
         for user in self.security.users:
             if not isinstance(user, dict) or not user.get("name") or "password" not in user:
                 raise ConfigError("security.users entries need a name and a password")
+
+    def _validate_rocketmq_acl(self) -> None:
+        from protocols.rocketmq.acl import AclConfigError, PlainAclValidator
+
+        acl = self.rocketmq.acl
+        try:
+            PlainAclValidator.from_config(acl.accounts, acl.global_white_remote_addresses)
+        except (AclConfigError, AttributeError, TypeError) as exc:
+            raise ConfigError(f"rocketmq.acl: {exc}") from exc
+        if acl.enabled and not acl.accounts and not acl.global_white_remote_addresses:
+            raise ConfigError("rocketmq.acl.enabled needs accounts or "
+                              "global_white_remote_addresses")
 
     @property
     def kafka_bind(self) -> tuple[str, int]:

@@ -7,7 +7,7 @@ This module must never hold behaviour.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from protocols.rocketmq.client_registry import ClientRegistry
 from protocols.rocketmq.codec import RemotingCommand
@@ -86,6 +86,22 @@ class OffsetStoreLike(Protocol):
     async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
 
 
+class ListableOffsetsLike(Protocol):
+    """An offset store that can also be listed (admin statistics; optional on a broker)."""
+
+    def committed(self, group: str) -> dict[tuple[str, int], int]: ...
+    def groups(self) -> list[str]: ...
+
+
+class SubscriptionGroupStoreLike(Protocol):
+    """Durable subscription-group configs (`broker.subscription_groups`; optional)."""
+
+    async def get(self, group: str) -> dict[str, Any] | None: ...
+    async def all(self) -> dict[str, dict[str, Any]]: ...
+    async def put(self, group: str, config: dict[str, Any]) -> None: ...
+    async def delete(self, group: str) -> bool: ...
+
+
 class BrokerLike(Protocol):
     @property
     def config(self) -> RocketMQBrokerConfig: ...
@@ -96,5 +112,6 @@ class BrokerLike(Protocol):
     @property
     def clients(self) -> ClientRegistry: ...
 
-    async def ensure_topic(self, topic: str, queue_nums: int) -> TopicInfoLike: ...
+    async def ensure_topic(self, topic: str, queue_nums: int, *,
+                           explicit: bool = False) -> TopicInfoLike: ...
     def now_ms(self) -> int: ...

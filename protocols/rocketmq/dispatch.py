@@ -11,21 +11,28 @@ This module must never do I/O beyond what the handlers do through the broker.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
+from protocols.rocketmq.acl import PlainAclValidator
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
 from protocols.rocketmq.errors import RocketMQError
 from protocols.rocketmq.handlers import (
     admin,
+    admin_stats,
     clients,
     messages,
     offsets,
     pull,
+    reset_offset,
     send,
+    subscription_groups,
     transactions,
 )
 from protocols.rocketmq.request_codes import RequestCode
+
+log = logging.getLogger("ledgerwire.rocketmq.acl")
 
 Handler = Callable[[BrokerLike, ConnectionLike, RemotingCommand], Awaitable[RemotingCommand]]
 
@@ -40,7 +47,7 @@ BROKER_HANDLERS: dict[int, Handler] = {
     RequestCode.GET_MAX_OFFSET: offsets.handle_get_max_offset,
     RequestCode.GET_MIN_OFFSET: offsets.handle_get_min_offset,
     RequestCode.GET_EARLIEST_MSG_STORETIME: offsets.handle_get_earliest_msg_storetime,
-    RequestCode.HEART_BEAT: clients.handle_heartbeat,
+    RequestCode.HEART_BEAT: admin_stats.handle_heartbeat_recording_client,
     RequestCode.UNREGISTER_CLIENT: clients.handle_unregister_client,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.handle_get_consumer_list,
     RequestCode.LOCK_BATCH_MQ: clients.handle_lock_batch,
@@ -49,16 +56,40 @@ BROKER_HANDLERS: dict[int, Handler] = {
     RequestCode.UPDATE_AND_CREATE_TOPIC: admin.handle_update_and_create_topic,
     RequestCode.GET_ALL_TOPIC_CONFIG: admin.handle_get_all_topic_config,
     RequestCode.DELETE_TOPIC_IN_BROKER: admin.handle_delete_topic,
-    RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_get_broker_runtime_info,
+    RequestCode.GET_BROKER_RUNTIME_INFO: admin_stats.handle_get_broker_runtime_info,
     RequestCode.VIEW_MESSAGE_BY_ID: messages.handle_view_message_by_id,
     RequestCode.QUERY_MESSAGE: messages.handle_query_message,
     RequestCode.CONSUMER_SEND_MSG_BACK: messages.handle_consumer_send_msg_back,
     RequestCode.END_TRANSACTION: transactions.handle_end_transaction,
+    # mqadmin / console statistics and administration
+    RequestCode.GET_TOPIC_STATS_INFO: admin_stats.handle_get_topic_stats_info,
+    RequestCode.GET_CONSUME_STATS: admin_stats.handle_get_consume_stats,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: admin_stats.handle_get_consumer_connection_list,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: admin_stats.handle_get_producer_connection_list,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin_stats.handle_query_topic_consume_by_who,
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER:
+        admin_stats.handle_get_system_topic_list_from_broker,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
+        subscription_groups.handle_update_and_create_subscription_group,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG:
+        subscription_groups.handle_get_all_subscription_group_config,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: subscription_groups.handle_delete_subscription_group,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: reset_offset.handle_invoke_broker_to_reset_offset,
 }
 
 
-async def dispatch(broker: BrokerLike, conn: ConnectionLike,
-                   request: RemotingCommand) -> RemotingCommand:
+async def dispatch(broker: BrokerLike, conn: ConnectionLike, request: RemotingCommand,
+                   acl: PlainAclValidator | None = None) -> RemotingCommand:
+    """Answer one request; with `acl`, a request it refuses is answered NO_PERMISSION before
+    any handler runs (protocols/rocketmq/acl.py)."""
+    if acl is not None:
+        try:
+            acl.check(conn, request)
+        except RocketMQError as exc:
+            log.info("request refused by the ACL", extra={
+                "code": request.code, "client": f"{conn.peer[0]}:{conn.peer[1]}",
+                "reason": str(exc)})
+            return make_response(request, exc.code, str(exc))
     handler = BROKER_HANDLERS.get(request.code)
     if handler is None:
         return make_response(request, 3, f"request type {request.code} not supported")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from protocols.kafka.errors import KafkaProtocolError, UnknownTopicOrPartitionError
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
-from protocols.rocketmq.errors import MessageIllegalError, ResponseCode, TopicNotExistError
+from protocols.rocketmq.errors import MessageIllegalError, ResponseCode
 from protocols.rocketmq.handlers.common import StorageError, json_body
 from protocols.rocketmq.headers import ext_int, ext_required
 from protocols.rocketmq.topic_names import from_storage, to_storage
@@ -32,7 +32,7 @@ async def handle_update_and_create_topic(broker: BrokerLike, conn: ConnectionLik
     try:
         info = broker.topics.topics().get(name) or await broker.topics.refresh_topic(name)
         if info is None:
-            await broker.ensure_topic(name, queues)
+            await broker.ensure_topic(name, queues, explicit=True)
         elif queues > info.partitions:
             await broker.topics.create_partitions(name, queues)
     except KafkaProtocolError as exc:
@@ -60,19 +60,8 @@ async def handle_delete_topic(broker: BrokerLike, conn: ConnectionLike,
     topic = ext_required(request.ext_fields, "topic")
     try:
         await broker.topics.delete_topic(to_storage(topic))
-    except UnknownTopicOrPartitionError as exc:
-        raise TopicNotExistError(f"topic[{topic}] does not exist") from exc
+    except UnknownTopicOrPartitionError:
+        pass  # already gone: Apache answers SUCCESS too (mqadmin deleteSubGroup relies on it)
     except KafkaProtocolError as exc:
         raise StorageError(str(exc)) from exc
     return make_response(request, ResponseCode.SUCCESS)
-
-
-async def handle_get_broker_runtime_info(broker: BrokerLike, conn: ConnectionLike,
-                                         request: RemotingCommand) -> RemotingCommand:
-    table = {
-        "brokerVersionDesc": "V4_9_4",
-        "brokerVersion": "395",
-        "bootTimestamp": str(broker.now_ms()),
-        "topicCount": str(len(broker.topics.topics())),
-    }
-    return make_response(request, ResponseCode.SUCCESS, None, None, json_body({"table": table}))
