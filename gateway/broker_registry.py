@@ -5,7 +5,8 @@ is a no-op, so initialisation is idempotent):
 
     /ledgerwire/cluster                      JSON {"format", "cluster_id", "bundles",
                                              "group_partitions", "txn_partitions"}
-    /ledgerwire/brokers/live/<node id>       ephemeral, JSON {"node_id", "host", "port", "rack"}
+    /ledgerwire/brokers/live/<node id>       ephemeral, JSON {"node_id", "host", "port", "rack",
+                                             optional "rocketmq": {"host", "base_port"}}
     /ledgerwire/brokers/draining/<node id>   persistent: this broker must own nothing
     /ledgerwire/ownership/bundles/<bundle>   ephemeral, JSON {"node_id"}: the bundle's owner
 
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -84,9 +87,12 @@ async def init_cluster(store: MetadataStore, wanted: ClusterLayout) -> tuple[Clu
     return layout, created
 
 
-def endpoint_to_bytes(endpoint: BrokerEndpoint) -> bytes:
-    return json.dumps({"node_id": endpoint.node_id, "host": endpoint.host,
-                       "port": endpoint.port, "rack": endpoint.rack}).encode()
+def endpoint_to_bytes(endpoint: BrokerEndpoint, extra: Mapping[str, Any] | None = None) -> bytes:
+    """The live node's JSON; `extra` adds fields (e.g. "rocketmq") that Kafka readers ignore."""
+    doc: dict[str, Any] = {**(extra or {})}
+    doc.update({"node_id": endpoint.node_id, "host": endpoint.host, "port": endpoint.port,
+                "rack": endpoint.rack})
+    return json.dumps(doc).encode()
 
 
 def endpoint_from_bytes(data: bytes) -> BrokerEndpoint:
@@ -96,13 +102,13 @@ def endpoint_from_bytes(data: bytes) -> BrokerEndpoint:
 
 
 async def register_broker(store: MetadataStore, me: BrokerEndpoint, *,
-                          wait_s: float = 60.0) -> None:
+                          wait_s: float = 60.0, extra: Mapping[str, Any] | None = None) -> None:
     """Create this broker's ephemeral live node, waiting out a stale one of the same id."""
     path = f"{LIVE_BROKERS_PATH}/{me.node_id}"
     with trio.move_on_after(wait_s):
         while True:
             try:
-                await store.create(path, endpoint_to_bytes(me), ephemeral=True,
+                await store.create(path, endpoint_to_bytes(me, extra), ephemeral=True,
                                    make_parents=True)
                 log.info("broker registered", extra={"node_id": me.node_id,
                                                      "advertised": f"{me.host}:{me.port}"})
@@ -135,6 +141,23 @@ async def read_live_brokers(store: MetadataStore) -> dict[int, BrokerEndpoint]:
         endpoint = endpoint_from_bytes(data)
         live[endpoint.node_id] = endpoint
     return live
+
+
+async def read_live_registrations(store: MetadataStore) -> dict[int, dict[str, Any]]:
+    """node id -> the whole JSON of its live node (extra fields included)."""
+    try:
+        names = await store.children(LIVE_BROKERS_PATH)
+    except NoNodeError:
+        return {}
+    docs: dict[int, dict[str, Any]] = {}
+    for name in names:
+        try:
+            data, _ = await store.get(f"{LIVE_BROKERS_PATH}/{name}")
+            doc = json.loads(data)
+            docs[int(doc["node_id"])] = doc
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            continue
+    return docs
 
 
 async def read_draining(store: MetadataStore) -> set[int]:

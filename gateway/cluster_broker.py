@@ -8,7 +8,9 @@ LedgerOffsetStore + GroupCoordinator, KafkaBroker, serve_kafka) minus the bookie
   ownership, and the hooks that load a bundle's coordinator partitions and open its topic
   partitions (fencing the previous owner) on acquisition, and close them on release;
 - a follower of the topic catalogue (topics created or changed by other brokers);
-- `ClusterKafkaBroker`: a KafkaBroker whose `ownership` the handlers consult.
+- `ClusterKafkaBroker`: a KafkaBroker whose `ownership` the handlers consult;
+- the operations side (gateway/cluster_services.py): namespaces, Kafka security (TLS, SASL,
+  ACLs), retention/TTL on owned partitions, the admin HTTP API with /health, /ready, /metrics.
 
 Shutdown (SIGINT/SIGTERM): stop the Kafka listener (draining requests), release every bundle
 (closing ledgers cleanly, so the next owner needs no recovery), deregister, close.
@@ -22,16 +24,28 @@ from __future__ import annotations
 import logging
 import signal
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any, Protocol
 
 import trio
 
+from gateway.admin_api import serve_admin_api
 from gateway.broker_registry import ClusterLayout, init_cluster
+from gateway.cluster_services import (
+    TrackedGroupCoordinator,
+    build_admin,
+    keep_running,
+    setup_namespaces,
+    setup_security,
+    start_ops_background,
+)
+from gateway.cluster_transactions import setup_cluster_transactions
 from gateway.config import Config
 from gateway.coordinator_partitions import ClusterGroupCoordinator
 from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka_listener import serve_kafka
 from gateway.ownership import GROUP_TOPIC, OwnershipService, bundle_of
+from gateway.rocketmq_cluster import ClusterRocketMQ
 from gateway.standalone import system_ledger_config, topic_service_config
 from gateway.topic_quorums import QuorumPolicyFactory
 from gateway.topic_service import TOPICS_PATH, TopicService
@@ -52,8 +66,8 @@ class ClusterKafkaBroker(KafkaBroker):
     """A KafkaBroker that answers only for what it owns (handlers read `ownership`)."""
 
     def __init__(self, topic_service: Any, config: KafkaBrokerConfig, *,
-                 group_coordinator: Any, ownership: OwnershipService) -> None:
-        super().__init__(topic_service, config, group_coordinator=group_coordinator)
+                 group_coordinator: Any, ownership: OwnershipService, **kwargs: Any) -> None:
+        super().__init__(topic_service, config, group_coordinator=group_coordinator, **kwargs)
         self.ownership = ownership
 
 
@@ -68,16 +82,17 @@ def session_timeout_of(metadata_url: str) -> float:
                                                    DEFAULT_SESSION_TIMEOUT_S))
 
 
-async def follow_topic_catalogue(store: MetadataStore, topics: TopicService) -> None:
+async def follow_topic_catalogue(store: MetadataStore, topics: TopicService,
+                                 namespaces: Any = None) -> None:
     """Keep the topic cache in step with topics created, changed or deleted elsewhere."""
     while True:
         try:
             async with store.watch(TOPICS_PATH, children=True) as watcher:
-                await refresh_topics(store, topics)
+                await refresh_topics(store, topics, namespaces)
                 while True:
                     with trio.move_on_after(TOPIC_REFRESH_INTERVAL_S):
                         await watcher.__anext__()
-                    await refresh_topics(store, topics)
+                    await refresh_topics(store, topics, namespaces)
         except StopAsyncIteration:
             return
         except MetadataError as exc:
@@ -85,11 +100,16 @@ async def follow_topic_catalogue(store: MetadataStore, topics: TopicService) -> 
             await trio.sleep(0.5)
 
 
-async def refresh_topics(store: MetadataStore, topics: TopicService) -> None:
+async def refresh_topics(store: MetadataStore, topics: TopicService,
+                         namespaces: Any = None) -> None:
     try:
         names = set(await store.children(TOPICS_PATH))
     except NoNodeError:
         names = set()
+    if namespaces is not None and names - set(topics.topics()):
+        # A new topic's namespace (made just before it, maybe through another broker) decides
+        # its managed ledgers' names: know it before the topic is opened here.
+        await namespaces.load()
     for name in names | set(topics.topics()):
         try:
             await topics.refresh_topic(name)
@@ -183,6 +203,19 @@ async def _close_quietly(plog: Any, topic: str, partition: int) -> None:
         log.info("closing %s-%d: %r", topic, partition, exc)
 
 
+def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerConfig:
+    k = config.kafka
+    adv_host, adv_port = config.kafka_advertised
+    return KafkaBrokerConfig(
+        broker_id=k.broker_id, advertised_host=adv_host, advertised_port=adv_port,
+        cluster_id=layout.cluster_id, auto_create_topics=k.auto_create_topics,
+        default_partitions=k.default_partitions, max_message_bytes=k.max_message_bytes,
+        retention_ms=config.retention.retention_ms,
+        retention_bytes=config.retention.retention_bytes,
+        max_frame_bytes=k.max_frame_bytes, drain_timeout_s=k.shutdown_grace_s,
+    )
+
+
 async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *,
                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Run one cluster broker until SIGINT/SIGTERM (or cancellation)."""
@@ -203,29 +236,26 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             store, QuorumPolicyFactory(factory, ts_config.namespace, topic_configs), ts_config)
         topics_holder.append(topics)
         await topics.load()
+        namespaces = await setup_namespaces(store, topics, config)
         stack.push_async_callback(topics.close)
 
         background = await stack.enter_async_context(trio.open_nursery())
         stack.callback(background.cancel_scope.cancel)
-        background.start_soon(topics.run_retention)
-        background.start_soon(follow_topic_catalogue, store, topics)
+        background.start_soon(keep_running, "topic retention", topics.run_retention)
+        background.start_soon(follow_topic_catalogue, store, topics, namespaces)
+        background.start_soon(keep_running, "namespace follower",
+                              partial(namespaces.follow, topics.reapply_configs))
+        security = await setup_security(config, store, namespaces, background)
 
         hooks = BundleHooks(topics, background)
         k = config.kafka
         adv_host, adv_port = config.kafka_advertised
-        broker_config = KafkaBrokerConfig(
-            broker_id=k.broker_id, advertised_host=adv_host, advertised_port=adv_port,
-            cluster_id=layout.cluster_id, auto_create_topics=k.auto_create_topics,
-            default_partitions=k.default_partitions, max_message_bytes=k.max_message_bytes,
-            retention_ms=config.retention.retention_ms,
-            retention_bytes=config.retention.retention_bytes,
-            max_frame_bytes=k.max_frame_bytes, drain_timeout_s=k.shutdown_grace_s,
-        )
+        broker_config = kafka_broker_config(config, layout)
         # The endpoint is completed once the listener knows its port (advertised port 0).
         ownership = OwnershipService(store, layout, BrokerEndpoint(k.broker_id, adv_host, 0),
                                      session_timeout_s=session_timeout_of(metadata_url),
                                      on_acquired=hooks.acquired, on_releasing=hooks.releasing)
-        groups = ClusterGroupCoordinator(
+        groups = TrackedGroupCoordinator(
             factory, system_ledger_config(config), ownership, background,
             CoordinatorConfig(
                 initial_rebalance_delay_s=k.group_initial_rebalance_delay_ms / 1000,
@@ -234,23 +264,55 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         )
         hooks.ownership, hooks.groups = ownership, groups
         stack.push_async_callback(groups.stop_all)
+        rocketmq: ClusterRocketMQ | None = None
+        if config.rocketmq.enabled:  # one RocketMQ broker per bundle (rocketmq_cluster.py)
+            rocketmq = ClusterRocketMQ(config.rocketmq, topics, ownership, store, factory,
+                                       system_ledger_config(config))
+            hooks.add_extension(rocketmq)  # per-bundle offsets, delay and transaction services
+            ownership.registration_extra.update(rocketmq.registration())
+            stack.push_async_callback(rocketmq.close)
+        transactions = setup_cluster_transactions(
+            stack, store, factory, system_ledger_config(config), topics, groups, ownership,
+            hooks, background, k.broker_id)
         broker = ClusterKafkaBroker(topics, broker_config, group_coordinator=groups,
-                                    ownership=ownership)
+                                    transaction_coordinator=transactions,
+                                    ownership=ownership, authorizer=security.authorizer,
+                                    credentials=security.kafka.credentials)
+        ownership_running = False
+        admin, retention_scope = build_admin(config, store, topics, namespaces, ownership,
+                                             groups, f"{adv_host}:{adv_port}",
+                                             lambda: ownership_running)
+        broker.request_observer = admin.broker_metrics.observe_request
         bind_host, bind_port = config.kafka_bind
         async with trio.open_nursery() as servers:
-            await servers.start(serve_kafka, broker, bind_host, bind_port)
+            await servers.start(partial(serve_kafka, broker, bind_host, bind_port,
+                                        ssl_context=security.kafka.ssl_context,
+                                        sasl_mechanisms=security.kafka.sasl_mechanisms))
             ownership.me = BrokerEndpoint(k.broker_id, adv_host, broker.advertised_port)
+            if rocketmq is not None:
+                await rocketmq.serve(servers)
+                background.start_soon(rocketmq.run)
+            admin.kafka_address = f"{adv_host}:{broker.advertised_port}"
+            # Up before registration, so that /ready says 503 while the broker joins.
+            admin_port = await servers.start(serve_admin_api, admin, config.admin.listener)
             owner_scope = trio.CancelScope()
 
             async def run_ownership(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-                with owner_scope:
-                    await ownership.run(task_status=task_status)
+                nonlocal ownership_running
+                try:
+                    with owner_scope:
+                        await ownership.run(task_status=task_status)
+                finally:
+                    ownership_running = False
 
             await background.start(run_ownership)
+            ownership_running = True
+            await start_ops_background(admin, retention_scope, background)
+            admin.ready = True
             log.info("ledgerwire broker ready", extra={
                 "node_id": k.broker_id, "kafka": f"{bind_host}:{bind_port}",
                 "advertised": f"{adv_host}:{broker.advertised_port}",
-                "owned_bundles": sorted(ownership.owned_bundles())})
+                "owned_bundles": sorted(ownership.owned_bundles()), "admin_port": admin_port})
             print(f"broker {k.broker_id} ready on {adv_host}:{broker.advertised_port}",
                   flush=True)
             task_status.started(broker)

@@ -4,11 +4,14 @@ Scheme (after Pulsar's namespace bundles).  A cluster has a fixed number of bund
 node, broker_registry.py).  Topic partition (t, p) lives in bundle (crc32(t) + p) mod B, so
 consecutive partitions of a topic land in consecutive bundles and spread over brokers; the
 group-coordinator partitions ("__consumer_offsets", i) and transaction-coordinator partitions
-("__transaction_state", i) are placed the same way.  A bundle's owner holds the ephemeral node
-/ledgerwire/ownership/bundles/<b>; which broker *should* own it is decided by rendezvous
-hashing over the live, non-draining brokers: every broker computes the same answer from the
-same lists without talking to the others, and a broker joining or leaving moves only the
-bundles it wins or held (about 1/n of them), which keeps ledger recoveries few.
+("__transaction_state", i) are placed the same way.  RocketMQ's internal topics (retry,
+dead-letter, delay and transaction topics) are "bundle-pinned": partition p in bundle p mod B,
+so what one bundle's RocketMQ broker writes to them stays in that bundle (rocketmq_cluster.py).
+A bundle's owner holds the ephemeral node /ledgerwire/ownership/bundles/<b>; which broker
+*should* own it is decided by rendezvous hashing over the live, non-draining brokers: every
+broker computes the same answer from the same lists without talking to the others, and a
+broker joining or leaving moves only the bundles it wins or held (about 1/n of them), which
+keeps ledger recoveries few.
 
 Acquiring a bundle is creating its node; the target broker does it when the node is absent.
 Releasing (a broker joined, or `admin drain`) is: stop answering for the bundle, run the
@@ -69,7 +72,19 @@ RECONCILE_INTERVAL_S = 2.0
 BundleHook = Callable[[int], Awaitable[None]]
 
 
+# RocketMQ's internal topics (storage names: '%' -> '.'): retry, dead-letter, delay-level and
+# transaction topics.  Their partition p lives in bundle p mod B ("bundle-pinned"), so what a
+# bundle's RocketMQ broker writes to them (retries, delays) stays in that bundle.
+BUNDLE_PINNED_PREFIXES = (".RETRY.", ".DLQ.", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_")
+
+
+def is_bundle_pinned(topic: str) -> bool:
+    return topic.startswith(BUNDLE_PINNED_PREFIXES)
+
+
 def bundle_of(topic: str, partition: int, bundles: int) -> int:
+    if is_bundle_pinned(topic):
+        return partition % bundles
     return (zlib.crc32(topic.encode("utf-8")) + partition) % bundles
 
 
@@ -118,6 +133,8 @@ class OwnershipService:
         self._dirty = trio.Event()
         self._stopping = False
         self.changed = trio.Event()  # set (and replaced) after every reconcile round
+        # more fields of the live node (e.g. the RocketMQ listener), set before run()
+        self.registration_extra: dict[str, object] = {}
 
     # --- what handlers ask -----------------------------------------------------------------
 
@@ -141,6 +158,13 @@ class OwnershipService:
 
     def bundle_of(self, topic: str, partition: int) -> int:
         return bundle_of(topic, partition, self.layout.bundles)
+
+    def bundle_owner(self, bundle: int) -> BrokerEndpoint | None:
+        """The live broker owning (or about to own) `bundle`, None if none is live."""
+        return self._owner_of_bundle(bundle)
+
+    def bundle_is_local(self, bundle: int) -> bool:
+        return self._bundle_is_local(bundle)
 
     def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
         return self._owner_of_bundle(self.bundle_of(topic, partition))
@@ -172,7 +196,7 @@ class OwnershipService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register, keep the lease, and reconcile ownership until cancelled."""
-        await register_broker(self._store, self.me)
+        await register_broker(self._store, self.me, extra=self.registration_extra)
         await self._renew_lease()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_lease)
@@ -258,7 +282,7 @@ class OwnershipService:
             return
         while True:
             try:
-                await register_broker(self._store, self.me)
+                await register_broker(self._store, self.me, extra=self.registration_extra)
                 await self._renew_lease()
                 break
             except Exception:  # registration keeps being retried; the broker must not die

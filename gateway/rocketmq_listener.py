@@ -3,10 +3,12 @@
 Shape (Trio): one nursery per server; the accept loop hands each connection to a connections
 nursery; one task per connection reads frames (`FrameReader` refuses an oversize length before
 reading the body) and starts one task per request.  RocketMQ clients match responses by opaque,
-so responses go out in completion order (a long-polling pull must not hold up a send), but one
-writer task owns the socket's write side.  Oneway requests are run and never answered.
+so responses go out in completion order (a long-polling pull must not hold up a send).  Whoever
+writes a frame holds the connection's write lock, so frames never interleave: a request's task
+writes its response itself when the socket is idle (no hand-over to another task), else queues
+it for the connection's writer task.  Oneway requests are run and never answered.
 Broker-initiated requests (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) go through the
-same writer.  A frame that cannot be decoded closes that connection only; a handler that fails
+writer task.  A frame that cannot be decoded closes that connection only; a handler that fails
 unexpectedly gets a SYSTEM_ERROR response (and a log line), never a crash.
 
 Graceful shutdown: when the server task is cancelled it stops accepting and stops reading new
@@ -24,11 +26,13 @@ import itertools
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import trio
 
 from gateway.rocketmq_service import RocketMQBroker
+from protocols.rocketmq.acl import PlainAclValidator
+from protocols.rocketmq.broker_api import BrokerLike
 from protocols.rocketmq.codec import (
     FrameReader,
     RemotingCommand,
@@ -42,7 +46,9 @@ from protocols.rocketmq.name_server import NameServer
 
 log = logging.getLogger("ledgerwire.rocketmq.listener")
 
-RECEIVE_BYTES = 256 * 1024
+# Below glibc's mmap threshold (128 KiB): socket.recv(n) allocates n bytes first, and at 128 KiB
+# or more every call pays an mmap + munmap (~4 us, as much as the rest of a small read).
+RECEIVE_BYTES = 64 * 1024
 MAX_IN_FLIGHT_PER_CONNECTION = 1024
 DRAIN_TIMEOUT_S = 5.0
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
@@ -78,6 +84,8 @@ class RemotingConnection:
         self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
         self._slots = trio.Semaphore(MAX_IN_FLIGHT_PER_CONNECTION)
         self._read_scope = trio.CancelScope()
+        self._write_lock = trio.Lock()  # whoever writes a frame holds it: frames never interleave
+        self._connection_scope = trio.CancelScope()
 
     def stop_reading(self) -> None:
         """Take no new requests; the ones in flight finish and are answered (graceful drain)."""
@@ -92,6 +100,7 @@ class RemotingConnection:
 
     async def run(self, handle: RequestHandler) -> None:
         async with self.stream, trio.open_nursery() as nursery:
+            self._connection_scope = nursery.cancel_scope
             nursery.start_soon(self._write_loop, nursery.cancel_scope)
             async with trio.open_nursery() as requests:
                 with self._read_scope:
@@ -117,7 +126,10 @@ class RemotingConnection:
                 command = decode_command(frame, max_header_bytes=self.max_header_bytes)
                 if command.is_response:
                     continue  # answers to our oneway notifications: nothing waits for them
-                await self._slots.acquire()
+                try:
+                    self._slots.acquire_nowait()  # no scheduler round trip per request
+                except trio.WouldBlock:
+                    await self._slots.acquire()
                 nursery.start_soon(self._serve, handle, command)
 
     async def _serve(self, handle: RequestHandler, request: RemotingCommand) -> None:
@@ -129,18 +141,37 @@ class RemotingConnection:
                 response = make_response(request, ResponseCode.SYSTEM_ERROR,
                                          f"internal error: {type(exc).__name__}: {exc}")
             if response is not None and not request.is_oneway:
-                self.send_request(response)
+                await self._respond(encode_command(response))
         finally:
             self._slots.release()
+
+    async def _respond(self, frame: bytes) -> None:
+        """Write a response from the serving task when the socket is idle (no hand-over to the
+        writer task); otherwise queue it for the writer."""
+        try:
+            self._write_lock.acquire_nowait()
+        except trio.WouldBlock:
+            try:
+                self._send.send_nowait(frame)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass
+            return
+        try:
+            await self.stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._connection_scope.cancel()
+        finally:
+            self._write_lock.release()
 
     async def _write_loop(self, connection_scope: trio.CancelScope) -> None:
         async with self._receive:
             async for frame in self._receive:
-                try:
-                    await self.stream.send_all(frame)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    connection_scope.cancel()
-                    return
+                async with self._write_lock:
+                    try:
+                        await self.stream.send_all(frame)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        connection_scope.cancel()
+                        return
         connection_scope.cancel()
 
     def close(self) -> None:
@@ -225,13 +256,23 @@ async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, 
                           task_status=task_status)
 
 
-async def serve_rocketmq_broker(broker: RocketMQBroker, host: str | None, port: int, *,
+class ServedBroker(BrokerLike, Protocol):
+    """What a broker listener serves: standalone's RocketMQBroker, or one bundle's broker of
+    a cluster (gateway/rocketmq_cluster.py), which answers on its own port."""
+
+    def listener_bound(self, port: int) -> None: ...
+    def connection_closed(self, conn: Any) -> None: ...
+
+
+async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str | None,
+                                port: int, *, acl: PlainAclValidator | None = None,
                                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the broker on host:port until cancelled; started(ListenAddress).  With
-    advertised_port 0 the broker advertises the bound port."""
+    advertised_port 0 the broker advertises the bound port.  With `acl`, every request is
+    checked against it before dispatch (the name server, like Apache 4.x's, checks nothing)."""
 
     async def handle(conn: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
-        return await dispatch(broker, conn, request)
+        return await dispatch(broker, conn, request, acl)
 
     await _serve_remoting("broker", handle, host, port,
                           max_frame_bytes=broker.config.max_frame_bytes,

@@ -14,6 +14,7 @@ This module must never acknowledge an offset commit before the offset store made
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -22,20 +23,26 @@ import trio
 
 from gateway.offset_store import LedgerOffsetStore
 from gateway.rocketmq_delays import DelayScheduler
+from gateway.rocketmq_subscription_groups import SubscriptionGroupStore
 from gateway.rocketmq_transactions import TransactionService
 from gateway.topic_service import TopicService
 from protocols.kafka.errors import KafkaProtocolError, TopicAlreadyExistsError
 from protocols.kafka.group_coordinator import CommittedOffset
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike
+from protocols.rocketmq.broker_stats import BrokerStats
+from protocols.rocketmq.client_details import ClientDetails
 from protocols.rocketmq.client_registry import ClientRegistry
 from protocols.rocketmq.codec import make_request
+from protocols.rocketmq.errors import TopicNotExistError
 from protocols.rocketmq.handlers.common import StorageError
 from protocols.rocketmq.name_server import BrokerEndpoint
 from protocols.rocketmq.request_codes import RequestCode
+from protocols.rocketmq.topic_names import HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC, from_storage
 
 log = logging.getLogger("ledgerwire.rocketmq")
 
 ROCKETMQ_OFFSETS_LEDGER = "__system/offsets/__rocketmq_offsets"
+_SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TOPIC})
 EXPIRY_SCAN_INTERVAL_S = 10.0
 
 
@@ -62,8 +69,50 @@ class RocketMQOffsets:
         await self._store.commit(group, {(topic, queue_id): CommittedOffset(offset, -1, "", now)})
         self._offsets.setdefault(group, {})[(topic, queue_id)] = offset
 
+    def committed(self, group: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets: (RocketMQ topic, queue id) -> offset."""
+        return dict(self._offsets.get(group, {}))
+
+    def groups(self) -> list[str]:
+        return sorted(g for g, offsets in self._offsets.items() if offsets)
+
+    async def remove_group(self, group: str) -> None:
+        """Forget every committed offset of `group`, durably first."""
+        if group not in self._offsets:
+            return
+        await self._store.delete(group, None)
+        self._offsets.pop(group, None)
+
     async def close(self) -> None:
         await self._store.close()
+
+
+async def ensure_storage_topic(topics: Any, topic: str, queue_nums: int) -> TopicInfoLike:
+    """The topic (storage name), created with `queue_nums` partitions if missing (callers
+    serialise concurrent creations)."""
+    info = topics.topics().get(topic) or await topics.refresh_topic(topic)
+    if info is not None:
+        return info  # type: ignore[no-any-return]
+    try:
+        await topics.create_topic(topic, queue_nums)
+        log.info("auto-created topic", extra={"topic": topic, "queues": queue_nums})
+    except TopicAlreadyExistsError:
+        pass
+    except KafkaProtocolError as exc:
+        raise StorageError(f"cannot create topic {topic}: {exc}") from exc
+    info = await topics.refresh_topic(topic)
+    if info is None:
+        raise StorageError(f"topic {topic} vanished while being created")
+    return info  # type: ignore[no-any-return]
+
+
+def namespace_forbids_auto_create(topics: Any, topic: str) -> bool:
+    """True when the (storage) topic's namespace policy says auto_create_topics = false; system
+    topics are never refused (the callers already applied [rocketmq] auto_create_topics)."""
+    namespaces = getattr(topics, "namespaces", None)
+    if namespaces is None or topic.startswith(".") or topic in _SYSTEM_TOPICS:
+        return False
+    return namespaces.topic_policies(topic).auto_create_topics is False
 
 
 class RocketMQBroker:
@@ -72,6 +121,7 @@ class RocketMQBroker:
         self.topics: Any = topics
         self.config = config or RocketMQBrokerConfig()
         self.offsets = RocketMQOffsets(offset_store)
+        self.boot_timestamp_ms = int(time.time() * 1000)  # GET_BROKER_RUNTIME_INFO reports it
         self.clients = ClientRegistry(self.config.client_expiry_s, self.config.lock_expiry_s)
         self._create_lock = trio.Lock()
         self.delays = DelayScheduler(self, self.config.delay_levels)
@@ -99,23 +149,43 @@ class RocketMQBroker:
     def now_ms(self) -> int:
         return int(time.time() * 1000)
 
-    async def ensure_topic(self, topic: str, queue_nums: int) -> TopicInfoLike:
-        """The topic (storage name), created with `queue_nums` partitions if missing."""
+    # --- what the admin/statistics handlers read (handlers/admin_stats.py and friends) ------
+
+    @functools.cached_property
+    def client_details(self) -> ClientDetails:
+        """Language, version and consumer data of each connection (from its heartbeats)."""
+        return ClientDetails()
+
+    @functools.cached_property
+    def broker_stats(self) -> BrokerStats:
+        return BrokerStats()
+
+    @functools.cached_property
+    def subscription_groups(self) -> SubscriptionGroupStore:
+        """Durable subscription-group configs, in the topic catalogue's metadata store."""
+        return SubscriptionGroupStore(self.topics.metadata_store)
+
+    def message_totals(self) -> tuple[int, int]:
+        """(messages stored in the queues open here, messages consumed by committed offsets)."""
+        puts = sum(max(p.high_watermark, 0) for p in self.topics.open_partitions().values())
+        gets = sum(sum(self.offsets.committed(g).values()) for g in self.offsets.groups())
+        return puts, gets
+
+    async def ensure_topic(self, topic: str, queue_nums: int, *,
+                           explicit: bool = False) -> TopicInfoLike:
+        """The topic (storage name), created with `queue_nums` partitions if missing.  A
+        namespace whose policy turns auto-creation off gets TOPIC_NOT_EXIST instead, unless the
+        creation is `explicit` (an admin's UPDATE_AND_CREATE_TOPIC) or the topic is a system
+        one (%RETRY%/%DLQ% topics, delays, transaction halves)."""
         async with self._create_lock:
-            info = self.topics.topics().get(topic) or await self.topics.refresh_topic(topic)
-            if info is not None:
+            if not explicit and namespace_forbids_auto_create(self.topics, topic):
+                info = self.topics.topics().get(topic) or await self.topics.refresh_topic(topic)
+                if info is None:
+                    raise TopicNotExistError(
+                        f"topic[{from_storage(topic)}] not exist, apply first please! (its "
+                        "namespace does not allow auto-creation)")
                 return info  # type: ignore[no-any-return]
-            try:
-                await self.topics.create_topic(topic, queue_nums)
-                log.info("auto-created topic", extra={"topic": topic, "queues": queue_nums})
-            except TopicAlreadyExistsError:
-                pass
-            except KafkaProtocolError as exc:
-                raise StorageError(f"cannot create topic {topic}: {exc}") from exc
-            info = await self.topics.refresh_topic(topic)
-            if info is None:
-                raise StorageError(f"topic {topic} vanished while being created")
-            return info  # type: ignore[no-any-return]
+            return await ensure_storage_topic(self.topics, topic, queue_nums)
 
     def notify_consumers_changed(self, group: str) -> None:
         for conn in self.clients.consumer_connections(group):

@@ -21,6 +21,7 @@ from gateway.rocketmq_listener import serve_rocketmq_broker, serve_rocketmq_name
 from gateway.rocketmq_service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
 from gateway.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from protocols.rocketmq.acl import PlainAclValidator
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicServiceLike
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
 
@@ -32,12 +33,14 @@ class RocketMQSide:
     broker: RocketMQBroker
     name_server: NameServer
     config: RocketMQConfig
+    acl: PlainAclValidator | None = None  # [rocketmq.acl] enabled: checked on the broker
 
     async def serve(self, servers: trio.Nursery) -> None:
         """Start both listeners in `servers` (each returns once it accepts)."""
         rb_host, rb_port = parse_host_port(self.config.broker_listener)
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
-        await servers.start(partial(serve_rocketmq_broker, self.broker, rb_host, rb_port))
+        await servers.start(partial(serve_rocketmq_broker, self.broker, rb_host, rb_port,
+                                    acl=self.acl))
         await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host, ns_port))
 
 
@@ -77,4 +80,13 @@ async def build_rocketmq(
         lambda: [broker.endpoint()],
         NameServerConfig(r.auto_create_topics, r.default_queue_nums),
     )
-    return RocketMQSide(broker, name_server, r)
+    return RocketMQSide(broker, name_server, r, rocketmq_acl(r, topics))
+
+
+def rocketmq_acl(r: RocketMQConfig, topics: TopicService) -> PlainAclValidator | None:
+    """The plain-ACL validator when [rocketmq.acl] is enabled (standalone and cluster alike);
+    tenants come from the topic service's namespace registry."""
+    if not r.acl.enabled:
+        return None
+    return PlainAclValidator.from_config(r.acl.accounts, r.acl.global_white_remote_addresses,
+                                         getattr(topics, "namespaces", None))

@@ -28,6 +28,8 @@ This module must never acknowledge a record before its fsync, and never accept a
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import struct
@@ -36,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 import crc32c
 import trio
@@ -53,6 +55,9 @@ from .file_format import (
 )
 from .storage_api import BookieError
 
+if TYPE_CHECKING:
+    import outcome
+
 log = logging.getLogger(__name__)
 
 JOURNAL_MAGIC = b"LWJN"
@@ -66,6 +71,23 @@ TYPE_ADD = 1
 TYPE_FENCE = 2
 TYPE_DELETE = 3
 RECORD_TYPES = (TYPE_ADD, TYPE_FENCE, TYPE_DELETE)
+
+
+async def _run_in_worker_thread(fn: Callable[..., None], *args: object) -> None:
+    """``fn(*args)`` in a worker thread; returns (or raises) once it has returned, and cannot be
+    cancelled meanwhile -- like ``trio.to_thread.run_sync`` without the capacity limiter,
+    context copy and extra scheduler round trip that cost a group write as much as its fsync
+    (the journal task writes one group at a time, so no limiter is needed)."""
+    task = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+
+    def deliver(result: outcome.Outcome[None]) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+    trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver,
+                                    name="ledgerwire journal write")
+    await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
 
 class LogMark(NamedTuple):
@@ -354,7 +376,7 @@ class Journal:
             if self._failed is not None:
                 raise self._failed
             started = time.perf_counter()
-            await trio.to_thread.run_sync(self._write_and_sync, group.buffers, group.nbytes)
+            await _run_in_worker_thread(self._write_and_sync, group.buffers, group.nbytes)
             if self.fsync_observer is not None:
                 self.fsync_observer(time.perf_counter() - started)
             self.groups_written += 1

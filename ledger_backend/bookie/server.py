@@ -64,7 +64,7 @@ __all__ = ["AVAILABLE_BOOKIES_PATH", "BookieAddress", "BookieRegistrationError",
 logger = logging.getLogger(__name__)
 
 AVAILABLE_BOOKIES_PATH = "/ledgerwire/bookies/available"
-_RECEIVE_BYTES = 256 * 1024
+_RECEIVE_BYTES = 64 * 1024  # below glibc's mmap threshold: recv(n) allocates n bytes first
 _COALESCE_BYTES = 64 * 1024
 _MAX_LONG_POLL_S = 600.0
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 ResponseCallback = Callable[[Response | LedgerError], None]
 _SEND_BATCH_BYTES = 1 << 20
-_RECEIVE_BYTES = 1 << 20
+_RECEIVE_BYTES = 64 * 1024  # below glibc's mmap threshold: recv(n) allocates n bytes first
 _SWEEP_INTERVAL_S = 0.05
 
 

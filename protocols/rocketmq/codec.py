@@ -42,6 +42,8 @@ _BINARY_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _I16 = struct.Struct(">h")
 
 _opaque_counter = itertools.count(1)
+# one encoder for every header: json.dumps(..., separators=...) builds a new one per call
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def next_opaque() -> int:
@@ -170,6 +172,8 @@ def decode_command(frame: bytes, *, max_header_bytes: int = DEFAULT_MAX_HEADER_B
 
 def _int_field(doc: dict[str, object], name: str, default: int | None = None) -> int:
     value = doc.get(name, default)
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or value is None:
         raise MalformedFrameError(f"header field {name!r} is missing or not an integer")
     try:
@@ -188,7 +192,8 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
     ext_raw = doc.get("extFields") or {}
     if not isinstance(ext_raw, dict):
         raise MalformedFrameError("extFields is not an object")
-    ext = {str(k): ext_str(v) for k, v in ext_raw.items() if v is not None}
+    # keys of a JSON object are strings already; most values are too
+    ext = {k: v if type(v) is str else ext_str(v) for k, v in ext_raw.items() if v is not None}
     language = doc.get("language", "JAVA")
     if isinstance(language, int) and 0 <= language < len(LANGUAGES):
         language = LANGUAGES[language]
@@ -279,8 +284,8 @@ def _encode_json_header(command: RemotingCommand) -> bytes:
     }
     if command.remark is not None:
         doc["remark"] = command.remark
-    doc["extFields"] = dict(command.ext_fields)
-    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    doc["extFields"] = command.ext_fields
+    return _JSON_ENCODER.encode(doc).encode("utf-8")
 
 
 def _encode_binary_header(command: RemotingCommand) -> bytes:

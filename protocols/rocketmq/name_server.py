@@ -1,12 +1,14 @@
 """The RocketMQ name server: topic routes and cluster info, computed from the topic catalogue.
 
-Routes reflect the queues that exist: a topic's queues are its partitions, all served by the
-brokers this name server knows about (standalone: one).  The default topic TBW102 is routed
+Routes reflect the queues that exist: a topic's queues are its partitions, spread over brokers
+by a QueueMap (queue_map.py: standalone, one broker with every partition; cluster, one broker
+per ownership bundle with the partitions of that bundle).  The default topic TBW102 is routed
 when auto-creation is on, so Java and C++ producers fall back to it and the broker creates the
 topic on first send.  Requests: GET_ROUTEINFO_BY_TOPIC (105), GET_BROKER_CLUSTER_INFO (106),
 GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), GET_TOPICS_BY_CLUSTER (224), GET_KV_CONFIG (101),
 REGISTER_BROKER / UNREGISTER_BROKER (103/104, accepted and ignored: routes come from the shared
-topic catalogue), DELETE_TOPIC_IN_NAMESRV (216, accepted: the broker deletes).
+topic catalogue), DELETE_TOPIC_IN_NAMESRV (216, accepted: the broker deletes),
+GET_SYSTEM_TOPIC_LIST_FROM_NS (304, the console's topic page).
 
 This module must never do I/O itself (the topic catalogue is an injected object).
 """
@@ -26,19 +28,12 @@ from protocols.rocketmq.errors import (
     TopicNotExistError,
 )
 from protocols.rocketmq.headers import ext_required
+from protocols.rocketmq.queue_map import BrokerEndpoint, QueueMap, SingleBrokerQueueMap
 from protocols.rocketmq.request_codes import RequestCode
 from protocols.rocketmq.topic_names import DEFAULT_TOPIC, from_storage, to_storage
 
 PERM_READ_WRITE = 6
 PERM_READ_WRITE_INHERIT = 7
-
-
-@dataclass
-class BrokerEndpoint:
-    cluster_name: str
-    broker_name: str
-    broker_id: int
-    address: str  # host:port as clients should dial it
 
 
 @dataclass
@@ -53,9 +48,10 @@ def _json(doc: object) -> bytes:
 
 class NameServer:
     def __init__(self, topics: TopicServiceLike, brokers: Callable[[], list[BrokerEndpoint]],
-                 config: NameServerConfig | None = None) -> None:
+                 config: NameServerConfig | None = None, *,
+                 queue_map: QueueMap | None = None) -> None:
         self.topics = topics
-        self.brokers = brokers
+        self.queue_map: QueueMap = queue_map or SingleBrokerQueueMap(brokers)
         self.config = config or NameServerConfig()
         self._handlers: dict[int, Callable[[RemotingCommand], Awaitable[RemotingCommand]]] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
@@ -66,6 +62,7 @@ class NameServer:
             RequestCode.REGISTER_BROKER: self._accept,
             RequestCode.UNREGISTER_BROKER: self._accept,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self._accept,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._system_topic_list,
         }
 
     async def handle(self, request: RemotingCommand) -> RemotingCommand:
@@ -80,19 +77,35 @@ class NameServer:
             return make_response(request, exc.code, str(exc))
 
     def route_data(self, topic: str, queues: int, perm: int = PERM_READ_WRITE) -> dict[str, object]:
-        brokers = self.brokers()
+        if topic == DEFAULT_TOPIC:
+            groups = self.queue_map.default_route(queues)
+        else:
+            groups = self.queue_map.route(to_storage(topic), queues)
+        if not groups:
+            raise TopicNotExistError(
+                f"No topic route info in name server for the topic: {topic} (no live broker)")
         return {
-            "queueDatas": [{"brokerName": b.broker_name, "readQueueNums": queues,
-                            "writeQueueNums": queues, "perm": perm, "topicSysFlag": 0}
-                           for b in brokers if b.broker_id == 0],
-            "brokerDatas": [{"cluster": b.cluster_name, "brokerName": b.broker_name,
-                             "brokerAddrs": {str(b.broker_id): b.address}} for b in brokers],
+            "queueDatas": [{"brokerName": g.endpoint.broker_name, "readQueueNums": g.queues,
+                            "writeQueueNums": g.queues, "perm": perm, "topicSysFlag": 0}
+                           for g in groups if g.endpoint.broker_id == 0],
+            "brokerDatas": [{"cluster": g.endpoint.cluster_name,
+                             "brokerName": g.endpoint.broker_name,
+                             "brokerAddrs": {str(g.endpoint.broker_id): g.endpoint.address}}
+                            for g in groups],
             "filterServerTable": {},
         }
 
+    def _default_route_allowed(self) -> bool:
+        """TBW102 is routed when auto-creation is on and the default namespace's policy does
+        not turn it off (the broker still refuses a send to a topic whose own namespace does)."""
+        namespaces = getattr(self.topics, "namespaces", None)
+        return self.config.auto_create_topics and (
+            namespaces is None
+            or namespaces.topic_policies(DEFAULT_TOPIC).auto_create_topics is not False)
+
     async def _route(self, request: RemotingCommand) -> RemotingCommand:
         topic = ext_required(request.ext_fields, "topic")
-        if topic == DEFAULT_TOPIC and self.config.auto_create_topics:
+        if topic == DEFAULT_TOPIC and self._default_route_allowed():
             data = self.route_data(topic, self.config.default_queue_nums,
                                    PERM_READ_WRITE_INHERIT)
             return make_response(request, ResponseCode.SUCCESS, None, None, _json(data))
@@ -111,7 +124,7 @@ class NameServer:
     async def _cluster_info(self, request: RemotingCommand) -> RemotingCommand:
         broker_table: dict[str, dict[str, object]] = {}
         clusters: dict[str, list[str]] = {}
-        for b in self.brokers():
+        for b in self.queue_map.brokers():
             entry = broker_table.setdefault(b.broker_name, {
                 "cluster": b.cluster_name, "brokerName": b.broker_name, "brokerAddrs": {}})
             entry["brokerAddrs"][str(b.broker_id)] = b.address  # type: ignore[index]
@@ -125,6 +138,23 @@ class NameServer:
         names = sorted(from_storage(n) for n in self.topics.topics())
         return make_response(request, ResponseCode.SUCCESS, None, None,
                              _json({"topicList": names}))
+
+    async def _system_topic_list(self, request: RemotingCommand) -> RemotingCommand:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS (304, the console's topic page): like Java, the cluster
+        and broker names, plus one broker address the client then asks for the broker's own
+        system topics (GET_SYSTEM_TOPIC_LIST_FROM_BROKER)."""
+        names: list[str] = []
+        broker_addr: str | None = None
+        for b in self.queue_map.brokers():
+            for name in (b.cluster_name, b.broker_name):
+                if name not in names:
+                    names.append(name)
+            if broker_addr is None and b.address:
+                broker_addr = b.address
+        body: dict[str, object] = {"topicList": names}
+        if broker_addr is not None:
+            body["brokerAddr"] = broker_addr
+        return make_response(request, ResponseCode.SUCCESS, None, None, _json(body))
 
     async def _kv_config(self, request: RemotingCommand) -> RemotingCommand:
         return make_response(request, ResponseCode.QUERY_NOT_FOUND, "No config item")

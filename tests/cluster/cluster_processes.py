@@ -30,6 +30,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_range(count: int, attempts: int = 200) -> int:
+    """A base port such that base .. base+count-1 are all free now."""
+    import random
+
+    for _ in range(attempts):
+        base = random.randrange(20000, 60000 - count)
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
 class Process:
     def __init__(self, name: str, args: list[str], log_path: Path, ready_text: bytes) -> None:
         self.name = name
@@ -93,7 +114,8 @@ class Cluster:
                  quorum: tuple[int, int, int] = (3, 2, 2), session_timeout_s: float = 4.0,
                  partitions: int = 6, bundles: int = 16, lost_bookie_delay_s: float = 2.0,
                  open_ledger_grace_s: float = 4.0, autorecovery: bool = True,
-                 fsync: bool = False) -> None:
+                 fsync: bool = False, broker_args: list[str] | None = None,
+                 rocketmq: bool = False) -> None:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
         self.zk = ZooKeeperServer(base / "zk")
@@ -109,8 +131,14 @@ class Cluster:
         self.bookies: list[Process] = []
         self.brokers: dict[int, Process] = {}
         self.broker_ports: dict[int, int] = {}
+        self.admin_ports: dict[int, int] = {}  # each broker's admin HTTP API (/health, ...)
+        self.broker_args = list(broker_args or [])  # extra `ledgerwire broker` arguments
         self._n_bookies = bookies
         self._n_brokers = brokers
+        # RocketMQ (off unless asked: a broker binds `bundles` ports for it)
+        self.rocketmq = rocketmq
+        self.rocketmq_base_ports: dict[int, int] = {}  # bundle b on base + b
+        self.name_server_ports: dict[int, int] = {}
 
     @property
     def metadata_url(self) -> str:
@@ -156,19 +184,38 @@ class Cluster:
 
     def add_broker(self, node_id: int, wait: bool = True) -> Process:
         port = self.broker_ports.get(node_id) or free_port()
+        admin_port = self.admin_ports.get(node_id) or free_port()
         e, qw, qa = self.quorum
         args = ["broker", "--metadata", self.metadata_url, "--broker-id", str(node_id),
                 "--kafka-listener", f"127.0.0.1:{port}", "--data-dir",
                 str(self.base / f"broker-{node_id}"), "--ensemble-size", str(e),
                 "--write-quorum", str(qw), "--ack-quorum", str(qa),
                 "--default-partitions", str(self.partitions), "--bundles", str(self.bundles),
-                "--group-initial-rebalance-delay-ms", "0", "--log-format", "text"]
+                "--group-initial-rebalance-delay-ms", "0", "--log-format", "text",
+                "--admin-listener", f"127.0.0.1:{admin_port}", *self._rocketmq_args(node_id),
+                *self.broker_args]
         broker = Process(f"broker-{node_id}", args, self.base / f"broker-{node_id}.log",
                          b"ready on")
         self.brokers[node_id] = broker
         self.broker_ports[node_id] = port
+        self.admin_ports[node_id] = admin_port
         broker.start(wait=wait)
         return broker
+
+    def _rocketmq_args(self, node_id: int) -> list[str]:
+        if not self.rocketmq:
+            return ["--no-rocketmq"]
+        base = self.rocketmq_base_ports.get(node_id) or free_port_range(self.bundles)
+        ns = self.name_server_ports.get(node_id) or free_port()
+        self.rocketmq_base_ports[node_id], self.name_server_ports[node_id] = base, ns
+        return ["--rocketmq", "--rocketmq-broker-listener", f"127.0.0.1:{base}",
+                "--rocketmq-name-server-listener", f"127.0.0.1:{ns}"]
+
+    def name_server(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.name_server_ports[node_id]}"
+
+    def admin_url(self, node_id: int) -> str:
+        return f"http://127.0.0.1:{self.admin_ports[node_id]}"
 
     def cli(self, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "gateway", *args,

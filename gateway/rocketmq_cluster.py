@@ -1,0 +1,463 @@
+"""RocketMQ in a cluster broker: one RocketMQ broker per ownership bundle, and a name server
+whose routes follow bundle ownership.
+
+RocketMQ 4.x per-queue requests carry topic + queue id but no broker name, so queue ids must
+be stable per (broker name, address).  Hence each ownership bundle b is one RocketMQ broker,
+"<cluster name>-b<b>" (broker id 0, a master), served at the owner's advertised RocketMQ host
+and port `base + b`.  Every cluster broker binds all ports base..base+bundles-1 at start; a
+connection on port base+b talks to `BundleBroker` b, whose topics, queues and offsets are
+those of bundle b (queue i of topic T = the i-th partition of T placed in bundle b,
+protocols/rocketmq/queue_map.py).  While b is not owned here, every per-queue request on that
+port is answered SYSTEM_BUSY "bundle not served here", so clients refresh their routes.
+
+Configuration: rocketmq.broker_listener is the *base* port (bundle b on base + b, all bound at
+start, so it must not be 0); rocketmq.advertised_host / advertised_port (0: the base port) are
+what routes name; rocketmq.name_server_listener serves routes computed from ownership, so any
+broker's name server answers for the whole cluster.
+
+The owner's RocketMQ host and base port are published in its live registration node
+("rocketmq": {"host", "base_port"}); every broker reads them (`follow_registrations`) to answer
+routes for bundles owned elsewhere.  Consumer offsets are kept per bundle, keyed by (group,
+storage topic, partition), in the ledger `__system/offsets/__rocketmq_offsets-b<b>`: loaded
+when the bundle is acquired and closed before it is released (a BundleExtension).  The client
+registry (heartbeats, consumer lists, queue locks) is one per process, shared by all ports.
+
+Retry, dead-letter, delay and transaction topics are bundle-pinned (gateway/ownership.py):
+what bundle b's broker writes to them stays in bundle b, and b's owner runs b's delay scheduler
+and transaction service (gateway/rocketmq_bundle_services.py), started after b's offsets are
+loaded and stopped before they close.  Topics created through RocketMQ get a multiple of
+`bundles` partitions (queue_map.BundleQueueMap.cluster_partitions).
+
+This module must never open a partition of a bundle this broker does not own (opening fences
+the real owner), and never acknowledge an offset commit for such a partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, cast
+
+import trio
+
+from gateway.broker_registry import read_live_registrations
+from gateway.config import RocketMQConfig, parse_host_port
+from gateway.offset_store import LedgerOffsetStore
+from gateway.ownership import OwnershipService, bundle_of, is_bundle_pinned
+from gateway.rocketmq_bundle_services import (
+    BundleClients,
+    BundleTransactions,
+    run_bundle_services,
+)
+from gateway.rocketmq_delays import DelayScheduler
+from gateway.rocketmq_listener import serve_rocketmq_broker, serve_rocketmq_name_server
+from gateway.rocketmq_service import (
+    ROCKETMQ_OFFSETS_LEDGER,
+    RocketMQOffsets,
+    ensure_storage_topic,
+    namespace_forbids_auto_create,
+)
+from gateway.rocketmq_setup import rocketmq_acl
+from gateway.topic_service import TopicService
+from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from ledger_backend.metadata.store import MetadataError, MetadataStore
+from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike, TopicServiceLike
+from protocols.rocketmq.client_registry import ClientRegistry
+from protocols.rocketmq.codec import make_request
+from protocols.rocketmq.errors import (
+    MessageIllegalError,
+    ResponseCode,
+    RocketMQError,
+    TopicNotExistError,
+)
+from protocols.rocketmq.name_server import NameServer, NameServerConfig
+from protocols.rocketmq.queue_map import BundleQueueMap
+from protocols.rocketmq.request_codes import RequestCode
+from protocols.rocketmq.topic_names import from_storage, to_storage
+
+log = logging.getLogger("ledgerwire.rocketmq.cluster")
+
+REGISTRATION_KEY = "rocketmq"
+REGISTRATION_REFRESH_S = 5.0
+EXPIRY_SCAN_INTERVAL_S = 10.0
+_WILDCARD = ("", "0.0.0.0", "::")
+
+
+class BundleNotServedError(RocketMQError):
+    """A per-queue request reached a port whose bundle this broker does not own (now)."""
+
+    code = ResponseCode.SYSTEM_BUSY
+
+
+def offsets_ledger_name(bundle: int) -> str:
+    return f"{ROCKETMQ_OFFSETS_LEDGER}-b{bundle}"
+
+
+@dataclass
+class BundleTopicInfo:
+    """A topic as one bundle's broker sees it: `partitions` is its queue count there."""
+
+    name: str
+    partitions: int
+    configs: dict[str, str]
+
+
+class BundleTopicTable(Mapping[str, BundleTopicInfo]):
+    """The topic catalogue seen through one bundle, translated lazily per lookup."""
+
+    def __init__(self, table: Mapping[str, Any], queue_map: BundleQueueMap, bundle: int) -> None:
+        self._table = table
+        self._map = queue_map
+        self._bundle = bundle
+
+    def __getitem__(self, name: str) -> BundleTopicInfo:
+        return translate(self._table[name], self._map, self._bundle)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
+def translate(info: Any, queue_map: BundleQueueMap, bundle: int) -> BundleTopicInfo:
+    return BundleTopicInfo(info.name, queue_map.queue_count(info.name, info.partitions, bundle),
+                           dict(info.configs))
+
+
+class RocketMQOffsetLedgers:
+    """Per-bundle RocketMQ consumer offsets (a BundleExtension of the cluster broker)."""
+
+    def __init__(self, factory: ManagedLedgerFactory, config: ManagedLedgerConfig) -> None:
+        self._factory = factory
+        self._config = config
+        self._stores: dict[int, RocketMQOffsets] = {}
+
+    def store(self, bundle: int) -> RocketMQOffsets | None:
+        return self._stores.get(bundle)
+
+    async def acquired(self, bundle: int) -> None:
+        if bundle in self._stores:
+            return
+        offsets = RocketMQOffsets(LedgerOffsetStore(self._factory, self._config,
+                                                    ledger_name=offsets_ledger_name(bundle)))
+        await offsets.load()
+        self._stores[bundle] = offsets
+
+    async def releasing(self, bundle: int) -> None:
+        offsets = self._stores.pop(bundle, None)
+        if offsets is not None:
+            await offsets.close()
+
+    async def close_all(self) -> None:
+        for bundle in sorted(self._stores):
+            await self.releasing(bundle)
+
+    def __repr__(self) -> str:
+        return "RocketMQOffsetLedgers"
+
+
+class BundleTopics:
+    """TopicServiceLike of bundle b: partitions are b's queues; opens only what b owns."""
+
+    def __init__(self, side: ClusterRocketMQ, bundle: int) -> None:
+        self._side = side
+        self._bundle = bundle
+
+    def topics(self) -> Mapping[str, BundleTopicInfo]:  # type: ignore[override]
+        return BundleTopicTable(self._side.topics.topics(), self._side.queue_map, self._bundle)
+
+    async def refresh_topic(self, name: str) -> BundleTopicInfo | None:
+        info = await self._side.topics.refresh_topic(name)
+        return None if info is None else translate(info, self._side.queue_map, self._bundle)
+
+    async def create_topic(self, name: str, partitions: int,
+                           configs: dict[str, str] | None = None) -> None:
+        await self._side.topics.create_topic(
+            name, self._side.queue_map.cluster_partitions(name, partitions), configs)
+
+    async def create_partitions(self, name: str, total: int) -> None:
+        """Give this bundle (and so every bundle) at least `total` queues, as RocketMQ's
+        updateTopic does per broker: q * bundles partitions, never fewer than today's, and a
+        multiple of bundles (consecutive placement then gives each bundle the same share)."""
+        bundles = self._side.queue_map.bundles
+        info = self._side.topics.topics().get(name)
+        current = info.partitions if info is not None else 0
+        wanted = max(total * bundles, -(-current // bundles) * bundles)
+        if wanted > current:
+            await self._side.topics.create_partitions(name, wanted)
+
+    async def delete_topic(self, name: str) -> None:
+        await self._side.topics.delete_topic(name)
+
+    async def partition(self, topic: str, partition: int) -> Any:
+        """`partition` is a queue id of this bundle."""
+        storage_partition = self._side.partition_of(self._bundle, topic, partition)
+        return await self._side.topics.partition(topic, storage_partition)
+
+    @property
+    def backlog_quotas(self) -> Any:
+        """The topic service's backlog quotas (if any), asked about the queue's partition."""
+        quotas = getattr(self._side.topics, "backlog_quotas", None)
+        return None if quotas is None else _BundleQuotas(quotas, self._side, self._bundle)
+
+
+class _BundleQuotas:
+    def __init__(self, quotas: Any, side: ClusterRocketMQ, bundle: int) -> None:
+        self._quotas = quotas
+        self._side = side
+        self._bundle = bundle
+
+    async def admit(self, storage_topic: str, queue_id: int) -> Any:
+        return await self._quotas.admit(
+            storage_topic, self._side.partition_of(self._bundle, storage_topic, queue_id))
+
+
+class BundleOffsets:
+    """OffsetStoreLike of bundle b: (group, RocketMQ topic, queue id) -> the bundle's ledger."""
+
+    def __init__(self, side: ClusterRocketMQ, bundle: int) -> None:
+        self._side = side
+        self._bundle = bundle
+
+    def _where(self, topic: str, queue_id: int) -> tuple[RocketMQOffsets, str, int]:
+        storage = to_storage(topic)
+        partition = self._side.partition_of(self._bundle, storage, queue_id)
+        offsets = self._side.offset_ledgers.store(self._bundle)
+        if offsets is None:
+            raise BundleNotServedError(f"bundle {self._bundle} not served here (offsets)")
+        return offsets, storage, partition
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        offsets, storage, partition = self._where(topic, queue_id)
+        return offsets.query(group, storage, partition)
+
+    async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        offsets, storage, partition = self._where(topic, queue_id)
+        await offsets.commit(group, storage, partition, offset)
+
+
+class BundleBroker:
+    """The BrokerLike served on port base + b: bundle b as one RocketMQ broker."""
+
+    def __init__(self, side: ClusterRocketMQ, bundle: int, config: RocketMQBrokerConfig) -> None:
+        self.bundle = bundle
+        self.config = config
+        self._side = side
+        self.topics: TopicServiceLike = BundleTopics(side, bundle)  # type: ignore[assignment]
+        self.offsets = BundleOffsets(side, bundle)
+        self._clients = BundleClients(side.clients)
+        self.clients = cast(ClientRegistry, self._clients)
+        self.delays = DelayScheduler(self, config.delay_levels)
+        self.transactions = BundleTransactions(self, config)
+
+    async def ensure_topic(self, topic: str, queue_nums: int, *,
+                           explicit: bool = False) -> TopicInfoLike:
+        info = await self._side.ensure_topic(topic, queue_nums, explicit=explicit)
+        return translate(info, self._side.queue_map, self.bundle)
+
+    def now_ms(self) -> int:
+        return self._side.now_ms()
+
+    def notify_consumers_changed(self, group: str) -> None:
+        self._side.notify_consumers_changed(group)
+
+    def listener_bound(self, port: int) -> None:
+        pass  # the advertised port is fixed: base + bundle
+
+    def connection_closed(self, conn: Any) -> None:
+        self._clients.forget(conn)
+        self._side.connection_closed(conn)
+
+
+class ClusterRocketMQ:
+    """Everything RocketMQ in one cluster broker (see the module docstring)."""
+
+    def __init__(self, config: RocketMQConfig, topics: TopicService, ownership: OwnershipService,
+                 store: MetadataStore, factory: ManagedLedgerFactory,
+                 ledger_config: ManagedLedgerConfig) -> None:
+        self.config = config
+        self.acl = rocketmq_acl(config, topics)  # [rocketmq.acl], as in the standalone
+        self.topics = topics
+        self.ownership = ownership
+        self._store = store
+        self.bind_host, self.base_port = parse_host_port(config.broker_listener)
+        if self.base_port <= 0:
+            raise ValueError("a cluster broker needs a fixed rocketmq.broker_listener port: "
+                             "bundle b is served on that port + b")
+        self.advertised_host = config.advertised_host or (
+            self.bind_host if self.bind_host not in _WILDCARD else "127.0.0.1")
+        self.advertised_base = config.advertised_port or self.base_port
+        bundles = ownership.layout.bundles
+        self.queue_map = BundleQueueMap(config.cluster_name, bundles, bundle_of, self.address_of,
+                                        is_bundle_pinned)
+        base = RocketMQBrokerConfig(
+            cluster_name=config.cluster_name, advertised_host=self.advertised_host,
+            auto_create_topics=config.auto_create_topics,
+            default_queue_nums=config.default_queue_nums,
+            max_reconsume_times=config.max_reconsume_times, delay_levels=config.delay_levels,
+            transaction_check_timeout_s=config.transaction_check_timeout_s,
+            transaction_check_interval_s=config.transaction_check_interval_s,
+            transaction_max_checks=config.transaction_max_checks)
+        self.clients = ClientRegistry(base.client_expiry_s, base.lock_expiry_s)
+        self.offset_ledgers = RocketMQOffsetLedgers(factory, ledger_config)
+        self.brokers = [
+            BundleBroker(self, b, dataclasses.replace(
+                base, broker_name=self.queue_map.broker_name(b),
+                advertised_port=self.advertised_base + b))
+            for b in range(bundles)]
+        self.name_server = NameServer(
+            cast(TopicServiceLike, topics), list,
+            NameServerConfig(config.auto_create_topics, config.default_queue_nums),
+            queue_map=self.queue_map)
+        self._registrations: dict[int, dict[str, Any]] = {}
+        self._create_lock = trio.Lock()
+        self._services: dict[int, tuple[trio.CancelScope, trio.Event]] = {}
+        self._nursery: trio.Nursery | None = None
+        self._running = trio.Event()
+
+    # --- bundles (a BundleExtension of the cluster broker) ------------------------------------
+
+    async def acquired(self, bundle: int) -> None:
+        """Load the bundle's offsets, then start its delay scheduler and transaction service."""
+        await self.offset_ledgers.acquired(bundle)
+        if bundle in self._services:
+            return
+        await self._running.wait()
+        assert self._nursery is not None
+        scope, done = trio.CancelScope(), trio.Event()
+        self._services[bundle] = (scope, done)
+        self._nursery.start_soon(self._run_services, bundle, scope, done)
+
+    async def _run_services(self, bundle: int, scope: trio.CancelScope,
+                            done: trio.Event) -> None:
+        try:
+            with scope:
+                await run_bundle_services(self.brokers[bundle], self.ownership.bundle_is_local)
+        finally:
+            done.set()
+
+    async def releasing(self, bundle: int) -> None:
+        """Stop the bundle's services (they write through its logs), then close its offsets."""
+        entry = self._services.pop(bundle, None)
+        if entry is not None:
+            entry[0].cancel()
+            await entry[1].wait()
+        await self.offset_ledgers.releasing(bundle)
+
+    async def close(self) -> None:
+        for bundle in sorted(self._services):
+            await self.releasing(bundle)
+        await self.offset_ledgers.close_all()
+
+    def __repr__(self) -> str:
+        return "ClusterRocketMQ"
+
+    # --- routes ------------------------------------------------------------------------------
+
+    def registration(self) -> dict[str, object]:
+        """What this broker adds to its live node (ownership.registration_extra)."""
+        return {REGISTRATION_KEY: {"host": self.advertised_host,
+                                   "base_port": self.advertised_base}}
+
+    def address_of(self, bundle: int) -> str | None:
+        owner = self.ownership.bundle_owner(bundle)
+        if owner is None:
+            return None
+        if owner.node_id == self.ownership.me.node_id:
+            return f"{self.advertised_host}:{self.advertised_base + bundle}"
+        doc = self._registrations.get(owner.node_id, {}).get(REGISTRATION_KEY)
+        if not isinstance(doc, dict):
+            return None  # the owner serves no RocketMQ (or we have not read it yet)
+        return f"{doc['host']}:{int(doc['base_port']) + bundle}"
+
+    async def refresh_registrations(self) -> None:
+        self._registrations = await read_live_registrations(self._store)
+
+    async def follow_registrations(self) -> None:
+        """Keep the other brokers' RocketMQ addresses current (after every ownership round)."""
+        while True:
+            changed = self.ownership.changed
+            try:
+                await self.refresh_registrations()
+            except MetadataError as exc:
+                log.debug("reading registrations failed: %r", exc)
+            with trio.move_on_after(REGISTRATION_REFRESH_S):
+                await changed.wait()
+
+    # --- what bundle brokers share ------------------------------------------------------------
+
+    def partition_of(self, bundle: int, storage_topic: str, queue_id: int) -> int:
+        """The partition queue `queue_id` of `bundle` names; refused unless owned here."""
+        info = self.topics.topics().get(storage_topic)
+        if info is None:
+            raise MessageIllegalError(f"topic {storage_topic} unknown")
+        partition = self.queue_map.partition_of(storage_topic, info.partitions, bundle, queue_id)
+        if partition is None:
+            raise MessageIllegalError(
+                f"queueId[{queue_id}] is illegal for broker {self.queue_map.broker_name(bundle)}")
+        if not self.ownership.bundle_is_local(bundle):
+            raise BundleNotServedError(
+                f"bundle {bundle} ({self.queue_map.broker_name(bundle)}) not served here; "
+                "refresh the topic route")
+        return partition
+
+    async def ensure_topic(self, topic: str, queue_nums: int, *,
+                           explicit: bool = False) -> TopicInfoLike:
+        """Like RocketMQBroker.ensure_topic, with the cluster's partition count."""
+        async with self._create_lock:
+            if not explicit and namespace_forbids_auto_create(self.topics, topic):
+                info = self.topics.topics().get(topic) or await self.topics.refresh_topic(topic)
+                if info is None:
+                    raise TopicNotExistError(
+                        f"topic[{from_storage(topic)}] not exist, apply first please! (its "
+                        "namespace does not allow auto-creation)")
+                return info  # type: ignore[return-value]
+            return await ensure_storage_topic(
+                self.topics, topic, self.queue_map.cluster_partitions(topic, queue_nums))
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def notify_consumers_changed(self, group: str) -> None:
+        for conn in self.clients.consumer_connections(group):
+            conn.send_request(make_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                           {"consumerGroup": group}, oneway=True))
+
+    def connection_closed(self, conn: Any) -> None:
+        for group in self.clients.connection_closed(conn):
+            self.notify_consumers_changed(group)
+
+    # --- running -----------------------------------------------------------------------------
+
+    async def serve(self, servers: trio.Nursery) -> None:
+        """Bind every bundle's port and the name server (each returns once it accepts)."""
+        for broker in self.brokers:
+            await servers.start(partial(serve_rocketmq_broker, broker, self.bind_host,
+                                        self.base_port + broker.bundle, acl=self.acl))
+        ns_host, ns_port = parse_host_port(self.config.name_server_listener)
+        ns = await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
+                                         ns_port))
+        log.info("rocketmq cluster brokers ready", extra={
+            "bundle_ports": f"{self.base_port}-{self.base_port + len(self.brokers) - 1}",
+            "advertised": f"{self.advertised_host}:{self.advertised_base}+bundle",
+            "name_server": f"{ns.host}:{ns.port}"})
+
+    async def run(self) -> None:
+        """Background work: registrations of the other brokers, client expiry, and the
+        services of the bundles owned here."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._running.set()
+            nursery.start_soon(self.follow_registrations)
+            nursery.start_soon(self._expire_clients)
+
+    async def _expire_clients(self) -> None:
+        while True:
+            await trio.sleep(EXPIRY_SCAN_INTERVAL_S)
+            for group in self.clients.expire(trio.current_time()):
+                self.notify_consumers_changed(group)
