@@ -38,6 +38,10 @@ Pulsar's producer path -- so these are our choice):
 
 In a cluster, groups coordinated by other brokers count through a RetentionScope's committed
 floors (gateway/retention_policies.py); eviction moves only the groups coordinated here.
+RocketMQ consumer groups keep their offsets outside the Kafka coordinator; the RocketMQ side
+registers them as an offset source (`add_offset_source`: standalone RocketMQOffsets, in a
+cluster the per-bundle offsets of the bundles owned here), and they count -- and are evicted --
+like coordinator groups.
 
 This module must never block or read storage on the produce path, nor move a committed offset
 backwards.
@@ -49,13 +53,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 from gateway.retention_policies import advance_committed, committed_offsets
 from ledger_backend.managed_ledger.types import Position
-from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import parse_header
 
 log = logging.getLogger("ledgerwire.backlog_quota")
@@ -102,6 +105,19 @@ def eviction_offset(spans: list[LedgerSpan], limit_bytes: int) -> int | None:
     return None
 
 
+class CommittedOffsetSource(Protocol):
+    """Consumer offsets kept outside the Kafka coordinator (RocketMQ groups), by storage topic
+    and partition."""
+
+    def committed_on(self, topic: str, partition: int) -> dict[str, int]:
+        """group -> committed offset on the partition (groups without one left out)."""
+        ...
+
+    async def advance(self, group: str, topic: str, partition: int, to: int) -> None:
+        """Move the group's committed offset forward to `to` (durably)."""
+        ...
+
+
 @dataclass(frozen=True)
 class QuotaRefusal:
     """Why a produce is refused; `held`: it was held until the timeout (retriable) rather than
@@ -143,6 +159,18 @@ class BacklogQuotas:
         self.hold_timeout_s = hold_timeout_s
         self._over: dict[tuple[str, int], _OverQuota] = {}
         self._ledger_bases: dict[int, int] = {}  # ledger id -> base offset (never changes)
+        self._offset_sources: list[CommittedOffsetSource] = []
+
+    def add_offset_source(self, source: CommittedOffsetSource) -> None:
+        """Count another protocol's consumer offsets (RocketMQ groups) in every pass."""
+        if source not in self._offset_sources:
+            self._offset_sources.append(source)
+
+    def _other_committed(self, topic: str, partition: int
+                         ) -> list[tuple[CommittedOffsetSource, str, int]]:
+        return [(source, group, offset) for source in self._offset_sources
+                for group, offset in source.committed_on(topic, partition).items()
+                if offset >= 0]
 
     # --- produce path ----------------------------------------------------------------------------
 
@@ -177,7 +205,7 @@ class BacklogQuotas:
             await trio.sleep(over_quota_interval_s if self._over else interval_s)
             try:
                 await self.apply_once()
-            except KafkaProtocolError:
+            except Exception:  # a background pass must never take the broker down
                 log.warning("backlog quota pass failed", exc_info=True)
 
     async def apply_once(self) -> BacklogPass:
@@ -198,7 +226,7 @@ class BacklogQuotas:
                 continue
             try:
                 await self._check(topic, partition, plog, floors, result, live_ledgers)
-            except KafkaProtocolError:
+            except Exception:  # e.g. a ledger trimmed or closed under the pass: next pass
                 log.warning("backlog of %s-%d not checked", topic, partition, exc_info=True)
                 live_ledgers.update(self._ledger_bases)  # keep the cache on a failure
         for ledger_id in set(self._ledger_bases) - live_ledgers:
@@ -221,6 +249,8 @@ class BacklogQuotas:
             return
         committed = committed_offsets(self._coordinator, topic, partition)
         positions = [c.offset for c in committed.values()]
+        others = self._other_committed(topic, partition)
+        positions += [offset for _, _, offset in others]
         if floors is not None and key in floors:
             positions.append(floors[key])
         end = plog.high_watermark
@@ -249,7 +279,7 @@ class BacklogQuotas:
         if policy == EVICTION:
             self._release(key)
             await self._evict(topic, partition, plog, committed, spans, limit_bytes, limit_ms,
-                              result)
+                              result, others)
             return
         over = self._over.get(key)
         if over is None or over.policy != policy:
@@ -263,7 +293,8 @@ class BacklogQuotas:
 
     async def _evict(self, topic: str, partition: int, plog: Any, committed: dict[str, Any],
                      spans: list[LedgerSpan], limit_bytes: int | None, limit_ms: int | None,
-                     result: BacklogPass) -> None:
+                     result: BacklogPass,
+                     others: list[tuple[CommittedOffsetSource, str, int]]) -> None:
         target = plog.log_start_offset
         if limit_bytes is not None:
             by_size = eviction_offset(spans, limit_bytes)
@@ -283,6 +314,15 @@ class BacklogQuotas:
             log.info("backlog eviction moved committed offset", extra={
                 "group": group_id, "topic": topic, "partition": partition,
                 "from": offset.offset, "to": target})
+        for source, group, position in others:
+            if position >= target:
+                continue
+            await source.advance(group, topic, partition, target)
+            result.evicted.append({"group": group, "topic": topic, "partition": partition,
+                                   "from": position, "to": target, "protocol": "rocketmq"})
+            log.info("backlog eviction moved rocketmq offset", extra={
+                "group": group, "topic": topic, "partition": partition, "from": position,
+                "to": target})
 
     def _release(self, key: tuple[str, int]) -> None:
         over = self._over.pop(key, None)

@@ -32,7 +32,6 @@ import trio
 from gateway.admin_api import serve_admin_api
 from gateway.broker_registry import ClusterLayout, init_cluster
 from gateway.cluster_services import (
-    TrackedGroupCoordinator,
     build_admin,
     keep_running,
     setup_namespaces,
@@ -232,8 +231,12 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             info = topics_holder[0].topics().get(name) if topics_holder else None
             return dict(info.configs) if info is not None else None
 
+        def namespace_of(name: str) -> str:  # as TopicService.managed_ledger_name places it
+            registry = topics_holder[0].namespaces if topics_holder else None
+            return registry.namespace_of(name) if registry is not None else ts_config.namespace
+
         topics = TopicService(
-            store, QuorumPolicyFactory(factory, ts_config.namespace, topic_configs), ts_config)
+            store, QuorumPolicyFactory(factory, namespace_of, topic_configs), ts_config)
         topics_holder.append(topics)
         await topics.load()
         namespaces = await setup_namespaces(store, topics, config)
@@ -255,7 +258,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         ownership = OwnershipService(store, layout, BrokerEndpoint(k.broker_id, adv_host, 0),
                                      session_timeout_s=session_timeout_of(metadata_url),
                                      on_acquired=hooks.acquired, on_releasing=hooks.releasing)
-        groups = TrackedGroupCoordinator(
+        groups = ClusterGroupCoordinator(
             factory, system_ledger_config(config), ownership, background,
             CoordinatorConfig(
                 initial_rebalance_delay_s=k.group_initial_rebalance_delay_ms / 1000,
@@ -273,7 +276,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             stack.push_async_callback(rocketmq.close)
         transactions = setup_cluster_transactions(
             stack, store, factory, system_ledger_config(config), topics, groups, ownership,
-            hooks, background, k.broker_id)
+            hooks, background, k.broker_id, peer_security=security.peers)
         broker = ClusterKafkaBroker(topics, broker_config, group_coordinator=groups,
                                     transaction_coordinator=transactions,
                                     ownership=ownership, authorizer=security.authorizer,

@@ -9,7 +9,8 @@ the admin HTTP API, made right for a broker that owns only part of the cluster.
   partitions get the new policies);
 - the admin API sees topics through `OwnedTopics`: it never opens (and so never fences) a
   partition another broker owns, and lists/measures only partitions owned here;
-- groups are those of the coordinator partitions this broker owns (`LocalGroupsView`);
+- groups are those of the coordinator partitions this broker owns (ClusterGroupCoordinator's
+  `offsets` and `loaded_partitions()`);
 - message TTL: a partition's owner publishes the first offset inside the TTL, and each group's
   coordinator moves that group's committed offset up to it (`ClusterRetentionScope`);
 - retention/TTL (`ClusterRetentionScope`) act only on partitions owned here; consumed-data
@@ -31,7 +32,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -45,12 +46,12 @@ from gateway.kafka_security import KafkaSecurity, setup_kafka_security
 from gateway.metrics import BrokerMetrics
 from gateway.namespaces import NamespaceRegistry
 from gateway.ownership import GROUP_TOPIC, OwnershipService
+from gateway.peer_client import PeerSecurity, peer_security_from_config
 from gateway.retention_policies import RetentionPolicies
 from gateway.tenant_authorizer import TenantAuthorizer
 from ledger_backend.client.ledger_metadata import AVAILABLE_BOOKIES_PATH
 from ledger_backend.metadata.store import MetadataError, MetadataStore, NoNodeError
 from protocols.kafka.errors import KafkaProtocolError, NotLeaderOrFollowerError
-from protocols.kafka.group_coordinator import GroupError
 from protocols.kafka.group_model import CommittedOffset
 
 log = logging.getLogger("ledgerwire.cluster_ops")
@@ -78,15 +79,62 @@ class ClusterSecurity:
 
     kafka: KafkaSecurity
     authorizer: TenantAuthorizer
+    peers: PeerSecurity = field(default_factory=PeerSecurity)  # how to reach other brokers
 
 
 async def setup_security(config: Config, store: MetadataStore, namespaces: NamespaceRegistry,
                          background: trio.Nursery) -> ClusterSecurity:
     """TLS/SASL/ACLs as in the standalone; users and ACLs live in the shared store, so every
-    broker of a cluster authenticates and authorises alike (the ACL store follows changes)."""
+    broker of a cluster authenticates and authorises alike (the ACL store follows changes).
+    Also the inter-broker login (`setup_inter_broker_security`)."""
     security = await setup_kafka_security(config, store)  # loads the ACLs once
     background.start_soon(follow_acls, security.acls)
-    return ClusterSecurity(security, TenantAuthorizer(security.authorizer, namespaces))
+    peers = await setup_inter_broker_security(config, security)
+    return ClusterSecurity(security, TenantAuthorizer(security.authorizer, namespaces), peers)
+
+
+async def setup_inter_broker_security(config: Config, security: KafkaSecurity) -> PeerSecurity:
+    """How this broker logs in to its peers (security.inter_broker_*).  Its principal becomes a
+    super user (as Kafka operators list brokers in super.users) unless
+    inter_broker_super_user = false, and its password is checked against the stored
+    credential now, so a wrong one is an error in the log at start rather than a mystery when
+    the first transaction spans two brokers.  Neither check stops the broker."""
+    peers = peer_security_from_config(config)
+    protocol = config.kafka.security_protocol
+    if peers.sasl_mechanism is None:
+        if protocol.startswith("SASL_"):
+            log.warning("security.inter_broker_user is not set on a %s listener: requests to "
+                        "other brokers (transaction markers, transactional offsets) will be "
+                        "refused", protocol)
+        return peers
+    principal = peers.principal
+    if config.security.inter_broker_super_user and principal is not None:
+        security.authorizer.super_users = security.authorizer.super_users | {principal}
+    await check_inter_broker_credential(security.credentials, peers)
+    log.info("inter-broker security", extra={
+        "peers": peers.describe(), "super_user": principal in security.authorizer.super_users})
+    return peers
+
+
+async def check_inter_broker_credential(credentials: Any, peers: PeerSecurity) -> bool:
+    """Does the stored credential of the inter-broker user accept its configured password?
+    Logs an error naming the setting to fix when not (never the password)."""
+    try:
+        credential = await credentials.lookup(peers.user, peers.sasl_mechanism)
+    except MetadataError as exc:
+        log.warning("cannot check the inter-broker credential of %r now: %r", peers.user, exc)
+        return False
+    if credential is None:
+        log.error("inter-broker user %r has no %s credential: add it to security.users (or "
+                  "users_file) with the password of security.inter_broker_password; requests "
+                  "to other brokers will be refused", peers.user, peers.sasl_mechanism)
+        return False
+    if not await trio.to_thread.run_sync(credential.check_password, peers.password):
+        log.error("security.inter_broker_password does not match the stored password of "
+                  "inter-broker user %r: requests to other brokers (transaction markers, "
+                  "transactional offsets) will be refused until it is fixed", peers.user)
+        return False
+    return True
 
 
 async def follow_acls(acls: Any, retry_s: float = 1.0) -> None:
@@ -124,44 +172,6 @@ class OwnedTopics:
     def open_partitions(self) -> dict[PartitionKey, Any]:
         return {key: plog for key, plog in self._topics.open_partitions().items()
                 if self._ownership.is_local(*key)}
-
-
-class TrackedGroupCoordinator(ClusterGroupCoordinator):
-    """A ClusterGroupCoordinator that says which coordinator partitions are loaded (a partition
-    whose load failed is owned but not loaded: its groups are unknown here)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.loaded: set[int] = set()
-
-    async def start_partition(self, partition: int) -> None:
-        await super().start_partition(partition)
-        self.loaded.add(partition)
-
-    async def stop_partition(self, partition: int) -> None:
-        self.loaded.discard(partition)
-        await super().stop_partition(partition)
-
-
-class LocalGroupsView:
-    """The groups of the coordinator partitions this broker owns, with the `offsets` mapping
-    (group -> {(topic, partition): CommittedOffset}) the admin API and retention read."""
-
-    def __init__(self, groups: ClusterGroupCoordinator) -> None:
-        self._groups = groups
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._groups, name)
-
-    @property
-    def offsets(self) -> dict[str, dict[PartitionKey, Any]]:
-        out: dict[str, dict[PartitionKey, Any]] = {}
-        for group_id in self._groups.known_group_ids():
-            try:
-                out[group_id] = self._groups.fetch_offsets(group_id, None)
-            except GroupError:
-                continue  # its partition is being released
-        return out
 
 
 # --- cluster-wide committed floors for consumed-data retention ---------------------------------
@@ -233,13 +243,12 @@ class ClusterRetentionScope:
     the partition's owner itself."""
 
     def __init__(self, store: MetadataStore, ownership: OwnershipService,
-                 groups: TrackedGroupCoordinator, broker_id: int, topics: OwnedTopics,
+                 groups: ClusterGroupCoordinator, broker_id: int, topics: OwnedTopics,
                  namespaces: NamespaceRegistry,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self._store = store
         self._ownership = ownership
         self._groups = groups
-        self._view = LocalGroupsView(groups)
         self._path = f"{COMMITTED_FLOORS_PATH}/{broker_id}"
         self._broker_id = broker_id
         self._topics = topics
@@ -250,7 +259,8 @@ class ClusterRetentionScope:
         return self._ownership.is_local(topic, partition)
 
     def covered(self) -> set[int]:
-        return {p for p in self._groups.loaded if self._ownership.is_local(GROUP_TOPIC, p)}
+        return {p for p in self._groups.loaded_partitions()
+                if self._ownership.is_local(GROUP_TOPIC, p)}
 
     async def _ttl_first_live(self) -> dict[PartitionKey, int]:
         out: dict[PartitionKey, int] = {}
@@ -267,7 +277,7 @@ class ClusterRetentionScope:
 
     async def _expire_remote(self, first_live: Mapping[PartitionKey, int]) -> None:
         """TTL for this broker's groups on partitions other brokers own."""
-        for group_id, committed in self._view.offsets.items():
+        for group_id, committed in self._groups.offsets.items():
             moved = {key: CommittedOffset(first_live[key], c.leader_epoch, c.metadata,
                                           self._now_ms())
                      for key, c in committed.items()
@@ -276,7 +286,7 @@ class ClusterRetentionScope:
             if not moved:
                 continue
             try:
-                await self._view.apply_transactional_offsets(group_id, moved)
+                await self._groups.advance_offsets(group_id, moved)
             except KafkaProtocolError as exc:
                 log.info("TTL of group %s not applied: %r", group_id, exc)
                 continue
@@ -284,7 +294,7 @@ class ClusterRetentionScope:
                 "group": group_id, "to": {f"{t}-{p}": c.offset for (t, p), c in moved.items()}})
 
     async def publish(self) -> None:
-        data = encode_floors(self._broker_id, self.covered(), local_floors(self._view.offsets),
+        data = encode_floors(self._broker_id, self.covered(), local_floors(self._groups.offsets),
                              await self._ttl_first_live())
         try:
             await self._store.set(self._path, data, -1)
@@ -363,12 +373,11 @@ async def registered_brokers(store: MetadataStore) -> list[dict[str, Any]]:
 
 def build_admin(config: Config, store: MetadataStore, topics: Any,
                 namespaces: NamespaceRegistry, ownership: OwnershipService,
-                groups: TrackedGroupCoordinator, kafka_address: str,
+                groups: ClusterGroupCoordinator, kafka_address: str,
                 ownership_running: Callable[[], bool]
                 ) -> tuple[AdminContext, ClusterRetentionScope]:
     """The admin context of a cluster broker and its retention scope (neither running yet)."""
     owned = OwnedTopics(topics, ownership)
-    view = LocalGroupsView(groups)
 
     def owner_of(topic: str, partition: int) -> int | None:
         owner = ownership.owner_of(topic, partition)
@@ -376,12 +385,12 @@ def build_admin(config: Config, store: MetadataStore, topics: Any,
 
     scope = ClusterRetentionScope(store, ownership, groups, config.kafka.broker_id, owned,
                                   namespaces)
-    admin = AdminContext(store, owned, namespaces, view, BrokerMetrics(), [],
+    admin = AdminContext(store, owned, namespaces, groups, BrokerMetrics(), [],
                          config.kafka.broker_id, kafka_address,
-                         retention=RetentionPolicies(owned, namespaces, view, scope=scope))
+                         retention=RetentionPolicies(owned, namespaces, groups, scope=scope))
     # Backlog quotas: checked on owned partitions only, counting groups coordinated anywhere
     # (the scope's committed floors); the produce/send handlers ask the real topic service.
-    quotas = BacklogQuotas(owned, namespaces, view, scope=scope)
+    quotas = BacklogQuotas(owned, namespaces, groups, scope=scope)
     topics.backlog_quotas = quotas
     admin.retention.backlog = quotas
     admin.ready_check = lambda: ownership_running() and ownership.lease_valid()

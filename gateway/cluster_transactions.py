@@ -40,14 +40,14 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any, cast
 
 import trio
 
 from gateway.coordinator_partitions import ClusterGroupCoordinator
 from gateway.ownership import TXN_TOPIC, OwnershipService
-from gateway.peer_client import PeerClient
+from gateway.partition_loader import CoordinatorPartitionLoader
+from gateway.peer_client import PeerClient, PeerSecurity
 from gateway.transaction_store import LedgerTransactionStore
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.types import (
@@ -249,34 +249,27 @@ async def send_txn_offset_commit(peers: PeerClient, to: BrokerEndpoint, transact
                        f"{to.node_id}")
 
 
-@dataclass
-class _Running:
-    coordinator: TransactionCoordinator
-    store: LedgerTransactionStore
-    scope: trio.CancelScope
-    done: trio.Event
-
-
-class ClusterTransactionCoordinator:
+class ClusterTransactionCoordinator(CoordinatorPartitionLoader[TransactionCoordinator]):
     """The transaction coordinators of the transaction partitions this broker owns."""
+
+    _kind = "transaction partition"
+    _log = log
 
     def __init__(self, store: MetadataStore, factory: ManagedLedgerFactory,
                  ledger_config: ManagedLedgerConfig, topics: TopicServiceApi,
                  groups: ClusterGroupCoordinator, ownership: OwnershipService,
                  nursery: trio.Nursery, peers: PeerClient,
                  config: TransactionCoordinatorConfig | None = None) -> None:
+        super().__init__(nursery)
         self._store = store
         self._factory = factory
         self._ledger_config = ledger_config
         self._ownership = ownership
-        self._nursery = nursery
         self._peers = peers
         self._config = config
         self._markers = MarkerRoutes(topics, ownership, peers)
         self._offsets = OffsetRoutes(groups, ownership, peers)
         self._last_retry: dict[int, float] = {}
-        self._running: dict[int, _Running] = {}
-        self._locks: dict[int, trio.Lock] = {}
 
     # --- bundle extension --------------------------------------------------------------------
 
@@ -293,79 +286,29 @@ class ClusterTransactionCoordinator:
             if topic == TXN_TOPIC:
                 await self.stop_partition(partition)
 
-    def loaded_partitions(self) -> set[int]:
-        return set(self._running)
+    # --- partition lifecycle (partition_loader.py) ---------------------------------------------
 
-    async def start_partition(self, partition: int) -> None:
-        async with self._locks.setdefault(partition, trio.Lock()):
-            if partition in self._running:
-                return
-            store = LedgerTransactionStore(self._factory, self._ledger_config,
-                                           ledger_name=transaction_ledger_name(partition))
-            # MarkerRoutes has the part of the topic service the coordinator uses.
-            coordinator = TransactionCoordinator(store, cast(TopicServiceApi, self._markers),
-                                                 self._offsets, self._config)
-            scope, done = trio.CancelScope(), trio.Event()
+    def _open_partition(self, partition: int
+                        ) -> tuple[TransactionCoordinator, LedgerTransactionStore]:
+        store = LedgerTransactionStore(self._factory, self._ledger_config,
+                                       ledger_name=transaction_ledger_name(partition))
+        # MarkerRoutes has the part of the topic service the coordinator uses.
+        coordinator = TransactionCoordinator(store, cast(TopicServiceApi, self._markers),
+                                             self._offsets, self._config)
+        return coordinator, store
 
-            async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-                started = False
+    async def _prepare_partition(self, partition: int,
+                                 coordinator: TransactionCoordinator) -> None:
+        # A new epoch per load: partitions refuse markers of a deposed coordinator.
+        coordinator.coordinator_epoch = await self._store.next_id(
+            f"{COORDINATOR_EPOCH_PATH}/{partition}")
 
-                class Status:
-                    def started(self, value: Any = None) -> None:
-                        nonlocal started
-                        started = True
-                        task_status.started(value)
+    def _loaded_log_extra(self, coordinator: TransactionCoordinator) -> dict[str, Any]:
+        return {"coordinator_epoch": coordinator.coordinator_epoch,
+                "transactional_ids": len(coordinator.transactions)}
 
-                try:
-                    with scope:
-                        await coordinator.run(task_status=Status())
-                except Exception:
-                    if not started:
-                        raise
-                    log.exception("transaction partition %d failed; unloading", partition)
-                    if self._running.get(partition) is not None:
-                        self._nursery.start_soon(self._reload, partition)
-                finally:
-                    done.set()
-
-            try:
-                # A new epoch per load: partitions refuse markers of a deposed coordinator.
-                coordinator.coordinator_epoch = await self._store.next_id(
-                    f"{COORDINATOR_EPOCH_PATH}/{partition}")
-                await self._nursery.start(run)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await _close_quietly(store)
-                raise
-            self._running[partition] = _Running(coordinator, store, scope, done)
-            log.info("transaction partition %d loaded", partition,
-                     extra={"coordinator_epoch": coordinator.coordinator_epoch,
-                            "transactional_ids": len(coordinator.transactions)})
-
-    async def stop_partition(self, partition: int) -> None:
-        async with self._locks.setdefault(partition, trio.Lock()):
-            running = self._running.pop(partition, None)
-            if running is None:
-                return
-            running.scope.cancel()
-            await running.done.wait()
-            await _close_quietly(running.store)
-            log.info("transaction partition %d unloaded", partition)
-
-    async def stop_all(self) -> None:
-        for partition in list(self._running):
-            await self.stop_partition(partition)
-
-    async def _reload(self, partition: int) -> None:
-        await self.stop_partition(partition)
-        await self._load_if_owned(partition)
-
-    async def _load_if_owned(self, partition: int) -> None:
-        if self._ownership.is_local(TXN_TOPIC, partition):
-            try:
-                await self.start_partition(partition)
-            except Exception:
-                log.exception("reloading transaction partition %d failed", partition)
+    def _owns_partition(self, partition: int) -> bool:
+        return self._ownership.is_local(TXN_TOPIC, partition)
 
     # --- routing -----------------------------------------------------------------------------
 
@@ -378,7 +321,7 @@ class ClusterTransactionCoordinator:
         if running is None:
             # owned but not loaded: the load is under way, or failed and is tried again now
             now = trio.current_time()
-            if (not self._locks.setdefault(partition, trio.Lock()).locked()
+            if (not self._partition_lock(partition).locked()
                     and now - self._last_retry.get(partition, -LOAD_RETRY_INTERVAL_S)
                     >= LOAD_RETRY_INTERVAL_S):
                 self._last_retry[partition] = now
@@ -460,22 +403,17 @@ class ClusterTransactionCoordinator:
         return pending
 
 
-async def _close_quietly(store: LedgerTransactionStore) -> None:
-    try:
-        await store.close()
-    except Exception:
-        log.warning("closing a transaction log failed", exc_info=True)
-
-
 def setup_cluster_transactions(stack: AsyncExitStack, store: MetadataStore,
                                factory: ManagedLedgerFactory, ledger_config: ManagedLedgerConfig,
                                topics: TopicServiceApi, groups: ClusterGroupCoordinator,
                                ownership: OwnershipService, hooks: Any, nursery: trio.Nursery,
-                               node_id: int) -> ClusterTransactionCoordinator:
+                               node_id: int, peer_security: PeerSecurity | None = None,
+                               ) -> ClusterTransactionCoordinator:
     """The cluster broker's transaction coordinator, registered as a bundle extension on
     `hooks`; stopped (before the group coordinators, which it may still apply offsets to)
-    and its peer connections closed when `stack` unwinds."""
-    peers = PeerClient(f"ledgerwire-broker-{node_id}")
+    and its peer connections closed when `stack` unwinds.  `peer_security`: TLS and the
+    inter-broker SASL login for requests to other brokers (cluster_services.setup_security)."""
+    peers = PeerClient(f"ledgerwire-broker-{node_id}", security=peer_security)
     stack.push_async_callback(peers.aclose)
     transactions = ClusterTransactionCoordinator(store, factory, ledger_config, topics, groups,
                                                  ownership, nursery, peers,

@@ -140,6 +140,19 @@ class SecurityConfig:
     # SASL users created (or their password reset) at start: [{name, password, mechanisms?}]
     users: list[dict[str, Any]] = field(default_factory=list)
     users_file: str = ""  # a TOML file with [[users]] tables of the same shape
+    # How this broker logs in to the other brokers of a cluster (transaction markers, offsets):
+    # Kafka's sasl.mechanism.inter.broker.protocol and the broker's own JAAS user.  The user
+    # must exist (security.users) and is a super user unless inter_broker_super_user = false
+    # (then grant it CLUSTER_ACTION on the cluster).  Password: inter_broker_password, else
+    # the first line of inter_broker_password_file, else the named environment variable.
+    inter_broker_user: str = ""
+    inter_broker_password: str = ""
+    inter_broker_password_file: str = ""
+    inter_broker_password_env: str = "LEDGERWIRE_INTER_BROKER_PASSWORD"
+    inter_broker_mechanism: str = "SCRAM-SHA-512"  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
+    inter_broker_super_user: bool = True
+    inter_broker_ssl_cafile: str = ""  # SSL/SASL_SSL: CA of the peers (default: ssl_certfile)
+    inter_broker_ssl_check_hostname: bool = True
 
     def authorization_enabled(self, security_protocol: str) -> bool:
         if self.authorization == "auto":
@@ -195,6 +208,14 @@ class Config:
         for user in self.security.users:
             if not isinstance(user, dict) or not user.get("name") or "password" not in user:
                 raise ConfigError("security.users entries need a name and a password")
+        mechanism = self.security.inter_broker_mechanism
+        if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ConfigError("security.inter_broker_mechanism must be PLAIN, SCRAM-SHA-256 "
+                              "or SCRAM-SHA-512")
+        if (self.security.inter_broker_user and k.security_protocol.startswith("SASL_")
+                and mechanism not in k.sasl_mechanisms):
+            raise ConfigError(f"security.inter_broker_mechanism {mechanism} is not one of "
+                              "kafka.sasl_mechanisms: peers could not log in")
 
     def _validate_rocketmq_acl(self) -> None:
         from protocols.rocketmq.acl import AclConfigError, PlainAclValidator

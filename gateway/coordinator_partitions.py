@@ -9,7 +9,9 @@ group rejoin (they get NOT_COORDINATOR, look the coordinator up again and join t
 as in Kafka after a coordinator failover; committed offsets move with the ledger.
 
 `ClusterGroupCoordinator` has the GroupCoordinator methods the handlers call and routes each
-to the local coordinator of the group's partition, or raises NOT_COORDINATOR.
+to the local coordinator of the group's partition, or raises NOT_COORDINATOR.  Loading and
+unloading partitions is partition_loader.py's (shared with the transaction coordinators);
+`loaded_partitions()` and `offsets` are what the admin API and retention read.
 
 This module must never serve a group whose partition this broker does not own.
 """
@@ -18,13 +20,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from gateway.offset_store import KAFKA_OFFSETS_LEDGER, LedgerOffsetStore
 from gateway.ownership import GROUP_TOPIC, OwnershipService
+from gateway.partition_loader import CoordinatorPartitionLoader
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.types import (
     ManagedLedgerClosedError,
@@ -43,84 +45,45 @@ from protocols.kafka.group_coordinator import (
 log = logging.getLogger("ledgerwire.coordinators")
 
 
-@dataclass
-class _Running:
-    coordinator: GroupCoordinator
-    store: LedgerOffsetStore
-    scope: trio.CancelScope
-    done: trio.Event
-
-
-class ClusterGroupCoordinator:
+class ClusterGroupCoordinator(CoordinatorPartitionLoader[GroupCoordinator]):
     """The group coordinators of the coordinator partitions this broker owns."""
+
+    _kind = "coordinator partition"
+    _log = log
 
     def __init__(self, factory: ManagedLedgerFactory, ledger_config: ManagedLedgerConfig,
                  ownership: OwnershipService, nursery: trio.Nursery,
                  coordinator_config: CoordinatorConfig | None = None) -> None:
+        super().__init__(nursery)
         self._factory = factory
         self._ledger_config = ledger_config
         self._ownership = ownership
-        self._nursery = nursery
         self._coordinator_config = coordinator_config
-        self._running: dict[int, _Running] = {}
-        self._locks: dict[int, trio.Lock] = {}
 
-    # --- partition lifecycle (ownership hooks) ------------------------------------------------
+    # --- partition lifecycle (ownership hooks; partition_loader.py) ---------------------------
 
-    async def start_partition(self, partition: int) -> None:
-        async with self._locks.setdefault(partition, trio.Lock()):
-            if partition in self._running:
-                return
-            store = LedgerOffsetStore(self._factory, self._ledger_config,
-                                      ledger_name=f"{KAFKA_OFFSETS_LEDGER}-{partition}")
-            coordinator = GroupCoordinator(store, self._coordinator_config)
-            scope = trio.CancelScope()
-            done = trio.Event()
+    def _open_partition(self, partition: int) -> tuple[GroupCoordinator, LedgerOffsetStore]:
+        store = LedgerOffsetStore(self._factory, self._ledger_config,
+                                  ledger_name=f"{KAFKA_OFFSETS_LEDGER}-{partition}")
+        return GroupCoordinator(store, self._coordinator_config), store
 
-            async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-                started = False
+    def _owns_partition(self, partition: int) -> bool:
+        return self._ownership.is_local(GROUP_TOPIC, partition)
 
-                def mark_started(value: Any = None) -> None:
-                    nonlocal started
-                    started = True
-                    task_status.started(value)
+    # --- what the admin API and retention read ------------------------------------------------
 
-                status = _Status(mark_started)
-                try:
-                    with scope:
-                        await coordinator.run(task_status=status)
-                except Exception:
-                    if not started:
-                        raise  # the loader sees it: start_partition fails
-                    # a coordinator failing later must not take the broker down: unload it
-                    log.exception("coordinator partition %d failed; unloading", partition)
-                    if self._running.get(partition) is not None:
-                        self._nursery.start_soon(self._reload, partition)
-                finally:
-                    done.set()
-
+    @property
+    def offsets(self) -> dict[str, dict[OffsetKey, CommittedOffset]]:
+        """group -> {(topic, partition): CommittedOffset} of every group coordinated here (the
+        mapping a standalone GroupCoordinator has as `offsets`); a group whose partition is
+        being released is left out."""
+        out: dict[str, dict[OffsetKey, CommittedOffset]] = {}
+        for group_id in self.known_group_ids():
             try:
-                await self._nursery.start(run)
-            except Exception:
-                with trio.CancelScope(shield=True):
-                    await _close_quietly(store)
-                raise
-            self._running[partition] = _Running(coordinator, store, scope, done)
-            log.info("coordinator partition %d loaded", partition)
-
-    async def stop_partition(self, partition: int) -> None:
-        async with self._locks.setdefault(partition, trio.Lock()):
-            running = self._running.pop(partition, None)
-            if running is None:
-                return
-            running.scope.cancel()
-            await running.done.wait()
-            await _close_quietly(running.store)
-            log.info("coordinator partition %d unloaded", partition)
-
-    async def stop_all(self) -> None:
-        for partition in list(self._running):
-            await self.stop_partition(partition)
+                out[group_id] = self.fetch_offsets(group_id, None)
+            except GroupError:
+                continue
+        return out
 
     # --- routing ------------------------------------------------------------------------------
 
@@ -168,14 +131,6 @@ class ClusterGroupCoordinator:
             raise GroupError(ErrorCode.NOT_COORDINATOR, f"offsets ledger fenced: {exc}") from exc
         self._for(group_id)  # still the coordinator (lease valid) when answering, or refuse
 
-    async def _reload(self, partition: int) -> None:
-        await self.stop_partition(partition)
-        if self._ownership.is_local(GROUP_TOPIC, partition):
-            try:
-                await self.start_partition(partition)
-            except Exception:
-                log.exception("reloading coordinator partition %d failed", partition)
-
     async def commit_offsets(self, **kwargs: Any) -> None:
         await self._writing(kwargs["group_id"], lambda c: c.commit_offsets(**kwargs))
 
@@ -183,6 +138,11 @@ class ClusterGroupCoordinator:
         self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]
     ) -> None:
         await self._writing(group_id, lambda c: c.apply_transactional_offsets(group_id, offsets))
+
+    async def advance_offsets(
+        self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]
+    ) -> None:
+        await self._writing(group_id, lambda c: c.advance_offsets(group_id, offsets))
 
     def fetch_offsets(self, group_id: str,
                       keys: list[OffsetKey] | None) -> dict[OffsetKey, CommittedOffset]:
@@ -204,13 +164,6 @@ class ClusterGroupCoordinator:
         await self._writing(group_id, lambda c: c.delete_group(group_id))
 
 
-class _Status:
-    """A task_status that records that the coordinator finished loading."""
-
-    def __init__(self, started: Any) -> None:
-        self.started = started
-
-
 def _routed(router: ClusterGroupCoordinator, name: str, part: Any) -> Any:
     def call(*args: Any, **kwargs: Any) -> Any:
         group_id = kwargs["group_id"] if "group_id" in kwargs else (args[0] if args else None)
@@ -229,10 +182,3 @@ class _ConsumerGroupsRouter:
         if name.startswith("_"):
             raise AttributeError(name)
         return _routed(self._router, name, lambda c: c.consumer_groups)
-
-
-async def _close_quietly(store: LedgerOffsetStore) -> None:
-    try:
-        await store.close()
-    except Exception:
-        log.warning("closing an offsets ledger failed", exc_info=True)

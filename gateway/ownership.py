@@ -183,6 +183,11 @@ class OwnershipService:
     def coordinator_is_local(self, key_type: int, key: str) -> bool:
         return self.is_local(*self.coordinator_unit(key_type, key))
 
+    def holds_bundle(self, bundle: int) -> bool:
+        """This broker holds the bundle's node (also while its acquisition hooks run, before it
+        serves requests): what a hook checks after waiting, to not load a bundle it lost."""
+        return bundle in self._owned and bundle not in self._releasing
+
     def owned_bundles(self) -> set[int]:
         return set(self._ready - self._releasing)
 

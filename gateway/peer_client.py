@@ -6,25 +6,50 @@ One connection per peer address, reused; one request at a time on it (the caller
 the answers small), each with a timeout.  A connection that failed or timed out is dropped, so
 the next request reconnects (the peer may have restarted on the same address).
 
+On a secured cluster the peer logs in first, as Kafka brokers do with
+sasl.mechanism.inter.broker.protocol and their own JAAS user: `PeerSecurity` (built from the
+[security] inter_broker_* settings by `peer_security_from_config`) says whether to speak TLS
+(verifying the peer with the listener's CA) and which SASL mechanism, user and password to use;
+each new connection then sends SaslHandshake and SaslAuthenticate (protocols/kafka/sasl_client.py
+makes the tokens) before its first request.  A refused login raises `PeerAuthenticationError`,
+is logged once in a while as an error naming the user and the setting to fix, and the address is
+not tried again for `AUTH_RETRY_BACKOFF_S` (a wrong password must not hammer the peer's PBKDF2).
+
 This module must never decide *where* a request goes (callers look owners up in the ownership
-service) nor retry: a failed request raises, and the caller's own retry loop decides.
+service) nor retry: a failed request raises, and the caller's own retry loop decides.  It must
+never log, repr or keep in an exception the inter-broker password.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import trio
 
+from gateway.config import Config, ConfigError
 from protocols.kafka.codec import RequestHeader, decode_response, encode_request
-from protocols.kafka.errors import ErrorCode, KafkaProtocolError, RequestTimedOutError
+from protocols.kafka.errors import (
+    ErrorCode,
+    KafkaProtocolError,
+    RequestTimedOutError,
+    SaslAuthenticationFailedError,
+)
 from protocols.kafka.framing import FrameReader
+from protocols.kafka.sasl import PLAIN, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from protocols.kafka.sasl_client import SaslClient
 
 log = logging.getLogger("ledgerwire.peers")
 
 PEER_REQUEST_TIMEOUT_S = 5.0  # markers take milliseconds; a paused peer must not stall EndTxn
+AUTH_RETRY_BACKOFF_S = 5.0  # after a refused login, fail fast for this long
+AUTH_FAILURE_LOG_INTERVAL_S = 60.0  # one error line per peer this often, not one per retry
+SASL_HANDSHAKE_VERSION = 1  # tokens in SaslAuthenticate requests (v0 would send raw frames)
+SASL_AUTHENTICATE_VERSION = 2
 
 
 class PeerUnavailableError(KafkaProtocolError):
@@ -33,9 +58,78 @@ class PeerUnavailableError(KafkaProtocolError):
     code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
+class PeerAuthenticationError(SaslAuthenticationFailedError):
+    """The peer refused this broker's inter-broker login (a configuration error to fix)."""
+
+
+@dataclass(frozen=True)
+class PeerSecurity:
+    """How this broker connects to its peers: TLS context (None: plaintext) and SASL login
+    (mechanism None: no SASL).  The password is never part of repr()."""
+
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    user: str = ""
+    password: str = field(default="", repr=False)
+
+    @property
+    def principal(self) -> str | None:
+        return f"User:{self.user}" if self.sasl_mechanism is not None else None
+
+    def describe(self) -> str:
+        transport = "TLS" if self.ssl_context is not None else "plaintext"
+        if self.sasl_mechanism is None:
+            return f"{transport}, no SASL"
+        return f"{transport}, SASL {self.sasl_mechanism} as {self.user!r}"
+
+
+def _inter_broker_password(config: Config) -> str:
+    s = config.security
+    if s.inter_broker_password:
+        return s.inter_broker_password
+    if s.inter_broker_password_file:
+        try:
+            return Path(s.inter_broker_password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot read security.inter_broker_password_file "
+                              f"{s.inter_broker_password_file}: {exc.strerror}") from None
+    if s.inter_broker_password_env and s.inter_broker_password_env in os.environ:
+        return os.environ[s.inter_broker_password_env]
+    raise ConfigError(
+        "security.inter_broker_user is set but no password was found: set "
+        "security.inter_broker_password, security.inter_broker_password_file, or the "
+        f"environment variable {s.inter_broker_password_env or '(inter_broker_password_env)'}")
+
+
+def peer_client_ssl_context(config: Config) -> ssl.SSLContext:
+    """TLS to peers, trusting security.inter_broker_ssl_cafile (default: the listener's own
+    certificate file, right for a cluster whose brokers share a certificate or its CA)."""
+    cafile = config.security.inter_broker_ssl_cafile or config.kafka.ssl_certfile
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the inter-broker CA file {cafile}: {exc}") from exc
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = config.security.inter_broker_ssl_check_hostname
+    return context
+
+
+def peer_security_from_config(config: Config) -> PeerSecurity:
+    """The way to the peers' listeners, which are configured like this broker's own: TLS for
+    SSL/SASL_SSL, and for SASL_* a login with security.inter_broker_user (no SASL when it is
+    unset: the caller warns, requests to peers will then be refused)."""
+    protocol = config.kafka.security_protocol
+    context = peer_client_ssl_context(config) if protocol in ("SSL", "SASL_SSL") else None
+    s = config.security
+    if not protocol.startswith("SASL_") or not s.inter_broker_user:
+        return PeerSecurity(context)
+    return PeerSecurity(context, s.inter_broker_mechanism, s.inter_broker_user,
+                        _inter_broker_password(config))
+
+
 @dataclass
 class _Connection:
-    stream: trio.SocketStream
+    stream: trio.abc.Stream
     reader: FrameReader = field(default_factory=FrameReader)
     lock: trio.Lock = field(default_factory=trio.Lock)
     next_correlation_id: int = 1
@@ -44,11 +138,16 @@ class _Connection:
 class PeerClient:
     """Requests to other brokers of the cluster (see the module docstring)."""
 
-    def __init__(self, client_id: str, timeout_s: float = PEER_REQUEST_TIMEOUT_S) -> None:
+    def __init__(self, client_id: str, timeout_s: float = PEER_REQUEST_TIMEOUT_S,
+                 security: PeerSecurity | None = None) -> None:
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.security = security or PeerSecurity()
         self._connections: dict[tuple[str, int], _Connection] = {}
         self._connecting: dict[tuple[str, int], trio.Lock] = {}
+        # address -> (refuse until, the refusal), after a failed login
+        self._auth_refused: dict[tuple[str, int], tuple[float, PeerAuthenticationError]] = {}
+        self._auth_logged: dict[tuple[str, int], float] = {}
 
     async def request(self, host: str, port: int, api_key: int, version: int,
                       body: dict[str, Any]) -> dict[str, Any]:
@@ -74,9 +173,80 @@ class PeerClient:
         async with self._connecting.setdefault(address, trio.Lock()):
             connection = self._connections.get(address)
             if connection is None:
-                stream = await trio.open_tcp_stream(*address)
-                connection = self._connections[address] = _Connection(stream)
+                refused = self._auth_refused.get(address)
+                if refused is not None and trio.current_time() < refused[0]:
+                    raise PeerAuthenticationError(f"{refused[1].message} (not retried yet)")
+                connection = _Connection(await self._open(address))
+                try:
+                    if self.security.sasl_mechanism is not None:
+                        await self._authenticate(connection, address)
+                except BaseException:
+                    with trio.CancelScope(shield=True):
+                        await connection.stream.aclose()
+                    raise
+                self._auth_refused.pop(address, None)
+                self._connections[address] = connection
             return connection
+
+    async def _open(self, address: tuple[str, int]) -> trio.abc.Stream:
+        context = self.security.ssl_context
+        if context is None:
+            return await trio.open_tcp_stream(*address)
+        stream = await trio.open_ssl_over_tcp_stream(*address, ssl_context=context)
+        try:
+            await stream.do_handshake()  # a certificate problem shows here, named
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            raise
+        return stream
+
+    async def _authenticate(self, connection: _Connection, address: tuple[str, int]) -> None:
+        """SaslHandshake then SaslAuthenticate until the server accepts (or refuses)."""
+        security = self.security
+        mechanism = security.sasl_mechanism
+        assert mechanism is not None
+        try:
+            answer = await self._exchange(connection, SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
+                                          {"mechanism": mechanism})
+            if answer["error_code"]:
+                raise PeerAuthenticationError(
+                    f"the peer does not accept SASL mechanism {mechanism} "
+                    f"({ErrorCode(answer['error_code']).name}; it enables "
+                    f"{', '.join(answer.get('mechanisms') or []) or 'none'})")
+            client = SaslClient(mechanism, security.user, security.password)
+            token = client.first_token()
+            while True:
+                answer = await self._exchange(connection, SASL_AUTHENTICATE,
+                                              SASL_AUTHENTICATE_VERSION, {"auth_bytes": token})
+                if answer["error_code"]:
+                    raise PeerAuthenticationError(
+                        f"{ErrorCode(answer['error_code']).name}: "
+                        f"{answer.get('error_message') or 'login refused'}")
+                server_token = bytes(answer.get("auth_bytes") or b"")
+                if mechanism == PLAIN or client.awaiting_server_final:
+                    client.finish(server_token)
+                    return
+                token = await trio.to_thread.run_sync(client.next_token, server_token)
+        except SaslAuthenticationFailedError as exc:
+            refusal = exc if isinstance(exc, PeerAuthenticationError) else \
+                PeerAuthenticationError(str(exc))
+            self._refused(address, refusal)
+            raise refusal from None
+
+    def _refused(self, address: tuple[str, int], refusal: PeerAuthenticationError) -> None:
+        now = trio.current_time()
+        self._auth_refused[address] = (now + AUTH_RETRY_BACKOFF_S, refusal)
+        if now >= self._auth_logged.get(address, -AUTH_FAILURE_LOG_INTERVAL_S) \
+                + AUTH_FAILURE_LOG_INTERVAL_S:
+            self._auth_logged[address] = now
+            log.error(
+                "inter-broker login to broker %s:%d as user %r (%s) refused: %s -- check "
+                "security.inter_broker_user / inter_broker_password (or _password_file / "
+                "_password_env) and that this user exists with that password on every broker "
+                "(security.users); transactions spanning brokers fail until it is fixed",
+                address[0], address[1], self.security.user, self.security.sasl_mechanism,
+                refusal.message)
 
     async def _exchange(self, connection: _Connection, api_key: int, version: int,
                         body: dict[str, Any]) -> dict[str, Any]:

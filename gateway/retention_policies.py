@@ -33,7 +33,6 @@ from typing import Any, Protocol
 import trio
 
 from ledger_backend.managed_ledger.types import Position
-from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.group_model import CommittedOffset
 
 log = logging.getLogger("ledgerwire.retention")
@@ -101,8 +100,9 @@ async def advance_committed(coordinator: Any, group_id: str, topic: str, partiti
     if to <= committed.offset:
         return
     # Pulsar's TTL and backlog eviction skip messages for active subscriptions too, so
-    # membership is not checked: the offsets are applied as a transaction commit marker does.
-    await coordinator.apply_transactional_offsets(group_id, {
+    # membership is not checked; the coordinator re-checks "forward only" at write time (a
+    # consumer may have committed past `to` since `committed` was read).
+    await coordinator.advance_offsets(group_id, {
         (topic, partition): CommittedOffset(to, committed.leader_epoch, committed.metadata,
                                             now_ms)})
 
@@ -124,7 +124,7 @@ class RetentionPolicies:
             await trio.sleep(interval_s)
             try:
                 await self.apply_once()
-            except KafkaProtocolError:
+            except Exception:  # a background pass must never take the broker down
                 log.warning("retention pass failed", exc_info=True)
 
     async def apply_once(self) -> RetentionPass:
@@ -139,16 +139,23 @@ class RetentionPolicies:
                 continue
             if self._scope is not None and not self._scope.owns(topic, partition):
                 continue
-            policies = self._namespaces.topic_policies(topic)
-            if policies.message_ttl_seconds is not None and policies.message_ttl_seconds > 0:
-                await self._expire(topic, partition, plog, policies.message_ttl_seconds, result)
-            if policies.retention_time_minutes == 0 and \
-                    "retention.ms" not in self._topics.topics().get(topic, _NO_INFO).configs:
-                deleted = await self._delete_consumed(topic, partition, plog, floors)
-                if deleted:
-                    result.ledgers_deleted[f"{topic}-{partition}"] = deleted
+            try:
+                await self._apply_to_partition(topic, partition, plog, floors, result)
+            except Exception:  # e.g. trimmed or closed under the pass: the next pass retries
+                log.warning("retention of %s-%d not applied", topic, partition, exc_info=True)
         await self._topics.apply_retention()
         return result
+
+    async def _apply_to_partition(self, topic: str, partition: int, plog: Any,
+                                  floors: Any, result: RetentionPass) -> None:
+        policies = self._namespaces.topic_policies(topic)
+        if policies.message_ttl_seconds is not None and policies.message_ttl_seconds > 0:
+            await self._expire(topic, partition, plog, policies.message_ttl_seconds, result)
+        if policies.retention_time_minutes == 0 and \
+                "retention.ms" not in self._topics.topics().get(topic, _NO_INFO).configs:
+            deleted = await self._delete_consumed(topic, partition, plog, floors)
+            if deleted:
+                result.ledgers_deleted[f"{topic}-{partition}"] = deleted
 
     def _committed(self, topic: str, partition: int) -> dict[str, CommittedOffset]:
         return committed_offsets(self._coordinator, topic, partition)

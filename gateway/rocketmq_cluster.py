@@ -21,6 +21,8 @@ routes for bundles owned elsewhere.  Consumer offsets are kept per bundle, keyed
 storage topic, partition), in the ledger `__system/offsets/__rocketmq_offsets-b<b>`: loaded
 when the bundle is acquired and closed before it is released (a BundleExtension).  The client
 registry (heartbeats, consumer lists, queue locks) is one per process, shared by all ports.
+Subscription-group configs are the cluster's (the shared metadata store); statistics and
+offset listings are each bundle broker's own (gateway/rocketmq_bundle_admin.py).
 
 Retry, dead-letter, delay and transaction topics are bundle-pinned (gateway/ownership.py):
 what bundle b's broker writes to them stays in bundle b, and b's owner runs b's delay scheduler
@@ -48,6 +50,13 @@ from gateway.broker_registry import read_live_registrations
 from gateway.config import RocketMQConfig, parse_host_port
 from gateway.offset_store import LedgerOffsetStore
 from gateway.ownership import OwnershipService, bundle_of, is_bundle_pinned
+from gateway.rocketmq_bundle_admin import (
+    ClusterBacklogOffsets,
+    bundle_committed,
+    bundle_groups,
+    bundle_message_totals,
+    remove_bundle_group,
+)
 from gateway.rocketmq_bundle_services import (
     BundleClients,
     BundleTransactions,
@@ -57,17 +66,21 @@ from gateway.rocketmq_delays import DelayScheduler
 from gateway.rocketmq_listener import serve_rocketmq_broker, serve_rocketmq_name_server
 from gateway.rocketmq_service import (
     ROCKETMQ_OFFSETS_LEDGER,
+    ConsumerChangeNotifier,
     RocketMQOffsets,
     ensure_storage_topic,
     namespace_forbids_auto_create,
+    register_backlog_offsets,
 )
 from gateway.rocketmq_setup import rocketmq_acl
+from gateway.rocketmq_subscription_groups import SubscriptionGroupStore
 from gateway.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata.store import MetadataError, MetadataStore
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike, TopicServiceLike
+from protocols.rocketmq.broker_stats import BrokerStats
+from protocols.rocketmq.client_details import ClientDetails
 from protocols.rocketmq.client_registry import ClientRegistry
-from protocols.rocketmq.codec import make_request
 from protocols.rocketmq.errors import (
     MessageIllegalError,
     ResponseCode,
@@ -76,14 +89,12 @@ from protocols.rocketmq.errors import (
 )
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
 from protocols.rocketmq.queue_map import BundleQueueMap
-from protocols.rocketmq.request_codes import RequestCode
 from protocols.rocketmq.topic_names import from_storage, to_storage
 
 log = logging.getLogger("ledgerwire.rocketmq.cluster")
 
 REGISTRATION_KEY = "rocketmq"
 REGISTRATION_REFRESH_S = 5.0
-EXPIRY_SCAN_INTERVAL_S = 10.0
 _WILDCARD = ("", "0.0.0.0", "::")
 
 
@@ -141,8 +152,9 @@ class RocketMQOffsetLedgers:
         return self._stores.get(bundle)
 
     async def acquired(self, bundle: int) -> None:
-        if bundle in self._stores:
-            return
+        """Load the bundle's offsets afresh: a store left from an earlier ownership may be
+        stale (another broker owned the bundle meanwhile) or closed by the fencing."""
+        await self.releasing(bundle)
         offsets = RocketMQOffsets(LedgerOffsetStore(self._factory, self._config,
                                                     ledger_name=offsets_ledger_name(bundle)))
         await offsets.load()
@@ -240,6 +252,16 @@ class BundleOffsets:
         offsets, storage, partition = self._where(topic, queue_id)
         await offsets.commit(group, storage, partition, offset)
 
+    # listing (admin statistics, gateway/rocketmq_bundle_admin.py): this bundle's offsets only
+    def committed(self, group: str) -> dict[tuple[str, int], int]:
+        return bundle_committed(self._side, self._bundle, group)
+
+    def groups(self) -> list[str]:
+        return bundle_groups(self._side, self._bundle)
+
+    async def remove_group(self, group: str) -> None:
+        await remove_bundle_group(self._side, self._bundle, group)
+
 
 class BundleBroker:
     """The BrokerLike served on port base + b: bundle b as one RocketMQ broker."""
@@ -254,6 +276,14 @@ class BundleBroker:
         self.clients = cast(ClientRegistry, self._clients)
         self.delays = DelayScheduler(self, config.delay_levels)
         self.transactions = BundleTransactions(self, config)
+        # what the admin/statistics handlers read (shared, except this broker's own stats)
+        self.subscription_groups = side.subscription_groups
+        self.client_details = side.client_details
+        self.boot_timestamp_ms = side.boot_timestamp_ms
+        self.broker_stats = BrokerStats()
+
+    def message_totals(self) -> tuple[int, int]:
+        return bundle_message_totals(self._side, self.bundle)
 
     async def ensure_topic(self, topic: str, queue_nums: int, *,
                            explicit: bool = False) -> TopicInfoLike:
@@ -274,7 +304,7 @@ class BundleBroker:
         self._side.connection_closed(conn)
 
 
-class ClusterRocketMQ:
+class ClusterRocketMQ(ConsumerChangeNotifier):
     """Everything RocketMQ in one cluster broker (see the module docstring)."""
 
     def __init__(self, config: RocketMQConfig, topics: TopicService, ownership: OwnershipService,
@@ -305,6 +335,9 @@ class ClusterRocketMQ:
             transaction_max_checks=config.transaction_max_checks)
         self.clients = ClientRegistry(base.client_expiry_s, base.lock_expiry_s)
         self.offset_ledgers = RocketMQOffsetLedgers(factory, ledger_config)
+        self.subscription_groups = SubscriptionGroupStore(store)  # one per cluster, shared
+        self.client_details = ClientDetails()
+        self.boot_timestamp_ms = int(time.time() * 1000)
         self.brokers = [
             BundleBroker(self, b, dataclasses.replace(
                 base, broker_name=self.queue_map.broker_name(b),
@@ -317,16 +350,29 @@ class ClusterRocketMQ:
         self._registrations: dict[int, dict[str, Any]] = {}
         self._create_lock = trio.Lock()
         self._services: dict[int, tuple[trio.CancelScope, trio.Event]] = {}
+        self._bundle_locks: dict[int, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
         self._running = trio.Event()
 
     # --- bundles (a BundleExtension of the cluster broker) ------------------------------------
 
     async def acquired(self, bundle: int) -> None:
-        """Load the bundle's offsets, then start its delay scheduler and transaction service."""
-        await self.offset_ledgers.acquired(bundle)
-        if bundle in self._services:
-            return
+        """Load the bundle's offsets, then start its delay scheduler and transaction service.
+
+        Serialised with `releasing` per bundle: a release that ran first (a lost ZooKeeper
+        session releases from its own task) leaves nothing for this acquisition to do."""
+        async with self._bundle_lock(bundle):
+            if not self.ownership.holds_bundle(bundle):
+                return
+            await self.offset_ledgers.acquired(bundle)
+            if bundle in self._services:
+                return
+            await self._start_services(bundle)
+
+    def _bundle_lock(self, bundle: int) -> trio.Lock:
+        return self._bundle_locks.setdefault(bundle, trio.Lock())
+
+    async def _start_services(self, bundle: int) -> None:
         await self._running.wait()
         assert self._nursery is not None
         scope, done = trio.CancelScope(), trio.Event()
@@ -343,11 +389,12 @@ class ClusterRocketMQ:
 
     async def releasing(self, bundle: int) -> None:
         """Stop the bundle's services (they write through its logs), then close its offsets."""
-        entry = self._services.pop(bundle, None)
-        if entry is not None:
-            entry[0].cancel()
-            await entry[1].wait()
-        await self.offset_ledgers.releasing(bundle)
+        async with self._bundle_lock(bundle):
+            entry = self._services.pop(bundle, None)
+            if entry is not None:
+                entry[0].cancel()
+                await entry[1].wait()
+            await self.offset_ledgers.releasing(bundle)
 
     async def close(self) -> None:
         for bundle in sorted(self._services):
@@ -423,15 +470,6 @@ class ClusterRocketMQ:
     def now_ms(self) -> int:
         return int(time.time() * 1000)
 
-    def notify_consumers_changed(self, group: str) -> None:
-        for conn in self.clients.consumer_connections(group):
-            conn.send_request(make_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                           {"consumerGroup": group}, oneway=True))
-
-    def connection_closed(self, conn: Any) -> None:
-        for group in self.clients.connection_closed(conn):
-            self.notify_consumers_changed(group)
-
     # --- running -----------------------------------------------------------------------------
 
     async def serve(self, servers: trio.Nursery) -> None:
@@ -455,9 +493,5 @@ class ClusterRocketMQ:
             self._running.set()
             nursery.start_soon(self.follow_registrations)
             nursery.start_soon(self._expire_clients)
-
-    async def _expire_clients(self) -> None:
-        while True:
-            await trio.sleep(EXPIRY_SCAN_INTERVAL_S)
-            for group in self.clients.expire(trio.current_time()):
-                self.notify_consumers_changed(group)
+            nursery.start_soon(self.subscription_groups.follow)
+            register_backlog_offsets(self.topics, ClusterBacklogOffsets(self))

@@ -76,6 +76,11 @@ class RocketMQOffsets:
     def groups(self) -> list[str]:
         return sorted(g for g, offsets in self._offsets.items() if offsets)
 
+    def committed_on(self, topic: str, queue_id: int) -> dict[str, int]:
+        """group -> committed offset on one (topic, queue) key (backlog quotas ask)."""
+        return {g: offsets[(topic, queue_id)] for g, offsets in self._offsets.items()
+                if (topic, queue_id) in offsets}
+
     async def remove_group(self, group: str) -> None:
         """Forget every committed offset of `group`, durably first."""
         if group not in self._offsets:
@@ -85,6 +90,29 @@ class RocketMQOffsets:
 
     async def close(self) -> None:
         await self._store.close()
+
+
+class StandaloneBacklogOffsets:
+    """The standalone broker's RocketMQ offsets as a backlog-quota offset source
+    (gateway/backlog_quota.py): keyed there by storage topic and partition (= queue id)."""
+
+    def __init__(self, offsets: RocketMQOffsets) -> None:
+        self._offsets = offsets
+
+    def committed_on(self, topic: str, partition: int) -> dict[str, int]:
+        return self._offsets.committed_on(from_storage(topic), partition)
+
+    async def advance(self, group: str, topic: str, partition: int, to: int) -> None:
+        current = self._offsets.query(group, from_storage(topic), partition)
+        if current is None or current < to:
+            await self._offsets.commit(group, from_storage(topic), partition, to)
+
+
+def register_backlog_offsets(topics: Any, source: Any) -> None:
+    """Let the topic service's backlog quotas (if any) count these RocketMQ offsets."""
+    quotas = getattr(topics, "backlog_quotas", None)
+    if quotas is not None and callable(getattr(quotas, "add_offset_source", None)):
+        quotas.add_offset_source(source)
 
 
 async def ensure_storage_topic(topics: Any, topic: str, queue_nums: int) -> TopicInfoLike:
@@ -115,7 +143,32 @@ def namespace_forbids_auto_create(topics: Any, topic: str) -> bool:
     return namespaces.topic_policies(topic).auto_create_topics is False
 
 
-class RocketMQBroker:
+class ConsumerChangeNotifier:
+    """Broker -> client notifications over `clients`, the registry fed by heartbeats: a group's
+    consumers get NOTIFY_CONSUMER_IDS_CHANGED (and rebalance) when a member's connection closes
+    or expires.  Shared by `RocketMQBroker` and the cluster's ClusterRocketMQ."""
+
+    clients: ClientRegistry
+
+    def notify_consumers_changed(self, group: str) -> None:
+        for conn in self.clients.consumer_connections(group):
+            conn.send_request(make_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                           {"consumerGroup": group}, oneway=True))
+
+    def connection_closed(self, conn: Any) -> None:
+        for group in self.clients.connection_closed(conn):
+            self.notify_consumers_changed(group)
+
+    async def _expire_clients(self) -> None:
+        """Forget clients that stopped heartbeating, every EXPIRY_SCAN_INTERVAL_S (run it in
+        the broker's background nursery)."""
+        while True:
+            await trio.sleep(EXPIRY_SCAN_INTERVAL_S)
+            for group in self.clients.expire(trio.current_time()):
+                self.notify_consumers_changed(group)
+
+
+class RocketMQBroker(ConsumerChangeNotifier):
     def __init__(self, topics: TopicService, offset_store: LedgerOffsetStore,
                  config: RocketMQBrokerConfig | None = None) -> None:
         self.topics: Any = topics
@@ -134,6 +187,8 @@ class RocketMQBroker:
         """Load committed offsets and transaction decisions (once, before serving)."""
         await self.offsets.load()
         await self.transactions.load()
+        await self.subscription_groups.reload()  # `run` keeps the copy fresh afterwards
+        register_backlog_offsets(self.topics, StandaloneBacklogOffsets(self.offsets))
 
     async def close(self) -> None:
         await self.offsets.close()
@@ -187,24 +242,10 @@ class RocketMQBroker:
                 return info  # type: ignore[no-any-return]
             return await ensure_storage_topic(self.topics, topic, queue_nums)
 
-    def notify_consumers_changed(self, group: str) -> None:
-        for conn in self.clients.consumer_connections(group):
-            conn.send_request(make_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                           {"consumerGroup": group}, oneway=True))
-
-    def connection_closed(self, conn: Any) -> None:
-        for group in self.clients.connection_closed(conn):
-            self.notify_consumers_changed(group)
-
     async def run(self) -> None:
         """Background work: delayed delivery, transaction check-back, client expiry."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.delays.run)
             nursery.start_soon(self.transactions.run)
             nursery.start_soon(self._expire_clients)
-
-    async def _expire_clients(self) -> None:
-        while True:
-            await trio.sleep(EXPIRY_SCAN_INTERVAL_S)
-            for group in self.clients.expire(trio.current_time()):
-                self.notify_consumers_changed(group)
+            nursery.start_soon(self.subscription_groups.follow)

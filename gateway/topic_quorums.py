@@ -51,22 +51,36 @@ def quorums_for(configs: Mapping[str, str], default: ManagedLedgerConfig) -> Man
 
 
 class QuorumPolicyFactory:
-    """A managed-ledger factory that applies each topic's quorums (see the module docstring)."""
+    """A managed-ledger factory that applies each topic's quorums (see the module docstring).
 
-    def __init__(self, inner: Any, namespace: str,
+    `namespace` says where topics live, as the topic service names their ledgers
+    ("<tenant>/<namespace>/<topic>-<partition>"): one namespace for every topic, or the
+    namespace registry's mapping topic -> namespace (NamespaceRegistry.namespace_of), under
+    which a topic may live in any namespace."""
+
+    def __init__(self, inner: Any, namespace: str | Callable[[str], str],
                  topic_configs: Callable[[str], Mapping[str, str] | None]) -> None:
         self._inner = inner
-        self._prefix = namespace.rstrip("/") + "/"
+        if isinstance(namespace, str):
+            only = namespace.rstrip("/")
+            self._namespace_of: Callable[[str], str] = lambda topic: only
+        else:
+            self._namespace_of = namespace
         self._topic_configs = topic_configs
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def topic_of(self, ledger_name: str) -> str | None:
-        if not ledger_name.startswith(self._prefix):
+        """The topic whose partition ledger this is, or None (a system ledger, or a name that
+        is not where the topic lives).  Kafka topic names never contain "/"."""
+        namespace, sep, rest = ledger_name.rpartition("/")
+        if not sep:
             return None
-        topic, sep, partition = ledger_name[len(self._prefix):].rpartition("-")
-        return topic if sep and partition.isdigit() else None
+        topic, sep, partition = rest.rpartition("-")
+        if not (sep and topic and partition.isdigit()):
+            return None
+        return topic if self._namespace_of(topic) == namespace else None
 
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> Any:
         topic = self.topic_of(name)

@@ -171,9 +171,9 @@ def decide_by_type(acls: Iterable[AclBinding], principal: str, host: str, operat
     """May `principal` do `operation` on SOME resource of `resource_type` (Kafka's
     authorizeByResourceType, e.g. WRITE on any topic for an idempotent producer id)?
 
-    True when an ALLOW binding names a resource no DENY of this principal covers: a literal
-    or prefixed DENY on the same name, a prefixed DENY that is a prefix of it, or a DENY on
-    the wildcard name refuses everything.
+    A DENY on the wildcard name refuses everything; otherwise allow_if_no_acl allows (Kafka's
+    AclAuthorizer does the same), else an ALLOW binding must name a resource no DENY of this
+    principal covers (a DENY on the same name, or a prefixed DENY that is a prefix of it).
     """
     allowing = _IMPLIED_BY.get(operation, frozenset({operation}))
 
@@ -187,6 +187,8 @@ def decide_by_type(acls: Iterable[AclBinding], principal: str, host: str, operat
               and acl.operation in (operation, OP_ALL)]
     if any(d.pattern_type == PAT_LITERAL and d.resource_name == WILDCARD_NAME for d in denies):
         return False
+    if allow_if_no_acl:  # as Kafka's AclAuthorizer: allowed unless every resource is denied
+        return True
 
     def denied(name: str) -> bool:
         return any(d.resource_name == name or (d.pattern_type == PAT_PREFIXED
@@ -198,4 +200,4 @@ def decide_by_type(acls: Iterable[AclBinding], principal: str, host: str, operat
                 and (acl.operation == OP_ALL or acl.operation in allowing)
                 and not denied(acl.resource_name)):
             return True
-    return allow_if_no_acl and not of_type
+    return False

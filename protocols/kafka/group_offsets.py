@@ -124,6 +124,31 @@ class CommittedOffsets:
         await self._store.commit(group_id, offsets)
         self.offsets.setdefault(group_id, {}).update(offsets)
 
+    async def advance_offsets(
+        self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]
+    ) -> None:
+        """Move committed offsets forward only (TTL, backlog eviction), whatever the members do.
+
+        A key already at or past its new offset is left alone, checked before the write and
+        again after it: a client commit that lands meanwhile must win both in memory and as the
+        last record of the offsets log (it is written again if ours went after it)."""
+        current = self.offsets.get(group_id, {})
+        forward = {k: v for k, v in offsets.items()
+                   if k not in current or v.offset > current[k].offset}
+        if not forward:
+            return
+        await self._store.commit(group_id, forward)
+        current = self.offsets.setdefault(group_id, {})
+        overtaken: dict[OffsetKey, CommittedOffset] = {}
+        for key, moved in forward.items():
+            now = current.get(key)
+            if now is not None and now.offset >= moved.offset:
+                overtaken[key] = now
+            else:
+                current[key] = moved
+        if overtaken:
+            await self._store.commit(group_id, overtaken)
+
     def fetch_offsets(
         self, group_id: str, keys: list[OffsetKey] | None
     ) -> dict[OffsetKey, CommittedOffset]:

@@ -181,6 +181,7 @@ class TransactionCoordinator:
         self._topics = topics
         self._groups = group_coordinator
         self._locks: dict[str, trio.Lock] = {}
+        self._marked: set[str] = set()  # Prepare* transactions whose markers are all written
         self._loaded = False
         self._wakeup = trio.Event()
 
@@ -407,9 +408,32 @@ class TransactionCoordinator:
         return await self._complete(txn.transactional_id, attempts=attempts)
 
     async def _complete(self, transactional_id: str, attempts: int) -> bool:
-        """Write the markers of a Prepare* transaction, apply its offsets, log Complete*."""
+        """Write the markers of a Prepare* transaction, settle its offsets, log Complete*.
+
+        False when something is left to retry (the background task calls again): markers not
+        all written yet, or the offsets not settled (e.g. the group's coordinator is moving).
+        Once Prepare* is logged the outcome is decided, so neither ever fails the EndTxn that
+        asked; markers already written are not written again on the retry."""
         txn = self.transactions[transactional_id]
         commit = txn.state is TxnState.PREPARE_COMMIT
+        if transactional_id not in self._marked:
+            if not await self._write_markers(txn, commit, attempts):
+                return False
+            self._marked.add(transactional_id)
+        try:
+            await self._settle_offsets(txn, commit)
+        except Exception:  # noqa: BLE001 - retried by the background task
+            log.warning("transaction offsets not settled yet; retrying", exc_info=True,
+                        extra={"transactional_id": transactional_id})
+            return False
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        await self._save(txn.moved_to(done, partitions=frozenset(), pending_offsets={}))
+        self._marked.discard(transactional_id)
+        log.info("transaction %s", "committed" if commit else "aborted",
+                 extra={"transactional_id": transactional_id, "partitions": len(txn.partitions)})
+        return True
+
+    async def _write_markers(self, txn: TransactionMetadata, commit: bool, attempts: int) -> bool:
         remaining = set(txn.partitions)
         for attempt in range(attempts):
             failed: set[OffsetKey] = set()
@@ -422,7 +446,8 @@ class TransactionCoordinator:
                     pass  # deleted since: nothing left to mark
                 except Exception:  # noqa: BLE001 - retried; the partition may be reopening
                     log.warning("transaction marker failed", exc_info=True,
-                                extra={"transactional_id": transactional_id, "partition": tp})
+                                extra={"transactional_id": txn.transactional_id,
+                                       "partition": tp})
                     failed.add(tp)
 
             async with trio.open_nursery() as nursery:
@@ -430,27 +455,23 @@ class TransactionCoordinator:
                     nursery.start_soon(one, tp)
             remaining = failed
             if not remaining:
-                break
+                return True
             if attempt + 1 < attempts:
                 await trio.sleep(self.config.marker_retry_backoff_s * (attempt + 1))
-        if remaining:
-            return False
+        return False
+
+    async def _settle_offsets(self, txn: TransactionMetadata, commit: bool) -> None:
         # Extension point: a group coordinator with `settle_transactional_offsets` (a cluster's,
         # where the group may live on another broker) hears about every group of the
         # transaction, committed or aborted; a plain one only applies committed offsets.
         settle = getattr(self._groups, "settle_transactional_offsets", None)
         if settle is not None:
             for group_id, offsets in txn.pending_offsets.items():
-                await settle(transactional_id, group_id, offsets if commit else {}, commit)
+                await settle(txn.transactional_id, group_id, offsets if commit else {}, commit)
         elif commit and self._groups is not None:
             for group_id, offsets in txn.pending_offsets.items():
                 if offsets:
                     await self._groups.apply_transactional_offsets(group_id, offsets)
-        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        await self._save(txn.moved_to(done, partitions=frozenset(), pending_offsets={}))
-        log.info("transaction %s", "committed" if commit else "aborted",
-                 extra={"transactional_id": transactional_id, "partitions": len(txn.partitions)})
-        return True
 
     # ---- introspection ----------------------------------------------------------------------
 

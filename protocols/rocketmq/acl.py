@@ -333,6 +333,9 @@ def required_resources(request: RemotingCommand) -> dict[str, int]:
                   RequestCode.QUERY_CONSUMER_OFFSET):
         add(ext.get("topic"), PERM_SUB)
         add_group(ext.get("consumerGroup"))
+    elif code == RequestCode.INVOKE_BROKER_TO_RESET_OFFSET:  # moves a group's offsets durably
+        add(ext.get("topic"), PERM_SUB)
+        add_group(ext.get("group"))
     elif code == RequestCode.QUERY_MESSAGE:
         add(ext.get("topic"), PERM_SUB)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.namespaces import NamespaceRegistry
 from gateway.topic_quorums import QuorumPolicyFactory, quorums_for
 from ledger_backend.managed_ledger import ManagedLedgerConfig
+from ledger_backend.metadata import open_store
 
 DEFAULT = ManagedLedgerConfig(ensemble_size=3, write_quorum=2, ack_quorum=2)
 
@@ -43,3 +45,29 @@ async def test_factory_applies_the_topic_of_the_ledger_name() -> None:
     assert quorums == [(4, 3, 3), (3, 2, 2), (3, 2, 2)]
     assert factory.topic_of("public/default/a-b-12") == "a-b"
     assert await factory.exists("x")
+
+
+async def test_factory_finds_topics_in_every_namespace_of_the_registry() -> None:
+    store = await open_store("memory:")
+    try:
+        namespaces = NamespaceRegistry(store)
+        await namespaces.load()
+        await namespaces.create_tenant("acme")
+        await namespaces.create_namespace("acme/prod")
+        await namespaces.map_topic("orders", "acme/prod")
+        inner = RecordingFactory()
+        quorum = {"bookkeeper.ensemble.size": "4", "bookkeeper.write.quorum": "3",
+                  "bookkeeper.ack.quorum": "3"}
+        configs = {"orders": quorum, "acme.prod.events": quorum, "plain": quorum}
+        factory = QuorumPolicyFactory(inner, namespaces.namespace_of, configs.get)
+        await factory.open("acme/prod/orders-0", DEFAULT)  # explicit mapping
+        await factory.open("acme/prod/acme.prod.events-2", DEFAULT)  # tenant.ns. prefix
+        await factory.open("public/default/plain-1", DEFAULT)  # the default namespace
+        await factory.open("public/default/orders-0", DEFAULT)  # not where orders lives
+        await factory.open("__system/offsets/__consumer_offsets-1", DEFAULT)
+        quorums = [(c.ensemble_size, c.write_quorum, c.ack_quorum) for _, c in inner.opened]
+        assert quorums == [(4, 3, 3), (4, 3, 3), (4, 3, 3), (3, 2, 2), (3, 2, 2)]
+        assert factory.topic_of("acme/prod/orders-x") is None
+        assert factory.topic_of("orders-0") is None
+    finally:
+        await store.close()

@@ -336,3 +336,44 @@ async def test_classic_and_consumer_groups_share_the_id_space(autojump_clock: ob
         assert info.value.code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         assert coordinator.known_group_ids() == ["fresh", "g"]
         nursery.cancel_scope.cancel()
+
+
+class SlowLog(MemoryOffsetStore):
+    """An offsets log whose next write can be held (`hold`), to order writes in a test."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple[str, dict[OffsetKey, CommittedOffset]]] = []
+        self.hold: trio.Event | None = None
+
+    async def commit(self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]) -> None:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            await hold.wait()
+        self.records.append((group_id, dict(offsets)))
+        await super().commit(group_id, offsets)
+
+
+async def test_advance_offsets_never_moves_a_commit_back() -> None:
+    """TTL/backlog eviction read a group's offset, then advance it; a consumer's commit past the
+    target meanwhile must survive in memory and as the last record of the log."""
+    log = SlowLog()
+    coordinator = GroupCoordinator(log, CoordinatorConfig())
+    key = ("t", 0)
+    await coordinator.commit_offsets(group_id="g", member_id="", generation_id=-1,
+                                     offsets={key: CommittedOffset(2, -1, "", 0)})
+    release = log.hold = trio.Event()
+    async with trio.open_nursery() as nursery:
+        # Eviction to 3 is held in the log; the consumer's commit of 7 lands first.
+        nursery.start_soon(coordinator.advance_offsets, "g", {key: CommittedOffset(3, -1, "", 1)})
+        await trio.testing.wait_all_tasks_blocked()
+        await coordinator.commit_offsets(group_id="g", member_id="", generation_id=-1,
+                                         offsets={key: CommittedOffset(7, -1, "", 2)})
+        release.set()
+    assert coordinator.fetch_offsets("g", [key])[key].offset == 7
+    assert log.records[-1][1][key].offset == 7  # a replay ends at 7, not 3
+    writes = log.writes  # advancing to an offset at or below the committed one writes nothing
+    await coordinator.advance_offsets("g", {key: CommittedOffset(5, -1, "", 3)})
+    assert log.writes == writes and coordinator.fetch_offsets("g", [key])[key].offset == 7
+    await coordinator.advance_offsets("g", {key: CommittedOffset(9, -1, "", 4)})
+    assert coordinator.fetch_offsets("g", [key])[key].offset == 9

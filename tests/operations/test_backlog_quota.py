@@ -356,3 +356,25 @@ def test_standalone_eviction_moves_the_lagging_group(server: Standalone) -> None
         assert 0 < committed < end and end - committed <= 4, (committed, end)
     finally:
         consumer.close()
+
+
+async def test_a_ledger_trimmed_under_the_pass_is_skipped_not_fatal(ops: OpsStack) -> None:  # noqa: F811
+    """DeleteRecords or retention landing while a pass reads ledger headers raises a ledger
+    error (not a Kafka one): the pass skips that partition and the loop keeps running."""
+    from ledger_backend.managed_ledger.types import InvalidPositionError
+
+    quotas = quotas_for(ops)
+    topic = await namespace_topic(ops, "race", {"backlog_quota_mb": 1,
+                                                "backlog_quota_policy": "producer_exception"})
+    await commit(ops, "slow", topic, 0)
+    await fill(ops, topic, 12)
+    plog = await ops.topics.partition(topic, 0)
+
+    async def trimmed(position: object) -> None:
+        raise InvalidPositionError("ledger trimmed meanwhile")
+
+    plog.read_header = trimmed  # type: ignore[method-assign]
+    await quotas.apply_once()  # the partition is skipped, nothing escapes
+    with trio.move_on_after(0.3) as waited:
+        await quotas.run(interval_s=0.01, over_quota_interval_s=0.01)
+    assert waited.cancelled_caught  # still looping, not dead

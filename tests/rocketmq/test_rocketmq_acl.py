@@ -210,6 +210,11 @@ def test_topic_and_group_permissions_per_request_code() -> None:
     assert "not JSON" in refusal(v, signed(RequestCode.HEART_BEAT, {}, b"{nope"))
     assert required_resources(command(RequestCode.UPDATE_CONSUMER_OFFSET, {
         "topic": "t", "consumerGroup": "g"})) == {"t": PERM_SUB, "%RETRY%g": PERM_SUB}
+    # resetting a group's offsets (222) needs what committing them needs
+    assert "group=blocked" in refusal(v, signed(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {
+        "topic": "t", "group": "blocked", "timestamp": "-1", "isForce": "true"}))
+    assert "topic=denied" in refusal(v, signed(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {
+        "topic": "denied", "group": "CG", "timestamp": "-1", "isForce": "true"}))
 
 
 def test_admin_codes_need_an_admin_account() -> None:

@@ -44,12 +44,16 @@ class StandInOwnership:
         self.me = BrokerEndpoint(1, "127.0.0.1", 9092)
         self.other = BrokerEndpoint(2, "10.0.0.2", 9092)
         self.changed = trio.Event()
+        self.lost: set[int] = set()  # bundles whose node this broker no longer holds
 
     def bundle_owner(self, bundle: int) -> BrokerEndpoint:
         return self.me if bundle in MINE else self.other
 
     def bundle_is_local(self, bundle: int) -> bool:
         return bundle in MINE
+
+    def holds_bundle(self, bundle: int) -> bool:
+        return bundle in MINE and bundle not in self.lost
 
     def is_local(self, topic: str, partition: int) -> bool:
         return bundle_of(topic, partition, BUNDLES) in MINE
@@ -258,3 +262,25 @@ async def test_update_topic_gives_every_bundle_the_queues_asked_for(side: Side) 
     assert side.topics.topics()["grow"].partitions == 8
     assert all(side.rocketmq.queue_map.queue_count("grow", 8, b) == 2 for b in range(BUNDLES))
     await c.aclose()
+
+
+async def test_a_release_racing_an_acquisition_leaves_nothing_loaded(side: Side) -> None:
+    """A lost ZooKeeper session releases bundles from its own task, possibly while the
+    reconcile task is still acquiring one: the bundle must end with no offsets store and no
+    services (else they would serve, stale, if it comes back), and a later acquisition loads
+    the offsets afresh."""
+    rocketmq, ownership = side.rocketmq, side.rocketmq.ownership
+    await rocketmq.releasing(1)
+    store_before = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(rocketmq.acquired, 1)
+        await trio.lowlevel.checkpoint()  # the acquisition is under way
+        ownership.lost.add(1)  # type: ignore[attr-defined]
+        await rocketmq.releasing(1)
+    assert rocketmq.offset_ledgers.store(1) is None
+    assert 1 not in rocketmq._services
+    ownership.lost.discard(1)  # type: ignore[attr-defined]
+    await rocketmq.acquired(1)
+    store_before = rocketmq.offset_ledgers.store(1)
+    await rocketmq.acquired(1)  # acquiring again reloads rather than reusing the old store
+    assert rocketmq.offset_ledgers.store(1) is not store_before is not None

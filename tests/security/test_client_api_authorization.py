@@ -157,3 +157,17 @@ async def test_transaction_apis_check_id_topics_and_group(
     answer = await handle_txn_offset_commit(app, RequestHeader(28, 3, 1, "c"), commit)
     assert answer["topics"][0]["partitions"][0]["error_code"] == (
         ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+def test_write_on_some_topic_with_allow_everyone_and_unrelated_acls() -> None:
+    """Kafka's authorizeByResourceType with allow.everyone.if.no.acl.found: allowed unless a
+    DENY covers every resource (a Java 3.x producer is idempotent by default)."""
+    acls = [allow(m.RES_CLUSTER, m.CLUSTER_NAME, "User:admin", m.OP_ALTER),
+            allow(m.RES_TOPIC, "secret", "User:alice", m.OP_READ)]
+    assert m.decide_by_type(acls, "User:bob", "h", m.OP_WRITE, m.RES_TOPIC,
+                            allow_if_no_acl=True)
+    assert not m.decide_by_type(acls, "User:bob", "h", m.OP_WRITE, m.RES_TOPIC,
+                                allow_if_no_acl=False)
+    denied_all = acls + [deny(m.RES_TOPIC, m.WILDCARD_NAME, "User:bob", m.OP_WRITE)]
+    assert not m.decide_by_type(denied_all, "User:bob", "h", m.OP_WRITE, m.RES_TOPIC,
+                                allow_if_no_acl=True)

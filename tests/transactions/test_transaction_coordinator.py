@@ -159,3 +159,42 @@ async def test_prepare_commit_found_at_load_is_completed(make_broker) -> None:
     assert plog.last_stable_offset == plog.high_watermark == 2
     with pytest.raises(InvalidTxnStateError):
         await second.end_transaction("app", pid, epoch, False)
+
+
+class FlakyGroups(RecordingGroups):
+    """A group coordinator that cannot take the offsets the first time (it is moving)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def apply_transactional_offsets(
+        self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]
+    ) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("group coordinator moving")
+        await super().apply_transactional_offsets(group_id, offsets)
+
+
+async def test_end_txn_succeeds_when_offsets_settle_later(make_broker) -> None:
+    """Once PrepareCommit is logged the outcome is decided: a failure to hand the offsets to the
+    group coordinator is retried in the background, not answered to EndTxn, and the markers
+    already written are not written again."""
+    broker = await make_broker()
+    await broker.topics.create_topic("out", 1)
+    groups = FlakyGroups()
+    coordinator = await coordinator_on(broker, groups)
+    pid, epoch = await coordinator.init_producer_id("app", 60000)
+    await coordinator.add_partitions("app", pid, epoch, [("out", 0)])
+    await coordinator.add_offsets("app", pid, epoch, "grp")
+    await coordinator.txn_offset_commit("app", pid, epoch, "grp", {("in", 0): CommittedOffset(9)})
+    plog = await broker.topics.partition("out", 0)
+    await plog.append(txn_batch(pid, epoch, 0))
+    await coordinator.end_transaction("app", pid, epoch, True)  # no error for the client
+    assert described(coordinator, "app").state is TxnState.PREPARE_COMMIT
+    assert plog.last_stable_offset == plog.high_watermark == 2  # the marker is written
+    await coordinator.check_once()
+    assert described(coordinator, "app").state is TxnState.COMPLETE_COMMIT
+    assert groups.applied == [("grp", {("in", 0): CommittedOffset(9)})]
+    assert plog.high_watermark == 2  # one marker, not two

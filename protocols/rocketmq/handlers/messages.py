@@ -5,7 +5,10 @@ A commit-log offset (message_id.py) names topic hash, queue and queue offset, so
 found by reading that one offset.  QUERY_MESSAGE scans each queue of the topic from the first
 offset at or after beginTimestamp up to a bound (there is no key index).  A message sent back
 by a consumer goes to %RETRY%<group> with delay level 3 + reconsume times (or the level the
-consumer asked for), and to %DLQ%<group> once it was reconsumed max times.
+consumer asked for), and to %DLQ%<group> once it was reconsumed max times (the group's
+retryMaxTimes with the client's maxReconsumeTimes, see `max_reconsume_times`); a group whose
+stored retryQueueNums is 0 has no retry queue, so its send-backs are dropped (Java answers
+SUCCESS too).
 
 This module must never change an existing message.
 """
@@ -13,6 +16,7 @@ This module must never change an existing message.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import Record
@@ -27,6 +31,7 @@ from protocols.rocketmq.handlers.common import (
     stored_message,
 )
 from protocols.rocketmq.handlers.send import append_records
+from protocols.rocketmq.handlers.subscription_groups import stored_config
 from protocols.rocketmq.headers import ext_int, ext_required
 from protocols.rocketmq.message_encoding import (
     PROPERTY_DELAY,
@@ -47,6 +52,7 @@ from protocols.rocketmq.message_id import (
 from protocols.rocketmq.topic_names import dlq_topic, from_storage, retry_topic, to_storage
 
 QUERY_SCAN_LIMIT = 100_000
+CLIENT_SENDS_MAX_RECONSUME_TIMES = 121  # MQVersion.Version.V3_4_9.ordinal()
 
 
 async def read_one(broker: BrokerLike, topic: str, queue_id: int, offset: int) -> Record:
@@ -123,15 +129,29 @@ async def handle_query_message(broker: BrokerLike, conn: ConnectionLike,
                          b"".join(found[:max_num]))
 
 
+def max_reconsume_times(broker: BrokerLike, request: RemotingCommand,
+                        stored: dict[str, Any] | None) -> int:
+    """Reconsumes before the DLQ.  Java takes the group's retryMaxTimes, replaced by the
+    client's maxReconsumeTimes when a client of V3_4_9 or later sends one.  Here the group's
+    limit -- its stored retryMaxTimes, else the broker's max_reconsume_times -- also caps what
+    the client asks for (Java clients always send 16 unless configured, which would make the
+    admin's retryMaxTimes a dead letter)."""
+    limit = stored["retryMaxTimes"] if stored is not None else broker.config.max_reconsume_times
+    asked = ext_int(request.ext_fields, "maxReconsumeTimes", -1)
+    if request.version < CLIENT_SENDS_MAX_RECONSUME_TIMES or asked < 0:
+        return int(limit)
+    return min(asked, int(limit))
+
+
 async def handle_consumer_send_msg_back(broker: BrokerLike, conn: ConnectionLike,
                                         request: RemotingCommand) -> RemotingCommand:
     ext = request.ext_fields
     group = ext_required(ext, "group")
     delay_level = ext_int(ext, "delayLevel", 0)
-    # the broker's max_reconsume_times caps what the client asks for (-1: not asked)
-    max_times = ext_int(ext, "maxReconsumeTimes", -1)
-    if max_times < 0 or max_times > broker.config.max_reconsume_times:
-        max_times = broker.config.max_reconsume_times
+    stored = stored_config(broker, group)
+    if stored is not None and stored["retryQueueNums"] <= 0:
+        return make_response(request, ResponseCode.SUCCESS)  # Java: no retry queue, dropped
+    max_times = max_reconsume_times(broker, request, stored)
     topic, _queue_id, record = await find_by_commit_offset(broker, ext_int(ext, "offset"))
     body, props, meta = from_record(record)
     reconsume = meta.reconsume_times

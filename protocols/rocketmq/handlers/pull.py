@@ -7,6 +7,8 @@ client allows suspension (sysFlag bit 1), the request waits for new data up to i
 timeout (capped by long_polling_max_s).  Offsets outside [min, max] answer PULL_OFFSET_MOVED;
 an empty queue PULL_NOT_FOUND; records that were all filtered out PULL_RETRY_IMMEDIATELY with
 the next offset past them.  With sysFlag bit 0 the request also commits `commitOffset`.
+The group's subscription-group config (handlers/subscription_groups.py, from memory) may refuse
+the pull with NO_PERMISSION first, as Java's does (consumeEnable, consumeBroadcastEnable).
 
 This module must never change a partition.
 """
@@ -26,6 +28,7 @@ from protocols.rocketmq.handlers.common import (
     iter_records,
     stored_message,
 )
+from protocols.rocketmq.handlers.subscription_groups import effective_config
 from protocols.rocketmq.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
@@ -51,9 +54,31 @@ def _filter_for(broker: BrokerLike, header: PullHeader) -> TagFilter:
     return found
 
 
+def _refusal(broker: BrokerLike, request: RemotingCommand,
+             header: PullHeader) -> RemotingCommand | None:
+    """NO_PERMISSION as Java's PullMessageProcessor answers it: the group's consumeEnable is
+    off, or consumeBroadcastEnable is off for a broadcasting group (Java checks the latter only
+    when the subscription comes from the heartbeat, i.e. without sysFlag bit 2)."""
+    group = header.consumer_group
+    config = effective_config(broker, group)
+    if not config["consumeEnable"]:
+        return make_response(request, ResponseCode.NO_PERMISSION,
+                             f"subscription group no permission, {group}")
+    if not config["consumeBroadcastEnable"] and not header.sys_flag & PULL_FLAG_SUBSCRIPTION:
+        members = broker.clients.consumer_groups.get(group, {})
+        if any(m.message_model == "BROADCASTING" for m in members.values()):
+            return make_response(request, ResponseCode.NO_PERMISSION,
+                                 f"the consumer group[{group}] can not consume by broadcast "
+                                 "way")
+    return None
+
+
 async def handle_pull(broker: BrokerLike, conn: ConnectionLike,
                       request: RemotingCommand) -> RemotingCommand:
     header = PullHeader.parse(request.ext_fields)
+    refused = _refusal(broker, request, header)
+    if refused is not None:
+        return refused
     tag_filter = _filter_for(broker, header)
     plog = await get_queue(broker, header.topic, header.queue_id)
     if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and header.commit_offset >= 0:

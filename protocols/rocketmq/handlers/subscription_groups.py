@@ -3,7 +3,10 @@ UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201
 DELETE_SUBSCRIPTIONGROUP (207).
 
 Configs written with 200 are durable (the broker's subscription-group store, in the metadata
-store).  201 answers a SubscriptionGroupWrapper: the stored configs plus, like Java's
+store) and enforced where Java enforces them: pulls (handlers/pull.py: consumeEnable,
+consumeBroadcastEnable) and send-backs (handlers/messages.py: retryMaxTimes, retryQueueNums),
+which read `effective_config` -- the store's in-memory copy, never the store itself.
+201 answers a SubscriptionGroupWrapper: the stored configs plus, like Java's
 auto-created groups, a default config for every group that is online or has committed offsets.
 207 deletes the stored config and, when `removeOffset` is true, the group's committed offsets
 (where the offset store can remove them).
@@ -83,6 +86,19 @@ def normalise_config(doc: object) -> dict[str, Any]:
 
 def default_config(group: str) -> dict[str, Any]:
     return {**DEFAULTS, "groupName": group}
+
+
+def stored_config(broker: BrokerLike, group: str) -> dict[str, Any] | None:
+    """The group's stored config with defaults filled in, from the broker's in-memory copy
+    (never a store read: the pull path calls this); None when no config is stored, which is
+    Java's auto-created group (autoCreateSubscriptionGroup) with the defaults."""
+    store = getattr(broker, "subscription_groups", None)
+    found = store.cached(group) if store is not None else None
+    return None if found is None else {**default_config(group), **found}
+
+
+def effective_config(broker: BrokerLike, group: str) -> dict[str, Any]:
+    return stored_config(broker, group) or default_config(group)
 
 
 async def handle_update_and_create_subscription_group(
