@@ -85,6 +85,4 @@ class ClusterBacklogOffsets:
         offsets = self._offsets_of(topic, partition)
         if offsets is None:
             return  # released meanwhile: its new owner's pass decides
-        current = offsets.query(group, topic, partition)
-        if current is None or current < to:
-            await offsets.commit(group, topic, partition, to)
+        await offsets.advance(group, topic, partition, to)

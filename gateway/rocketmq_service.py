@@ -69,6 +69,22 @@ class RocketMQOffsets:
         await self._store.commit(group, {(topic, queue_id): CommittedOffset(offset, -1, "", now)})
         self._offsets.setdefault(group, {})[(topic, queue_id)] = offset
 
+    async def advance(self, group: str, topic: str, queue_id: int, to: int) -> None:
+        """Move a committed offset forward only (backlog eviction), checked before and after
+        the write: a consumer's commit past `to` that lands meanwhile must stay, in memory and
+        as the last record of the log."""
+        current = self.query(group, topic, queue_id)
+        if current is not None and current >= to:
+            return
+        stamp = int(time.time() * 1000)
+        key = (topic, queue_id)
+        await self._store.commit(group, {key: CommittedOffset(to, -1, "", stamp)})
+        now = self.query(group, topic, queue_id)
+        if now is not None and now > to:  # overtaken: the newer commit must be the last record
+            await self._store.commit(group, {key: CommittedOffset(now, -1, "", stamp)})
+        else:
+            self._offsets.setdefault(group, {})[key] = to
+
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets: (RocketMQ topic, queue id) -> offset."""
         return dict(self._offsets.get(group, {}))
@@ -103,9 +119,7 @@ class StandaloneBacklogOffsets:
         return self._offsets.committed_on(from_storage(topic), partition)
 
     async def advance(self, group: str, topic: str, partition: int, to: int) -> None:
-        current = self._offsets.query(group, from_storage(topic), partition)
-        if current is None or current < to:
-            await self._offsets.commit(group, from_storage(topic), partition, to)
+        await self._offsets.advance(group, from_storage(topic), partition, to)
 
 
 def register_backlog_offsets(topics: Any, source: Any) -> None:

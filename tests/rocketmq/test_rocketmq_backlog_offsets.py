@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+import trio
+import trio.testing
 
 from gateway.backlog_quota import BacklogQuotas
 from gateway.namespaces import NamespaceRegistry
@@ -95,3 +97,38 @@ async def test_eviction_moves_a_rocketmq_group_forward(qs: QuotaStack) -> None:
     assert moved is not None and 0 < moved < end and moved == done.evicted[0]["to"]
     assert qs.broker.offsets.query("rmq_fast", "t%evict%events", 0) == end - 1
     assert (await qs.quotas.apply_once()).evicted == []  # within quota now
+
+
+class HeldLog:
+    """A RocketMQ offsets log whose next write can be held, to order writes in a test."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict]] = []
+        self.hold: trio.Event | None = None
+
+    async def load(self) -> dict:
+        return {}
+
+    async def commit(self, group: str, offsets: dict) -> None:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            await hold.wait()
+        self.records.append((group, dict(offsets)))
+
+
+async def test_advance_never_moves_a_consumer_commit_back() -> None:
+    from gateway.rocketmq_service import RocketMQOffsets
+
+    log = HeldLog()
+    offsets = RocketMQOffsets(log)  # type: ignore[arg-type]
+    await offsets.commit("g", "T", 0, 2)
+    release = log.hold = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(offsets.advance, "g", "T", 0, 3)  # held in the log
+        await trio.testing.wait_all_tasks_blocked()
+        await offsets.commit("g", "T", 0, 7)  # the consumer commits past it meanwhile
+        release.set()
+    assert offsets.query("g", "T", 0) == 7
+    assert log.records[-1][1][("T", 0)].offset == 7  # a replay ends at 7
+    await offsets.advance("g", "T", 0, 5)  # behind the commit: nothing written
+    assert log.records[-1][1][("T", 0)].offset == 7 and offsets.query("g", "T", 0) == 7
