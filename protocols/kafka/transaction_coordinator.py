@@ -66,6 +66,7 @@ class TxnState(enum.Enum):
 
 
 _IDLE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+_PREPARING = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
 
 # The one transition table: state -> the states it may move to.
 TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
@@ -181,7 +182,9 @@ class TransactionCoordinator:
         self._topics = topics
         self._groups = group_coordinator
         self._locks: dict[str, trio.Lock] = {}
-        self._marked: set[str] = set()  # Prepare* transactions whose markers are all written
+        # transactional id -> the Prepare* transaction (pid, epoch, state) whose markers are
+        # all written, so a retry of its completion does not write them again
+        self._marked: dict[str, tuple[int, int, TxnState]] = {}
         self._loaded = False
         self._wakeup = trio.Event()
 
@@ -205,9 +208,14 @@ class TransactionCoordinator:
         now = _now_ms() if now_ms is None else now_ms
         for txn_id, txn in list(self.transactions.items()):
             try:
-                if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                if txn.state in _PREPARING:
                     async with self._lock(txn_id):
-                        await self._complete(txn_id, attempts=1)
+                        # The table may have moved on while this pass waited for the lock
+                        # (an EndTxn completed it, a new transaction began): act only on
+                        # what is still Prepare*.
+                        current = self.transactions.get(txn_id)
+                        if current is not None and current.state in _PREPARING:
+                            await self._complete(txn_id, attempts=1)
                 elif txn.state is TxnState.ONGOING and now > txn.txn_start_ms + txn.timeout_ms:
                     log.info("transaction timed out, aborting", extra={"transactional_id": txn_id})
                     async with self._lock(txn_id):
@@ -222,7 +230,7 @@ class TransactionCoordinator:
                             current.moved_to(TxnState.DEAD)  # checks the table
                             await self._store.delete(txn_id)
                             del self.transactions[txn_id]
-            except (KafkaProtocolError, OSError):
+            except Exception:  # one transaction's trouble must not stop the others' work
                 log.warning("transaction housekeeping failed", exc_info=True,
                             extra={"transactional_id": txn_id})
 
@@ -415,11 +423,16 @@ class TransactionCoordinator:
         Once Prepare* is logged the outcome is decided, so neither ever fails the EndTxn that
         asked; markers already written are not written again on the retry."""
         txn = self.transactions[transactional_id]
+        if txn.state not in _PREPARING:
+            return True  # completed already (by whoever held the lock before us)
         commit = txn.state is TxnState.PREPARE_COMMIT
-        if transactional_id not in self._marked:
+        # Markers are remembered per decided transaction (producer id, epoch, outcome), never
+        # per transactional id alone: a later transaction of the same id needs its own.
+        marked = (txn.producer_id, txn.producer_epoch, txn.state)
+        if self._marked.get(transactional_id) != marked:
             if not await self._write_markers(txn, commit, attempts):
                 return False
-            self._marked.add(transactional_id)
+            self._marked[transactional_id] = marked
         try:
             await self._settle_offsets(txn, commit)
         except Exception:  # noqa: BLE001 - retried by the background task
@@ -428,7 +441,7 @@ class TransactionCoordinator:
             return False
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         await self._save(txn.moved_to(done, partitions=frozenset(), pending_offsets={}))
-        self._marked.discard(transactional_id)
+        self._marked.pop(transactional_id, None)
         log.info("transaction %s", "committed" if commit else "aborted",
                  extra={"transactional_id": transactional_id, "partitions": len(txn.partitions)})
         return True
