@@ -132,6 +132,11 @@ class CoordinatorPartitionLoader(Generic[CoordinatorT]):
                     await self._close_quietly(partition, store)
                 raise
             self._running[partition] = LoadedPartition(coordinator, store, scope, done)
+            if done.is_set():
+                # It failed after loading but before it was registered (so `run` could not
+                # schedule the reload): reload now rather than look loaded with nothing running.
+                self._nursery.start_soon(self._reload, partition)
+                return
             self._log.info("%s %d loaded", self._kind, partition,
                            extra=self._loaded_log_extra(coordinator))
 

@@ -134,3 +134,42 @@ async def test_group_coordinator_lists_loaded_partitions_and_committed_offsets()
     finally:
         with trio.CancelScope(shield=True):
             await store.close()
+
+
+class EarlyFailingCoordinator:
+    runs = 0
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        EarlyFailingCoordinator.runs += 1
+        task_status.started()
+        if EarlyFailingCoordinator.runs == 1:
+            raise RuntimeError("first housekeeping pass failed")
+        await trio.sleep_forever()
+
+
+class CountingStore:
+    closed = 0
+
+    async def close(self) -> None:
+        CountingStore.closed += 1
+
+
+class EarlyFailureLoader(CoordinatorPartitionLoader[EarlyFailingCoordinator]):
+    def _open_partition(self, partition: int) -> tuple[EarlyFailingCoordinator, CountingStore]:
+        return EarlyFailingCoordinator(), CountingStore()
+
+    def _owns_partition(self, partition: int) -> bool:
+        return True
+
+
+async def test_a_coordinator_failing_right_after_loading_is_reloaded() -> None:
+    async with trio.open_nursery() as nursery:
+        loader = EarlyFailureLoader(nursery)
+        await loader.start_partition(0)
+        await trio.testing.wait_all_tasks_blocked()
+        running = loader._running.get(0)
+        assert running is not None and not running.done.is_set()
+        try:
+            assert EarlyFailingCoordinator.runs == 2, "the failed coordinator was not reloaded"
+        finally:
+            nursery.cancel_scope.cancel()
