@@ -75,6 +75,7 @@ class CoordinatorPartitionLoader(Generic[CoordinatorT]):
         self._nursery = nursery
         self._running: dict[int, LoadedPartition[CoordinatorT]] = {}
         self._locks: dict[int, trio.Lock] = {}
+        self._loading: dict[int, trio.CancelScope] = {}  # loads under way, which a stop cancels
 
     # --- what a subclass provides ---------------------------------------------------------------
 
@@ -124,13 +125,21 @@ class CoordinatorPartitionLoader(Generic[CoordinatorT]):
                 finally:
                     done.set()
 
+            loading = self._loading[partition] = trio.CancelScope()
             try:
-                await self._prepare_partition(partition, coordinator)
-                await self._nursery.start(run)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await self._close_quietly(partition, store)
-                raise
+                with loading:
+                    try:
+                        await self._prepare_partition(partition, coordinator)
+                        await self._nursery.start(run)
+                    except BaseException:
+                        with trio.CancelScope(shield=True):
+                            await self._close_quietly(partition, store)
+                        raise
+            finally:
+                self._loading.pop(partition, None)
+            if loading.cancelled_caught:  # stopped (released) while it loaded
+                self._log.info("%s %d: load stopped", self._kind, partition)
+                return
             self._running[partition] = LoadedPartition(coordinator, store, scope, done)
             if done.is_set():
                 # It failed after loading but before it was registered (so `run` could not
@@ -141,6 +150,11 @@ class CoordinatorPartitionLoader(Generic[CoordinatorT]):
                            extra=self._loaded_log_extra(coordinator))
 
     async def stop_partition(self, partition: int) -> None:
+        # A load that hangs (bookies unreachable) must not hold up the release (and with it
+        # the ownership reconciliation of every bundle): cancel it, then wait for the lock.
+        loading = self._loading.get(partition)
+        if loading is not None:
+            loading.cancel()
         async with self._partition_lock(partition):
             running = self._running.pop(partition, None)
             if running is None:

@@ -173,3 +173,18 @@ async def test_a_coordinator_failing_right_after_loading_is_reloaded() -> None:
             assert EarlyFailingCoordinator.runs == 2, "the failed coordinator was not reloaded"
         finally:
             nursery.cancel_scope.cancel()
+
+
+async def test_stopping_a_partition_cancels_a_hung_load() -> None:
+    """A load stuck on unreachable bookies must not hold up the release (and with it the
+    ownership reconciliation of every bundle): stop cancels it and the store is closed."""
+    async with trio.open_nursery() as nursery:
+        loader = FakeLoader(nursery, trio.sleep_forever)
+        nursery.start_soon(loader.start_partition, 0)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(5):
+            await loader.stop_partition(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert loader.loaded_partitions() == set()
+        assert [store.closed for _, store in loader.opened] == [True]
+        nursery.cancel_scope.cancel()
