@@ -16,7 +16,8 @@ coordinator:
 
 - `MarkerRoutes`: markers for a partition this broker owns are appended locally (and the
   ownership checked again after the append); markers for any other partition are sent to its
-  owner as WriteTxnMarkers (Kafka's inter-broker request, handlers/txn_inter_broker.py).  A marker
+  owner as WriteTxnMarkers (Kafka's inter-broker request, handlers/txn_inter_broker.py), those
+  to one owner coalesced into few requests (gateway/txn_marker_batching.py).  A marker
   is never appended by a broker that does not own the partition: opening its log would fence
   the owner.
 - `OffsetRoutes`: when a transaction ends, each of its groups is settled at the group's
@@ -49,6 +50,8 @@ from gateway.ownership import TXN_TOPIC, OwnershipService
 from gateway.partition_loader import CoordinatorPartitionLoader
 from gateway.peer_client import PeerClient, PeerSecurity
 from gateway.transaction_store import LedgerTransactionStore
+from gateway.txn_marker_batching import PendingMarker, RemoteMarkerWriter
+from gateway.txn_marker_batching import raise_for_partition_code as _raise_for
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.types import (
     ManagedLedgerClosedError,
@@ -62,12 +65,10 @@ from protocols.kafka.errors import (
     KafkaProtocolError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
-    UnknownTopicOrPartitionError,
 )
 from protocols.kafka.group_coordinator import CommittedOffset, OffsetKey
 from protocols.kafka.handlers.txn_inter_broker import (
     APPLY_OFFSETS_PRODUCER_ID,
-    WRITE_TXN_MARKERS,
 )
 from protocols.kafka.transaction_coordinator import (
     TransactionCoordinator,
@@ -95,13 +96,6 @@ def transaction_ledger_name(partition: int) -> str:
     return f"{TRANSACTIONS_LEDGER_PREFIX}-{partition}"
 
 
-def _raise_for(code: int, what: str) -> None:
-    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # deleted: the coordinator skips it
-        raise UnknownTopicOrPartitionError(what)
-    if code:
-        raise KafkaProtocolError(f"{what}: {ErrorCode(code).name}", code=code)
-
-
 class _LocalMarkers:
     """A locally owned partition's log, as the coordinator writes markers to it."""
 
@@ -121,30 +115,19 @@ class _LocalMarkers:
 
 
 class _RemoteMarkers:
-    """A partition owned by another broker: markers go to it as WriteTxnMarkers."""
+    """A partition owned by another broker: its markers go to it through the writer."""
 
-    def __init__(self, peers: PeerClient, owner: BrokerEndpoint, topic: str,
+    def __init__(self, writer: RemoteMarkerWriter, owner: BrokerEndpoint, topic: str,
                  partition: int) -> None:
-        self._peers = peers
+        self._writer = writer
         self._owner = owner
         self._topic, self._partition = topic, partition
 
     async def write_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                                coordinator_epoch: int) -> int:
-        answer = await self._peers.request(self._owner.host, self._owner.port, WRITE_TXN_MARKERS,
-                                           1, {"markers": [{
-                                               "producer_id": producer_id,
-                                               "producer_epoch": producer_epoch,
-                                               "transaction_result": commit,
-                                               "topics": [{"name": self._topic,
-                                                           "partition_indexes": [self._partition]}],
-                                               "coordinator_epoch": coordinator_epoch}]})
-        for marker in answer.get("markers") or []:
-            for topic in marker.get("topics") or []:
-                for part in topic.get("partitions") or []:
-                    _raise_for(int(part["error_code"]),
-                               f"marker for {self._topic}-{self._partition} on broker "
-                               f"{self._owner.node_id}")
+        await self._writer.write(self._owner, PendingMarker(
+            producer_id, producer_epoch, commit, coordinator_epoch, self._topic,
+            self._partition))
         return -1  # the offset is the owner's to know
 
 
@@ -156,6 +139,7 @@ class MarkerRoutes:
         self._topics = topics
         self._ownership = ownership
         self._peers = peers
+        self.remote = RemoteMarkerWriter(peers)
 
     def topics(self) -> Mapping[str, Any]:
         return self._topics.topics()
@@ -170,7 +154,7 @@ class MarkerRoutes:
         owner = self._ownership.owner_of(topic, partition)
         if owner is None or owner.node_id == self._ownership.me.node_id:
             raise NotLeaderOrFollowerError(f"{topic}-{partition} has no ready owner yet")
-        return _RemoteMarkers(self._peers, owner, topic, partition)
+        return _RemoteMarkers(self.remote, owner, topic, partition)
 
 
 class OffsetRoutes:

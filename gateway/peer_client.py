@@ -2,9 +2,15 @@
 owner of a partition to do (a transaction coordinator's WriteTxnMarkers, the offsets of a
 committed transaction for a group coordinator on another broker).
 
-One connection per peer address, reused; one request at a time on it (the callers are few and
-the answers small), each with a timeout.  A connection that failed or timed out is dropped, so
-the next request reconnects (the peer may have restarted on the same address).
+A small pool of connections per peer address (at most `MAX_CONNECTIONS_PER_PEER`), each
+carrying one request at a time; an idle connection is reused (the newest first), another is
+opened while all are busy, and a request waits for a free one only when the pool is full, so a
+slow request (a marker append waiting on a bookie) never holds up the others.  Waiting for a
+free connection and the request itself each have the timeout; a caller that gave up waiting
+takes nothing down.  Only the connection whose request failed, was cancelled or timed out on
+the wire is closed (half a request or an unread answer makes it unusable), and after a broken
+one the idle ones are closed too (the peer may have restarted on the same address), so the
+next request reconnects.
 
 On a secured cluster the peer logs in first, as Kafka brokers do with
 sasl.mechanism.inter.broker.protocol and their own JAAS user: `PeerSecurity` (built from the
@@ -46,6 +52,7 @@ from protocols.kafka.sasl_client import SaslClient
 log = logging.getLogger("ledgerwire.peers")
 
 PEER_REQUEST_TIMEOUT_S = 5.0  # markers take milliseconds; a paused peer must not stall EndTxn
+MAX_CONNECTIONS_PER_PEER = 4  # requests in flight to one peer; more wait for a free connection
 AUTH_RETRY_BACKOFF_S = 5.0  # after a refused login, fail fast for this long
 AUTH_FAILURE_LOG_INTERVAL_S = 60.0  # one error line per peer this often, not one per retry
 SASL_HANDSHAKE_VERSION = 1  # tokens in SaslAuthenticate requests (v0 would send raw frames)
@@ -127,24 +134,36 @@ def peer_security_from_config(config: Config) -> PeerSecurity:
                         _inter_broker_password(config))
 
 
-@dataclass
+@dataclass(eq=False)
 class _Connection:
     stream: trio.abc.Stream
     reader: FrameReader = field(default_factory=FrameReader)
-    lock: trio.Lock = field(default_factory=trio.Lock)
     next_correlation_id: int = 1
+
+
+@dataclass
+class _Pool:
+    """The connections to one peer address: `slots` bounds those in use, `idle` the reusable
+    ones, and `opening` makes logins one at a time (a refused password is tried once, not once
+    per waiting caller)."""
+
+    slots: trio.Semaphore
+    idle: list[_Connection] = field(default_factory=list)
+    opening: trio.Lock = field(default_factory=trio.Lock)
 
 
 class PeerClient:
     """Requests to other brokers of the cluster (see the module docstring)."""
 
     def __init__(self, client_id: str, timeout_s: float = PEER_REQUEST_TIMEOUT_S,
-                 security: PeerSecurity | None = None) -> None:
+                 security: PeerSecurity | None = None,
+                 max_connections: int = MAX_CONNECTIONS_PER_PEER) -> None:
         self.client_id = client_id
         self.timeout_s = timeout_s
         self.security = security or PeerSecurity()
-        self._connections: dict[tuple[str, int], _Connection] = {}
-        self._connecting: dict[tuple[str, int], trio.Lock] = {}
+        self.max_connections = max_connections
+        self._pools: dict[tuple[str, int], _Pool] = {}
+        self._open_connections: set[_Connection] = set()  # idle and in use, for aclose
         # address -> (refuse until, the refusal), after a failed login
         self._auth_refused: dict[tuple[str, int], tuple[float, PeerAuthenticationError]] = {}
         self._auth_logged: dict[tuple[str, int], float] = {}
@@ -153,39 +172,59 @@ class PeerClient:
                       body: dict[str, Any]) -> dict[str, Any]:
         """Send one request to host:port and return the answer's body."""
         address = (host, port)
+        pool = self._pools.get(address)
+        if pool is None:
+            pool = self._pools[address] = _Pool(trio.Semaphore(self.max_connections))
         try:
             with trio.fail_after(self.timeout_s):
-                connection = await self._connection(address)
-                async with connection.lock:
-                    try:
-                        return await self._exchange(connection, api_key, version, body)
-                    except trio.Cancelled:  # half a request or an unread answer: unusable
-                        await self._drop(address)
-                        raise
+                await pool.slots.acquire()
+        except trio.TooSlowError as exc:  # nothing of ours is on the wire: nothing to drop
+            raise RequestTimedOutError(
+                f"broker {host}:{port}: all {self.max_connections} connections stayed busy"
+            ) from exc
+        try:
+            return await self._request_on(pool, address, api_key, version, body)
+        finally:
+            pool.slots.release()
+
+    async def _request_on(self, pool: _Pool, address: tuple[str, int], api_key: int,
+                          version: int, body: dict[str, Any]) -> dict[str, Any]:
+        """One exchange on a connection of `pool` held by this caller alone."""
+        host, port = address
+        connection: _Connection | None = None
+        try:
+            with trio.fail_after(self.timeout_s):
+                connection = pool.idle.pop() if pool.idle else await self._new(pool, address)
+                answer = await self._exchange(connection, api_key, version, body)
         except trio.TooSlowError as exc:
-            await self._drop(address)
+            await self._close(connection)
             raise RequestTimedOutError(f"broker {host}:{port} did not answer") from exc
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError) as exc:
-            await self._drop(address)
+            await self._close(connection)
+            await self._close_idle(pool)  # likely as stale: the peer went away
             raise PeerUnavailableError(f"broker {host}:{port}: {exc!r}") from exc
+        except BaseException:  # cancelled mid-exchange, or an unreadable answer: unusable
+            await self._close(connection)
+            raise
+        pool.idle.append(connection)
+        return answer
 
-    async def _connection(self, address: tuple[str, int]) -> _Connection:
-        async with self._connecting.setdefault(address, trio.Lock()):
-            connection = self._connections.get(address)
-            if connection is None:
-                refused = self._auth_refused.get(address)
-                if refused is not None and trio.current_time() < refused[0]:
-                    raise PeerAuthenticationError(f"{refused[1].message} (not retried yet)")
-                connection = _Connection(await self._open(address))
-                try:
-                    if self.security.sasl_mechanism is not None:
-                        await self._authenticate(connection, address)
-                except BaseException:
-                    with trio.CancelScope(shield=True):
-                        await connection.stream.aclose()
-                    raise
-                self._auth_refused.pop(address, None)
-                self._connections[address] = connection
+    async def _new(self, pool: _Pool, address: tuple[str, int]) -> _Connection:
+        """A new connection to `address`, logged in when the cluster uses SASL."""
+        async with pool.opening:
+            refused = self._auth_refused.get(address)
+            if refused is not None and trio.current_time() < refused[0]:
+                raise PeerAuthenticationError(f"{refused[1].message} (not retried yet)")
+            connection = _Connection(await self._open(address))
+            try:
+                if self.security.sasl_mechanism is not None:
+                    await self._authenticate(connection, address)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await connection.stream.aclose()
+                raise
+            self._auth_refused.pop(address, None)
+            self._open_connections.add(connection)
             return connection
 
     async def _open(self, address: tuple[str, int]) -> trio.abc.Stream:
@@ -267,12 +306,19 @@ class PeerClient:
             raise EOFError(f"answer {got} to request {correlation_id}")
         return answer
 
-    async def _drop(self, address: tuple[str, int]) -> None:
-        connection = self._connections.pop(address, None)
+    async def _close(self, connection: _Connection | None) -> None:
         if connection is not None:
+            self._open_connections.discard(connection)
             with trio.CancelScope(shield=True):
                 await connection.stream.aclose()
 
+    async def _close_idle(self, pool: _Pool) -> None:
+        idle, pool.idle = pool.idle, []
+        for connection in idle:
+            await self._close(connection)
+
     async def aclose(self) -> None:
-        for address in list(self._connections):
-            await self._drop(address)
+        for pool in self._pools.values():
+            pool.idle.clear()
+        for connection in list(self._open_connections):
+            await self._close(connection)

@@ -57,6 +57,7 @@ from gateway.rocketmq_bundle_admin import (
     bundle_message_totals,
     remove_bundle_group,
 )
+from gateway.rocketmq_bundle_logs import BundleNotServedError, open_bundle_log
 from gateway.rocketmq_bundle_services import (
     BundleClients,
     BundleTransactions,
@@ -83,8 +84,6 @@ from protocols.rocketmq.client_details import ClientDetails
 from protocols.rocketmq.client_registry import ClientRegistry
 from protocols.rocketmq.errors import (
     MessageIllegalError,
-    ResponseCode,
-    RocketMQError,
     TopicNotExistError,
 )
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
@@ -96,12 +95,6 @@ log = logging.getLogger("ledgerwire.rocketmq.cluster")
 REGISTRATION_KEY = "rocketmq"
 REGISTRATION_REFRESH_S = 5.0
 _WILDCARD = ("", "0.0.0.0", "::")
-
-
-class BundleNotServedError(RocketMQError):
-    """A per-queue request reached a port whose bundle this broker does not own (now)."""
-
-    code = ResponseCode.SYSTEM_BUSY
 
 
 def offsets_ledger_name(bundle: int) -> str:
@@ -207,9 +200,13 @@ class BundleTopics:
         await self._side.topics.delete_topic(name)
 
     async def partition(self, topic: str, partition: int) -> Any:
-        """`partition` is a queue id of this bundle."""
+        """`partition` is a queue id of this bundle; its log, while the bundle is owned here
+        (checked after the open too, and when an append is acknowledged)."""
         storage_partition = self._side.partition_of(self._bundle, topic, partition)
-        return await self._side.topics.partition(topic, storage_partition)
+        return await open_bundle_log(
+            self._side.topics, partial(self._side.ownership.bundle_is_local, self._bundle),
+            f"bundle {self._bundle} ({self._side.queue_map.broker_name(self._bundle)})",
+            topic, storage_partition)
 
     @property
     def backlog_quotas(self) -> Any:

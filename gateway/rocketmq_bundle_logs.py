@@ -1,0 +1,68 @@
+"""Opening a queue's partition log for a RocketMQ bundle broker (gateway/rocketmq_cluster.py)
+the way the Kafka path does (protocols/kafka/handlers/topic_lookup.py open_partition): the
+bundle's ownership is checked before the open and again after it, and the log returned
+acknowledges an append only if this broker still owns the bundle when the append is durable.
+
+A bundle released while its log was opening leaves this broker with a log it must not keep
+(opening fenced the new owner's ledger, and the release already closed what it found), so the
+log is closed quietly, as BundleHooks._open_quietly does, and the request is answered "bundle
+not served here" (SYSTEM_BUSY), which makes the client refresh its route.  An append that
+outlived the ownership may still be in the ledger (the new owner recovered it): it is simply
+not acknowledged, and the producer's retry goes to the new owner.
+
+This module must never hand out a log of a bundle this broker does not own, nor acknowledge an
+append made after the bundle was released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from protocols.rocketmq.errors import ResponseCode, RocketMQError
+
+log = logging.getLogger("ledgerwire.rocketmq.cluster")
+
+
+class BundleNotServedError(RocketMQError):
+    """A per-queue request reached a port whose bundle this broker does not own (now)."""
+
+    code = ResponseCode.SYSTEM_BUSY
+
+
+class BundleOwnedLog:
+    """A partition log of one bundle that acknowledges an append only while the bundle is
+    still owned here; everything else is the log's own."""
+
+    def __init__(self, inner: Any, owned: Callable[[], bool], what: str) -> None:
+        self._inner = inner
+        self._owned = owned
+        self._what = what
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def append(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self._inner.append(*args, **kwargs)
+        if not self._owned():
+            raise BundleNotServedError(f"{self._what} was released while the message was "
+                                       "stored; not acknowledged here, refresh the topic route")
+        return result
+
+
+async def open_bundle_log(topics: Any, owned: Callable[[], bool], what: str, topic: str,
+                          partition: int) -> BundleOwnedLog:
+    """`topics.partition(topic, partition)` of a bundle that `owned()` says is served here,
+    checked before and after the open (`what` names the bundle in the refusal)."""
+    if not owned():
+        raise BundleNotServedError(f"{what} not served here; refresh the topic route")
+    plog = await topics.partition(topic, partition)
+    if not owned():  # released while it opened: do not keep the log of another's bundle
+        try:
+            await plog.close()
+        except Exception as exc:  # fenced already: the new owner has it
+            log.info("closing %s-%d: %r", topic, partition, exc)
+        raise BundleNotServedError(f"{what} was released while its queue opened; refresh the "
+                                   "topic route")
+    return BundleOwnedLog(plog, owned, what)
