@@ -10,13 +10,16 @@ in-memory storage and no fsync. The figures printed, and the ratios, come from t
 
 With --repeat N every throughput figure is the median of N runs (the machine may be shared:
 single runs are noisy), and each broker's CPU time per message (user + system, all threads,
-from /proc on Linux) is printed too, which load on the machine disturbs far less.
+from /proc on Linux) is printed too, which load on the machine disturbs far less; with Linux
+`perf`, so are its user-space instructions per message (hardly disturbed at all).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +48,29 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_instruction_count(pid: int) -> subprocess.Popen[str] | None:
+    """`perf stat` counting the user-space instructions of process `pid` until stopped (None
+    where perf is missing).  Steadier than CPU time when the machine is shared."""
+    if shutil.which("perf") is None:
+        return None
+    proc = subprocess.Popen(["perf", "stat", "-x,", "-e", "instructions:u", "-p", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.2)  # attached before the measured run starts
+    return proc
+
+
+def stop_instruction_count(proc: subprocess.Popen[str] | None) -> int | None:
+    if proc is None:
+        return None
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=10)
+    for line in err.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2].startswith("instructions") and fields[0].isdigit():
+            return int(fields[0])
+    return None
 
 
 @contextmanager
@@ -189,15 +215,22 @@ def measured(
     """Median msg/s of `repeat` runs into results[metric], and the broker's CPU us/msg."""
     rates: list[float] = []
     cpu: list[float] = []
+    instructions: list[float] = []
     for _ in range(repeat):
+        counter = start_instruction_count(pid)
         before = cpu_seconds(pid)
         rates.append(run())
         after = cpu_seconds(pid)
+        counted = stop_instruction_count(counter)
         if before is not None and after is not None:
             cpu.append((after - before) * 1e6 / count)
+        if counted is not None:
+            instructions.append(counted / count / 1e3)
     results[metric] = statistics.median(rates)
     if cpu:
         results[metric.replace("msg/s", "cpu us/msg")] = statistics.median(cpu)
+    if instructions:
+        results[metric.replace("msg/s", "k instr/msg")] = statistics.median(instructions)
 
 
 def run_suite(name: str, broker: tuple[str, int], count: int, repeat: int = 1

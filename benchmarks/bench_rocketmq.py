@@ -12,7 +12,9 @@ rocketmq-client-python 0.5.0rc2 (C++ client), 1 KB bodies with a tag and a key: 
 1 thread and from 8 threads (msg/s, p50/p99 latency), then one push consumer reading everything
 back (msg/s).  When the benchmark starts the server itself it also prints the server's CPU time
 per message of each phase (user + system, all threads, from /proc) and this client's: less
-noisy than msg/s on a shared machine.
+noisy than msg/s on a shared machine; with Linux `perf` available, also the server's user-space
+instructions per message of each send phase (steadier still: other load hardly moves it; it
+includes the producers' warm-up sends and route lookups, the same in every run).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -69,6 +73,32 @@ def cpu_note(pid: int | None, before: float | None, messages: int) -> str:
     if before is None or after is None or not messages:
         return ""
     return f"   server CPU {(after - before) / messages * 1e6:.0f} us/msg"
+
+
+class InstructionCounter:
+    """User-space instructions the server process executes during one phase, counted by
+    `perf stat` (Linux; None where perf is missing or not permitted).  Unlike CPU time this
+    barely moves with other load on a shared machine, so small changes show."""
+
+    def __init__(self, pid: int | None) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        if pid is None or shutil.which("perf") is None:
+            return
+        self._proc = subprocess.Popen(
+            ["perf", "stat", "-x,", "-e", "instructions:u", "-p", str(pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.2)  # attached before the phase starts
+
+    def note(self, messages: int) -> str:
+        if self._proc is None or not messages:
+            return ""
+        self._proc.send_signal(signal.SIGINT)
+        _out, err = self._proc.communicate(timeout=10)
+        for line in err.splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2].startswith("instructions") and fields[0].isdigit():
+                return f", {int(fields[0]) / messages / 1e3:.0f}k instr/msg"
+        return ""
 
 
 def client_cpu_s() -> float:
@@ -215,18 +245,22 @@ def main() -> None:
     try:
         pid = server.pid if server is not None else None
         topic = f"bench_{int(time.time())}"
+        counter = InstructionCounter(pid)
         cpu, ccpu = process_cpu_s(pid), client_cpu_s()
         rate1, lat = send_run(namesrv, topic, args.messages, 1)
         lat.sort()
         print(f"send, 1 thread:   {rate1:10.0f} msg/s   p50 {statistics.median(lat) * 1e3:.2f} ms"
               f"   p99 {lat[int(len(lat) * 0.99)] * 1e3:.2f} ms"
-              + cpu_note(pid, cpu, len(lat) + 1) + client_note(ccpu, len(lat) + 1))
+              + cpu_note(pid, cpu, len(lat) + 1) + counter.note(len(lat) + 1)
+              + client_note(ccpu, len(lat) + 1))
+        counter = InstructionCounter(pid)
         cpu, ccpu = process_cpu_s(pid), client_cpu_s()
         rate8, lat8 = send_run(namesrv, topic, args.messages, 8)
         lat8.sort()
         print(f"send, 8 threads:  {rate8:10.0f} msg/s   p50 {statistics.median(lat8) * 1e3:.2f} ms"
               f"   p99 {lat8[int(len(lat8) * 0.99)] * 1e3:.2f} ms"
-              + cpu_note(pid, cpu, len(lat8) + 8) + client_note(ccpu, len(lat8) + 8))
+              + cpu_note(pid, cpu, len(lat8) + 8) + counter.note(len(lat8) + 8)
+              + client_note(ccpu, len(lat8) + 8))
         total = args.messages + (args.messages // 8) * 8 + 1 + 8
         cpu, ccpu = process_cpu_s(pid), client_cpu_s()
         rate_c = consume_run(namesrv, topic, total)

@@ -10,14 +10,18 @@ The CRC covers the length field and everything after the CRC field, payload incl
 torn or flipped record is always refused.  Types: ADD (an entry; ``lac`` is the writer's LAC),
 FENCE and DELETE (ledger state changes, no payload).
 
-Group commit: ``append`` puts a record into the open group and waits.  One journal task
-takes the group when a trigger fires — ``bytes`` (the group reached journal_group_bytes),
+Group commit: ``append`` puts a record into the open group and waits.  The group is taken
+when a trigger fires — ``bytes`` (the group reached journal_group_bytes),
 ``max_wait`` (journal_max_group_wait_s since the group's first record) or ``queue_empty``
 (optional: nothing else is waiting) — and writes it with one writev and one fdatasync in a
-worker thread (which also encodes the record headers and their CRCs, off the Trio thread),
-then releases every waiter of that group.  So an add returns only after its
-record is on disk.  Files roll over at journal_max_file_bytes; a restarted bookie never appends
-to an old file.
+worker thread (which also encodes the record headers and their CRCs, off the Trio thread).
+The thread's completion, delivered to the Trio thread, releases every waiter of that group and,
+when adds arrived meanwhile, starts the next group's write at once.  With the queue-empty
+trigger the add that opens a group on an idle journal fires it itself (after one checkpoint),
+so the journal task only times max-wait groups, reports failures and shuts down: a lone add
+costs no journal task step, and groups under steady load none either.  An add still returns
+only after its record is on disk.  Files roll over at journal_max_file_bytes; a restarted
+bookie never appends to an old file.
 
 Replay (``JournalScanner``) reads from a log mark forward and stops at the first record that
 is short, fails its CRC or has an unknown version/type, reporting file, offset and reason.  A
@@ -38,9 +42,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import crc32c
+import outcome
 import trio
 
 from .crash_points import crash_point
@@ -55,9 +60,6 @@ from .file_format import (
 )
 from .storage_api import BookieError
 
-if TYPE_CHECKING:
-    import outcome
-
 log = logging.getLogger(__name__)
 
 JOURNAL_MAGIC = b"LWJN"
@@ -71,23 +73,6 @@ TYPE_ADD = 1
 TYPE_FENCE = 2
 TYPE_DELETE = 3
 RECORD_TYPES = (TYPE_ADD, TYPE_FENCE, TYPE_DELETE)
-
-
-async def _run_in_worker_thread(fn: Callable[..., None], *args: object) -> None:
-    """``fn(*args)`` in a worker thread; returns (or raises) once it has returned, and cannot be
-    cancelled meanwhile -- like ``trio.to_thread.run_sync`` without the capacity limiter,
-    context copy and extra scheduler round trip that cost a group write as much as its fsync
-    (the journal task writes one group at a time, so no limiter is needed)."""
-    task = trio.lowlevel.current_task()
-    token = trio.lowlevel.current_trio_token()
-
-    def deliver(result: outcome.Outcome[None]) -> None:
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
-
-    trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver,
-                                    name="ledgerwire journal write")
-    await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
 
 class LogMark(NamedTuple):
@@ -280,8 +265,11 @@ class Journal:
         self._file_id = -1
         self._file_size = 0
         self._open = _Group()
-        self._has_data = trio.Event()
+        self._wake = trio.Event()  # wakes the journal task: a first record, or a write ended
+        self._token: trio.lowlevel.TrioToken | None = None
         self._failed: BaseException | None = None
+        self._write_error: BaseException | None = None  # the journal task raises it
+        self._stopping = False
         self.written_mark = LogMark(first_file_id, FILE_HEADER_SIZE)
         self._in_flight: _Group | None = None
         self.triggers: Counter[str] = Counter()  # why groups were written (for tests/metrics)
@@ -318,37 +306,53 @@ class Journal:
         if self._failed is not None:
             raise JournalFailedError(f"journal failed: {self._failed!r}")
         group = self._open
+        opens_idle_group = not group.buffers and self._in_flight is None
         if not group.buffers:
             group.first_arrival = trio.current_time()
-            self._has_data.set()
         group.buffers.append((rec_type, ledger_id, entry_id, lac, payload))
         group.nbytes += RECORD_HEADER_SIZE + len(payload)
         if group.nbytes >= self._group_bytes:
             group.full.set()
+        # else a write is in flight and its completion takes this group
+        if opens_idle_group:
+            if self._flush_when_queue_empty and self._token is not None and not self._stopping:
+                # The queue-empty trigger, fired by this add instead of the journal task (one
+                # task step less): every add runnable now joins during this checkpoint.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                if self._open is group and self._in_flight is None and not self._stopping \
+                        and self._write_error is None:  # fmt: skip
+                    trigger = "bytes" if group.nbytes >= self._group_bytes else "queue_empty"
+                    self._start_write(group, trigger)
+            else:
+                self._wake.set()  # the journal task times the group (max wait) or starts it
         await group.done.wait()
         if group.error is not None:
             raise JournalFailedError(f"journal write failed: {group.error!r}") from group.error
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The journal task: pick a group when a trigger fires, write + fsync it, release it."""
+        """The journal task: start a group's write when a trigger fires (writes that follow
+        one another are chained by the completions); raises what failed a write."""
+        self._token = trio.lowlevel.current_trio_token()
         task_status.started()
         try:
             while True:
-                if not self._open.buffers:
-                    await self._has_data.wait()
-                    self._has_data = trio.Event()
+                if self._write_error is not None:
+                    raise self._write_error
+                if self._in_flight is not None or not self._open.buffers:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
                     continue
                 group = self._open
                 trigger = await self._wait_for_trigger(group)
-                self.triggers[trigger] += 1
-                self._open = _Group()
-                self._in_flight = group
-                try:
-                    await self._write_group(group)
-                finally:
-                    self._in_flight = None
+                taken = self._open is not group or self._in_flight is not None
+                if not taken and self._write_error is None:  # else an add or a completion did
+                    self._start_write(group, trigger)
         finally:
+            self._stopping = True
             with trio.CancelScope(shield=True):
+                while self._in_flight is not None:  # the worker thread still owns the file
+                    self._wake = trio.Event()
+                    await self._wake.wait()
                 await self._shutdown()
 
     async def drain(self) -> None:
@@ -371,24 +375,58 @@ class Journal:
                 await group.full.wait()
         return "bytes" if group.nbytes >= self._group_bytes else "max_wait"
 
-    async def _write_group(self, group: _Group) -> None:
-        try:
-            if self._failed is not None:
-                raise self._failed
-            started = time.perf_counter()
-            await _run_in_worker_thread(self._write_and_sync, group.buffers, group.nbytes)
-            if self.fsync_observer is not None:
-                self.fsync_observer(time.perf_counter() - started)
-            self.groups_written += 1
-            self.written_mark = LogMark(self._file_id, self._file_size)
-        except BaseException as exc:  # includes Cancelled during shutdown: waiters must wake
+    def _start_write(self, group: _Group, trigger: str) -> None:
+        """Hand `group` to a worker thread (write + fsync); `_write_finished` follows in the
+        Trio thread.  One group is written at a time: the next waits in `_open`."""
+        assert self._in_flight is None and self._token is not None
+        self.triggers[trigger] += 1
+        self._open = _Group()
+        self._in_flight = group
+        if self._failed is not None:
+            self._write_finished(group, 0.0, outcome.Error(self._failed))
+            return
+        token = self._token
+        finished = functools.partial(self._write_finished, group, time.perf_counter())
+
+        def deliver(result: outcome.Outcome[None]) -> None:  # in the worker thread
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(finished, result)
+
+        trio.lowlevel.start_thread_soon(
+            functools.partial(self._write_and_sync, group.buffers, group.nbytes), deliver,
+            name="ledgerwire journal write")  # fmt: skip
+
+    def _write_finished(self, group: _Group, started: float, result: outcome.Outcome[None]
+                        ) -> None:  # fmt: skip
+        """In the Trio thread, once the worker returned: release the group's waiters (only now:
+        their records are fsynced), then start the next group if adds arrived meanwhile."""
+        self._in_flight = None
+        if isinstance(result, outcome.Error):
+            exc = result.error
             group.error = exc if isinstance(exc, Exception) else JournalFailedError("closed")
             if isinstance(exc, OSError):
+                if self._failed is None:
+                    log.error("journal write failed, refusing further adds: %r", exc)
                 self._failed = exc
-                log.error("journal write failed, refusing further adds: %r", exc)
+            self._write_error = exc
             group.done.set()
-            raise
+            self._wake.set()  # the journal task raises it (or finishes its shutdown)
+            return
+        if self.fsync_observer is not None:
+            try:
+                self.fsync_observer(time.perf_counter() - started)
+            except Exception:
+                log.exception("journal fsync observer failed")
+        self.groups_written += 1
+        self.written_mark = LogMark(self._file_id, self._file_size)
         group.done.set()
+        following = self._open
+        full = following.nbytes >= self._group_bytes
+        if following.buffers and (self._flush_when_queue_empty or full):
+            # these adds waited through a whole write: none is gained by waiting longer
+            self._start_write(following, "bytes" if full else "queue_empty")
+        elif following.buffers or self._stopping:
+            self._wake.set()  # a max-wait group to time, or the shutdown waiting for this write
 
     def _write_and_sync(
         self, records: list[tuple[int, int, int, int, bytes]], nbytes: int

@@ -2,13 +2,17 @@
 
 `BookieConnection.submit()` is synchronous: it assigns a request id, queues the encoded frame and
 registers a callback, so a writer can send an entry to its write set without yielding (entry ids
-stay in call order). One task per connection connects (with a timeout), writes queued frames in
-batches, reads responses and hands each to its request's callback; every request carries a
-deadline and a sweeper fails expired ones with BKTimeoutError. When the connection breaks, every
-request in flight fails with BookieUnavailableError and the next request reconnects.
+stay in call order); a lone request on an idle connected socket is written by `submit` itself
+(non-blocking, the rest left to the writer). One task per connection connects (with a timeout),
+writes queued frames in batches, reads responses and hands each to its request's callback;
+every request carries a deadline and a sweeper fails expired ones with BKTimeoutError. When the
+connection breaks, every request in flight fails with BookieUnavailableError and the next
+request reconnects.
 
 In-process bookies (LocalBookieConnection) get the request objects without the wire, and plain
 range reads in one storage call (`read_entries`), falling back to single requests on any doubt.
+Their requests are answered by parked worker tasks that `submit` hands each request to, not by
+a task spawned per request (spawning one cost about as much as the rest of the hand-over).
 
 Callbacks run inside the connection's tasks: they must be quick and must never block or await.
 This module must never interpret entries or ledger state: it moves protocol messages only.
@@ -16,13 +20,16 @@ This module must never interpret entries or ledger state: it moves protocol mess
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+import outcome
 import trio
 
 from ledger_backend.bookie import local_bookies
@@ -45,6 +52,9 @@ ResponseCallback = Callable[[Response | LedgerError], None]
 _SEND_BATCH_BYTES = 1 << 20
 _RECEIVE_BYTES = 64 * 1024  # below glibc's mmap threshold: recv(n) allocates n bytes first
 _SWEEP_INTERVAL_S = 0.05
+_MAX_IDLE_LOCAL_WORKERS = 64  # parked workers of one in-process connection; beyond: they end
+
+_LocalJob = tuple[local_bookies.AnswersRequests, Request, int]  # server, request, request id
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -112,6 +122,8 @@ class BookieConnection:
         self._running = False
         self._closed = False
         self._cancel_scope: trio.CancelScope | None = None
+        self._fd = -1  # the connected socket's descriptor while `submit` may write to it
+        self._sending = False  # the writer task holds frames not yet fully sent
 
     @property
     def in_flight(self) -> int:
@@ -129,9 +141,21 @@ class BookieConnection:
         frame = encode(build(request_id))
         wait = self._timeout_s if timeout_s is None else timeout_s
         self._in_flight[request_id] = _InFlight(trio.current_time() + wait, callback)
+        self._requests_waiting.set()
+        if (len(self._in_flight) == 1 and self._fd >= 0 and not self._sending
+                and not self._outgoing):  # fmt: skip
+            # A lone request on an idle, connected socket: write it now rather than wake the
+            # writer task (three task steps) for a batch of one.  Whatever the socket does not
+            # take (or an error) goes to the writer, which sends it or reports the failure.
+            try:
+                sent = os.write(self._fd, frame)
+            except OSError:  # BlockingIOError included
+                sent = 0
+            if sent == len(frame):
+                return
+            frame = frame[sent:]
         self._outgoing.append(frame)
         self._work.set()
-        self._requests_waiting.set()
         if not self._running:
             self._running = True
             self._nursery.start_soon(self._run)
@@ -174,14 +198,21 @@ class BookieConnection:
             # each task handles its own I/O errors (a nursery would wrap them in a group)
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_loop, stream, nursery.cancel_scope)
-                await self._read_loop(stream)
+                try:
+                    await self._read_loop(stream)
+                finally:
+                    self._fd = -1  # before the socket closes: its number may be reused
                 nursery.cancel_scope.cancel()
             self._fail_all(BookieUnavailableError(f"connection to {self.address} was lost"))
 
     async def _write_loop(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
         try:
             while True:
+                # `submit` writes a lone request itself while nothing is queued or being sent
+                self._sending = False
+                self._fd = stream.socket.fileno()
                 await self._work.wait()
+                self._sending = True
                 # one more scheduling round lets the other runnable writers queue their frames,
                 # so they leave in one send instead of one send each
                 await trio.lowlevel.cancel_shielded_checkpoint()
@@ -202,6 +233,8 @@ class BookieConnection:
                 trio.TooSlowError) as exc:  # fmt: skip
             log.info("writing to bookie %s failed: %r", self.address, exc)
             scope.cancel()
+        finally:
+            self._fd = -1
 
     async def _send(self, stream: trio.SocketStream, batch: list[bytes]) -> None:
         with trio.fail_after(self._timeout_s):
@@ -249,7 +282,8 @@ class LocalBookieConnection:
     Same interface and outcomes as BookieConnection (callbacks get the response, or
     BKTimeoutError / BookieUnavailableError), minus the encoding and the sockets. Deadlines are
     kept like BookieConnection keeps them (a sweeper task while requests are in flight), not
-    with a cancel scope per request.
+    with a cancel scope per request.  Each request is answered by a worker task that parks
+    for the next request afterwards (`submit` reschedules a parked worker with the request).
     """
 
     def __init__(self, address: str, nursery: trio.Nursery, *, timeout_s: float) -> None:
@@ -260,6 +294,7 @@ class LocalBookieConnection:
         self._in_flight: dict[int, _InFlight] = {}
         self._sweeping = False
         self._closed = False
+        self._idle_workers: list[trio.lowlevel.Task] = []  # parked in _park, newest last
 
     @property
     def in_flight(self) -> int:
@@ -277,17 +312,41 @@ class LocalBookieConnection:
         request = build(request_id)
         wait = self._timeout_s if timeout_s is None else timeout_s
         self._in_flight[request_id] = _InFlight(trio.current_time() + wait, callback)
-        self._nursery.start_soon(self._run_one, server, request, request_id)
+        job = (server, request, request_id)
+        if self._idle_workers:  # hand it to a parked worker: no task created per request
+            trio.lowlevel.reschedule(self._idle_workers.pop(), outcome.Value(job))
+        else:
+            self._nursery.start_soon(self._answer_requests, job)
         if not self._sweeping:
             self._sweeping = True
             self._nursery.start_soon(self._sweep_expired)
 
-    async def _run_one(self, server: local_bookies.AnswersRequests, request: Request,
-                       request_id: int) -> None:  # fmt: skip
-        response = cast(Response, await server.answer(request))  # a bookie answers requests
-        in_flight = self._in_flight.pop(request_id, None)
-        if in_flight is not None:  # else it timed out (or the connection closed) meanwhile
-            _deliver(in_flight.callback, response)
+    async def _answer_requests(self, job: _LocalJob | None) -> None:
+        """A worker: answer `job`, then park until `submit` hands over the next one.  As many
+        workers exist as requests were ever in flight at once (an add waits for its journal
+        group's fsync), at most _MAX_IDLE_LOCAL_WORKERS of them parked."""
+        while job is not None:
+            server, request, request_id = job
+            response = cast(Response, await server.answer(request))  # a bookie answers requests
+            in_flight = self._in_flight.pop(request_id, None)
+            if in_flight is not None:  # else it timed out (or the connection closed) meanwhile
+                _deliver(in_flight.callback, response)
+            if self._closed or len(self._idle_workers) >= _MAX_IDLE_LOCAL_WORKERS:
+                return
+            job = await self._park()
+
+    async def _park(self) -> _LocalJob | None:
+        """Wait for `submit` (a job) or `close` (None); cancellation ends the worker."""
+        task = trio.lowlevel.current_task()
+        self._idle_workers.append(task)
+
+        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+            with contextlib.suppress(ValueError):
+                self._idle_workers.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        job: _LocalJob | None = await trio.lowlevel.wait_task_rescheduled(abort)
+        return job
 
     async def _sweep_expired(self) -> None:
         try:
@@ -330,6 +389,10 @@ class LocalBookieConnection:
 
     async def close(self) -> None:
         self._closed = True
+        idle, self._idle_workers = self._idle_workers, []
+        for task in idle:
+            trio.lowlevel.reschedule(task, outcome.Value(None))
+        await trio.lowlevel.checkpoint()
 
 
 class BookieClientPool:
