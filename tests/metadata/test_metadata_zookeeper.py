@@ -104,7 +104,8 @@ async def test_session_expiry_loses_ephemerals_and_tells_everyone(
 @pytest.fixture(scope="module")
 def restartable_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """A server of its own: these tests stop and restart it."""
-    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper-restart")) as server:
+    # tickTime 1 s: sessions up to 20 s (the restart test needs one that outlives a restart)
+    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper-restart"), tick_ms=1000) as server:
         yield server
 
 
@@ -114,8 +115,10 @@ async def test_server_restart_suspends_then_resumes_the_session(
     restartable_zk: ZooKeeperServer,
 ) -> None:
     chroot = f"/restart-{uuid.uuid4().hex[:8]}"
-    store = await open_zk(restartable_zk, chroot, session_timeout_s=8, op_timeout_s=1)
-    observer = await open_zk(restartable_zk, chroot, session_timeout_s=8)
+    # A session long enough to outlive a JVM restart on a loaded 2-core machine (8 s did not
+    # once, and the session expired instead of resuming).
+    store = await open_zk(restartable_zk, chroot, session_timeout_s=20, op_timeout_s=1)
+    observer = await open_zk(restartable_zk, chroot, session_timeout_s=20)
     try:
         await store.create("/watched", b"0")
         eph = await store.create("/mine", ephemeral=True)
