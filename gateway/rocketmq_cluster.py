@@ -485,6 +485,10 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
     async def run(self) -> None:
         """Background work: registrations of the other brokers, client expiry, and the
         services of the bundles owned here."""
+        try:  # before the first pull: a disabled group must not be served as enabled
+            await self.subscription_groups.reload()
+        except Exception:  # the follower below keeps trying
+            log.warning("subscription groups not loaded yet", exc_info=True)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self._running.set()

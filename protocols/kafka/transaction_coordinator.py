@@ -457,6 +457,11 @@ class TransactionCoordinator:
                                              commit)
                 except UnknownTopicOrPartitionError:
                     pass  # deleted since: nothing left to mark
+                except KafkaProtocolError as exc:  # an expected refusal: one line, no trace
+                    log.warning("transaction marker failed: %s", exc,
+                                extra={"transactional_id": txn.transactional_id,
+                                       "partition": tp})
+                    failed.add(tp)
                 except Exception:  # noqa: BLE001 - retried; the partition may be reopening
                     log.warning("transaction marker failed", exc_info=True,
                                 extra={"transactional_id": txn.transactional_id,
