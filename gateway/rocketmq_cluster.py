@@ -70,7 +70,6 @@ from gateway.rocketmq_service import (
     ConsumerChangeNotifier,
     RocketMQOffsets,
     ensure_storage_topic,
-    namespace_forbids_auto_create,
     register_backlog_offsets,
 )
 from gateway.rocketmq_setup import rocketmq_acl
@@ -84,11 +83,10 @@ from protocols.rocketmq.client_details import ClientDetails
 from protocols.rocketmq.client_registry import ClientRegistry
 from protocols.rocketmq.errors import (
     MessageIllegalError,
-    TopicNotExistError,
 )
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
 from protocols.rocketmq.queue_map import BundleQueueMap
-from protocols.rocketmq.topic_names import from_storage, to_storage
+from protocols.rocketmq.topic_names import to_storage
 
 log = logging.getLogger("ledgerwire.rocketmq.cluster")
 
@@ -454,15 +452,9 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
                            explicit: bool = False) -> TopicInfoLike:
         """Like RocketMQBroker.ensure_topic, with the cluster's partition count."""
         async with self._create_lock:
-            if not explicit and namespace_forbids_auto_create(self.topics, topic):
-                info = self.topics.topics().get(topic) or await self.topics.refresh_topic(topic)
-                if info is None:
-                    raise TopicNotExistError(
-                        f"topic[{from_storage(topic)}] not exist, apply first please! (its "
-                        "namespace does not allow auto-creation)")
-                return info  # type: ignore[return-value]
             return await ensure_storage_topic(
-                self.topics, topic, self.queue_map.cluster_partitions(topic, queue_nums))
+                self.topics, topic, self.queue_map.cluster_partitions(topic, queue_nums),
+                explicit=explicit)
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)

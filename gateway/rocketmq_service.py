@@ -129,12 +129,18 @@ def register_backlog_offsets(topics: Any, source: Any) -> None:
         quotas.add_offset_source(source)
 
 
-async def ensure_storage_topic(topics: Any, topic: str, queue_nums: int) -> TopicInfoLike:
+async def ensure_storage_topic(topics: Any, topic: str, queue_nums: int, *,
+                               explicit: bool = False) -> TopicInfoLike:
     """The topic (storage name), created with `queue_nums` partitions if missing (callers
-    serialise concurrent creations)."""
+    serialise concurrent creations).  A namespace whose policy turns auto-creation off gets
+    TOPIC_NOT_EXIST instead, unless the creation is `explicit` (an admin's
+    UPDATE_AND_CREATE_TOPIC) or the topic is a system one (namespace_forbids_auto_create)."""
     info = topics.topics().get(topic) or await topics.refresh_topic(topic)
     if info is not None:
         return info  # type: ignore[no-any-return]
+    if not explicit and namespace_forbids_auto_create(topics, topic):
+        raise TopicNotExistError(f"topic[{from_storage(topic)}] not exist, apply first please! "
+                                 "(its namespace does not allow auto-creation)")
     try:
         await topics.create_topic(topic, queue_nums)
         log.info("auto-created topic", extra={"topic": topic, "queues": queue_nums})
@@ -242,19 +248,10 @@ class RocketMQBroker(ConsumerChangeNotifier):
 
     async def ensure_topic(self, topic: str, queue_nums: int, *,
                            explicit: bool = False) -> TopicInfoLike:
-        """The topic (storage name), created with `queue_nums` partitions if missing.  A
-        namespace whose policy turns auto-creation off gets TOPIC_NOT_EXIST instead, unless the
-        creation is `explicit` (an admin's UPDATE_AND_CREATE_TOPIC) or the topic is a system
-        one (%RETRY%/%DLQ% topics, delays, transaction halves)."""
+        """The topic (storage name), created with `queue_nums` partitions if missing, as
+        ensure_storage_topic decides (namespace policy, explicit admin creations)."""
         async with self._create_lock:
-            if not explicit and namespace_forbids_auto_create(self.topics, topic):
-                info = self.topics.topics().get(topic) or await self.topics.refresh_topic(topic)
-                if info is None:
-                    raise TopicNotExistError(
-                        f"topic[{from_storage(topic)}] not exist, apply first please! (its "
-                        "namespace does not allow auto-creation)")
-                return info  # type: ignore[no-any-return]
-            return await ensure_storage_topic(self.topics, topic, queue_nums)
+            return await ensure_storage_topic(self.topics, topic, queue_nums, explicit=explicit)
 
     async def run(self) -> None:
         """Background work: delayed delivery, transaction check-back, client expiry."""
