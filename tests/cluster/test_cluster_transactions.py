@@ -57,11 +57,12 @@ def _producer(bootstrap: str, transactional_id: str) -> Any:
                      "linger.ms": 5})
 
 
-def _read_committed(bootstrap: str, topic: str, expected: int,
-                    timeout_s: float = 60.0) -> list[str]:
+def read_committed(config: dict[str, Any], topic: str, expected: int,
+                   timeout_s: float = 60.0) -> list[str]:
     """read_committed values of every partition, once `expected` values arrived and every
-    partition reported its end (the last stable offset)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{time.time()}",
+    partition reported its end (the last stable offset).  `config`: how to reach the cluster
+    (bootstrap servers, and SASL settings on a secured one)."""
+    consumer = Consumer({**config, "group.id": f"rc-{time.time()}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
     consumer.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])
@@ -87,16 +88,26 @@ def _read_committed(bootstrap: str, topic: str, expected: int,
     return values
 
 
-def _transaction(producer: Any, prefix: str, count: int, commit: bool) -> list[str]:
+def _read_committed(bootstrap: str, topic: str, expected: int) -> list[str]:
+    return read_committed({"bootstrap.servers": bootstrap}, topic, expected)
+
+
+def run_transaction(producer: Any, topic: str, prefix: str, count: int, commit: bool,
+                    timeout_s: float = 60.0) -> list[str]:
+    """One transaction of `count` values spread over the partitions, committed or aborted."""
     producer.begin_transaction()
     values = [f"{prefix}-{i}" for i in range(count)]
     for i, value in enumerate(values):
-        producer.produce(TXN_TOPIC_NAME, value=value.encode(), partition=i % PARTITIONS)
+        producer.produce(topic, value=value.encode(), partition=i % PARTITIONS)
     if commit:
-        producer.commit_transaction(60)
+        producer.commit_transaction(timeout_s)
     else:
-        producer.abort_transaction(60)
+        producer.abort_transaction(timeout_s)
     return values
+
+
+def _transaction(producer: Any, prefix: str, count: int, commit: bool) -> list[str]:
+    return run_transaction(producer, TXN_TOPIC_NAME, prefix, count, commit)
 
 
 @pytest.fixture

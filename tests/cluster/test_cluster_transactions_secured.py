@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.ownership import GROUP_TOPIC, TXN_TOPIC, target_broker
 from tests.cluster.cluster_processes import Cluster
+from tests.cluster.test_cluster_transactions import read_committed, run_transaction
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -89,44 +90,12 @@ def _producer(cluster: Cluster, transactional_id: str) -> Any:
                      "linger.ms": 5})
 
 
-def _read_committed(cluster: Cluster, topic: str, expected: int,
-                    timeout_s: float = 60.0) -> list[str]:
-    consumer = Consumer({**client_config(cluster), "group.id": f"rc-{time.time()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])
-    values: list[str] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            if len(values) >= expected and len(at_end) == PARTITIONS:
-                break
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(int(msg.partition() or 0))
-                continue
-            at_end.discard(int(msg.partition() or 0))
-            values.append((msg.value() or b"").decode())
-    finally:
-        consumer.close()
-    return values
+def _read_committed(cluster: Cluster, topic: str, expected: int) -> list[str]:
+    return read_committed(client_config(cluster), topic, expected)
 
 
 def _transaction(producer: Any, prefix: str, count: int, commit: bool) -> list[str]:
-    producer.begin_transaction()
-    values = [f"{prefix}-{i}" for i in range(count)]
-    for i, value in enumerate(values):
-        producer.produce(TOPIC, value=value.encode(), partition=i % PARTITIONS)
-    if commit:
-        producer.commit_transaction(30)
-    else:
-        producer.abort_transaction(30)
-    return values
+    return run_transaction(producer, TOPIC, prefix, count, commit, timeout_s=30)
 
 
 def test_commits_span_both_brokers_over_the_inter_broker_login(cluster: Cluster) -> None:
