@@ -3,11 +3,7 @@ real `ledgerwire standalone` with a confluent-kafka producer and the admin CLI."
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 import trio
@@ -33,7 +29,7 @@ from tests.operations.ops_stack import OpsStack
 from tests.rocketmq.conftest import start_stack
 from tests.rocketmq.remoting_client import RawClient
 from tests.rocketmq.test_rocketmq_broker_raw import send_ext
-from tests.support.standalone import REPO, Standalone
+from tests.support.standalone import Standalone
 
 BIG = 100_000  # bytes of value per batch: 11 batches cross a 1 MB quota
 
@@ -258,22 +254,8 @@ async def test_kafka_produce_gets_the_refusal_code(held: bool, code: int) -> Non
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(tmp_path_factory.mktemp("quota") / "data")
-    s.start()
-    try:
-        yield s
-    finally:
-        if s.proc is not None and s.proc.poll() is None:
-            s.stop()
-
-
-def admin_cli(server: Standalone, *args: str) -> object:
-    done = subprocess.run([sys.executable, "-m", "gateway", "admin", *args, "--admin-url",
-                           f"http://127.0.0.1:{server.admin_port}", "--json"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+def server(module_standalone: Standalone) -> Standalone:
+    return module_standalone
 
 
 def produce_one(server: Standalone, topic: str, size: int) -> KafkaError | None:
@@ -292,8 +274,8 @@ def test_standalone_refuses_produce_over_quota_until_a_group_commits_past(
         server: Standalone) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
-    admin_cli(server, "tenants", "create", "q")
-    admin_cli(server, "namespaces", "create", "q/strict", "--policy", "backlog_quota_mb=1",
+    server.admin("tenants", "create", "q")
+    server.admin("namespaces", "create", "q/strict", "--policy", "backlog_quota_mb=1",
               "--policy", "backlog_quota_policy=producer_exception")
     topic = "q.strict.orders"
     consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "slow",
@@ -331,9 +313,9 @@ def test_standalone_refuses_produce_over_quota_until_a_group_commits_past(
 def test_standalone_eviction_moves_the_lagging_group(server: Standalone) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
-    if "q" not in admin_cli(server, "tenants", "list"):  # type: ignore[operator]
-        admin_cli(server, "tenants", "create", "q")
-    admin_cli(server, "namespaces", "create", "q/evict", "--policy", "backlog_quota_mb=1",
+    if "q" not in server.admin("tenants", "list"):  # type: ignore[operator]
+        server.admin("tenants", "create", "q")
+    server.admin("namespaces", "create", "q/evict", "--policy", "backlog_quota_mb=1",
               "--policy", "backlog_quota_policy=consumer_backlog_eviction")
     topic = "q.evict.orders"
     consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "lagging",

@@ -3,11 +3,8 @@ a restart (two registries on one shared store in-process; the admin CLI against 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import trio
@@ -19,7 +16,7 @@ from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata import open_store
 from ledger_backend.metadata.store import MetadataStore
-from tests.support.standalone import REPO, Standalone
+from tests.support.standalone import Standalone
 
 
 @pytest.fixture
@@ -111,22 +108,8 @@ async def test_topic_service_refuses_auto_create_once_the_follower_saw_the_polic
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(tmp_path_factory.mktemp("follow") / "data")
-    s.start()
-    try:
-        yield s
-    finally:
-        if s.proc is not None and s.proc.poll() is None:
-            s.stop()
-
-
-def admin_cli(server: Standalone, *args: str) -> object:
-    done = subprocess.run([sys.executable, "-m", "gateway", "admin", *args, "--admin-url",
-                           f"http://127.0.0.1:{server.admin_port}", "--json"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+def server(module_standalone: Standalone) -> Standalone:
+    return module_standalone
 
 
 def produce_one(server: Standalone, topic: str) -> KafkaError | None:
@@ -142,8 +125,8 @@ def produce_one(server: Standalone, topic: str) -> KafkaError | None:
 def test_namespace_created_by_the_admin_cli_refuses_a_new_topic_without_restart(
         server: Standalone) -> None:
     assert produce_one(server, "open.events") is None  # auto-create on by default
-    admin_cli(server, "tenants", "create", "locked")
-    admin_cli(server, "namespaces", "create", "locked/ns", "--policy",
+    server.admin("tenants", "create", "locked")
+    server.admin("namespaces", "create", "locked/ns", "--policy",
               "auto_create_topics=false")
     started = time.monotonic()
     refused = produce_one(server, "locked.ns.events")
@@ -151,6 +134,6 @@ def test_namespace_created_by_the_admin_cli_refuses_a_new_topic_without_restart(
         KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._MSG_TIMED_OUT), refused
     assert time.monotonic() - started < 10
     pid = server.proc.pid if server.proc is not None else None
-    admin_cli(server, "policies", "set", "locked/ns", "auto_create_topics=true")
+    server.admin("policies", "set", "locked/ns", "auto_create_topics=true")
     assert produce_one(server, "locked.ns.events") is None  # the same process, no restart
     assert server.proc is not None and server.proc.pid == pid

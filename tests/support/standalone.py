@@ -6,6 +6,7 @@ with SIGKILL to check what survives.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,6 +113,14 @@ class Standalone:
                 self.proc.wait()
                 raise RuntimeError(f"standalone ignored SIGTERM:\n{self.log()}") from None
         return self.proc.returncode
+
+    def admin(self, *args: str) -> Any:
+        """`ledgerwire admin ARGS --json` against this standalone's admin API, parsed."""
+        done = subprocess.run([sys.executable, "-m", "gateway", "admin", *args, "--admin-url",
+                               f"http://127.0.0.1:{self.admin_port}", "--json"], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
 
     def kill(self) -> None:
         assert self.proc is not None
