@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -32,9 +31,7 @@ from .crash_points import crash_point
 from .entry_index import REC_LOCATIONS, encode_index_record
 from .entry_log import EntryLogCorruptError, EntryLogWriter, split_location
 from .file_format import FILE_HEADER_SIZE
-
-if TYPE_CHECKING:
-    from .storage import DurableBookieStorage
+from .storage_parts import CollectorTarget
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +54,7 @@ class CompactionResult:
 class GarbageCollector:
     def __init__(
         self,
-        storage: DurableBookieStorage,
+        storage: CollectorTarget,
         active_ledgers: Callable[[], Awaitable[set[int]]] | None,
     ) -> None:
         self.storage = storage
@@ -93,7 +90,7 @@ class GarbageCollector:
             for ledger_id in sorted(held_before - set(active)):
                 state = storage.states.get(ledger_id)
                 if state is not None and not state.deleted:
-                    storage._delete_local(ledger_id)
+                    storage.apply_delete(ledger_id)
                     result.ledgers_deleted.append(ledger_id)
             if result.ledgers_deleted:
                 log.info(
@@ -101,7 +98,7 @@ class GarbageCollector:
                 )
         async with storage.checkpoint_lock:
             assert storage.journal is not None
-            await storage._checkpoint_locked(storage.journal.written_mark)
+            await storage.checkpoint_locked(storage.journal.written_mark)
             on_disk = await trio.to_thread.run_sync(storage.logs.log_ids)
             current = storage.writer.current_log_id
             dead = [

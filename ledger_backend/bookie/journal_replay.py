@@ -13,7 +13,6 @@ This module must never apply a record the scanner did not verify, and never jour
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -26,9 +25,7 @@ from .journal import (
     list_journal_files,
 )
 from .storage_api import BookieError
-
-if TYPE_CHECKING:
-    from .storage import DurableBookieStorage
+from .storage_parts import ReplayTarget
 
 log = logging.getLogger("ledger_backend.bookie.storage")
 
@@ -38,7 +35,7 @@ class JournalCorruptError(BookieError):
     start (and must not trim the journal) until someone has looked."""
 
 
-async def replay_journal(storage: DurableBookieStorage, mark: LogMark) -> None:
+async def replay_journal(storage: ReplayTarget, mark: LogMark) -> None:
     scanner = JournalScanner(storage.journal_dir, mark)
     try:
         while batch := await trio.to_thread.run_sync(scanner.next_batch):
@@ -47,16 +44,16 @@ async def replay_journal(storage: DurableBookieStorage, mark: LogMark) -> None:
                 if record.type == TYPE_ADD:
                     state = storage.states.get(record.ledger_id)
                     if state is None or not state.deleted:
-                        storage._put_entry(
+                        storage.apply_add(
                             record.ledger_id, record.entry_id, record.lac, record.payload
                         )
                 elif record.type == TYPE_FENCE:
-                    storage._set_fenced(record.ledger_id)
+                    storage.apply_fence(record.ledger_id)
                 elif record.type == TYPE_DELETE:
-                    storage._delete_local(record.ledger_id)
+                    storage.apply_delete(record.ledger_id)
                 if storage.write_cache.is_full():
                     async with storage.checkpoint_lock:
-                        await storage._checkpoint_locked(position)
+                        await storage.checkpoint_locked(position)
     finally:
         scanner.close()
     storage.replay_stop = stop = scanner.stop

@@ -182,7 +182,7 @@ class DurableBookieStorage(BookieStorage):
 
     # ---- in-memory effects (synchronous: never await between them and the journal enqueue) ---
 
-    def _put_entry(self, ledger_id: int, entry_id: int, lac: int, data: bytes) -> None:
+    def apply_add(self, ledger_id: int, entry_id: int, lac: int, data: bytes) -> None:
         state = self.states.get_or_create(ledger_id)
         self.write_cache.put(ledger_id, entry_id, data)
         self.read_cache.drop_entry(ledger_id, entry_id)
@@ -192,14 +192,14 @@ class DurableBookieStorage(BookieStorage):
             state.last_entry_id = entry_id
         self.states.mark_dirty(ledger_id)
 
-    def _set_fenced(self, ledger_id: int) -> LedgerState:
+    def apply_fence(self, ledger_id: int) -> LedgerState:
         state = self.states.get_or_create(ledger_id)
         if not state.fenced:
             state.fenced = True
             self.states.mark_dirty(ledger_id)
         return state
 
-    def _delete_local(self, ledger_id: int) -> None:
+    def apply_delete(self, ledger_id: int) -> None:
         state = self.states.get_or_create(ledger_id)
         state.deleted = state.fenced = True
         self.states.mark_dirty(ledger_id)
@@ -239,7 +239,7 @@ class DurableBookieStorage(BookieStorage):
             self.request_flush()  # memory bound: wait for the flush rather than grow
             await self._flush_finished.wait()
             journal = self._check_accepting()
-        self._put_entry(ledger_id, entry_id, lac, data)
+        self.apply_add(ledger_id, entry_id, lac, data)
         if self.write_cache.should_flush() or self.write_cache.is_full():
             self.request_flush()
         await journal.append(TYPE_ADD, ledger_id, entry_id, lac, data)
@@ -259,7 +259,7 @@ class DurableBookieStorage(BookieStorage):
         existing = self.states.get(ledger_id)
         if existing is not None and existing.deleted:
             return -1  # a deleted ledger stays fenced (tombstone) and holds nothing here
-        state = self._set_fenced(ledger_id)
+        state = self.apply_fence(ledger_id)
         await journal.append(TYPE_FENCE, ledger_id, -1, state.lac)
         return state.lac
 
@@ -300,7 +300,7 @@ class DurableBookieStorage(BookieStorage):
 
     async def delete_ledger(self, ledger_id: int) -> None:
         journal = self._check_accepting()
-        self._delete_local(ledger_id)
+        self.apply_delete(ledger_id)
         await journal.append(TYPE_DELETE, ledger_id, -1, -1)
 
     def ledger_ids(self) -> list[int]:
@@ -335,9 +335,9 @@ class DurableBookieStorage(BookieStorage):
     async def checkpoint(self) -> None:
         assert self.journal is not None
         async with self.checkpoint_lock:
-            await self._checkpoint_locked(self.journal.written_mark)
+            await self.checkpoint_locked(self.journal.written_mark)
 
-    async def _checkpoint_locked(self, mark: LogMark) -> None:
+    async def checkpoint_locked(self, mark: LogMark) -> None:
         # No await before start_flush: every record before `mark` is in this generation.
         generation = self.write_cache.start_flush()
         dirty = self.states.take_dirty()
