@@ -8,7 +8,11 @@ last fragment (WRITE_LAC), so readers of the open ledger are not left one entry 
 bookie fails or times out, an ensemble change starts a new fragment at the first
 unacknowledged entry with a replacement bookie not already in the ensemble, CASes the metadata,
 and resends outstanding entries to the replacement; completions are held meanwhile so the LAC
-never passes the fragment boundary. A FENCED answer from any bookie, or a CAS that finds the
+never passes the fragment boundary. A replacement is preferably a bookie that never failed this
+writer; failing that, any registered bookie that answers a probe now, including one that failed
+earlier (or the failed bookie itself) and came back. With no such bookie (no spare: E equals the
+live bookies) the change waits and tries again until the oldest add's deadline, instead of
+failing the ledger at once. A FENCED answer from any bookie, or a CAS that finds the
 ledger no longer OPEN, fails the handle with LedgerFencedError (a deposed writer never gets
 another add acknowledged). `close` CASes the metadata to CLOSED at the LAC.
 
@@ -36,9 +40,11 @@ from ledger_backend.client.client_context import ClientContext, MetadataVersionC
 from ledger_backend.client.entry_format import encode_entry
 from ledger_backend.client.errors import (
     BKTimeoutError,
+    BookieUnavailableError,
     LedgerClosedError,
     LedgerError,
     LedgerFencedError,
+    NotEnoughBookiesError,
 )
 from ledger_backend.client.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -47,6 +53,11 @@ log = logging.getLogger(__name__)
 # An append gives up (and fails the handle) after this many client timeouts: long enough for a
 # bookie timeout, an ensemble change and the resend to happen one after the other.
 _APPEND_TIMEOUTS = 4
+# With no bookie to replace a failed one, the ensemble change tries again this often (until the
+# oldest add's deadline), so an add resumes soon after a bookie returns or a spare registers.
+_REPLACEMENT_RETRY_S = 0.5
+# A probe of a bookie that failed this writer earlier gets at most this long to answer.
+_PROBE_TIMEOUT_S = 1.0
 
 
 @dataclass(eq=False, slots=True)
@@ -80,7 +91,9 @@ class WriteHandle:
         self._drained = trio.Event()
         self._drained.set()
         self._failed_bookies: dict[int, str] = {}
-        self._ever_failed: set[str] = set()
+        # bookie -> when it last failed this writer: tried as a replacement only after the
+        # never-failed ones, and only once a probe shows it answers again
+        self._failed_at: dict[str, float] = {}
         self._changing_ensemble = False
         self._error: LedgerError | None = None
         self._closing = False
@@ -228,13 +241,9 @@ class WriteHandle:
         if isinstance(outcome, AddEntryResponse) and outcome.status is Status.FENCED:
             self._fail(LedgerFencedError(f"bookie {bookie} says ledger {self.ledger_id} is fenced"))
             return
-        log.warning(
-            "ledger %d entry %d: bookie %s failed: %s",
-            self.ledger_id,
-            add.entry_id,
-            bookie,
-            outcome if isinstance(outcome, LedgerError) else outcome.status,
-        )
+        if self._failed_bookies.get(index) != bookie:  # one line per failure, not per add
+            log.warning("ledger %d entry %d: bookie %s failed: %s", self.ledger_id, add.entry_id,
+                        bookie, outcome if isinstance(outcome, LedgerError) else outcome.status)
         self._bookie_failed(index, bookie)
 
     def _complete_in_order(self) -> None:
@@ -297,17 +306,31 @@ class WriteHandle:
         if self._metadata.current_ensemble[index] != bookie:
             return  # already replaced
         self._failed_bookies[index] = bookie
-        self._ever_failed.add(bookie)
+        self._failed_at[bookie] = trio.current_time()
         if not self._changing_ensemble:
             self._changing_ensemble = True
             self._ctx.nursery.start_soon(self._change_ensemble)
 
     async def _change_ensemble(self) -> None:
         try:
+            waiting_since: float | None = None
             while self._failed_bookies and self._error is None:
                 failed = dict(self._failed_bookies)
                 try:
                     await self._replace_bookies(failed)
+                except NotEnoughBookiesError as exc:
+                    if not self._pending:
+                        log.warning("ledger %d: ensemble change failed: %s", self.ledger_id, exc)
+                        self._fail(exc)
+                        return
+                    if waiting_since is None:  # one line per episode, not per retry
+                        waiting_since = trio.current_time()
+                        log.warning("ledger %d: no bookie can replace %s yet; adds wait for "
+                                    "one to return (%s)", self.ledger_id,
+                                    sorted(failed.values()), exc)  # fmt: skip
+                    # the watchdog fails the handle at the oldest add's deadline
+                    await trio.sleep(_REPLACEMENT_RETRY_S)
+                    continue
                 except LedgerError as exc:
                     log.warning("ledger %d: ensemble change failed: %r", self.ledger_id, exc)
                     self._fail(exc)
@@ -319,6 +342,13 @@ class WriteHandle:
                 for index, bookie in failed.items():
                     if self._failed_bookies.get(index) == bookie:
                         del self._failed_bookies[index]
+                    for add in self._pending:  # a returned bookie gets every add again
+                        if add.sent_to.get(index) == bookie:
+                            del add.sent_to[index]
+                if waiting_since is not None:
+                    log.warning("ledger %d: ensemble repaired after %.1f s", self.ledger_id,
+                                trio.current_time() - waiting_since)  # fmt: skip
+                    waiting_since = None
                 for add in list(self._pending):
                     self._send_missing(add)
         finally:
@@ -330,9 +360,10 @@ class WriteHandle:
         available = await self._ctx.available_bookies()
         ensemble = list(self._metadata.current_ensemble)
         for index in sorted(failed):
-            ensemble[index] = self._ctx.placement.choose_replacement(
-                available, ensemble, exclude=self._ever_failed
-            )
+            ensemble[index] = await self._choose_replacement(available, ensemble, index)
+        if all(ensemble[i] == b for i, b in failed.items()) and self._error is None:
+            log.info("ledger %d: bookies %s answer again; resending to them", self.ledger_id,
+                     sorted(failed.values()))  # fmt: skip
         first_unacked = self._lac + 1
         proposed = self._metadata.with_new_ensemble(first_unacked, ensemble)
         while True:
@@ -353,3 +384,36 @@ class WriteHandle:
         self.ensemble_changes += 1
         log.info("ledger %d: new ensemble %s from entry %d (replaced %s)", self.ledger_id,
                  ensemble, first_unacked, sorted(failed.values()))  # fmt: skip
+
+    async def _choose_replacement(self, available: list[str], ensemble: list[str],
+                                  index: int) -> str:  # fmt: skip
+        """A bookie for ensemble slot `index`: one that never failed this writer if any is
+        registered, else one that failed earlier (the longest ago first, the slot's own bookie
+        included) and answers a probe now. NotEnoughBookiesError when there is none."""
+        try:
+            return self._ctx.placement.choose_replacement(
+                available, ensemble, exclude=self._failed_at
+            )
+        except NotEnoughBookiesError:
+            pass
+        others = set(ensemble[:index] + ensemble[index + 1:])
+        returned = sorted((b for b in set(available) & self._failed_at.keys() if b not in others),
+                          key=lambda b: self._failed_at[b])  # fmt: skip
+        for bookie in returned:
+            if await self._answers(bookie):
+                return bookie
+        raise NotEnoughBookiesError(
+            f"no bookie outside {sorted(others)} is available and answering"
+        )
+
+    async def _answers(self, bookie: str) -> bool:
+        """Whether `bookie` answers a request now (a read of this ledger's LAC)."""
+        with trio.move_on_after(min(_PROBE_TIMEOUT_S, self._ctx.timeout_s)):
+            try:
+                await self._ctx.pool.read_lac(bookie, self.ledger_id)
+            except (BKTimeoutError, BookieUnavailableError):
+                return False
+            except LedgerError:
+                return True  # it answered, with an error status: it is up
+            return True
+        return False

@@ -2,7 +2,8 @@
 
 `running_bookies(store, n)` starts n `serve_bookie` servers (MemoryBookieStorage by default) in
 a nursery, registered in `store`, and yields an `InProcessCluster` that can stop one bookie
-(its cancel scope) to simulate a crash.
+(its cancel scope) to simulate a crash, and restart it at the same address with the storage it
+had (a bookie coming back).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ class InProcessCluster:
     store: MetadataStore
     nursery: trio.Nursery
     bookies: dict[str, InProcessBookie] = field(default_factory=dict)
+    stopped: dict[str, InProcessBookie] = field(default_factory=dict)
 
-    async def start_bookie(self, storage: BookieStorage | None = None) -> InProcessBookie:
+    async def start_bookie(self, storage: BookieStorage | None = None,
+                           port: int = 0) -> InProcessBookie:  # fmt: skip
         storage = storage or MemoryBookieStorage()
         scope = trio.CancelScope()
 
@@ -41,7 +44,7 @@ class InProcessCluster:
             task_status: trio.TaskStatus[BookieAddress] = trio.TASK_STATUS_IGNORED,
         ) -> None:
             with scope:
-                await serve_bookie(storage, self.store, "127.0.0.1", 0, drain_timeout_s=0.1,
+                await serve_bookie(storage, self.store, "127.0.0.1", port, drain_timeout_s=0.1,
                                    task_status=task_status)  # fmt: skip
 
         address = str(await self.nursery.start(run))
@@ -53,7 +56,23 @@ class InProcessCluster:
         """Stop serving (connections cut, registration gone), as a crash looks to clients."""
         bookie = self.bookies.pop(address)
         bookie.scope.cancel()
+        self.stopped[address] = bookie
         await trio.sleep(0.05)
+
+    async def restart_bookie(self, address: str) -> InProcessBookie:
+        """Serve a stopped bookie again at its old address, with the entries it had."""
+        old = self.stopped.pop(address)
+        port = int(address.rsplit(":", 1)[1])
+        for _ in range(50):  # the old listener may take a moment to let go of the port
+            try:
+                bookie = await self.start_bookie(old.storage, port)
+                break
+            except OSError:
+                await trio.sleep(0.1)
+        else:
+            raise RuntimeError(f"could not restart bookie {address}")
+        assert bookie.address == address
+        return bookie
 
     def storage(self, address: str) -> BookieStorage:
         return self.bookies[address].storage
