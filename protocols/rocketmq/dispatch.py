@@ -2,7 +2,8 @@
 RocketMQ error responses.
 
 A `RocketMQError` is answered with its response code and message; a header field that cannot
-be parsed is a SYSTEM_ERROR answer, like Java's; an unknown code REQUEST_CODE_NOT_SUPPORTED.
+be parsed is a SYSTEM_ERROR answer, like Java's; an unknown code REQUEST_CODE_NOT_SUPPORTED;
+an expected storage fault (ledger_backend/faults.py) SERVICE_NOT_AVAILABLE, which clients retry.
 Anything else propagates (the listener logs it and answers SYSTEM_ERROR).  Oneway requests are
 run but never answered.
 
@@ -14,10 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from ledger_backend.faults import storage_fault_of, warn_fault
 from protocols.rocketmq.acl import PlainAclValidator
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
-from protocols.rocketmq.errors import RocketMQError
+from protocols.rocketmq.errors import ResponseCode, RocketMQError
 from protocols.rocketmq.handlers import (
     admin,
     admin_stats,
@@ -33,6 +35,7 @@ from protocols.rocketmq.handlers import (
 from protocols.rocketmq.request_codes import RequestCode
 
 log = logging.getLogger("ledgerwire.rocketmq.acl")
+fault_log = logging.getLogger("ledgerwire.rocketmq.faults")
 
 Handler = Callable[[BrokerLike, ConnectionLike, RemotingCommand], Awaitable[RemotingCommand]]
 
@@ -97,3 +100,14 @@ async def dispatch(broker: BrokerLike, conn: ConnectionLike, request: RemotingCo
         return await handler(broker, conn, request)
     except RocketMQError as exc:
         return make_response(request, exc.code, str(exc))
+    except Exception as exc:
+        if storage_fault_of(exc) is None:
+            raise
+        # A bookie or the metadata store is out of reach, or the queue just changed owner:
+        # SERVICE_NOT_AVAILABLE, which producers retry (on another queue) and consumers
+        # re-pull after their back-off; one rate-limited line, no traceback.
+        warn_fault(fault_log, f"{type(exc).__name__}:{request.code}",
+                   "storage fault answered SERVICE_NOT_AVAILABLE to request %d: %r",
+                   request.code, exc)  # fmt: skip
+        return make_response(request, ResponseCode.SERVICE_NOT_AVAILABLE,
+                             f"storage unavailable, retry: {type(exc).__name__}: {exc}")

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ledger_backend.faults import StorageFault, storage_fault_of, warn_fault
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.handlers.admin_errors import ADMIN_ERROR_BUILDERS
 from protocols.kafka.schema import SCHEMAS
@@ -56,12 +57,18 @@ class ApiKey:
     OFFSET_DELETE = 47
 
 
-def error_code_of(exc: BaseException) -> ErrorCode:
+def error_code_of(
+    exc: BaseException, *, unavailable: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR
+) -> ErrorCode:
     """The wire code for an exception raised while serving one item of a request.
 
-    Protocol errors carry their code.  Anything else is a bug or an unexpected backend failure:
-    it is logged with its traceback and answered UNKNOWN_SERVER_ERROR, never allowed to kill the
-    connection.
+    Protocol errors carry their code.  An expected storage fault (ledger_backend/faults.py) is
+    answered with a code clients retry: NOT_LEADER_OR_FOLLOWER when the partition moved to
+    another owner, else `unavailable` (Produce passes NOT_ENOUGH_REPLICAS: nothing of the
+    request was appended; reads keep KAFKA_STORAGE_ERROR, which consumers retry after a
+    metadata refresh), with one rate-limited WARNING line.  Anything else is a bug or an
+    unexpected backend failure: it is logged with its traceback and answered
+    UNKNOWN_SERVER_ERROR, never allowed to kill the connection.
     """
     if isinstance(exc, KafkaProtocolError):
         return exc.code
@@ -71,6 +78,12 @@ def error_code_of(exc: BaseException) -> ErrorCode:
             return ErrorCode(code)
         except ValueError:
             pass
+    fault = storage_fault_of(exc)
+    if fault is not None:
+        answer = ErrorCode.NOT_LEADER_OR_FOLLOWER if fault is StorageFault.MOVED else unavailable
+        warn_fault(log, f"{type(exc).__name__}:{answer.name}", "storage fault answered %s: %s",
+                   answer.name, error_message_of(exc))  # fmt: skip
+        return answer
     log.error("unexpected error while serving a request", exc_info=exc)
     return ErrorCode.UNKNOWN_SERVER_ERROR
 

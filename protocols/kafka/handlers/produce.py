@@ -120,7 +120,8 @@ async def _append_partition(
             "error_message": None,
         }
     except Exception as exc:  # noqa: BLE001 - becomes this partition's error code
-        out[index] = _partition_error(index, error_code_of(exc), error_message_of(exc))
+        code = error_code_of(exc, unavailable=ErrorCode.NOT_ENOUGH_REPLICAS)
+        out[index] = _partition_error(index, code, error_message_of(exc))
     finally:
         if not issued and turn is not None:
             turn.append_issued()

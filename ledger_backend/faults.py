@@ -1,0 +1,116 @@
+"""Expected storage faults: which ledger-backend failures they are, and how they are logged.
+
+A bookie that is down, a metadata store that is slow or lost our session, a ledger fenced by
+the next owner: these happen in a healthy cluster and a client must be able to retry through
+them. `storage_fault_of` sorts an exception into
+
+* `StorageFault.MOVED` -- another owner took the ledger (fencing, a metadata CAS lost, the
+  managed ledger closed by a hand-off): the client should look up the owner again;
+* `StorageFault.UNAVAILABLE` -- too few bookies or the metadata store did not answer: the
+  client should retry the same request later;
+
+or None when it is not an expected storage fault (a bug, corrupt data, a missing ledger), which
+callers keep reporting as such. `warn_fault` logs an expected fault as one WARNING line without
+a traceback, at most once per `interval_s` per key, counting what it held back.
+
+This module only classifies and logs: it must never decide a wire code (the protocol fronts
+map the two kinds to their own codes) and never import Trio, the network or a protocol.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+
+from ledger_backend.client.errors import (
+    BKTimeoutError,
+    BookieUnavailableError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerRecoveryError,
+    MetadataStoreError,
+    NotEnoughBookiesError,
+)
+from ledger_backend.managed_ledger.types import (
+    CursorConflictError,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+)
+from ledger_backend.metadata.store import (
+    BadVersionError,
+    MetadataUnavailableError,
+    SessionExpiredError,
+)
+
+
+class StorageFault(enum.Enum):
+    MOVED = "moved"
+    UNAVAILABLE = "unavailable"
+
+
+_MOVED: tuple[type[BaseException], ...] = (
+    LedgerFencedError,
+    ManagedLedgerFencedError,
+    ManagedLedgerClosedError,
+    CursorConflictError,
+    BadVersionError,
+)
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    NotEnoughBookiesError,
+    BKTimeoutError,
+    BookieUnavailableError,
+    LedgerRecoveryError,
+    LedgerClosedError,  # a write handle failed and closed under an append
+    MetadataStoreError,
+    SessionExpiredError,
+    MetadataUnavailableError,
+)
+
+
+def storage_fault_of(exc: BaseException) -> StorageFault | None:
+    """The kind of expected storage fault `exc` is (looking through an exception group of one
+    and through the exception it was raised from), or None."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        seen += 1
+        if isinstance(current, BaseExceptionGroup) and len(current.exceptions) == 1:
+            current = current.exceptions[0]
+            continue
+        if isinstance(current, _MOVED):
+            return StorageFault.MOVED
+        if isinstance(current, _UNAVAILABLE):
+            return StorageFault.UNAVAILABLE
+        current = current.__cause__
+    return None
+
+
+class _Limiter:
+    def __init__(self) -> None:
+        self.last: dict[tuple[str, str], float] = {}
+        self.held: dict[tuple[str, str], int] = {}
+
+
+_limiter = _Limiter()
+
+
+def warn_fault(logger: logging.Logger, key: str, message: str, *args: object,
+               interval_s: float = 10.0) -> None:  # fmt: skip
+    """Log `message % args` as one WARNING line (no traceback), at most once per `interval_s`
+    for the same logger and `key`; the next line says how many were held back."""
+    slot = (logger.name, key)
+    now = time.monotonic()
+    last = _limiter.last.get(slot)
+    if last is not None and now - last < interval_s:
+        _limiter.held[slot] = _limiter.held.get(slot, 0) + 1
+        return
+    _limiter.last[slot] = now
+    held = _limiter.held.pop(slot, 0)
+    if held:
+        message += " (%d more like it in the last %.0f s)"
+        args = (*args, held, now - last if last is not None else interval_s)
+    logger.warning(message, *args)
+    if len(_limiter.last) > 10_000:  # keys are per partition or peer: bound them anyway
+        _limiter.last.clear()
+        _limiter.held.clear()
