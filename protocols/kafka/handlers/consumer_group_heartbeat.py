@@ -5,6 +5,12 @@ group coordinator holds.
 The wire names topics by id; the coordinator works with names. This module translates (an
 owned partition of a topic id the broker does not know is dropped — the topic is gone) and
 turns coordinator errors into the answer's error code. It must never keep group state.
+
+Authorisation as Kafka's KafkaApis: a heartbeat needs READ on the group and DESCRIBE on every
+topic it subscribes to by name (else TOPIC_AUTHORIZATION_FAILED: a client may not learn of
+topics it cannot describe through its assignment); a describe needs DESCRIBE on each group
+(GROUP_AUTHORIZATION_FAILED), and DESCRIBE on every topic the group's members are assigned or
+targeted, else that group is answered TOPIC_AUTHORIZATION_FAILED without its members.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from protocols.kafka.acl_model import OP_READ
+from protocols.kafka.acl_model import OP_DESCRIBE, OP_READ, RES_GROUP, RES_TOPIC
 from protocols.kafka.assignors import TopicPartition
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
@@ -20,6 +26,8 @@ from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.handlers.authorization import require_group
 
 NO_OPERATIONS = -(2**31)
+HIDDEN_TOPICS_MESSAGE = (
+    "The group has described topic(s) that the client is not authorized to describe.")
 
 
 def _host(ctx: RequestContext) -> str:
@@ -56,10 +64,47 @@ def _wire_partitions(
     return out
 
 
+def _heartbeat_error(code: int, message: str | None) -> dict[str, Any]:
+    return {
+        "throttle_time_ms": 0,
+        "error_code": int(code),
+        "error_message": message,
+        "member_id": None,
+        "member_epoch": -1,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
+
+
+def _refused_group(group_id: str, code: int, message: str) -> dict[str, Any]:
+    return {
+        "error_code": int(code),
+        "error_message": message,
+        "group_id": group_id,
+        "group_state": "",
+        "group_epoch": -1,
+        "assignment_epoch": -1,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": NO_OPERATIONS,
+    }
+
+
+def _group_topics(group: Any) -> set[str]:
+    """Every topic a member of the group is assigned or targeted."""
+    topics = {topic for m in group.members.values() for topic, _ in m.assigned}
+    topics.update(topic for assigned in group.target.values() for topic, _ in assigned)
+    return topics
+
+
 async def handle_consumer_group_heartbeat(
     ctx: RequestContext, header: RequestHeader, body: dict
 ) -> dict:
     require_group(ctx, OP_READ, body["group_id"])
+    subscribed = body.get("subscribed_topic_names") or []
+    if any(not ctx.authorize(OP_DESCRIBE, RES_TOPIC, name) for name in set(subscribed)):
+        return _heartbeat_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                "not authorized to describe every subscribed topic")
     ids, names, counts = _by_id(ctx)
     owned_wire = body.get("topic_partitions")
     owned = None
@@ -87,15 +132,7 @@ async def handle_consumer_group_heartbeat(
             topics=counts,
         )
     except KafkaProtocolError as exc:
-        return {
-            "throttle_time_ms": 0,
-            "error_code": int(exc.code),
-            "error_message": exc.message,
-            "member_id": None,
-            "member_epoch": -1,
-            "heartbeat_interval_ms": 0,
-            "assignment": None,
-        }
+        return _heartbeat_error(exc.code, exc.message)
     assignment = answer["assignment"]
     return {
         "throttle_time_ms": 0,
@@ -117,7 +154,16 @@ async def handle_consumer_group_describe(
     coordinator = ctx.broker.group_coordinator.consumer_groups
     described = []
     for group_id in body.get("group_ids") or []:
+        if not ctx.authorize(OP_DESCRIBE, RES_GROUP, group_id):
+            described.append(_refused_group(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                            f"not authorized to describe group {group_id}"))
+            continue
         group = coordinator.described(group_id)
+        if group is not None and any(not ctx.authorize(OP_DESCRIBE, RES_TOPIC, topic)
+                                     for topic in _group_topics(group)):
+            described.append(_refused_group(group_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                            HIDDEN_TOPICS_MESSAGE))
+            continue
         if group is None:
             described.append(
                 {

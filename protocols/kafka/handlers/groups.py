@@ -3,6 +3,9 @@ ListGroups and DeleteGroups, answered from the broker's GroupCoordinator.
 
 The coordinator decides; these functions only translate between the wire shapes (which vary
 by version) and its calls. A GroupError becomes the answer's top-level error code here.
+Authorisation as Kafka's: READ on the group to join, sync, heartbeat and leave; DESCRIBE on it
+to describe (DESCRIBE on the cluster lists every group, else ListGroups shows the describable
+ones); DELETE on it to delete.
 This module must never keep group state of its own.
 """
 
@@ -10,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocols.kafka.acl_model import OP_DELETE, OP_DESCRIBE, OP_READ, RES_GROUP
+from protocols.kafka.acl_model import (
+    CLUSTER_NAME,
+    OP_DELETE,
+    OP_DESCRIBE,
+    OP_READ,
+    RES_CLUSTER,
+    RES_GROUP,
+)
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
@@ -183,8 +193,10 @@ async def handle_list_groups(ctx: RequestContext, header: RequestHeader, body: d
     wanted_states = {s.lower() for s in body.get("states_filter") or []}
     wanted_types = {t.lower() for t in body.get("types_filter") or []}
     listed = []
+    # As Kafka: DESCRIBE on the cluster lists every group, else only the describable ones.
+    every_group = ctx.authorize(OP_DESCRIBE, RES_CLUSTER, CLUSTER_NAME)
     for group_id in coordinator.known_group_ids():
-        if not ctx.authorize(OP_DESCRIBE, RES_GROUP, group_id):
+        if not every_group and not ctx.authorize(OP_DESCRIBE, RES_GROUP, group_id):
             continue
         consumer_group = coordinator.consumer_groups.described(group_id)
         if consumer_group is not None:

@@ -5,14 +5,21 @@ the only (and current) epoch, so for any requested epoch >= 0 the answer is epoc
 the high watermark; a negative epoch is undefined (-1, -1).  A client claiming a current leader
 epoch above 0 knows a leader this broker never had: UNKNOWN_LEADER_EPOCH.
 
+Authorisation as Kafka's KafkaApis: CLUSTER_ACTION on the cluster (the API's inter-broker use),
+else DESCRIBE on each topic (KIP-320's consumer use).  A topic the principal may not describe
+is answered TOPIC_AUTHORIZATION_FAILED before its existence is looked at, so an unprivileged
+client learns neither end offsets nor which topics exist.
+
 This module must never invent epochs other than 0.
 """
 
 from __future__ import annotations
 
+from protocols.kafka.acl_model import CLUSTER_NAME, OP_CLUSTER_ACTION, OP_DESCRIBE, RES_CLUSTER
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode
+from protocols.kafka.handlers.authorization import topic_denied_code
 from protocols.kafka.handlers.error_responses import error_code_of
 from protocols.kafka.handlers.topic_lookup import open_partition
 
@@ -20,13 +27,19 @@ from protocols.kafka.handlers.topic_lookup import open_partition
 async def handle_offset_for_leader_epoch(
     ctx: RequestContext, header: RequestHeader, body: dict
 ) -> dict:
+    cluster_action = ctx.authorize(OP_CLUSTER_ACTION, RES_CLUSTER, CLUSTER_NAME)
     topics_out = []
     for t in body.get("topics") or []:
         name = t.get("topic")
+        denied = 0 if cluster_action else topic_denied_code(ctx, OP_DESCRIBE, name or "")
         parts = []
         for p in t.get("partitions") or []:
             index = int(p.get("partition", 0))
-            answer = {"error_code": 0, "partition": index, "leader_epoch": -1, "end_offset": -1}
+            answer = {"error_code": denied, "partition": index, "leader_epoch": -1,
+                      "end_offset": -1}
+            if denied:
+                parts.append(answer)
+                continue
             try:
                 plog = await open_partition(ctx, name, index)
                 if int(p.get("current_leader_epoch", -1)) > 0:

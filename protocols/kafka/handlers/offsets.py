@@ -4,6 +4,12 @@ and OffsetDelete, answered from the broker's GroupCoordinator.
 A commit is acknowledged only after the coordinator's offset store made it durable. A fetch of
 a partition with nothing committed answers offset -1 (the client then applies its reset
 policy). This module must never keep offsets of its own.
+
+Authorisation as Kafka's KafkaApis: a commit needs READ on the group and on each topic; a fetch
+needs DESCRIBE on the group (v0/v1, which have no group error field, answer every partition
+GROUP_AUTHORIZATION_FAILED) and DESCRIBE on each topic: named topics the principal may not
+describe are answered TOPIC_AUTHORIZATION_FAILED, and a fetch of every committed offset leaves
+them out; a delete needs DELETE on the group and READ on each topic.
 """
 
 from __future__ import annotations
@@ -88,33 +94,44 @@ def _unstable(ctx: RequestContext, group_id: str, require_stable: bool) -> set[O
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: list[dict] | None,
-                 require_stable: bool = False) -> list[dict]:
+                 require_stable: bool = False, refused_code: int = 0) -> list[dict]:
+    """The group's committed offsets; `refused_code` answers every partition with that code
+    instead (the group itself refused, v0/v1)."""
     coordinator = ctx.broker.group_coordinator
     unstable = _unstable(ctx, group_id, require_stable)
-    if topics is None:  # every partition with a committed offset
+    denied: dict[str, int] = {}
+    if topics is None and refused_code:
+        return []
+    if topics is None:  # every partition with a committed offset the principal may see
         committed = coordinator.fetch_offsets(group_id, None)
         by_topic: dict[str, list[int]] = {}
         for name, partition in sorted(committed):
             by_topic.setdefault(name, []).append(partition)
-        wanted = [{"name": n, "partition_indexes": ps} for n, ps in by_topic.items()]
+        wanted: list[dict[str, Any]] = [
+            {"name": n, "partition_indexes": ps} for n, ps in by_topic.items()
+            if not topic_denied_code(ctx, OP_DESCRIBE, n)]
     else:
         wanted = topics
-        keys = [(t["name"], p) for t in topics for p in t.get("partition_indexes") or []]
-        committed = coordinator.fetch_offsets(group_id, keys)
+        denied = {t["name"]: refused_code or topic_denied_code(ctx, OP_DESCRIBE, t["name"])
+                  for t in topics}
+        keys = [(t["name"], p) for t in topics if not denied[t["name"]]
+                for p in t.get("partition_indexes") or []]
+        committed = coordinator.fetch_offsets(group_id, keys) if keys else {}
     answer: list[dict[str, Any]] = []
     for topic in wanted:
         partitions = []
+        refused = denied.get(topic["name"], 0)
         for index in topic.get("partition_indexes") or []:
-            found = committed.get((topic["name"], index))
+            found = None if refused else committed.get((topic["name"], index))
+            code = refused or (int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                               if (topic["name"], index) in unstable else 0)
             partitions.append(
                 {
                     "partition_index": index,
                     "committed_offset": found.offset if found else -1,
                     "committed_leader_epoch": found.leader_epoch if found else -1,
                     "metadata": (found.metadata if found else "") or "",
-                    "error_code": int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
-                    if (topic["name"], index) in unstable
-                    else 0,
+                    "error_code": code,
                 }
             )
         answer.append({"name": topic["name"], "partitions": partitions})
@@ -142,10 +159,13 @@ async def handle_offset_fetch(ctx: RequestContext, header: RequestHeader, body: 
         return {"throttle_time_ms": 0, "groups": groups}
     if header.api_version >= 2:  # v2+ has a top-level error code to refuse with
         require_group(ctx, OP_DESCRIBE, body["group_id"])
+        group_refused = 0
+    else:
+        group_refused = group_denied_code(ctx, OP_DESCRIBE, body["group_id"])
     return {
         "throttle_time_ms": 0,
         "topics": _fetch_group(ctx, body["group_id"], body.get("topics"),
-                               bool(body.get("require_stable"))),
+                               bool(body.get("require_stable")), group_refused),
         "error_code": 0,
     }
 

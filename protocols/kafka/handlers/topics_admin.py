@@ -7,7 +7,9 @@ replicating, and Metadata shows this broker as the one replica.  Manual replica 
 accepted for their partition count only.  `validate_only` checks everything and changes nothing.
 
 Authorisation: CREATE on the cluster or the topic, DELETE on the topic, ALTER on the topic for
-CreatePartitions (TOPIC_AUTHORIZATION_FAILED per topic otherwise).
+CreatePartitions (TOPIC_AUTHORIZATION_FAILED per topic otherwise).  A created topic's partition
+count and configs are shown only with DESCRIBE_CONFIGS on it (else topic_config_error_code says
+TOPIC_AUTHORIZATION_FAILED), as Kafka's KafkaApis.
 
 This module must never touch partition data: it only asks the topic service.
 """
@@ -22,6 +24,8 @@ from protocols.kafka.acl_model import (
     OP_ALTER,
     OP_CREATE,
     OP_DELETE,
+    OP_DESCRIBE,
+    OP_DESCRIBE_CONFIGS,
     RES_CLUSTER,
     RES_TOPIC,
 )
@@ -89,6 +93,9 @@ async def _create_one(ctx: RequestContext, t: dict[str, Any], validate_only: boo
             info = ctx.topics.topics().get(name)
             if info is not None:
                 result["topic_id"] = info.topic_id
+        if not ctx.authorize(OP_DESCRIBE_CONFIGS, RES_TOPIC, name):  # as Kafka: no configs
+            result["topic_config_error_code"] = TopicAuthorizationFailedError.code
+            return result
         result["num_partitions"] = partitions
         result["replication_factor"] = REPLICATION_FACTOR_SHOWN
         result["configs"] = [
@@ -134,6 +141,8 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> d
             name = info.name
             result["name"] = name
         else:
+            if not ctx.authorize(OP_DESCRIBE, RES_TOPIC, name):  # before existence: no leak
+                raise TopicAuthorizationFailedError(f"not authorized to delete topic {name}")
             info = ctx.topics.topics().get(name)
             if info is None:
                 raise UnknownTopicOrPartitionError(f"Topic {name} does not exist")

@@ -8,7 +8,8 @@ older than the one that introduced it, as Kafka does, since older clients do not
 AddPartitionsToTxn v4+ carries several transactions (the batched form); each is answered on its
 own.  TxnOffsetCommit v3+ checks the member and generation against the group coordinator when
 the client sends them (KIP-447).  Authorisation as Kafka's: WRITE on the transactional id for
-all of them, WRITE on each topic added, READ on the group and on each committed topic.
+all of them, WRITE on each topic added, READ on the group and on each committed topic;
+AddPartitionsToTxn v4+ (the batched form brokers send) needs CLUSTER_ACTION.
 
 This module must never keep transaction state or write to a partition: the coordinator does.
 """
@@ -18,7 +19,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from protocols.kafka.acl_model import OP_READ, OP_WRITE, RES_TOPIC
+from protocols.kafka.acl_model import (
+    CLUSTER_NAME,
+    OP_CLUSTER_ACTION,
+    OP_READ,
+    OP_WRITE,
+    RES_CLUSTER,
+    RES_TOPIC,
+)
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
@@ -104,6 +112,10 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, header: RequestHeade
         )
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": results}
     by_txn = []
+    if not ctx.authorize(OP_CLUSTER_ACTION, RES_CLUSTER, CLUSTER_NAME):
+        # v4+ (the batched, verify-only form) is sent by brokers only, as Kafka's KafkaApis.
+        return {"throttle_time_ms": 0, "results_by_transaction": [],
+                "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)}
     for txn in body.get("transactions") or []:
         results = await _add_partitions_one(
             ctx, version, txn["transactional_id"], int(txn["producer_id"]),
