@@ -379,9 +379,8 @@ class DeliveryPartition:
         }
 
     def snapshot(self) -> dict[str, Any]:
-        """The whole state as JSON-able data (also marks everything as persisted)."""
-        self._dirty.clear()
-        self._bounds_dirty = False
+        """The whole state as JSON-able data.  Pending changes stay pending: a concurrent
+        caller's `take_delta` must still see (and persist) its own changes."""
         return {
             "start": self.start_offset,
             "end": self.end_offset,

@@ -1,0 +1,277 @@
+"""The delivery engine under Trio: what the protocol fronts call (Kafka ShareFetch and
+ShareAcknowledge, RocketMQ 5 ReceiveMessage, AckMessage and ChangeInvisibleDuration).
+
+Per topic partition it opens a `DeliveryStateLog` on first use (fencing an earlier owner's
+writes) and keeps every group's `DeliveryPartition` in it.  Each call runs the pure state
+machine with the injected clock's time, then persists that group's delta before it returns,
+so nothing a caller reveals to a client can be lost by a crash.  A failed write drops the
+partition's in-memory state (it may be ahead of the log), so the next call reloads what is
+durable.  `wait_for_change` lets a long poll sleep until records are released, a lock
+expires, or the state is reset.
+
+This module must never reveal an acquisition or acknowledgement before it is durable, and never
+know a wire protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import trio
+
+from gateway.delivery.delivery_state import (
+    AckBatch,
+    AckError,
+    AckResult,
+    AcquiredRange,
+    DeliveryPartition,
+    DeliverySettings,
+    RecordState,
+)
+from gateway.delivery.state_log import DeliveryStateLog, SettingsFor, state_ledger_name
+from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+T = TypeVar("T")
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """What admin listings show of one group's state on one partition."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    acquired: int
+    available: int
+    acknowledged: int
+    archived: int
+
+
+class _TopicPartitionState:
+    def __init__(self, log_: DeliveryStateLog) -> None:
+        self.log = log_
+        self.lock = trio.Lock()
+        self.changed = trio.Event()
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+class DeliveryService:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        factory: ManagedLedgerFactory,
+        config: ManagedLedgerConfig | None = None,
+        *,
+        settings_for: SettingsFor | None = None,
+        clock: Clock = wall_clock_ms,
+        ledger_name: Callable[[str, int], str] = state_ledger_name,
+        snapshot_every: int = 1_000,
+    ) -> None:
+        self._factory = factory
+        self._config = config
+        self._settings_for: SettingsFor = settings_for or (lambda _group: DeliverySettings())
+        self.clock = clock
+        self._ledger_name = ledger_name
+        self._snapshot_every = snapshot_every
+        self._partitions: dict[tuple[str, int], _TopicPartitionState] = {}
+        self._opening: dict[tuple[str, int], trio.Lock] = {}
+
+    # ---- loading ------------------------------------------------------------------------
+    async def _state(self, topic: str, partition: int) -> _TopicPartitionState:
+        key = (topic, partition)
+        state = self._partitions.get(key)
+        if state is not None:
+            return state
+        opening = self._opening.setdefault(key, trio.Lock())
+        async with opening:
+            state = self._partitions.get(key)
+            if state is None:
+                log_ = DeliveryStateLog(
+                    self._factory,
+                    self._config,
+                    ledger_name=self._ledger_name(topic, partition),
+                    settings_for=self._settings_for,
+                    snapshot_every=self._snapshot_every,
+                )
+                await log_.load()
+                state = self._partitions[key] = _TopicPartitionState(log_)
+        return state
+
+    async def _drop(self, topic: str, partition: int, state: _TopicPartitionState) -> None:
+        if self._partitions.get((topic, partition)) is state:
+            del self._partitions[(topic, partition)]
+        state.notify()
+        with trio.CancelScope(shield=True):
+            try:
+                await state.log.close()
+            except Exception as exc:  # noqa: BLE001 - already failing; the reload decides
+                log.warning("closing delivery state of %s-%d failed: %s", topic, partition, exc)
+
+    async def _run(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        start_at: int | None,
+        change: Callable[[DeliveryPartition], T],
+    ) -> T:
+        """Apply `change` to the group's state (created at `start_at` if new; with None a
+        missing state raises KeyError) and persist it before returning its result."""
+        state = await self._state(topic, partition)
+        async with state.lock:
+            groups = state.log.groups
+            current = groups.get(group)
+            if current is None:
+                if start_at is None:
+                    raise KeyError(group)
+                current = groups[group] = DeliveryPartition(start_at, self._settings_for(group))
+            current.settings = self._settings_for(group)
+            result = change(current)
+            try:
+                await state.log.persist(group)
+            except BaseException:
+                await self._drop(topic, partition, state)
+                raise
+            if current.has_available(current.end_offset):
+                state.notify()
+            return result
+
+    # ---- the calls the fronts make ------------------------------------------------------
+    async def acquire(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        holder: str,
+        max_records: int,
+        *,
+        fetchable_end: int,
+        log_start: int,
+        start_at: int,
+        lock_ms: int | None = None,
+    ) -> list[AcquiredRange]:
+        """Acquire up to `max_records` for `holder` (durably).  `start_at` is where a group that
+        has no state here yet starts (share.auto.offset.reset); records below `log_start` are
+        gone and skipped; nothing at or past `fetchable_end` (high watermark or last stable
+        offset) is handed out."""
+
+        def change(p: DeliveryPartition) -> list[AcquiredRange]:
+            p.skip_before(log_start)
+            return p.acquire(holder, max_records, self.clock(), fetchable_end, lock_ms)
+
+        return await self._run(group, topic, partition, max(start_at, log_start), change)
+
+    async def acknowledge(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        holder: str | None,
+        batches: Iterable[AckBatch],
+        *,
+        lock_ms: int | None = None,
+    ) -> AckResult:
+        """Acknowledge (accept, release, reject, gap, renew) durably; all or nothing."""
+        batches = list(batches)
+        try:
+            return await self._run(
+                group,
+                topic,
+                partition,
+                None,
+                lambda p: p.acknowledge(holder, batches, self.clock(), lock_ms),
+            )
+        except KeyError:
+            return AckResult(AckError.INVALID_RECORD_STATE, "nothing is in flight here")
+
+    async def release_holder(self, group: str, holder: str) -> int:
+        """Everything `holder` acquired in `group`, on every loaded partition, is available
+        again (its session closed or it left the group); how many records."""
+        released = 0
+        for topic, partition in list(self._partitions):
+            try:
+                released += len(
+                    await self._run(
+                        group, topic, partition, None, lambda p: p.release_holder(holder)
+                    )
+                )
+            except KeyError:
+                continue
+        return released
+
+    async def reset_start(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Start the group over at `offset` on this partition (AlterShareGroupOffsets)."""
+        await self._run(group, topic, partition, offset, lambda p: p.reset_start(offset))
+        (await self._state(topic, partition)).notify()
+
+    async def forget(self, group: str, topic: str, partition: int) -> None:
+        """Drop the group's state on this partition, durably (DeleteShareGroupOffsets)."""
+        state = await self._state(topic, partition)
+        async with state.lock:
+            if group in state.log.groups:
+                try:
+                    await state.log.forget(group)
+                except BaseException:
+                    await self._drop(topic, partition, state)
+                    raise
+
+    async def view(self, group: str, topic: str, partition: int) -> PartitionView | None:
+        """The group's state on this partition for listings, or None when it has none."""
+        state = await self._state(topic, partition)
+        current = state.log.groups.get(group)
+        if current is None:
+            return None
+        current.expire(self.clock())  # shown as it is now; persisted by the next change
+        return PartitionView(
+            topic,
+            partition,
+            current.start_offset,
+            current.end_offset,
+            current.count(RecordState.ACQUIRED),
+            current.count(RecordState.AVAILABLE),
+            current.count(RecordState.ACKNOWLEDGED),
+            current.count(RecordState.ARCHIVED),
+        )
+
+    def loaded_groups(self) -> dict[str, list[tuple[str, int]]]:
+        """group -> the loaded topic partitions where it has state."""
+        out: dict[str, list[tuple[str, int]]] = {}
+        for (topic, partition), state in self._partitions.items():
+            for group in state.log.groups:
+                out.setdefault(group, []).append((topic, partition))
+        return out
+
+    async def wait_for_change(
+        self, topic: str, partition: int, group: str, timeout_ms: int
+    ) -> None:
+        """Sleep until records of this partition may have become available to `group`
+        (released, lock expired, reset) or `timeout_ms` passed; new log data is the caller's
+        to wait for."""
+        state = await self._state(topic, partition)
+        wait_ms = timeout_ms
+        current = state.log.groups.get(group)
+        deadline = current.next_deadline() if current is not None else None
+        if deadline is not None:
+            wait_ms = min(wait_ms, max(0, deadline - self.clock()) + 1)
+        with trio.move_on_after(max(0, wait_ms) / 1000):
+            await state.changed.wait()
+
+    async def close(self) -> None:
+        for (topic, partition), state in list(self._partitions.items()):
+            await self._drop(topic, partition, state)
