@@ -29,6 +29,7 @@ from ledger_backend.autorecovery.under_replication import (
 )
 from ledger_backend.client.errors import LedgerError, NoSuchLedgerError
 from ledger_backend.client.ledger_metadata import AVAILABLE_BOOKIES_PATH
+from ledger_backend.faults import warn_fault
 from ledger_backend.metadata.store import (
     MetadataError,
     MetadataStore,
@@ -104,7 +105,8 @@ class Auditor:
             except NoSuchLedgerError:
                 continue
             except LedgerError as exc:
-                log.warning("audit: cannot read ledger %d: %r", ledger_id, exc)
+                warn_fault(log, "read", "audit: cannot read ledger %d: %r", ledger_id, exc,
+                           interval_s=30.0)  # fmt: skip
                 continue
             ensembles_of[ledger_id] = {b for _, ens in metadata.ensembles for b in ens}
         referenced = set().union(*ensembles_of.values()) if ensembles_of else set()

@@ -31,6 +31,7 @@ from ledger_backend.autorecovery.under_replication import (
     unlock,
 )
 from ledger_backend.client.errors import LedgerError, NoSuchLedgerError
+from ledger_backend.faults import warn_fault
 from ledger_backend.metadata.store import BadVersionError, MetadataError, MetadataStore
 
 log = logging.getLogger("ledgerwire.autorecovery.worker")
@@ -91,7 +92,10 @@ class ReplicationWorker:
             await self._clear(ledger_id, version)
             return True
         except LedgerError as exc:
-            log.warning("ledger %d: re-replication failed (will retry): %r", ledger_id, exc)
+            # e.g. NotEnoughBookiesError for every marked ledger while no spare bookie is up:
+            # one line per kind of failure every 30 s, not one per ledger and retry
+            warn_fault(log, type(exc).__name__, "ledger %d: re-replication failed (will retry): "
+                       "%r", ledger_id, exc, interval_s=30.0)  # fmt: skip
             return False
         self.replicated.append(outcome)
         if outcome.complete:

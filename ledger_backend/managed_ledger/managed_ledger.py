@@ -181,7 +181,8 @@ class ManagedLedger:
 
     def _become_fenced(self, reason: str) -> None:
         if self._fenced_reason is None:
-            log.error("managed ledger %r fenced: %s", self.name, reason)
+            # expected when ownership moves or auto-recovery fences a ledger: not an error
+            log.warning("managed ledger %r fenced: %s", self.name, reason)
             self._fenced_reason = reason
         for waiter in self._waiters:
             waiter.set()  # queued appends wake up and fail
