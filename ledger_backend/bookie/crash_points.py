@@ -10,6 +10,8 @@ Names used by the engine:
   journal.after_write_before_fsync, journal.after_fsync_before_ack,
   checkpoint.after_entrylog_fsync, checkpoint.after_index_flush, checkpoint.after_mark,
   compaction.after_copy, compaction.after_index_update
+The managed ledger's rewrite (ledger_swap.py) has its own: managed_ledger.rewrite.*
+(REWRITE_CRASH_POINTS there).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from ledger_backend.client.errors import LedgerError, NoSuchLedgerError
 from ledger_backend.managed_ledger.client_protocol import BookKeeperLike
 from ledger_backend.managed_ledger.cursor import Cursor, load_cursor
 from ledger_backend.managed_ledger.entry_reader import LedgerReaders
+from ledger_backend.managed_ledger.ledger_swap import collect_garbage
 from ledger_backend.managed_ledger.managed_ledger import ManagedLedger
 from ledger_backend.managed_ledger.metadata_format import (
     LedgerRecord,
@@ -45,6 +46,7 @@ from ledger_backend.metadata.store import (
     BadVersionError,
     CreateOp,
     DeleteOp,
+    MetadataError,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
@@ -129,8 +131,9 @@ class ManagedLedgerFactory:
                 raise ManagedLedgerFencedError(
                     f"managed ledger {name!r} changed while being deleted; not deleted"
                 ) from exc
-            for record in node.ledgers:
-                await _delete_ledger_quietly(self._bk, record.ledger_id)
+            for ledger_id in [*(r.ledger_id for r in node.ledgers), *node.pending,
+                              *node.garbage]:
+                await _delete_ledger_quietly(self._bk, ledger_id)
 
     async def close(self) -> None:
         """Close every managed ledger this factory opened."""
@@ -178,7 +181,7 @@ class ManagedLedgerFactory:
             [r.ledger_id for r in node.ledgers],
             handle.ledger_id,
         )
-        return ManagedLedger(
+        ml = ManagedLedger(
             name=name,
             config=config,
             store=self._store,
@@ -193,6 +196,14 @@ class ManagedLedgerFactory:
             clock=self._clock,
             on_close=self._forget,
         )
+        if node.pending or node.garbage:
+            # A rewrite died before its swap (pending) or before deleting what it swapped out
+            # (garbage): neither is listed, so both go now (ledger_swap.py).
+            try:
+                await collect_garbage(ml, include_pending=True)
+            except (LedgerError, MetadataError, ManagedLedgerFencedError) as exc:
+                log.warning("managed ledger %r: rewrite clean-up failed: %r", name, exc)
+        return ml
 
     async def _load_or_create(
         self, name: str, path: str, cursors_dir: str

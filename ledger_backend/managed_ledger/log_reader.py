@@ -1,8 +1,11 @@
 """Reading a managed ledger's log by position: across ledger boundaries, never past the end.
 
-A position one past a ledger's last entry (or in a ledger that is no longer listed but lies
-between listed ones) moves on to the next ledger; a position before the first listed ledger
-was trimmed (InvalidPositionError). Only acknowledged entries are listed in the records this
+Log order is the order of the ledger list (ledgers' ORDER KEYS, see metadata_format.py; a
+rewritten ledger's id is newer than its neighbours'), never the raw ledger id. A position one
+past a ledger's last entry moves on to the next ledger. A position in a ledger that is no
+longer listed is handed to `relocate` (the managed ledger knows where a rewrite moved it, or
+which listed ledger follows it); a position before the first listed ledger was trimmed
+(InvalidPositionError). Only acknowledged entries are listed in the records this
 reader sees, so it can never return an unconfirmed entry. Entries come from the tail cache
 when it has them, otherwise from the bookies. This module never writes anything.
 """
@@ -19,6 +22,8 @@ from ledger_backend.managed_ledger.types import Entry, InvalidPositionError, Pos
 
 _MAX_READ_BATCH = 256
 
+Relocate = Callable[[Position], "Position | None"]
+
 
 class LogReader:
     def __init__(
@@ -27,11 +32,13 @@ class LogReader:
         records: Callable[[], list[LedgerRecord]],
         cache: TailCache,
         readers: LedgerReaders,
+        relocate: Relocate | None = None,
     ) -> None:
         self.name = name
         self._records = records
         self._cache = cache
         self._readers = readers
+        self._relocate = relocate or self._next_by_order
 
     def _record_index(self, ledger_id: int) -> int | None:
         for index, record in enumerate(self._records()):
@@ -39,34 +46,40 @@ class LogReader:
                 return index
         return None
 
+    def _next_by_order(self, position: Position) -> Position | None:
+        """Default for an unlisted ledger: the first listed ledger ordered after its id."""
+        records = self._records()
+        if records and position.ledger_id < records[0].order_key:
+            raise InvalidPositionError(
+                f"{self.name!r}: position {position} was trimmed (first ledger is "
+                f"{records[0].ledger_id})"
+            )
+        for record in records:
+            if record.order_key > position.ledger_id:
+                return Position(record.ledger_id, 0)
+        return None
+
     def next_position(self, position: Position) -> Position | None:
         """Position of the entry after `position` (which may not exist yet when `position` is
         in the last ledger); None if `position` lies beyond every ledger."""
         records = self._records()
-        for index, record in enumerate(records):
-            if record.ledger_id == position.ledger_id:
-                if position.entry_id + 1 < record.entries or index == len(records) - 1:
-                    return Position(record.ledger_id, position.entry_id + 1)
-                return Position(records[index + 1].ledger_id, 0)
-            if record.ledger_id > position.ledger_id:
-                return Position(record.ledger_id, 0)
-        return None
+        index = self._record_index(position.ledger_id)
+        if index is None:
+            try:
+                return self._relocate(Position(position.ledger_id, position.entry_id + 1))
+            except InvalidPositionError:
+                return Position(records[0].ledger_id, 0) if records else None
+        record = records[index]
+        if position.entry_id + 1 < record.entries or index == len(records) - 1:
+            return Position(record.ledger_id, position.entry_id + 1)
+        return Position(records[index + 1].ledger_id, 0)
 
     def _start_of(self, start: Position) -> Position | None:
-        records = self._records()
         if start.entry_id < 0:
             raise InvalidPositionError(f"bad position {start}")
-        if records and start.ledger_id < records[0].ledger_id:
-            raise InvalidPositionError(
-                f"{self.name!r}: position {start} was trimmed (first ledger is "
-                f"{records[0].ledger_id})"
-            )
-        for record in records:
-            if record.ledger_id == start.ledger_id:
-                return start
-            if record.ledger_id > start.ledger_id:
-                return Position(record.ledger_id, 0)
-        return None
+        if self._record_index(start.ledger_id) is not None:
+            return start
+        return self._relocate(start)
 
     async def read(
         self, start: Position, max_entries: int, max_bytes: int | None = None

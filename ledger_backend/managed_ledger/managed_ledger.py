@@ -15,6 +15,9 @@ Rules this module keeps (and must never break):
 - Trimming removes whole ledgers from the front, CAS-removing them from the list BEFORE
   deleting them, and never deletes the current ledger.
 - Reads never go beyond last_confirmed.
+- Log order is list order (ledger ORDER KEYS), not raw ledger ids: a rewrite (ledger_swap.py,
+  the friend module that swaps runs of closed ledgers for their compacted copies) puts newer
+  ids in older places. Compare positions with `position_key`, never as plain tuples.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ledger_backend.client.errors import (
 from ledger_backend.managed_ledger.client_protocol import BookKeeperLike, WriteHandleLike
 from ledger_backend.managed_ledger.cursor import Cursor, create_cursor, load_cursor
 from ledger_backend.managed_ledger.entry_reader import LedgerReaders
+from ledger_backend.managed_ledger.ledger_swap import LedgerRewrite, Relocation, relocate
 from ledger_backend.managed_ledger.log_reader import LogReader
 from ledger_backend.managed_ledger.metadata_format import (
     LedgerRecord,
@@ -48,6 +52,7 @@ from ledger_backend.managed_ledger.tail_cache import TailCache
 from ledger_backend.managed_ledger.types import (
     CursorConflictError,
     Entry,
+    InvalidPositionError,
     LedgerInfo,
     ManagedLedgerClosedError,
     ManagedLedgerConfig,
@@ -111,6 +116,9 @@ class ManagedLedger:
         self._cursors_path = cursors_path
         self._created_ms = node.created_ms
         self._records: list[LedgerRecord] = node.ledgers
+        self._pending: list[int] = list(node.pending)  # rewrite outputs not listed yet
+        self._garbage: list[int] = list(node.garbage)  # unlisted by a swap, to delete
+        self._relocations: dict[int, Relocation] = {}  # swapped-out ledger -> its survivors
         self._version = version
         self._readers = readers
         self._clock = clock
@@ -123,7 +131,9 @@ class ManagedLedger:
         self._waiters: deque[trio.Event] = deque()
         self._entries_changed = trio.Event()
         self._cache = TailCache(config.tail_cache_bytes, self._evictable)
-        self._log_reader = LogReader(name, lambda: self._records, self._cache, readers)
+        self._log_reader = LogReader(
+            name, lambda: self._records, self._cache, readers, lambda p: relocate(self, p)
+        )
         self._fenced_reason: str | None = None
         self._closed = False
 
@@ -352,9 +362,20 @@ class ManagedLedger:
 
     # ----------------------------------------------------------------- metadata
 
-    async def _write_metadata(self, records: list[LedgerRecord]) -> None:
-        """CAS the node to `records`; the caller holds _meta_lock. Never overwrites blindly."""
-        node = ManagedLedgerNode(self.name, self._created_ms, records)
+    async def _write_metadata(
+        self,
+        records: list[LedgerRecord],
+        *,
+        pending: list[int] | None = None,
+        garbage: list[int] | None = None,
+    ) -> None:
+        """CAS the node to `records` (and the rewrite lists, unchanged unless given); the
+        caller holds _meta_lock. Never overwrites blindly."""
+        new_pending = list(self._pending if pending is None else pending)
+        new_garbage = list(self._garbage if garbage is None else garbage)
+        node = ManagedLedgerNode(
+            self.name, self._created_ms, records, pending=new_pending, garbage=new_garbage
+        )
         try:
             stat = await self._store.set(self._path, encode_managed_ledger(node), self._version)
         except (BadVersionError, NoNodeError) as exc:
@@ -366,6 +387,7 @@ class ManagedLedger:
                 f"another owner (expected version {self._version}); not overwriting it"
             ) from exc
         self._version = stat.version
+        self._pending, self._garbage = new_pending, new_garbage
 
     async def _delete_ledger_quietly(self, ledger_id: int) -> None:
         try:
@@ -382,6 +404,28 @@ class ManagedLedger:
         if position.ledger_id != current.record.ledger_id:
             return all(w.record.ledger_id != position.ledger_id for w in self._unfinished)
         return position.entry_id <= current.durable_lac
+
+    def position_key(self, position: Position) -> tuple[int, int]:
+        """Sort key of a position in log order (positions of unlisted ledgers are relocated
+        first; a trimmed one sorts before everything)."""
+        for record in self._records:
+            if record.ledger_id == position.ledger_id:
+                return (record.order_key, position.entry_id)
+        try:
+            moved = relocate(self, position)
+        except InvalidPositionError:
+            return (-1, position.entry_id)
+        if moved is None:
+            return (1 << 62, 0)
+        if moved.ledger_id == position.ledger_id:
+            return (moved.ledger_id, moved.entry_id)
+        key = self.position_key(moved)
+        return (key[0], key[1] - 1)  # just before the entry it continues at
+
+    def rewrite(self) -> LedgerRewrite:
+        """Start rewriting closed ledgers (compaction); see ledger_swap.py for the steps."""
+        self._check_writable()
+        return LedgerRewrite(self)
 
     def next_position(self, position: Position) -> Position | None:
         """Position of the entry after `position` (which may not exist yet when `position` is
@@ -408,7 +452,9 @@ class ManagedLedger:
         with trio.move_on_after(timeout_s if math.isfinite(timeout_s) else math.inf):
             while True:
                 last = self.last_confirmed
-                if last is not None and (after is None or last > after):
+                if last is not None and (
+                    after is None or self.position_key(last) > self.position_key(after)
+                ):
                     return True
                 if self._closed or self._fenced_reason is not None:
                     return False
@@ -433,13 +479,14 @@ class ManagedLedger:
         return doomed
 
     async def delete_ledgers_before(self, ledger_id: int) -> list[int]:
-        """Delete every closed ledger older than `ledger_id` (never the current one)."""
+        """Delete every closed ledger before `ledger_id` in log order (never the current one)."""
         async with self._meta_lock:
             self._check_writable()
+            limit = self.position_key(Position(ledger_id, 0))[0]
             doomed: list[int] = []
             for record in self._records:
                 if (
-                    record.ledger_id >= ledger_id
+                    record.order_key >= limit
                     or not record.closed
                     or record is self._current.record
                 ):

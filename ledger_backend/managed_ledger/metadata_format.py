@@ -9,19 +9,33 @@ A name is any string ("public/default/orders-0"); it is encoded into ONE safe pa
 UTF-8 bytes, every byte outside [A-Za-z0-9_-] written as %XX (so "/", "." and "%" never appear
 raw and "." / ".." can never result). The encoding is reversible and injective.
 
-Both node kinds are JSON objects carrying "format": FORMAT_VERSION. A reader refuses any other
-version (MetadataFormatError) rather than guess. This module is pure: it must never do I/O.
+Both node kinds are JSON objects carrying "format": a version. A reader refuses a version it
+does not know (MetadataFormatError) rather than guess. This module is pure: it must never do I/O.
+
+Version 2 (written only once a ledger rewrite -- compaction -- has touched the node; untouched
+nodes stay version 1, byte for byte) adds to the managed ledger node:
+
+- per ledger, "replaced": [lowest, highest] -- the ids of the ledgers a rewritten ledger took
+  the place of (transitively). Its ORDER KEY is `lowest`; a plain ledger's key is its id.
+  The list is in strictly increasing key order (ids are unique, but a rewritten ledger's
+  id is newer than those of the ledgers after it);
+- "pending": ids of rewrite outputs being written, not listed yet (deleted if the rewrite dies);
+- "garbage": ids a swap unlisted and that still have to be deleted.
+
+A version-1 reader refuses a version-2 node instead of misordering it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledger_backend.managed_ledger.types import MetadataFormatError, Position
 
 FORMAT_VERSION = 1
+REWRITE_FORMAT_VERSION = 2
+_KNOWN_VERSIONS = (FORMAT_VERSION, REWRITE_FORMAT_VERSION)
 CURSORS_CHILD = "cursors"
 
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -83,6 +97,12 @@ class LedgerRecord:
     size: int
     created_ms: int
     closed: bool
+    replaced: tuple[int, int] | None = None  # (lowest, highest) id a rewrite replaced
+
+    @property
+    def order_key(self) -> int:
+        """Where the ledger sits in log order (its id, or the first id it replaced)."""
+        return self.ledger_id if self.replaced is None else self.replaced[0]
 
 
 @dataclass
@@ -90,6 +110,14 @@ class ManagedLedgerNode:
     name: str
     created_ms: int
     ledgers: list[LedgerRecord]
+    pending: list[int] = field(default_factory=list)
+    garbage: list[int] = field(default_factory=list)
+
+    @property
+    def rewritten(self) -> bool:
+        return bool(self.pending or self.garbage) or any(
+            r.replaced is not None for r in self.ledgers
+        )
 
 
 @dataclass
@@ -107,33 +135,48 @@ def _load_json(data: bytes, what: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise MetadataFormatError(f"{what}: expected a JSON object")
     version = obj.get("format")
-    if version != FORMAT_VERSION:
+    if version not in _KNOWN_VERSIONS:
         raise MetadataFormatError(
             f"{what}: format version {version!r} is not supported (this code reads "
-            f"{FORMAT_VERSION})"
+            f"{', '.join(map(str, _KNOWN_VERSIONS))})"
         )
     return obj
 
 
+def _encode_record(r: LedgerRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "ledger_id": r.ledger_id,
+        "entries": r.entries,
+        "size": r.size,
+        "created_ms": r.created_ms,
+        "closed": r.closed,
+    }
+    if r.replaced is not None:
+        out["replaced"] = list(r.replaced)
+    return out
+
+
 def encode_managed_ledger(node: ManagedLedgerNode) -> bytes:
-    return json.dumps(
-        {
-            "format": FORMAT_VERSION,
-            "name": node.name,
-            "created_ms": node.created_ms,
-            "ledgers": [
-                {
-                    "ledger_id": r.ledger_id,
-                    "entries": r.entries,
-                    "size": r.size,
-                    "created_ms": r.created_ms,
-                    "closed": r.closed,
-                }
-                for r in node.ledgers
-            ],
-        },
-        separators=(",", ":"),
-    ).encode("utf-8")
+    obj: dict[str, Any] = {
+        "format": REWRITE_FORMAT_VERSION if node.rewritten else FORMAT_VERSION,
+        "name": node.name,
+        "created_ms": node.created_ms,
+        "ledgers": [_encode_record(r) for r in node.ledgers],
+    }
+    if node.rewritten:
+        obj["pending"] = list(node.pending)
+        obj["garbage"] = list(node.garbage)
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _decode_replaced(item: dict[str, Any]) -> tuple[int, int] | None:
+    raw = item.get("replaced")
+    if raw is None:
+        return None
+    low, high = int(raw[0]), int(raw[1])
+    if low > high:
+        raise ValueError(f"replaced range {raw} is reversed")
+    return low, high
 
 
 def decode_managed_ledger(data: bytes, path: str) -> ManagedLedgerNode:
@@ -146,17 +189,27 @@ def decode_managed_ledger(data: bytes, path: str) -> ManagedLedgerNode:
                 size=int(item["size"]),
                 created_ms=int(item["created_ms"]),
                 closed=bool(item["closed"]),
+                replaced=_decode_replaced(item),
             )
             for item in obj["ledgers"]
         ]
         node = ManagedLedgerNode(
-            name=str(obj["name"]), created_ms=int(obj["created_ms"]), ledgers=records
+            name=str(obj["name"]),
+            created_ms=int(obj["created_ms"]),
+            ledgers=records,
+            pending=[int(i) for i in obj.get("pending", [])],
+            garbage=[int(i) for i in obj.get("garbage", [])],
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise MetadataFormatError(f"managed ledger node {path}: bad field: {exc!r}") from exc
+    keys = [r.order_key for r in records]
+    if keys != sorted(set(keys)):
+        raise MetadataFormatError(
+            f"managed ledger node {path}: ledgers not in increasing order: {keys}"
+        )
     ids = [r.ledger_id for r in records]
-    if ids != sorted(set(ids)):
-        raise MetadataFormatError(f"managed ledger node {path}: ledger ids not increasing: {ids}")
+    if len(set(ids)) != len(ids):
+        raise MetadataFormatError(f"managed ledger node {path}: a ledger is listed twice: {ids}")
     return node
 
 
