@@ -3,7 +3,7 @@
 `AdminContext` holds the components a process has (metadata store, topic service, namespace
 registry, group coordinator, bookie storages, broker metrics); `build_router` maps the HTTP
 endpoints (listed in README, "Admin HTTP API") onto the operations here and in
-gateway/admin_groups.py.  The CLI (`ledgerwire admin ...`, gateway/admin_cli/) calls these
+gateway/admin/groups.py.  The CLI (`ledgerwire admin ...`, gateway/cli/admin/) calls these
 endpoints; nothing else changes cluster state behind the topic service's or the namespace
 registry's back.
 
@@ -22,10 +22,16 @@ from typing import Any
 
 import trio
 
-from gateway import admin_groups
-from gateway.admin_http import HttpError, HttpRequest, HttpResponse, Router
-from gateway.metrics import BookieGauges, BrokerMetrics, Histogram, MetricsSnapshot, render_metrics
-from gateway.namespaces import NamespaceError, NamespaceRegistry
+from gateway.admin import groups as admin_groups
+from gateway.admin.http_server import HttpError, HttpRequest, HttpResponse, Router
+from gateway.admin.metrics import (
+    BookieGauges,
+    BrokerMetrics,
+    Histogram,
+    MetricsSnapshot,
+    render_metrics,
+)
+from gateway.topics.namespaces import NamespaceError, NamespaceRegistry
 from ledger_backend.autorecovery.under_replication import list_underreplicated
 from ledger_backend.client.ledger_metadata import LedgerMetadata, ledger_path
 from ledger_backend.metadata.store import MetadataError, MetadataStore, NoNodeError
@@ -45,7 +51,7 @@ class LocalBookie:
 @dataclass
 class AdminContext:
     store: MetadataStore
-    topics: Any  # gateway.topic_service.TopicService
+    topics: Any  # gateway.topics.topic_service.TopicService
     namespaces: NamespaceRegistry
     coordinator: Any = None  # protocols.kafka.group_coordinator.GroupCoordinator
     broker_metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
@@ -53,8 +59,9 @@ class AdminContext:
     broker_id: int = 0
     kafka_address: str = ""
     ready: bool = False
-    retention: Any = None  # gateway.retention_policies.RetentionPolicies
-    # A cluster broker (gateway/cluster_services.py) sets these: /ready also asks ready_check;
+    retention: Any = None  # gateway.topics.retention_policies.RetentionPolicies
+    # A cluster broker (gateway/process/cluster_services.py) sets these: /ready also asks
+    # ready_check;
     # bookies and brokers come from the registries; owner_of names the owner of a partition
     # (describe_topic never opens one owned elsewhere).  None: this process owns everything.
     ready_check: Callable[[], bool] | None = None
@@ -347,8 +354,8 @@ async def serve_admin_api(ctx: AdminContext, listener: str, *,
     A port already in use is logged and the process runs on without the admin API: the broker's
     data path matters more than its dashboard.
     """
-    from gateway.admin_http import serve_admin_http
-    from gateway.config import parse_host_port
+    from gateway.admin.http_server import serve_admin_http
+    from gateway.config.settings import parse_host_port
 
     if not listener:
         task_status.started(None)

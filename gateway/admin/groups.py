@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.admin_http import HttpError
+from gateway.admin.http_server import HttpError
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.group_model import CommittedOffset, wall_clock_ms
 

@@ -1,6 +1,6 @@
 """The `ledgerwire` command: parses arguments and hands over to one subcommand module.
 
-Subcommands live in gateway/commands/ (listed in COMMAND_MODULES); this module holds no
+Subcommands live in gateway/cli/commands/ (listed in COMMAND_MODULES); this module holds no
 server logic of its own.
 """
 
@@ -11,8 +11,8 @@ import importlib
 import sys
 from types import ModuleType
 
-from gateway.commands import COMMAND_MODULES
-from gateway.config import ConfigError
+from gateway.cli.commands import COMMAND_MODULES
+from gateway.config.settings import ConfigError
 
 
 def _commands() -> list[ModuleType]:

@@ -6,7 +6,8 @@ consecutive partitions of a topic land in consecutive bundles and spread over br
 group-coordinator partitions ("__consumer_offsets", i) and transaction-coordinator partitions
 ("__transaction_state", i) are placed the same way.  RocketMQ's internal topics (retry,
 dead-letter, delay and transaction topics) are "bundle-pinned": partition p in bundle p mod B,
-so what one bundle's RocketMQ broker writes to them stays in that bundle (rocketmq_cluster.py).
+so what one bundle's RocketMQ broker writes to them stays in that bundle
+(gateway/rocketmq/cluster.py).
 A bundle's owner holds the ephemeral node /ledgerwire/ownership/bundles/<b>; which broker
 *should* own it is decided by rendezvous hashing over the live, non-draining brokers: every
 broker computes the same answer from the same lists without talking to the others, and a
@@ -40,7 +41,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from gateway.broker_registry import (
+from gateway.cluster.broker_registry import (
     BUNDLES_PATH,
     DRAINING_BROKERS_PATH,
     LIVE_BROKERS_PATH,

@@ -37,7 +37,7 @@ from typing import Any
 
 import trio
 
-from gateway.config import Config, ConfigError
+from gateway.config.settings import Config, ConfigError
 from protocols.kafka.codec import RequestHeader, decode_response, encode_request
 from protocols.kafka.errors import (
     ErrorCode,

@@ -24,9 +24,9 @@ from typing import Any
 
 import trio
 
-from gateway.offset_store import KAFKA_OFFSETS_LEDGER, LedgerOffsetStore
-from gateway.ownership import GROUP_TOPIC, OwnershipService
-from gateway.partition_loader import CoordinatorPartitionLoader
+from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService
+from gateway.coordinator.offset_store import KAFKA_OFFSETS_LEDGER, LedgerOffsetStore
+from gateway.coordinator.partition_loader import CoordinatorPartitionLoader
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.types import (
     ManagedLedgerClosedError,

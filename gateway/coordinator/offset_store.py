@@ -5,7 +5,8 @@ and a ledger append is one fsynced quorum write, where a metadata CAS per group 
 metadata store with data traffic. The ledger `__consumer_offsets` holds one record per commit
 (or deletion); every `snapshot_every` records a snapshot record with the whole state is
 appended, a cursor named "snapshot" is moved to it, and the ledgers before it are deleted —
-a compacted log (gateway/compacted_log.py) in the spirit of Kafka's `__consumer_offsets`.
+a compacted log (gateway/coordinator/compacted_log.py) in the spirit of Kafka's
+`__consumer_offsets`.
 
 Record format: a JSON object with a format version `v` and a `type` (commit, delete,
 snapshot). This module must never acknowledge a commit before its record is durable.
@@ -17,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.compacted_log import CompactedLog
+from gateway.coordinator.compacted_log import CompactedLog
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from protocols.kafka.group_coordinator import CommittedOffset, OffsetKey
 

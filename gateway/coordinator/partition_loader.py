@@ -1,7 +1,8 @@
 """Loading and unloading coordinator partitions: one coordinator task per partition owned here.
 
-The cluster's group coordinators (coordinator_partitions.py) and transaction coordinators
-(cluster_transactions.py) work alike: a coordinator partition owned by this broker has a store
+The cluster's group coordinators (group_partitions.py) and transaction coordinators
+(gateway/kafka/cluster_transactions.py) work alike: a coordinator partition owned by this broker
+has a store
 (its own managed ledger) and a coordinator that loads from it and then runs until cancelled.
 `CoordinatorPartitionLoader` is that shared lifecycle:
 

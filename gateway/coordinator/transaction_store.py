@@ -8,7 +8,7 @@ write) carries well and a metadata-store CAS per change would not.  This is Kafk
 metadata of one transactional id per change (a later record for an id replaces the earlier
 one), or its deletion; every `snapshot_every` records a snapshot record with the whole state is
 appended, the cursor "snapshot" moves to it and the ledgers before it are deleted — a compacted
-log (gateway/compacted_log.py) with bounded replay at start.
+log (gateway/coordinator/compacted_log.py) with bounded replay at start.
 
 Record format: a JSON object with a format version `v` and a `type` (txn, delete, snapshot).
 This module must never acknowledge a write before its record is durable, and never interpret
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.compacted_log import CompactedLog
+from gateway.coordinator.compacted_log import CompactedLog
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 
 log = logging.getLogger("ledgerwire.transactions.store")

@@ -10,7 +10,7 @@ version outside what the handler implements) becomes a whole-request error respo
 `whole_request_error`.  A request this broker cannot answer at all raises `CloseConnection`, and
 so does a failed acks=0 Produce (the only way Kafka tells such a producer something went wrong).
 
-This module must never touch sockets: the listener (gateway/kafka_listener.py) owns them.
+This module must never touch sockets: the listener (gateway/kafka/listener.py) owns them.
 """
 
 from __future__ import annotations
@@ -92,13 +92,14 @@ class KafkaBroker:
         # protocols.kafka.transaction_coordinator.TransactionCoordinator; the transaction APIs
         # are served only with one
         self.transaction_coordinator = transaction_coordinator
-        # gateway.acl_store.Authorizer (RequestContext.authorize asks it; None: allow all, and
-        # the ACL APIs answer SECURITY_DISABLED) and gateway.credentials.CredentialStore (SASL)
+        # gateway.security.acl_store.Authorizer (RequestContext.authorize asks it; None: allow
+        # all, and the ACL APIs answer SECURITY_DISABLED) and
+        # gateway.security.credentials.CredentialStore (SASL)
         self.authorizer = authorizer
         self.credentials = credentials
         self._versions = _advertised_ranges(group_coordinator is not None,
                                             transaction_coordinator is not None)
-        # gateway.metrics.BrokerMetrics.observe_request(api name, seconds, body, response)
+        # gateway.admin.metrics.BrokerMetrics.observe_request(api name, seconds, body, response)
         self.request_observer: Callable[[str, float, dict, dict | None], None] | None = None
 
     # --- identity -------------------------------------------------------------------------------

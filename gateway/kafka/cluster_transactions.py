@@ -1,9 +1,11 @@
 """Kafka transactions in a cluster: one TransactionCoordinator per owned transaction partition.
 
 A transactional id belongs to coordinator partition crc32(id) mod N ("__transaction_state", i)
-(ownership.py); each partition keeps its transaction state in its own compacted log, the
+(gateway/cluster/ownership.py); each partition keeps its transaction state in its own compacted
+log, the
 managed ledger "__system/transactions/__transaction_state-<i>", so whoever owns the partition
-coordinates its ids.  `ClusterTransactionCoordinator` is a bundle extension (cluster_broker.py):
+coordinates its ids.  `ClusterTransactionCoordinator` is a bundle extension
+(gateway/process/cluster_broker.py):
 acquiring a bundle opens the logs of its transaction partitions (fencing the previous owner's
 ledger) and runs the shared coordinator on each, whose load completes the Prepare* transactions
 it finds exactly as a standalone restart does (Ongoing ones are aborted by their timeout or by
@@ -17,7 +19,7 @@ coordinator:
 - `MarkerRoutes`: markers for a partition this broker owns are appended locally (and the
   ownership checked again after the append); markers for any other partition are sent to its
   owner as WriteTxnMarkers (Kafka's inter-broker request, handlers/txn_inter_broker.py), those
-  to one owner coalesced into few requests (gateway/txn_marker_batching.py).  A marker
+  to one owner coalesced into few requests (gateway/kafka/txn_marker_batching.py).  A marker
   is never appended by a broker that does not own the partition: opening its log would fence
   the owner.
 - `OffsetRoutes`: when a transaction ends, each of its groups is settled at the group's
@@ -45,13 +47,13 @@ from typing import Any, cast
 
 import trio
 
-from gateway.coordinator_partitions import ClusterGroupCoordinator
-from gateway.ownership import TXN_TOPIC, OwnershipService
-from gateway.partition_loader import CoordinatorPartitionLoader
-from gateway.peer_client import PeerClient, PeerSecurity
-from gateway.transaction_store import LedgerTransactionStore
-from gateway.txn_marker_batching import PendingMarker, RemoteMarkerWriter
-from gateway.txn_marker_batching import raise_for_partition_code as _raise_for
+from gateway.cluster.ownership import TXN_TOPIC, OwnershipService
+from gateway.cluster.peer_client import PeerClient, PeerSecurity
+from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+from gateway.coordinator.partition_loader import CoordinatorPartitionLoader
+from gateway.coordinator.transaction_store import LedgerTransactionStore
+from gateway.kafka.txn_marker_batching import PendingMarker, RemoteMarkerWriter
+from gateway.kafka.txn_marker_batching import raise_for_partition_code as _raise_for
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.types import (
     ManagedLedgerClosedError,
@@ -270,7 +272,7 @@ class ClusterTransactionCoordinator(CoordinatorPartitionLoader[TransactionCoordi
             if topic == TXN_TOPIC:
                 await self.stop_partition(partition)
 
-    # --- partition lifecycle (partition_loader.py) ---------------------------------------------
+    # --- partition lifecycle (gateway/coordinator/partition_loader.py) ---------------------------
 
     def _open_partition(self, partition: int
                         ) -> tuple[TransactionCoordinator, LedgerTransactionStore]:

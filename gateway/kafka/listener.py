@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from gateway.kafka_broker import CloseConnection, KafkaBroker
+from gateway.kafka.broker import CloseConnection, KafkaBroker
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
     KafkaProtocolError,

@@ -1,6 +1,6 @@
 """Transaction markers for partitions owned by other brokers, coalesced per owner into
 WriteTxnMarkers requests (Kafka's inter-broker API 27), for the cluster's transaction
-coordinators (gateway/cluster_transactions.py).
+coordinators (gateway/kafka/cluster_transactions.py).
 
 This module must never decide which broker owns a partition (the caller names the owner, from
 the ownership service) nor retry a failed marker: the caller's error is its own partition's
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import trio
 import trio.lowlevel
 
-from gateway.peer_client import PeerClient
+from gateway.cluster.peer_client import PeerClient
 from protocols.kafka.broker_api import BrokerEndpoint
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError, UnknownTopicOrPartitionError
 from protocols.kafka.handlers.txn_inter_broker import WRITE_TXN_MARKERS

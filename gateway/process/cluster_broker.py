@@ -3,13 +3,14 @@
 Assembled from the same pieces as `ledgerwire standalone` (TopicService, managed ledgers,
 LedgerOffsetStore + GroupCoordinator, KafkaBroker, serve_kafka) minus the bookies, plus:
 
-- the cluster layout (created idempotently on first start, broker_registry.py);
-- the ownership service (ownership.py): registration with the advertised listener, bundle
+- the cluster layout (created idempotently on first start, gateway/cluster/broker_registry.py);
+- the ownership service (gateway/cluster/ownership.py): registration with the advertised listener,
+bundle
   ownership, and the hooks that load a bundle's coordinator partitions and open its topic
   partitions (fencing the previous owner) on acquisition, and close them on release;
 - a follower of the topic catalogue (topics created or changed by other brokers);
 - `ClusterKafkaBroker`: a KafkaBroker whose `ownership` the handlers consult;
-- the operations side (gateway/cluster_services.py): namespaces, Kafka security (TLS, SASL,
+- the operations side (gateway/process/cluster_services.py): namespaces, Kafka security (TLS, SASL,
   ACLs), retention/TTL on owned partitions, the admin HTTP API with /health, /ready, /metrics.
 
 Shutdown (SIGINT/SIGTERM): stop the Kafka listener (draining requests), release every bundle
@@ -29,25 +30,25 @@ from typing import Any, Protocol
 
 import trio
 
-from gateway.admin_api import serve_admin_api
-from gateway.broker_registry import ClusterLayout, init_cluster
-from gateway.cluster_services import (
+from gateway.admin.api import serve_admin_api
+from gateway.cluster.broker_registry import ClusterLayout, init_cluster
+from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService, bundle_of
+from gateway.config.settings import Config
+from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
+from gateway.kafka.cluster_transactions import setup_cluster_transactions
+from gateway.kafka.listener import serve_kafka
+from gateway.process.cluster_services import (
     build_admin,
     keep_running,
     setup_namespaces,
     setup_security,
     start_ops_background,
 )
-from gateway.cluster_transactions import setup_cluster_transactions
-from gateway.config import Config
-from gateway.coordinator_partitions import ClusterGroupCoordinator
-from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
-from gateway.kafka_listener import serve_kafka
-from gateway.ownership import GROUP_TOPIC, OwnershipService, bundle_of
-from gateway.rocketmq_cluster import ClusterRocketMQ
-from gateway.standalone import system_ledger_config, topic_service_config
-from gateway.topic_quorums import QuorumPolicyFactory
-from gateway.topic_service import TOPICS_PATH, TopicService
+from gateway.process.standalone import system_ledger_config, topic_service_config
+from gateway.rocketmq.cluster import ClusterRocketMQ
+from gateway.topics.quorums import QuorumPolicyFactory
+from gateway.topics.topic_service import TOPICS_PATH, TopicService
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store
@@ -268,7 +269,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         hooks.ownership, hooks.groups = ownership, groups
         stack.push_async_callback(groups.stop_all)
         rocketmq: ClusterRocketMQ | None = None
-        if config.rocketmq.enabled:  # one RocketMQ broker per bundle (rocketmq_cluster.py)
+        if config.rocketmq.enabled:  # one RocketMQ broker per bundle (gateway/rocketmq/cluster.py)
             rocketmq = ClusterRocketMQ(config.rocketmq, topics, ownership, store, factory,
                                        system_ledger_config(config))
             hooks.add_extension(rocketmq)  # per-bundle offsets, delay and transaction services

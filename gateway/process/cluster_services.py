@@ -37,18 +37,18 @@ from typing import Any
 
 import trio
 
-from gateway.admin_api import AdminContext
-from gateway.backlog_quota import BacklogQuotas
-from gateway.broker_registry import read_bundle_owners, read_draining, read_live_brokers
-from gateway.config import Config
-from gateway.coordinator_partitions import ClusterGroupCoordinator
-from gateway.kafka_security import KafkaSecurity, setup_kafka_security
-from gateway.metrics import BrokerMetrics
-from gateway.namespaces import NamespaceRegistry
-from gateway.ownership import GROUP_TOPIC, OwnershipService
-from gateway.peer_client import PeerSecurity, peer_security_from_config
-from gateway.retention_policies import RetentionPolicies
-from gateway.tenant_authorizer import TenantAuthorizer
+from gateway.admin.api import AdminContext
+from gateway.admin.metrics import BrokerMetrics
+from gateway.cluster.broker_registry import read_bundle_owners, read_draining, read_live_brokers
+from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService
+from gateway.cluster.peer_client import PeerSecurity, peer_security_from_config
+from gateway.config.settings import Config
+from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+from gateway.security.setup import KafkaSecurity, setup_kafka_security
+from gateway.security.tenant_authorizer import TenantAuthorizer
+from gateway.topics.backlog_quota import BacklogQuotas
+from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.retention_policies import RetentionPolicies
 from ledger_backend.client.ledger_metadata import AVAILABLE_BOOKIES_PATH
 from ledger_backend.metadata.store import MetadataError, MetadataStore, NoNodeError
 from protocols.kafka.errors import KafkaProtocolError, NotLeaderOrFollowerError

@@ -22,20 +22,20 @@ from typing import Any
 
 import trio
 
-from gateway.admin_api import AdminContext, LocalBookie, serve_admin_api, watch_bookie
-from gateway.backlog_quota import BacklogQuotas
-from gateway.config import Config
-from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
-from gateway.kafka_listener import serve_kafka
-from gateway.kafka_security import setup_kafka_security
-from gateway.metrics import BrokerMetrics
-from gateway.namespaces import NamespaceRegistry
-from gateway.offset_store import LedgerOffsetStore
-from gateway.retention_policies import RetentionPolicies
-from gateway.rocketmq_setup import build_rocketmq
-from gateway.tenant_authorizer import TenantAuthorizer
-from gateway.topic_service import TopicService, TopicServiceConfig
-from gateway.transaction_store import LedgerTransactionStore
+from gateway.admin.api import AdminContext, LocalBookie, serve_admin_api, watch_bookie
+from gateway.admin.metrics import BrokerMetrics
+from gateway.config.settings import Config
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.coordinator.transaction_store import LedgerTransactionStore
+from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
+from gateway.kafka.listener import serve_kafka
+from gateway.rocketmq.setup import build_rocketmq
+from gateway.security.setup import setup_kafka_security
+from gateway.security.tenant_authorizer import TenantAuthorizer
+from gateway.topics.backlog_quota import BacklogQuotas
+from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.retention_policies import RetentionPolicies
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.bookie.cookie import check_cookie
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.bookie.storage import open_bookie_storage

@@ -1,4 +1,4 @@
-"""What a cluster bundle broker (gateway/rocketmq_cluster.py) reports about itself to the
+"""What a cluster bundle broker (gateway/rocketmq/cluster.py) reports about itself to the
 admin/statistics handlers, and how its offsets count in backlog quotas.
 
 A RocketMQ broker answers consume stats (208), "who consumes this topic" (300), offset resets
@@ -7,7 +7,8 @@ offsets kept in bundle b's offset ledger, translated back from (storage topic, p
 (RocketMQ topic, queue id of bundle b), and counts the messages of the partitions of bundle b
 open here.  A bundle not owned here lists nothing (its routes do not point here).
 
-`ClusterBacklogOffsets` is the backlog-quota offset source (gateway/backlog_quota.py) over every
+`ClusterBacklogOffsets` is the backlog-quota offset source (gateway/topics/backlog_quota.py) over
+every
 bundle owned here: a partition's RocketMQ offsets live in the ledger of the partition's bundle.
 
 This module must never open a partition, nor write an offset of a bundle not owned here.
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.ownership import bundle_of
-from gateway.rocketmq_service import RocketMQOffsets
+from gateway.cluster.ownership import bundle_of
+from gateway.rocketmq.service import RocketMQOffsets
 from protocols.rocketmq.topic_names import from_storage
 
 

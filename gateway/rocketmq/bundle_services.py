@@ -1,11 +1,11 @@
 """Per-bundle RocketMQ background services of a cluster broker: delay levels and transactions.
 
-In cluster mode every RocketMQ internal topic is bundle-pinned (gateway/ownership.py): its
+In cluster mode every RocketMQ internal topic is bundle-pinned (gateway/cluster/ownership.py): its
 partition p lives in bundle p mod B and each bundle's broker sees `queue_nums` queues of it
 (queue i of bundle b = partition i*B + b).  So a delayed message, a consumer's send-back or a
 half message received on bundle b's port is held in bundle b, and bundle b's owner runs the
-delay scheduler (gateway/rocketmq_delays.py) and the transaction service
-(gateway/rocketmq_transactions.py) over bundle b's broker view, exactly the standalone code.
+delay scheduler (gateway/rocketmq/delays.py) and the transaction service
+(gateway/rocketmq/transactions.py) over bundle b's broker view, exactly the standalone code.
 They start when the bundle is acquired (after its offsets ledger loaded: their scan positions
 live there) and stop before it is released.  A service waits until its internal topic exists,
 so a cluster that never delays or transacts opens none of those partitions.
@@ -24,8 +24,8 @@ from typing import Any
 
 import trio
 
-from gateway.rocketmq_delays import DelayScheduler
-from gateway.rocketmq_transactions import TransactionService
+from gateway.rocketmq.delays import DelayScheduler
+from gateway.rocketmq.transactions import TransactionService
 from protocols.rocketmq.client_registry import ClientRegistry
 from protocols.rocketmq.errors import SystemBusyError
 from protocols.rocketmq.topic_names import HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC, to_storage

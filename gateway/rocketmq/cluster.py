@@ -22,11 +22,11 @@ storage topic, partition), in the ledger `__system/offsets/__rocketmq_offsets-b<
 when the bundle is acquired and closed before it is released (a BundleExtension).  The client
 registry (heartbeats, consumer lists, queue locks) is one per process, shared by all ports.
 Subscription-group configs are the cluster's (the shared metadata store); statistics and
-offset listings are each bundle broker's own (gateway/rocketmq_bundle_admin.py).
+offset listings are each bundle broker's own (gateway/rocketmq/bundle_admin.py).
 
-Retry, dead-letter, delay and transaction topics are bundle-pinned (gateway/ownership.py):
+Retry, dead-letter, delay and transaction topics are bundle-pinned (gateway/cluster/ownership.py):
 what bundle b's broker writes to them stays in bundle b, and b's owner runs b's delay scheduler
-and transaction service (gateway/rocketmq_bundle_services.py), started after b's offsets are
+and transaction service (gateway/rocketmq/bundle_services.py), started after b's offsets are
 loaded and stopped before they close.  Topics created through RocketMQ get a multiple of
 `bundles` partitions (queue_map.BundleQueueMap.cluster_partitions).
 
@@ -46,35 +46,35 @@ from typing import Any, cast
 
 import trio
 
-from gateway.broker_registry import read_live_registrations
-from gateway.config import RocketMQConfig, parse_host_port
-from gateway.offset_store import LedgerOffsetStore
-from gateway.ownership import OwnershipService, bundle_of, is_bundle_pinned
-from gateway.rocketmq_bundle_admin import (
+from gateway.cluster.broker_registry import read_live_registrations
+from gateway.cluster.ownership import OwnershipService, bundle_of, is_bundle_pinned
+from gateway.config.settings import RocketMQConfig, parse_host_port
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.rocketmq.bundle_admin import (
     ClusterBacklogOffsets,
     bundle_committed,
     bundle_groups,
     bundle_message_totals,
     remove_bundle_group,
 )
-from gateway.rocketmq_bundle_logs import BundleNotServedError, open_bundle_log
-from gateway.rocketmq_bundle_services import (
+from gateway.rocketmq.bundle_logs import BundleNotServedError, open_bundle_log
+from gateway.rocketmq.bundle_services import (
     BundleClients,
     BundleTransactions,
     run_bundle_services,
 )
-from gateway.rocketmq_delays import DelayScheduler
-from gateway.rocketmq_listener import serve_rocketmq_broker, serve_rocketmq_name_server
-from gateway.rocketmq_service import (
+from gateway.rocketmq.delays import DelayScheduler
+from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
+from gateway.rocketmq.service import (
     ROCKETMQ_OFFSETS_LEDGER,
     ConsumerChangeNotifier,
     RocketMQOffsets,
     ensure_storage_topic,
     register_backlog_offsets,
 )
-from gateway.rocketmq_setup import rocketmq_acl
-from gateway.rocketmq_subscription_groups import SubscriptionGroupStore
-from gateway.topic_service import TopicService
+from gateway.rocketmq.setup import rocketmq_acl
+from gateway.rocketmq.subscription_groups import SubscriptionGroupStore
+from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata.store import MetadataError, MetadataStore
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike, TopicServiceLike
@@ -247,7 +247,7 @@ class BundleOffsets:
         offsets, storage, partition = self._where(topic, queue_id)
         await offsets.commit(group, storage, partition, offset)
 
-    # listing (admin statistics, gateway/rocketmq_bundle_admin.py): this bundle's offsets only
+    # listing (admin statistics, gateway/rocketmq/bundle_admin.py): this bundle's offsets only
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         return bundle_committed(self._side, self._bundle, group)
 

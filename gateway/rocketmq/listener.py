@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, Protocol
 
 import trio
 
-from gateway.rocketmq_service import RocketMQBroker
+from gateway.rocketmq.service import RocketMQBroker
 from protocols.rocketmq.acl import PlainAclValidator
 from protocols.rocketmq.broker_api import BrokerLike
 from protocols.rocketmq.codec import (
@@ -258,7 +258,7 @@ async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, 
 
 class ServedBroker(BrokerLike, Protocol):
     """What a broker listener serves: standalone's RocketMQBroker, or one bundle's broker of
-    a cluster (gateway/rocketmq_cluster.py), which answers on its own port."""
+    a cluster (gateway/rocketmq/cluster.py), which answers on its own port."""
 
     def listener_bound(self, port: int) -> None: ...
     def connection_closed(self, conn: Any) -> None: ...

@@ -4,8 +4,8 @@
 the shared topic service (queues are partitions, one offset space with Kafka), consumer offsets
 kept in a LedgerOffsetStore under their own ledger (__system/offsets/__rocketmq_offsets, keys
 group -> (RocketMQ topic, queue id)), the client registry fed by heartbeats, and the broker ->
-client notifications (NOTIFY_CONSUMER_IDS_CHANGED), the delay scheduler (rocketmq_delays.py) and
-the transaction service (rocketmq_transactions.py).  `run()` is its background work (delayed
+client notifications (NOTIFY_CONSUMER_IDS_CHANGED), the delay scheduler (delays.py) and
+the transaction service (transactions.py).  `run()` is its background work (delayed
 delivery, transaction check-back, client expiry); start it in the server nursery next to the
 listeners.
 
@@ -21,11 +21,11 @@ from typing import Any
 
 import trio
 
-from gateway.offset_store import LedgerOffsetStore
-from gateway.rocketmq_delays import DelayScheduler
-from gateway.rocketmq_subscription_groups import SubscriptionGroupStore
-from gateway.rocketmq_transactions import TransactionService
-from gateway.topic_service import TopicService
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.rocketmq.delays import DelayScheduler
+from gateway.rocketmq.subscription_groups import SubscriptionGroupStore
+from gateway.rocketmq.transactions import TransactionService
+from gateway.topics.topic_service import TopicService
 from protocols.kafka.errors import KafkaProtocolError, TopicAlreadyExistsError
 from protocols.kafka.group_coordinator import CommittedOffset
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike
@@ -110,7 +110,7 @@ class RocketMQOffsets:
 
 class StandaloneBacklogOffsets:
     """The standalone broker's RocketMQ offsets as a backlog-quota offset source
-    (gateway/backlog_quota.py): keyed there by storage topic and partition (= queue id)."""
+    (gateway/topics/backlog_quota.py): keyed there by storage topic and partition (= queue id)."""
 
     def __init__(self, offsets: RocketMQOffsets) -> None:
         self._offsets = offsets

@@ -3,7 +3,7 @@
 Both protocols share the topic service, so a partition has one offset space whichever protocol
 wrote it; RocketMQ consumer offsets live in their own ledger-backed store. This module only
 builds and starts; it must never hold protocol logic (that is protocols/rocketmq and
-gateway/rocketmq_service.py).
+gateway/rocketmq/service.py).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import cast
 
 import trio
 
-from gateway.config import RocketMQConfig, parse_host_port
-from gateway.offset_store import LedgerOffsetStore
-from gateway.rocketmq_listener import serve_rocketmq_broker, serve_rocketmq_name_server
-from gateway.rocketmq_service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
-from gateway.topic_service import TopicService
+from gateway.config.settings import RocketMQConfig, parse_host_port
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
+from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
+from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from protocols.rocketmq.acl import PlainAclValidator
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicServiceLike

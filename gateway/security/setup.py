@@ -6,11 +6,11 @@
   (TLS 1.2 or newer);
 - the SASL mechanisms for SASL_PLAINTEXT and SASL_SSL (None otherwise: no authentication,
   every client is User:ANONYMOUS);
-- the credential store (gateway/credentials.py), after applying the users listed in the
+- the credential store (gateway/security/credentials.py), after applying the users listed in the
   configuration ([security] users, and the [[users]] tables of security.users_file): each is
   created, or its password reset, at start -- the way to add users to a standalone whose data
   directory the running process locks;
-- the ACL store and authorizer (gateway/acl_store.py) with super users and
+- the ACL store and authorizer (gateway/security/acl_store.py) with super users and
   allow_everyone_if_no_acl_found; authorisation is enforced when security.authorization says
   so ("auto": on SASL listeners).
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.acl_store import AclStore, Authorizer
-from gateway.config import Config, ConfigError
-from gateway.credentials import CredentialStore
+from gateway.config.settings import Config, ConfigError
+from gateway.security.acl_store import AclStore, Authorizer
+from gateway.security.credentials import CredentialStore
 from ledger_backend.metadata.store import MetadataStore
 from protocols.kafka.sasl import SCRAM_SHA_256, SCRAM_SHA_512
 

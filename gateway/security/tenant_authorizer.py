@@ -4,7 +4,7 @@ A tenant may name the principals allowed to use its topics (`allowed_principals`
 ["User:alice"], set with `ledgerwire admin tenants create NAME --allowed-principal User:alice`).
 A principal outside that list is refused every operation on the tenant's topics before the ACLs
 are asked; super users pass.  A tenant with an empty list leaves everything to the ACLs.  The
-principals are the SASL ones the Kafka listener authenticated (gateway/credentials.py).
+principals are the SASL ones the Kafka listener authenticated (gateway/security/credentials.py).
 
 Everything else (the `acls` store the ACL APIs use, `enabled`, `super_users`) is the wrapped
 authorizer's, reached through attribute delegation.

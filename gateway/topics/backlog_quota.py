@@ -37,7 +37,7 @@ Pulsar's producer path -- so these are our choice):
 - RocketMQ, hold timed out: SYSTEM_BUSY (2), RocketMQ's flow-control answer (also retried).
 
 In a cluster, groups coordinated by other brokers count through a RetentionScope's committed
-floors (gateway/retention_policies.py); eviction moves only the groups coordinated here.
+floors (gateway/topics/retention_policies.py); eviction moves only the groups coordinated here.
 RocketMQ consumer groups keep their offsets outside the Kafka coordinator; the RocketMQ side
 registers them as an offset source (`add_offset_source`: standalone RocketMQOffsets, in a
 cluster the per-bundle offsets of the bundles owned here), and they count -- and are evicted --
@@ -57,7 +57,7 @@ from typing import Any, Protocol
 
 import trio
 
-from gateway.retention_policies import advance_committed, committed_offsets
+from gateway.topics.retention_policies import advance_committed, committed_offsets
 from ledger_backend.managed_ledger.types import Position
 from protocols.kafka.record_batch import parse_header
 

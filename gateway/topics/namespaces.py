@@ -15,7 +15,7 @@ Layout in the store (every node JSON with a "format" field, changed by compare-a
 
 Policies (`NamespacePolicies`): ensemble/write/ack quorum, retention time and size, message TTL,
 max topics, auto-create on/off, backlog quota (size and/or time limit of the slowest group's
-unconsumed backlog, and what happens beyond it: gateway/backlog_quota.py).  None means "the
+unconsumed backlog, and what happens beyond it: gateway/topics/backlog_quota.py).  None means "the
 broker's default".
 
 The registry keeps a synchronous cache (the topic service asks it on every partition open and

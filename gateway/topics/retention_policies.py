@@ -1,6 +1,7 @@
 """Pulsar-style retention and TTL on top of Kafka partitions, driven by namespace policies.
 
-(Backlog quotas, the third of Pulsar's consumption policies, live in gateway/backlog_quota.py;
+(Backlog quotas, the third of Pulsar's consumption policies, live in
+gateway/topics/backlog_quota.py;
 a pass here runs a backlog pass first when `backlog` is set.)
 
 How Pulsar's policies map onto ledgerwire (and Kafka's topic configs):
@@ -75,7 +76,7 @@ def consumed_ledger_cut(bases: list[tuple[int, int | None]], min_committed: int,
 
 class RetentionScope(Protocol):
     """Where a pass may act when this process owns only part of a cluster
-    (gateway/cluster_services.py ClusterRetentionScope).  `committed_floors` is the smallest
+    (gateway/process/cluster_services.py ClusterRetentionScope).  `committed_floors` is the smallest
     offset committed on each partition by *any* group of the cluster, or None when some
     groups' offsets are unknown (then no consumed data is deleted)."""
 
@@ -115,7 +116,8 @@ class RetentionPolicies:
         self._coordinator = coordinator
         self._scope = scope
         self._now_ms = now_ms or (lambda: int(time.time() * 1000))
-        # gateway.backlog_quota.BacklogQuotas, or None: run with every pass (its eviction moves
+        # gateway.topics.backlog_quota.BacklogQuotas, or None: run with every pass (its eviction
+        # moves
         # offsets forward like TTL, before consumed data is deleted).
         self.backlog: Any = None
 

@@ -3,7 +3,8 @@
 A topic is one node, /ledgerwire/topics/<name>, holding JSON {"format", "topic_id", "partitions",
 "configs"} and changed only by compare-and-set on its version.  Partition p of topic t is the
 managed ledger "<namespace>/t-p" (config.namespace, "public/default", unless a
-gateway.namespaces.NamespaceRegistry set as `namespaces` maps the topic elsewhere and gives its
+gateway.topics.namespaces.NamespaceRegistry set as `namespaces` maps the topic elsewhere and gives
+its
 namespace's quorum/retention/max-topics policies) plus a small state node under
 /ledgerwire/partition-state/<t>/<p> (log start offset, producer snapshot; see partition_log.py).
 Partition logs are opened lazily on first use; opening the managed ledger fences and recovers a
@@ -36,7 +37,7 @@ from typing import Any
 
 import trio
 
-from gateway.partition_log import PartitionLog, PartitionLogConfig
+from gateway.topics.partition_log import PartitionLog, PartitionLogConfig
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from ledger_backend.metadata.store import (
     BadVersionError,
@@ -148,10 +149,10 @@ class TopicService:
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
         self._closed = False
-        # gateway.namespaces.NamespaceRegistry, or None: every topic in config.namespace with
+        # gateway.topics.namespaces.NamespaceRegistry, or None: every topic in config.namespace with
         # the broker's defaults.  Set it before the first partition opens.
         self.namespaces: Any = None
-        # gateway.backlog_quota.BacklogQuotas, or None: the Kafka produce and RocketMQ send
+        # gateway.topics.backlog_quota.BacklogQuotas, or None: the Kafka produce and RocketMQ send
         # handlers ask it (`admit`) before appending to a partition.
         self.backlog_quotas: Any = None
 
@@ -374,7 +375,8 @@ class TopicService:
             e = pol.ensemble_size or e
             qw = min(pol.write_quorum or qw, e)
             qa = min(pol.ack_quorum or qa, qw)
-            # 0 is Pulsar's "no retention": consumed data goes (gateway/retention_policies.py),
+            # 0 is Pulsar's "no retention": consumed data goes
+            # (gateway/topics/retention_policies.py),
             # so the ledger itself has no time/size bound then; -1 keeps everything.
             if pol.retention_time_minutes is not None:
                 default_ms = pol.retention_time_minutes * 60_000 \

@@ -15,7 +15,7 @@ Codes are Kafka's (AclOperation, ResourceType, PatternType, AclPermissionType). 
 ANY (1) as a wildcard and MATCH (pattern type 2) to mean "every pattern that would match this
 name", as DescribeAcls/DeleteAcls define.
 
-This module must never do I/O: the store (gateway/acl_store.py) persists bindings and asks
+This module must never do I/O: the store (gateway/security/acl_store.py) persists bindings and asks
 `decide` here.
 """
 

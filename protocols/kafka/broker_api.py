@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 
 class AppendResultView(Protocol):
-    """What a PartitionLog append reports back (gateway.partition_log.AppendResult)."""
+    """What a PartitionLog append reports back (gateway.topics.partition_log.AppendResult)."""
 
     @property
     def base_offset(self) -> int: ...
@@ -31,7 +31,7 @@ class AppendResultView(Protocol):
 
 
 class PartitionLogApi(Protocol):
-    """One partition's offset space (gateway.partition_log.PartitionLog)."""
+    """One partition's offset space (gateway.topics.partition_log.PartitionLog)."""
 
     @property
     def log_start_offset(self) -> int: ...
@@ -70,7 +70,7 @@ class PartitionLogApi(Protocol):
 
 
 class TopicInfoView(Protocol):
-    """A topic as the topic service describes it (gateway.topic_service.TopicInfo)."""
+    """A topic as the topic service describes it (gateway.topics.topic_service.TopicInfo)."""
 
     @property
     def name(self) -> str: ...
@@ -86,7 +86,7 @@ class TopicInfoView(Protocol):
 
 
 class TopicServiceApi(Protocol):
-    """Topics and their partitions (gateway.topic_service.TopicService)."""
+    """Topics and their partitions (gateway.topics.topic_service.TopicService)."""
 
     async def create_topic(
         self, name: str, partitions: int, configs: dict[str, str] | None = None
@@ -109,7 +109,7 @@ class TopicServiceApi(Protocol):
 
 
 class BrokerSettings(Protocol):
-    """The broker identity and knobs the handlers read (gateway.kafka_broker.KafkaBrokerConfig)."""
+    """The broker identity and knobs the handlers read (gateway.kafka.broker.KafkaBrokerConfig)."""
 
     @property
     def broker_id(self) -> int: ...
@@ -137,7 +137,7 @@ class BrokerSettings(Protocol):
 
 
 class BrokerApi(Protocol):
-    """The broker as handlers see it (gateway.kafka_broker.KafkaBroker)."""
+    """The broker as handlers see it (gateway.kafka.broker.KafkaBroker)."""
 
     @property
     def topic_service(self) -> TopicServiceApi: ...
@@ -177,7 +177,7 @@ class BrokerEndpoint:
 
 
 class OwnershipApi(Protocol):
-    """Which broker owns a partition or a coordinator partition (gateway.ownership).
+    """Which broker owns a partition or a coordinator partition (gateway.cluster.ownership).
 
     Absent (None) in standalone, where the single broker owns everything.  `is_local` is False
     while this broker is releasing a unit or cannot prove its ZooKeeper session is alive.

@@ -66,7 +66,7 @@ OffsetKey = tuple[str, int]  # (topic, partition)
 
 
 class OffsetStoreApi(Protocol):
-    """Durable committed offsets (gateway.offset_store.LedgerOffsetStore)."""
+    """Durable committed offsets (gateway.coordinator.offset_store.LedgerOffsetStore)."""
 
     async def load(self) -> dict[str, dict[OffsetKey, CommittedOffset]]: ...
 

@@ -1,6 +1,6 @@
 """The client side of SASL PLAIN and SCRAM-SHA-256/512 for a Kafka connection, sans-IO.
 
-What a broker needs to log in to another broker (gateway/peer_client.py): `SaslClient` takes
+What a broker needs to log in to another broker (gateway/cluster/peer_client.py): `SaslClient` takes
 the server's tokens and gives back the next client token, without touching a socket.
 
     PLAIN:  first_token() = "" NUL user NUL password; done after the server accepts it.

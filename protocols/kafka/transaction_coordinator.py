@@ -146,7 +146,7 @@ class TransactionMetadata:
 
 
 class TransactionStoreApi(Protocol):
-    """Durable transaction state (gateway.transaction_store.LedgerTransactionStore)."""
+    """Durable transaction state (gateway.coordinator.transaction_store.LedgerTransactionStore)."""
 
     async def load(self) -> dict[str, dict[str, Any]]: ...
 

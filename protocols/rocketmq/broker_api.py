@@ -1,5 +1,5 @@
 """What the RocketMQ handlers need from the process (typing.Protocols), so protocols/ never
-imports gateway/.  gateway/rocketmq_service.py provides the implementation.
+imports gateway/.  gateway/rocketmq/service.py provides the implementation.
 
 This module must never hold behaviour.
 """

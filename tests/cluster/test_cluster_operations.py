@@ -1,4 +1,5 @@
-"""The operations side of cluster brokers (gateway/cluster_services.py): admin HTTP API, /ready,
+"""The operations side of cluster brokers (gateway/process/cluster_services.py): admin HTTP API,
+/ready,
 /metrics, namespace policies, SASL, and retention that acts only where a broker may.
 
 Unit tests first (no processes); then one real cluster for the whole module: ZooKeeper, three
@@ -22,7 +23,8 @@ import trio
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.cluster_services import (
+from gateway.cluster.ownership import GROUP_TOPIC, coordinator_partition
+from gateway.process.cluster_services import (
     OwnedTopics,
     combine_floors,
     combine_ttl_first_live,
@@ -30,9 +32,8 @@ from gateway.cluster_services import (
     keep_running,
     local_floors,
 )
-from gateway.namespaces import NamespaceRegistry
-from gateway.ownership import GROUP_TOPIC, coordinator_partition
-from gateway.retention_policies import RetentionPolicies
+from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.retention_policies import RetentionPolicies
 from protocols.kafka.errors import NotLeaderOrFollowerError
 from protocols.kafka.group_model import CommittedOffset
 from tests.cluster.cluster_processes import Cluster, Process, free_port

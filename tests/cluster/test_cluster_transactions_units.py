@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.cluster_broker import ClusterKafkaBroker
-from gateway.cluster_transactions import ClusterTransactionCoordinator
-from gateway.coordinator_partitions import ClusterGroupCoordinator
-from gateway.kafka_broker import KafkaBrokerConfig
-from gateway.kafka_listener import serve_kafka
-from gateway.ownership import GROUP_TOPIC, TXN_TOPIC
-from gateway.peer_client import PeerClient
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.cluster.ownership import GROUP_TOPIC, TXN_TOPIC
+from gateway.cluster.peer_client import PeerClient
+from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+from gateway.kafka.broker import KafkaBrokerConfig
+from gateway.kafka.cluster_transactions import ClusterTransactionCoordinator
+from gateway.kafka.listener import serve_kafka
+from gateway.process.cluster_broker import ClusterKafkaBroker
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

@@ -11,8 +11,13 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.broker_registry import ClusterLayout, init_cluster, read_bundle_owners, set_draining
-from gateway.ownership import (
+from gateway.cluster.broker_registry import (
+    ClusterLayout,
+    init_cluster,
+    read_bundle_owners,
+    set_draining,
+)
+from gateway.cluster.ownership import (
     GROUP_TOPIC,
     OwnershipService,
     bundle_of,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.coordinator_partitions import ClusterGroupCoordinator
+from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from protocols.kafka.broker_api import BrokerEndpoint, RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode, NotLeaderOrFollowerError
@@ -190,8 +190,8 @@ class OpenLogs:
 async def test_acquiring_a_bundle_closes_stale_logs_of_it() -> None:
     """A log left open from an earlier ownership (a request that raced a release) must not be
     reused when the bundle comes back: its producer state may be behind the real log."""
-    from gateway.cluster_broker import BundleHooks
-    from gateway.ownership import bundle_of
+    from gateway.cluster.ownership import bundle_of
+    from gateway.process.cluster_broker import BundleHooks
 
     logs = {("t", p): ClosableLog() for p in range(4)}
     async with trio.open_nursery() as nursery:

@@ -1,5 +1,6 @@
 """The coordinator-partition loader shared by the cluster's group and transaction coordinators
-(gateway/partition_loader.py), and ClusterGroupCoordinator's public view of what it loaded
+(gateway/coordinator/partition_loader.py), and ClusterGroupCoordinator's public view of what it
+loaded
 (`loaded_partitions()`, `offsets`) that the admin API and retention read."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from gateway.coordinator_partitions import ClusterGroupCoordinator
-from gateway.ownership import GROUP_TOPIC
-from gateway.partition_loader import CoordinatorPartitionLoader
+from gateway.cluster.ownership import GROUP_TOPIC
+from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+from gateway.coordinator.partition_loader import CoordinatorPartitionLoader
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

@@ -1,4 +1,4 @@
-"""gateway/peer_client.py's connection pool, against a stand-in peer that can hold an answer
+"""gateway/cluster/peer_client.py's connection pool, against a stand-in peer that can hold an answer
 back: a slow request does not hold up the next one to the same broker, a caller that gave up
 waiting for a free connection takes nobody's connection down, and a request that timed out on
 the wire closes only its own connection.
@@ -17,7 +17,7 @@ from functools import partial
 import pytest
 import trio
 
-from gateway.peer_client import PeerClient
+from gateway.cluster.peer_client import PeerClient
 from protocols.kafka.codec import decode_request, encode_response
 from protocols.kafka.errors import RequestTimedOutError
 from protocols.kafka.framing import FrameReader

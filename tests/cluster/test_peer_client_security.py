@@ -1,4 +1,4 @@
-"""The inter-broker login of gateway/peer_client.py: the sans-IO SASL client
+"""The inter-broker login of gateway/cluster/peer_client.py: the sans-IO SASL client
 (protocols/kafka/sasl_client.py) against the server's own SaslSession, then PeerClient against
 an in-process broker with a SASL (and a SASL_SSL) listener, the [security] inter_broker_*
 settings, and the start-up check of cluster_services.setup_inter_broker_security.
@@ -18,11 +18,7 @@ from typing import Any
 import pytest
 from support.security_stack import make_self_signed_cert, secure_stack
 
-from gateway.acl_store import AclStore, Authorizer
-from gateway.cluster_services import check_inter_broker_credential, setup_inter_broker_security
-from gateway.config import Config, ConfigError, load_config
-from gateway.credentials import CredentialStore
-from gateway.peer_client import (
+from gateway.cluster.peer_client import (
     PeerAuthenticationError,
     PeerClient,
     PeerSecurity,
@@ -30,6 +26,13 @@ from gateway.peer_client import (
     peer_client_ssl_context,
     peer_security_from_config,
 )
+from gateway.config.settings import Config, ConfigError, load_config
+from gateway.process.cluster_services import (
+    check_inter_broker_credential,
+    setup_inter_broker_security,
+)
+from gateway.security.acl_store import AclStore, Authorizer
+from gateway.security.credentials import CredentialStore
 from ledger_backend.metadata import open_store
 from protocols.kafka.errors import SaslAuthenticationFailedError
 from protocols.kafka.sasl import ALL_MECHANISMS, PLAIN, SaslSession, make_credential

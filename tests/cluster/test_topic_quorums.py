@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.namespaces import NamespaceRegistry
-from gateway.topic_quorums import QuorumPolicyFactory, quorums_for
+from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.quorums import QuorumPolicyFactory, quorums_for
 from ledger_backend.managed_ledger import ManagedLedgerConfig
 from ledger_backend.metadata import open_store
 

@@ -1,5 +1,5 @@
 """Transaction markers for another broker's partitions, coalesced per owner into few
-WriteTxnMarkers requests (gateway/txn_marker_batching.py): many transactions ending together
+WriteTxnMarkers requests (gateway/kafka/txn_marker_batching.py): many transactions ending together
 on an in-process broker pair (tests/cluster/test_cluster_transactions_units.py) take a handful
 of requests instead of one per partition, each caller still gets its own partition's error,
 and a sender that gives up hands its batch to the next caller.
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.peer_client import PeerClient
-from gateway.txn_marker_batching import PendingMarker, RemoteMarkerWriter
+from gateway.cluster.peer_client import PeerClient
+from gateway.kafka.txn_marker_batching import PendingMarker, RemoteMarkerWriter
 from protocols.kafka.broker_api import BrokerEndpoint
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.transaction_coordinator import TxnState
@@ -125,7 +125,7 @@ def test_a_producers_second_transaction_waits_for_the_next_request() -> None:
 
 
 def test_a_request_carries_a_bounded_number_of_markers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gateway.txn_marker_batching.MAX_MARKERS_PER_REQUEST", 2)
+    monkeypatch.setattr("gateway.kafka.txn_marker_batching.MAX_MARKERS_PER_REQUEST", 2)
     queue = [PendingMarker(pid, 0, True, 1, "t", 0) for pid in range(5)]
     expected = list(queue)
     assert RemoteMarkerWriter._take_batch(queue) == expected[:2]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.offset_store import LedgerOffsetStore
-from gateway.transaction_store import LedgerTransactionStore
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.coordinator.transaction_store import LedgerTransactionStore
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata import open_store

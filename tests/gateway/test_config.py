@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser
-from gateway.commands.standalone import config_from_args
-from gateway.config import ConfigError, load_config, parse_host_port
+from gateway.cli.commands.standalone import config_from_args
+from gateway.cli.main import build_parser
+from gateway.config.settings import ConfigError, load_config, parse_host_port
 
 
 def test_defaults_are_the_documented_ones() -> None:

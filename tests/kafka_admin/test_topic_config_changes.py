@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

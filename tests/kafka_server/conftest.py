@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
-from gateway.kafka_listener import serve_kafka
-from gateway.offset_store import LedgerOffsetStore
-from gateway.topic_service import TopicService, TopicServiceConfig
-from gateway.transaction_store import LedgerTransactionStore
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.coordinator.transaction_store import LedgerTransactionStore
+from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
+from gateway.kafka.listener import serve_kafka
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from gateway.kafka_broker import KafkaBroker
+from gateway.kafka.broker import KafkaBroker
 from protocols.kafka.codec import RequestHeader, decode_response, encode_response
 from protocols.kafka.errors import ErrorCode, UnknownTopicOrPartitionError
 from protocols.kafka.handlers.error_responses import error_code_of, whole_request_error

@@ -8,7 +8,7 @@ import os
 import trio
 import trio.lowlevel
 
-from gateway.kafka_listener import _sendmsg_all
+from gateway.kafka.listener import _sendmsg_all
 from protocols.kafka.handlers.request_order import FETCH, PRODUCE, ConnectionOrder
 from protocols.kafka.record_batch import build_batch
 from tests.kafka_server.conftest import running_stack

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from gateway.admin_api import AdminContext, build_router
-from gateway.admin_http import serve_admin_http
-from gateway.namespaces import NamespaceRegistry
-from gateway.offset_store import LedgerOffsetStore
-from gateway.retention_policies import RetentionPolicies
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.admin.api import AdminContext, build_router
+from gateway.admin.http_server import serve_admin_http
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.retention_policies import RetentionPolicies
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

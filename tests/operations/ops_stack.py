@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.admin_api import AdminContext
-from gateway.namespaces import NamespaceRegistry
-from gateway.retention_policies import RetentionPolicies
-from gateway.topic_service import TopicService
+from gateway.admin.api import AdminContext
+from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.retention_policies import RetentionPolicies
+from gateway.topics.topic_service import TopicService
 from protocols.kafka import record_batch as rb
 from protocols.kafka.group_coordinator import GroupCoordinator
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from gateway import admin_http
-from gateway.admin_http import HttpError, HttpRequest, HttpResponse, Router, serve_admin_http
+from gateway.admin import http_server as admin_http
+from gateway.admin.http_server import HttpError, HttpRequest, HttpResponse, Router, serve_admin_http
 from tests.operations.http_support import exchange, request
 
 

@@ -1,4 +1,5 @@
-"""Backlog quotas (gateway/backlog_quota.py): in-process passes, the produce-path gate, and one
+"""Backlog quotas (gateway/topics/backlog_quota.py): in-process passes, the produce-path gate, and
+one
 real `ledgerwire standalone` with a confluent-kafka producer and the admin CLI."""
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ import pytest
 import trio
 from confluent_kafka import KafkaError, Producer
 
-from gateway.backlog_quota import (
+from gateway.topics.backlog_quota import (
     BacklogQuotas,
     LedgerSpan,
     QuotaRefusal,
     estimate_backlog_bytes,
     eviction_offset,
 )
-from gateway.namespaces import NamespaceError, NamespacePolicies
+from gateway.topics.namespaces import NamespaceError, NamespacePolicies
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.metadata import open_store
 from protocols.kafka import record_batch as rb

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import (
+from gateway.admin.metrics import (
     BookieGauges,
     BrokerMetrics,
     Histogram,

@@ -10,8 +10,8 @@ import pytest
 import trio
 from confluent_kafka import KafkaError, Producer
 
-from gateway.namespaces import NAMESPACES_PATH, NamespaceRegistry
-from gateway.topic_service import TopicService
+from gateway.topics.namespaces import NAMESPACES_PATH, NamespaceRegistry
+from gateway.topics.topic_service import TopicService
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

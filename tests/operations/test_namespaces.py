@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.namespaces import NamespaceError, NamespacePolicies, NamespaceRegistry
+from gateway.topics.namespaces import NamespaceError, NamespacePolicies, NamespaceRegistry
 from protocols.kafka.errors import PolicyViolationError
 from tests.operations.ops_stack import OpsStack
 
@@ -115,7 +115,7 @@ class _AllowAll:
 
 
 async def test_tenant_authorizer_refuses_principals_outside_the_tenant(ops: OpsStack) -> None:
-    from gateway.tenant_authorizer import TenantAuthorizer
+    from gateway.security.tenant_authorizer import TenantAuthorizer
     from protocols.kafka.acl_model import RES_GROUP, RES_TOPIC
 
     await ops.namespaces.create_tenant("secret", ["User:alice"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from gateway.retention_policies import consumed_ledger_cut
+from gateway.topics.retention_policies import consumed_ledger_cut
 from protocols.kafka.group_model import CommittedOffset
 from tests.operations.ops_stack import OpsStack, batch
 

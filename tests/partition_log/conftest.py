@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

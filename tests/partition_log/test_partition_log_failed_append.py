@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from gateway.partition_log import PartitionLog, PartitionLogConfig
+from gateway.topics.partition_log import PartitionLog, PartitionLogConfig
 from ledger_backend.client.errors import BKTimeoutError
 from ledger_backend.client.memory import MemoryBookKeeper, MemoryWriteHandle
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.producer_state import ProducerStateManager
+from gateway.topics.producer_state import ProducerStateManager
 from protocols.kafka.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from protocols.kafka.record_batch import MAX_SEQUENCE, parse_header
 from protocols.kafka.record_batch import build_batch as _build

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import pytest
 import trio
 
-from gateway.offset_store import LedgerOffsetStore
-from gateway.rocketmq_listener import serve_rocketmq_broker, serve_rocketmq_name_server
-from gateway.rocketmq_service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
+from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

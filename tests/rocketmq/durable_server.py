@@ -16,13 +16,13 @@ import trio
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from gateway.offset_store import LedgerOffsetStore  # noqa: E402
-from gateway.rocketmq_listener import (  # noqa: E402
+from gateway.coordinator.offset_store import LedgerOffsetStore  # noqa: E402
+from gateway.rocketmq.listener import (  # noqa: E402
     serve_rocketmq_broker,
     serve_rocketmq_name_server,
 )
-from gateway.rocketmq_service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker  # noqa: E402
-from gateway.topic_service import TopicService, TopicServiceConfig  # noqa: E402
+from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker  # noqa: E402
+from gateway.topics.topic_service import TopicService, TopicServiceConfig  # noqa: E402
 from ledger_backend.bookie.cookie import check_cookie  # noqa: E402
 from ledger_backend.bookie.server import serve_bookie  # noqa: E402
 from ledger_backend.bookie.storage import open_bookie_storage  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.config import ConfigError, load_config
+from gateway.config.settings import ConfigError, load_config
 from protocols.rocketmq.acl import (
     PERM_ANY,
     PERM_DENY,

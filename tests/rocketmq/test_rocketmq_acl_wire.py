@@ -11,8 +11,8 @@ from functools import partial
 import pytest
 import trio
 
-from gateway.namespaces import NamespaceRegistry
-from gateway.rocketmq_listener import serve_rocketmq_broker
+from gateway.rocketmq.listener import serve_rocketmq_broker
+from gateway.topics.namespaces import NamespaceRegistry
 from protocols.rocketmq.acl import PlainAclValidator, sign_request
 from protocols.rocketmq.codec import RemotingCommand, ext_str
 from protocols.rocketmq.errors import ResponseCode

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from gateway.rocketmq_subscription_groups import (
+from gateway.rocketmq.subscription_groups import (
     SUBSCRIPTION_GROUPS_PATH,
     SubscriptionGroupStore,
     SubscriptionGroupStoreError,

@@ -1,4 +1,5 @@
-"""Backlog quotas (gateway/backlog_quota.py) count RocketMQ consumer groups' committed offsets,
+"""Backlog quotas (gateway/topics/backlog_quota.py) count RocketMQ consumer groups' committed
+offsets,
 not only Kafka coordinator groups': a lagging RocketMQ group puts a partition over quota, its
 catching up releases it, and consumer_backlog_eviction moves its offset forward.  Standalone
 broker (RocketMQOffsets, topics named through RocketMQ's '%' for '.'); the cluster's per-bundle
@@ -13,11 +14,11 @@ import pytest
 import trio
 import trio.testing
 
-from gateway.backlog_quota import BacklogQuotas
-from gateway.namespaces import NamespaceRegistry
-from gateway.offset_store import LedgerOffsetStore
-from gateway.rocketmq_service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
+from gateway.topics.backlog_quota import BacklogQuotas
+from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata.store import MetadataStore
@@ -47,7 +48,7 @@ async def qs(store: MetadataStore, bookkeeper: MemoryBookKeeper) -> AsyncIterato
     kafka_offsets = LedgerOffsetStore(factory)
     coordinator = GroupCoordinator(kafka_offsets, CoordinatorConfig())
     quotas = BacklogQuotas(topics, namespaces, coordinator, hold_timeout_s=0.1)
-    topics.backlog_quotas = quotas  # as gateway/standalone.py does, before RocketMQ starts
+    topics.backlog_quotas = quotas  # as gateway/process/standalone.py does, before RocketMQ starts
     broker = RocketMQBroker(topics, LedgerOffsetStore(factory, ledger_name=ROCKETMQ_OFFSETS_LEDGER),
                             RocketMQBrokerConfig(advertised_port=0))
     await broker.load()  # registers its offsets with the backlog quotas
@@ -117,7 +118,7 @@ class HeldLog:
 
 
 async def test_advance_never_moves_a_consumer_commit_back() -> None:
-    from gateway.rocketmq_service import RocketMQOffsets
+    from gateway.rocketmq.service import RocketMQOffsets
 
     log = HeldLog()
     offsets = RocketMQOffsets(log)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Cluster-mode admin answers per bundle broker (gateway/rocketmq_bundle_admin.py): subscription
+"""Cluster-mode admin answers per bundle broker (gateway/rocketmq/bundle_admin.py): subscription
 groups from the shared metadata store (200/201/207, and enforced on pulls), consume stats (208),
 who-consumes (300), offset resets (222) and runtime info (28) from the queues and offsets of the
 bundle the request arrived on.  In-process, with the stand-in ownership of
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.rocketmq_bundle_admin import ClusterBacklogOffsets
+from gateway.rocketmq.bundle_admin import ClusterBacklogOffsets
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.fastjson import MessageQueue, loads
 from protocols.rocketmq.request_codes import RequestCode as RC

@@ -1,4 +1,4 @@
-"""Cluster-mode RocketMQ in one process (gateway/rocketmq_cluster.py): one broker per bundle on
+"""Cluster-mode RocketMQ in one process (gateway/rocketmq/cluster.py): one broker per bundle on
 port base + b, queue ids translated to the bundle's partitions, per-bundle offsets, refusals
 for bundles owned elsewhere, and delays, send-backs and transactions kept in their bundle.
 
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.broker_registry import LIVE_BROKERS_PATH, ClusterLayout, endpoint_to_bytes
-from gateway.config import RocketMQConfig
-from gateway.ownership import bundle_of
-from gateway.rocketmq_cluster import ClusterRocketMQ
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.cluster.broker_registry import LIVE_BROKERS_PATH, ClusterLayout, endpoint_to_bytes
+from gateway.cluster.ownership import bundle_of
+from gateway.config.settings import RocketMQConfig
+from gateway.rocketmq.cluster import ClusterRocketMQ
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory

@@ -1,8 +1,8 @@
-"""A RocketMQ bundle broker (gateway/rocketmq_cluster.py) losing its bundle while a request is
+"""A RocketMQ bundle broker (gateway/rocketmq/cluster.py) losing its bundle while a request is
 under way, with the stand-in ownership of tests/rocketmq/test_rocketmq_bundle_brokers.py made
 to flip at the worst moment: during the open of the queue's log (the log is closed again and
 the client told "not served here"), and during an append (stored, but not acknowledged).
-Before gateway/rocketmq_bundle_logs.py both answered SUCCESS.
+Before gateway/rocketmq/bundle_logs.py both answered SUCCESS.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.ownership import bundle_of
+from gateway.cluster.ownership import bundle_of
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.rocketmq.remoting_client import RawClient

@@ -9,8 +9,8 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
 
-from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
-from gateway.kafka_listener import serve_kafka
+from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
+from gateway.kafka.listener import serve_kafka
 from tests.rocketmq.conftest import RocketMQStack
 from tests.rocketmq.cpp_client import Consumer, message, producer
 

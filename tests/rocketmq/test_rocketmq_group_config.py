@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from gateway.rocketmq_subscription_groups import SUBSCRIPTION_GROUPS_PATH, SubscriptionGroupStore
+from gateway.rocketmq.subscription_groups import SUBSCRIPTION_GROUPS_PATH, SubscriptionGroupStore
 from ledger_backend.metadata.store import MetadataStore
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.message_encoding import decode_stored_messages

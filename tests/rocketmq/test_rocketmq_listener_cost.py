@@ -103,7 +103,7 @@ def test_receive_buffers_stay_below_the_mmap_threshold() -> None:
     """socket.recv(n) allocates n bytes before it knows how many arrive; from glibc's mmap
     threshold (128 KiB) on, every call pays an mmap + munmap (~4 us, measured: more than the
     rest of a 1 KB read).  A send crosses all three of these reads."""
-    from gateway import rocketmq_listener
+    from gateway.rocketmq import listener as rocketmq_listener
     from ledger_backend.bookie import server
     from ledger_backend.client import bookie_client
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import trio
 
-from gateway.rocketmq_transactions import SCAN_GROUP
+from gateway.rocketmq.transactions import SCAN_GROUP
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.metadata.store import MetadataStore
 from protocols.rocketmq.errors import ResponseCode

@@ -1,11 +1,12 @@
-"""ACL decisions (protocols/kafka/acl_model.py) and the ACL store (gateway/acl_store.py)."""
+"""ACL decisions (protocols/kafka/acl_model.py) and the ACL store
+(gateway/security/acl_store.py)."""
 
 from __future__ import annotations
 
 import pytest
 import trio
 
-from gateway.acl_store import AclStore, Authorizer
+from gateway.security.acl_store import AclStore, Authorizer
 from ledger_backend.metadata import open_store
 from protocols.kafka import acl_model as m
 from protocols.kafka.acl_model import AclBinding, AclError, AclFilter, decide

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.acl_store import AclStore, Authorizer
-from gateway.kafka_broker import KafkaBroker
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.kafka.broker import KafkaBroker
+from gateway.security.acl_store import AclStore, Authorizer
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

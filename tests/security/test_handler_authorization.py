@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.acl_store import AclStore, Authorizer
-from gateway.kafka_broker import KafkaBroker
+from gateway.kafka.broker import KafkaBroker
+from gateway.security.acl_store import AclStore, Authorizer
 from ledger_backend.metadata import open_store
 from protocols.kafka import acl_model as m
 from protocols.kafka.broker_api import RequestContext

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, load_config
-from gateway.credentials import CredentialStore
-from gateway.kafka_security import setup_kafka_security
+from gateway.config.settings import ConfigError, load_config
+from gateway.security.credentials import CredentialStore
+from gateway.security.setup import setup_kafka_security
 from ledger_backend.metadata import open_store
 from tests.support.security_stack import make_self_signed_cert
 

@@ -22,13 +22,13 @@ import trio
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from gateway.acl_store import AclStore, Authorizer
-from gateway.credentials import CredentialStore
-from gateway.kafka_broker import KafkaBroker, KafkaBrokerConfig
-from gateway.kafka_listener import serve_kafka
-from gateway.kafka_security import server_ssl_context
-from gateway.offset_store import LedgerOffsetStore
-from gateway.topic_service import TopicService, TopicServiceConfig
+from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
+from gateway.kafka.listener import serve_kafka
+from gateway.security.acl_store import AclStore, Authorizer
+from gateway.security.credentials import CredentialStore
+from gateway.security.setup import server_ssl_context
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store

@@ -3,7 +3,7 @@ the first unstable offset and the aborted index (with its early stop), snapshots
 
 from __future__ import annotations
 
-from gateway.producer_state import AbortedTxn, ProducerStateManager
+from gateway.topics.producer_state import AbortedTxn, ProducerStateManager
 from protocols.kafka.record_batch import CONTROL_ABORT, CONTROL_COMMIT, build_batch, parse_header
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.transaction_store import LedgerTransactionStore
+from gateway.coordinator.transaction_store import LedgerTransactionStore
 from protocols.kafka.errors import (
     ConcurrentTransactionsError,
     InvalidTxnStateError,

@@ -2,7 +2,7 @@
 
 One module per concern: http_client.py (talks to a running process's admin port), tables.py
 (human-readable output), resources.py (tenants, namespaces, topics, groups, bookies, brokers,
-policies).  gateway/commands/admin.py adds these subcommands next to its own drain/undrain.
+policies).  gateway/cli/commands/admin.py adds these subcommands next to its own drain/undrain.
 
 The CLI never opens the metadata store itself: a running standalone holds the embedded store
 locked, so every operation goes through the process's HTTP admin API (`--admin-url`, default
@@ -11,6 +11,6 @@ http://127.0.0.1:8080, or $LEDGERWIRE_ADMIN_URL).
 
 from __future__ import annotations
 
-from gateway.admin_cli.resources import RESOURCES, add_resource_parsers, run_resource
+from gateway.cli.admin.resources import RESOURCES, add_resource_parsers, run_resource
 
 __all__ = ["RESOURCES", "add_resource_parsers", "run_resource"]

@@ -24,8 +24,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from gateway.admin_cli.http_client import AdminRequestError, admin_url, call, path
-from gateway.admin_cli.tables import key_values, table
+from gateway.cli.admin.http_client import AdminRequestError, admin_url, call, path
+from gateway.cli.admin.tables import key_values, table
 
 RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tenants": ("tenants: list, create, delete", ("list", "create", "delete")),

@@ -7,15 +7,15 @@ To add a command, write its module and list it in COMMAND_MODULES; nothing else 
 from __future__ import annotations
 
 COMMAND_MODULES: list[str] = [
-    "gateway.commands.standalone",
-    "gateway.commands.users",
-    "gateway.commands.broker",
-    "gateway.commands.bookie",
-    "gateway.commands.cluster",
-    "gateway.commands.admin",
-    "gateway.commands.recover",
-    "gateway.commands.ledgers",
-    "gateway.commands.autorecovery",
-    "gateway.commands.backfill",
-    "gateway.commands.replay",
+    "gateway.cli.commands.standalone",
+    "gateway.cli.commands.users",
+    "gateway.cli.commands.broker",
+    "gateway.cli.commands.bookie",
+    "gateway.cli.commands.cluster",
+    "gateway.cli.commands.admin",
+    "gateway.cli.commands.recover",
+    "gateway.cli.commands.ledgers",
+    "gateway.cli.commands.autorecovery",
+    "gateway.cli.commands.backfill",
+    "gateway.cli.commands.replay",
 ]

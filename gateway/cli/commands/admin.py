@@ -18,7 +18,7 @@ HELP = ("operator actions: drain/undrain a broker; tenants, namespaces, topics, 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gateway.admin_cli import add_resource_parsers
+    from gateway.cli.admin import add_resource_parsers
 
     sub = parser.add_subparsers(dest="admin_command", required=True)
     for action in ("drain", "undrain"):
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from gateway.broker_registry import read_bundle_owners, set_draining
+    from gateway.cluster.broker_registry import read_bundle_owners, set_draining
     from ledger_backend.metadata import open_store
 
     store = await open_store(args.metadata)
@@ -58,7 +58,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "admin_resource", None):
-        from gateway.admin_cli import run_resource
+        from gateway.cli.admin import run_resource
 
         return run_resource(args)
     return trio.run(_main, args)

@@ -7,7 +7,7 @@ import logging
 
 import trio
 
-from gateway.commands.bookie import add_autorecovery_arguments, run_autorecovery_process
+from gateway.cli.commands.bookie import add_autorecovery_arguments, run_autorecovery_process
 
 NAME = "autorecovery"
 HELP = "auditor candidate and replication worker for lost bookies"

@@ -1,4 +1,5 @@
-"""`ledgerwire broker`: a cluster broker on a shared ZooKeeper (gateway/cluster_broker.py)."""
+"""`ledgerwire broker`: a cluster broker on a shared ZooKeeper
+(gateway/process/cluster_broker.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import logging
 
 import trio
 
-from gateway.commands.standalone import add_config_arguments, config_from_args
-from gateway.logging_setup import setup_logging
+from gateway.cli.commands.standalone import add_config_arguments, config_from_args
+from gateway.process.logging_setup import setup_logging
 
 NAME = "broker"
 HELP = "one cluster broker: registers in ZooKeeper and serves the partitions it owns"
@@ -25,7 +26,7 @@ def add_cluster_layout_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def layout_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from gateway.broker_registry import ClusterLayout
+    from gateway.cluster.broker_registry import ClusterLayout
 
     return ClusterLayout(args.cluster_id, args.bundles, args.group_partitions,
                          args.txn_partitions)
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             is None else getattr(args, "storage.bookies"))
     config = config_from_args(args)
     setup_logging(config.log.level, config.log.format)
-    from gateway.cluster_broker import run_broker
+    from gateway.process.cluster_broker import run_broker
 
     try:
         trio.run(run_broker, config, args.metadata, layout_from_args(args))

@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from gateway.commands.broker import add_cluster_layout_arguments, layout_from_args
+from gateway.cli.commands.broker import add_cluster_layout_arguments, layout_from_args
 
 NAME = "cluster"
 HELP = "initialise (idempotent) or inspect a cluster's metadata"
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def cluster_status(store: Any) -> dict[str, Any]:
-    from gateway.broker_registry import (
+    from gateway.cluster.broker_registry import (
         CLUSTER_PATH,
         ClusterLayout,
         read_bundle_owners,
@@ -54,7 +54,7 @@ async def cluster_status(store: Any) -> dict[str, Any]:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from gateway.broker_registry import init_cluster
+    from gateway.cluster.broker_registry import init_cluster
     from ledger_backend.autorecovery.under_replication import ensure_layout
     from ledger_backend.metadata import open_store
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import trio
 
-from gateway.config import load_config
-from gateway.logging_setup import setup_logging
+from gateway.config.settings import load_config
+from gateway.process.logging_setup import setup_logging
 
 NAME = "standalone"
 HELP = "broker, bookies and embedded metadata in one process"
@@ -126,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     setup_logging(config.log.level, config.log.format)
-    from gateway.standalone import run_standalone
+    from gateway.process.standalone import run_standalone
 
     try:
         trio.run(run_standalone, config)

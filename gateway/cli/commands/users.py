@@ -21,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-from gateway.credentials import CredentialStore
+from gateway.security.credentials import CredentialStore
 from ledger_backend.metadata import open_store
 from ledger_backend.metadata.store import MetadataError
 from protocols.kafka.sasl import DEFAULT_ITERATIONS, SCRAM_SHA_256, SCRAM_SHA_512

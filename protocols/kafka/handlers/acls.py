@@ -1,6 +1,6 @@
 """DescribeAcls (29), CreateAcls (30), DeleteAcls (31) on the broker's ACL store.
 
-The store is `broker.authorizer.acls` (gateway/acl_store.py: one CAS-updated node in the
+The store is `broker.authorizer.acls` (gateway/security/acl_store.py: one CAS-updated node in the
 metadata store, cached in memory).  A broker without an authorizer answers SECURITY_DISABLED,
 as Kafka does without an authorizer.  Describing ACLs needs DESCRIBE on the cluster; creating
 and deleting them needs ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise).

@@ -2,7 +2,7 @@
 
 The session (protocols/kafka/sasl.py) lives in `ctx.session`, created by the listener for
 connections on a SASL listener; the credentials come from `broker.credentials`
-(gateway/credentials.py: `async lookup(user, mechanism)`).  A failed login is answered with
+(gateway/security/credentials.py: `async lookup(user, mechanism)`).  A failed login is answered with
 SASL_AUTHENTICATION_FAILED (or the handshake with UNSUPPORTED_SASL_MECHANISM) and leaves the
 session FAILED, after which the listener closes the connection.  On a listener without SASL
 both APIs answer ILLEGAL_SASL_STATE.  `authenticate_token` is shared with the raw-token path

@@ -138,7 +138,7 @@ async def _divert(broker: BrokerLike, conn: ConnectionLike, header: SendHeader, 
 
 
 async def _admit_under_backlog_quota(broker: BrokerLike, topic: str, queue_id: int) -> None:
-    """Hold or refuse a send to a queue over its backlog quota (gateway/backlog_quota.py says
+    """Hold or refuse a send to a queue over its backlog quota (gateway/topics/backlog_quota.py says
     why these codes: both are retried by the client, SYSTEM_BUSY being flow control)."""
     quotas = getattr(broker.topics, "backlog_quotas", None)
     if quotas is None:
