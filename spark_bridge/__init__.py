@@ -14,6 +14,6 @@ __all__ = ["register"]
 
 def register(spark: Any) -> None:
     """Register the "ledgerwire" data source with a SparkSession."""
-    from spark_bridge.reader import LedgerwireDataSource
+    from spark_bridge.source import LedgerwireDataSource
 
     spark.dataSource.register(LedgerwireDataSource)

@@ -7,7 +7,7 @@
 Both start a Spark session (local[*] unless --master), register the "ledgerwire" source, show
 Spark's console progress bar while the job runs, and print a summary (rows, bytes, time).
 `backfill_main(argv)` / `replay_main(argv)` return a process exit code (0 ok, 1 the job failed,
-2 bad arguments or options); gateway/cli.py wires them in as subcommands.
+2 bad arguments or options); gateway/cli/main.py wires them in as subcommands.
 
 Backfill ids: without --backfill-id the id is derived from the input path, the topic and the
 column choices, so running the same command again after an interruption resumes it (the writer

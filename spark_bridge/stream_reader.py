@@ -30,7 +30,7 @@ from spark_bridge.planner import (
     resolve_topic_partitions,
     splits_for_range,
 )
-from spark_bridge.reader import read_split
+from spark_bridge.split_reader import read_split
 from spark_bridge.topic_layout import PartitionLayout, partition_layout
 
 Offsets = dict[str, dict[str, int]]

@@ -1,6 +1,6 @@
 """What a topic partition looks like on the ledger backend, as the bridge's planner needs it.
 
-A topic is the node /ledgerwire/topics/<name> (gateway/topic_service.py); partition p is the
+A topic is the node /ledgerwire/topics/<name> (gateway/topics/topic_service.py); partition p is the
 managed ledger "<namespace>/<topic>-<p>" (namespace "public/default"), whose node lists its
 ledgers oldest first (ledger_backend/managed_ledger/metadata_format.py). Every entry is one
 Kafka v2 record batch with its baseOffset already set, and offsets are dense, so a ledger

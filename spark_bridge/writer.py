@@ -49,7 +49,7 @@ from spark_bridge.metadata_access import METADATA_OPTION, ConnectionSpec, resolv
 from spark_bridge.options import OptionError
 from spark_bridge.partitioner import partition_for_key
 from spark_bridge.planner import splits_for_range
-from spark_bridge.reader import read_split
+from spark_bridge.split_reader import read_split
 from spark_bridge.topic_layout import partition_layout, topic_partition_count
 
 BACKFILL_HEADER = "ledgerwire.backfill"

@@ -44,11 +44,11 @@ from typing import Any
 
 import trio
 
-from gateway.offset_index import OffsetIndex
-from gateway.partition_reads import read_stored
-from gateway.partition_timestamps import TimestampSearch
-from gateway.producer_state import ProducerStateManager
-from gateway.tail_cache import BatchTailCache
+from gateway.topics.offset_index import OffsetIndex
+from gateway.topics.partition_reads import read_stored
+from gateway.topics.partition_timestamps import TimestampSearch
+from gateway.topics.producer_state import ProducerStateManager
+from gateway.topics.tail_cache import BatchTailCache
 from ledger_backend.managed_ledger.types import (
     InvalidPositionError,
     ManagedLedgerFencedError,
@@ -63,12 +63,12 @@ from protocols.kafka.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
+from protocols.kafka.legacy_message_set import convert_legacy_to_batch
 from protocols.kafka.record_batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     BatchHeader,
     build_control_batch,
-    convert_legacy_to_batch,
     iter_batches,
     parse_header,
     patch_base_offset,
@@ -112,7 +112,7 @@ class PartitionLog:
         self, name: str, ml: Any, store: MetadataStore, state_path: str, config: PartitionLogConfig
     ) -> None:
         self.name = name
-        self._ml = ml
+        self.ledger = ml
         self._store = store
         self._state_path = state_path
         self.config = config
@@ -121,10 +121,10 @@ class PartitionLog:
         self._next_offset = 0
         self._state_version = -1
         self._producers = ProducerStateManager()
-        self._index = OffsetIndex(config.index_append_interval)
+        self.offset_index = OffsetIndex(config.index_append_interval)
         self._cache = BatchTailCache(config.tail_cache_bytes)
         self._timestamps = TimestampSearch(self)
-        self._read_hints: dict[int, Position] = {}  # next offset -> its entry, for sequential reads
+        self.read_hints: dict[int, Position] = {}  # next offset -> its entry, for sequential reads
         self._data_event = trio.Event()
         self._failure: BaseException | None = None
         self._closed = False
@@ -164,10 +164,10 @@ class PartitionLog:
         self._state = state
         stored_start = int(state["log_start_offset"])
         end = stored_start
-        last = self._ml.last_confirmed
+        last = self.ledger.last_confirmed
         if last is not None:
             end = max(end, (await self.read_header(last)).last_offset + 1)
-        first_position = self._ml.first_position
+        first_position = self.ledger.first_position
         start = stored_start
         if first_position is not None and last is not None:
             start = max(start, (await self.read_header(first_position)).base_offset)
@@ -187,20 +187,21 @@ class PartitionLog:
         start = max(replay_from, self.log_start_offset)
         if start >= self.high_watermark:
             return
-        position = await self._locate(start)
+        position = await self.locate(start)
         now = _now_ms()
         while position is not None:
-            entries = await self._ml.read(position, self.config.replay_chunk_entries)
+            entries = await self.ledger.read(position, self.config.replay_chunk_entries)
             if not entries:
                 break
             for entry in entries:
                 header = parse_header(entry.data)
-                self._index.record_read(entry.position, header.base_offset, header.last_offset)
+                self.offset_index.record_read(
+                    entry.position, header.base_offset, header.last_offset)
                 if header.base_offset >= replay_from:
                     self._producers.replay(
                         header, now, entry.data if header.is_control else None
                     )
-            position = self._ml.next_position(entries[-1].position)
+            position = self.ledger.next_position(entries[-1].position)
 
     # --- properties ------------------------------------------------------------------------------
 
@@ -308,7 +309,7 @@ class PartitionLog:
         self._cache.put(base, last, stored)
         try:
             with trio.CancelScope(shield=True):
-                position = await self._ml.append(stored)
+                position = await self.ledger.append(stored)
         except BaseException as exc:
             self._fail(exc)
             if isinstance(exc, ManagedLedgerFencedError):
@@ -322,7 +323,7 @@ class PartitionLog:
             # past it. Fail this batch too; the client retries on a fresh log, where the
             # producer state rebuilt from the log decides what is a duplicate.
             raise KafkaStorageError(f"{self.name}: an earlier append failed") from self._failure
-        self._index.record_append(position, base, last)
+        self.offset_index.record_append(position, base, last)
         if not header.is_control:
             self._timestamps.on_append(header, base)
         if last + 1 > self.high_watermark:
@@ -395,10 +396,10 @@ class PartitionLog:
     # --- read ------------------------------------------------------------------------------------
 
     async def read_header(self, position: Position) -> BatchHeader:
-        return parse_header(await self._ml.read_entry(position))
+        return parse_header(await self.ledger.read_entry(position))
 
-    async def _locate(self, offset: int) -> Position | None:
-        return await self._index.locate(offset, self._ml.ledgers, self.read_header)
+    async def locate(self, offset: int) -> Position | None:
+        return await self.offset_index.locate(offset, self.ledger.ledgers, self.read_header)
 
     async def read(self, offset: int, max_bytes: int) -> list[bytes]:
         self._check_usable()
@@ -450,21 +451,21 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             return self.log_start_offset
         await self._set_log_start(offset)
-        position = await self._locate(offset) if offset < self.high_watermark else None
-        ledgers = [info.ledger_id for info in self._ml.ledgers]
+        position = await self.locate(offset) if offset < self.high_watermark else None
+        ledgers = [info.ledger_id for info in self.ledger.ledgers]
         keep_from = position.ledger_id if position is not None else ledgers[-1]
-        deleted = await self._ml.delete_ledgers_before(keep_from)
-        self._index.forget_ledgers(deleted)
+        deleted = await self.ledger.delete_ledgers_before(keep_from)
+        self.offset_index.forget_ledgers(deleted)
         return self.log_start_offset
 
     async def apply_retention(self) -> list[int]:
         """Trim whole ledgers past retention.ms/bytes and move the log start after them."""
         self._check_usable()
-        deleted = await self._ml.trim()
+        deleted = await self.ledger.trim()
         if deleted:
-            self._index.forget_ledgers(deleted)
-            first = self._ml.first_position
-            if first is not None and self._ml.last_confirmed is not None:
+            self.offset_index.forget_ledgers(deleted)
+            first = self.ledger.first_position
+            if first is not None and self.ledger.last_confirmed is not None:
                 new_start = (await self.read_header(first)).base_offset
             else:
                 new_start = self.high_watermark
@@ -476,7 +477,7 @@ class PartitionLog:
         await self._write_state(log_start_offset=offset)
         self.log_start_offset = offset
         self._cache.truncate_before(offset)
-        self._read_hints.clear()
+        self.read_hints.clear()
         self._producers.truncate_before(offset)
         self._timestamps.truncate_before(offset)
 
@@ -499,7 +500,7 @@ class PartitionLog:
             self._closed = True
             self._wake_readers()
             with trio.CancelScope(shield=True):
-                await self._ml.close()
+                await self.ledger.close()
 
 
 __all__ = ["AppendResult", "KafkaProtocolError", "PartitionLog", "PartitionLogConfig"]

@@ -10,21 +10,17 @@ This module must never decode records, write anything, or read past the high wat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from gateway.topics.stored_log import StoredLog
 from ledger_backend.managed_ledger.types import Position
 from protocols.kafka.errors import OffsetOutOfRangeError
 from protocols.kafka.record_batch import parse_header
 
-if TYPE_CHECKING:
-    from gateway.partition_log import PartitionLog
-
 MAX_READ_HINTS = 256
 
 
-async def read_stored(plog: PartitionLog, offset: int, hw: int, max_bytes: int) -> list[bytes]:
-    ml = plog._ml
-    hints = plog._read_hints
+async def read_stored(plog: StoredLog, offset: int, hw: int, max_bytes: int) -> list[bytes]:
+    ml = plog.ledger
+    hints = plog.read_hints
     max_entries = max(1, min(1000, max_bytes // 4096 + 1))
     position = hints.pop(offset, None)
     entries = None
@@ -35,7 +31,7 @@ async def read_stored(plog: PartitionLog, offset: int, hw: int, max_bytes: int) 
         if not entries or not _holds(entries[0].data, offset):
             position, entries = None, None
     if position is None:
-        position = await plog._locate(offset)
+        position = await plog.locate(offset)
     if position is None:
         raise OffsetOutOfRangeError(f"offset {offset} of {plog.name} is no longer stored")
     out: list[bytes] = []
@@ -48,7 +44,7 @@ async def read_stored(plog: PartitionLog, offset: int, hw: int, max_bytes: int) 
                 entries = await ml.read(position, 1)
         if not entries:
             break
-        plog._index.record_read(entries[0].position, *_range(entries[0].data))
+        plog.offset_index.record_read(entries[0].position, *_range(entries[0].data))
         full = False
         for entry in entries:
             header = parse_header(entry.data)

@@ -13,18 +13,15 @@ This is a cold path (ListOffsets); it never runs on produce or fetch, and it nev
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
+from gateway.topics.stored_log import StoredLog
 from ledger_backend.managed_ledger.types import Entry, Position
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import BatchHeader, decode_records, parse_header
 
-if TYPE_CHECKING:
-    from gateway.partition_log import PartitionLog
-
 
 class TimestampSearch:
-    def __init__(self, plog: PartitionLog) -> None:
+    def __init__(self, plog: StoredLog) -> None:
         self._plog = plog
         self._ledger_max_ts: dict[int, int] = {}
         # (max timestamp, base offset of its batch) of batches appended in this session
@@ -44,10 +41,10 @@ class TimestampSearch:
 
     async def _entries(self, start_offset: int, end_offset: int) -> AsyncIterator[Entry]:
         plog = self._plog
-        ml = plog._ml
+        ml = plog.ledger
         if start_offset >= end_offset:
             return
-        position = await plog._locate(start_offset)
+        position = await plog.locate(start_offset)
         while position is not None:
             entries = await ml.read(position, plog.config.replay_chunk_entries)
             if not entries:
@@ -60,14 +57,14 @@ class TimestampSearch:
 
     async def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         plog = self._plog
-        ml = plog._ml
+        ml = plog.ledger
         start, end = plog.log_start_offset, plog.high_watermark
         if start >= end:
             return None
         infos = [info for info in ml.ledgers if info.entries > 0]
         order = {info.ledger_id: i for i, info in enumerate(infos)}
         closed = {info.ledger_id for info in ml.ledgers[:-1]}
-        position = await plog._locate(start)
+        position = await plog.locate(start)
         running_max = -1
         whole_ledger = position is not None and position.entry_id == 0
         while position is not None and position.ledger_id in order:
@@ -125,9 +122,9 @@ class TimestampSearch:
         # Highest timestamp; on a tie the earlier offset (sort key: ts desc, offset asc).
         ts, base = min(candidates, key=lambda c: (-c[0], c[1]))
         try:
-            position = await plog._locate(base)
+            position = await plog.locate(base)
             if position is not None:
-                data = await plog._ml.read_entry(position)
+                data = await plog.ledger.read_entry(position)
                 for record in decode_records(data):
                     if record.timestamp == ts and record.offset >= plog.log_start_offset:
                         return record.offset, ts

@@ -7,7 +7,7 @@ are decoded (`decode_records`) and encoded (`build_batch`) only by tests, tools,
 and the RocketMQ path, for every codec.  Layout and CRC coverage: shared/reference/NOTES.md.
 
 Legacy (magic v0/v1) message sets from old Produce versions are turned into one v2 batch each by
-`convert_legacy_to_batch` (see legacy_message_set.py); it is re-exported here.
+`convert_legacy_to_batch` in legacy_message_set.py, which builds on this module.
 
 This module is sans-IO: it never touches sockets, files, Trio or the ledger, and it never decodes
 records on the produce/fetch path.
@@ -435,15 +435,8 @@ def build_control_batch(
     )
 
 
-# Re-exported: magic v0/v1 message sets -> v2 batches (imports this module, so it comes last).
-from protocols.kafka.legacy_message_set import (  # noqa: E402
-    convert_legacy_message_set,
-    convert_legacy_to_batch,
-)
-
 __all__ = [
     "BatchHeader", "ControlRecord", "Record", "build_batch", "build_control_batch",
-    "convert_legacy_message_set", "convert_legacy_to_batch", "decode_records", "iter_batches",
-    "parse_control_record", "parse_header", "patch_base_offset", "records_magic",
-    "set_log_append_time", "validate_batch",
+    "decode_records", "iter_batches", "parse_control_record", "parse_header", "patch_base_offset",
+    "records_magic", "set_log_append_time", "validate_batch",
 ]

@@ -22,6 +22,7 @@ with warnings.catch_warnings():
     from kafka.record.default_records import DefaultRecordBatch
 
 from protocols.kafka import compression as codecs
+from protocols.kafka import legacy_message_set as legacy
 from protocols.kafka import record_batch as rb
 from protocols.kafka.errors import InvalidRecordError
 
@@ -106,7 +107,7 @@ def test_any_legacy_set_converts_to_one_batch_of_its_messages(
     message_set: tuple[int, list[Plain | Wrapper]],
 ) -> None:
     magic, entries = message_set
-    batch = rb.convert_legacy_to_batch(encode(magic, entries))
+    batch = legacy.convert_legacy_to_batch(encode(magic, entries))
     batches = list(rb.iter_batches(batch))
     assert len(batches) == 1, "a legacy set must become exactly one batch (one atomic append)"
     header, view = batches[0]
@@ -127,7 +128,7 @@ def test_any_legacy_set_converts_to_one_batch_of_its_messages(
 def test_the_list_form_is_the_same_single_batch() -> None:
     wrapper = Wrapper(codecs.GZIP, 9, False, (Plain(None, b"x", 7),))
     data = encode(1, [Plain(b"k", b"v", 5), wrapper])
-    assert rb.convert_legacy_message_set(data) == [rb.convert_legacy_to_batch(data)]
+    assert legacy.convert_legacy_message_set(data) == [legacy.convert_legacy_to_batch(data)]
 
 
 @pytest.mark.parametrize(("outer", "inner"), [(0, 1), (1, 0)])
@@ -136,4 +137,4 @@ def test_inner_magic_must_match_the_wrapper(outer: int, inner: int) -> None:
     inner_set = legacy_entry(inner, 0, None, b"x", 3)
     wrapper = legacy_entry(outer, codecs.GZIP, None, codecs.compress(codecs.GZIP, inner_set), 3)
     with pytest.raises(InvalidRecordError, match="outer magic"):
-        rb.convert_legacy_to_batch(wrapper)
+        legacy.convert_legacy_to_batch(wrapper)

@@ -34,7 +34,7 @@ async def test_dense_offsets_across_rollovers_and_reads_from_any_offset(make_bro
     bases = [(await plog.append(batch(3))).base_offset for _ in range(10)]
     assert bases == list(range(0, 30, 3))
     assert plog.high_watermark == plog.last_stable_offset == 30
-    assert len([i for i in plog._ml.ledgers if i.entries]) >= 4  # rolled over
+    assert len([i for i in plog.ledger.ledgers if i.entries]) >= 4  # rolled over
     for use_cache in (True, False):
         if not use_cache:
             plog._cache.clear()
@@ -204,10 +204,10 @@ async def test_delete_records_before_trims_ledgers_and_survives_restart(make_bro
     plog = await broker.topics.partition("del", 0)
     for _ in range(8):
         await plog.append(batch(2))  # 16 offsets, 4 ledgers
-    ledgers_before = [i.ledger_id for i in plog._ml.ledgers]
+    ledgers_before = [i.ledger_id for i in plog.ledger.ledgers]
     assert await plog.delete_records_before(9) == 9
     assert plog.log_start_offset == 9
-    remaining = [i.ledger_id for i in plog._ml.ledgers]
+    remaining = [i.ledger_id for i in plog.ledger.ledgers]
     assert remaining[0] > ledgers_before[0] and len(remaining) < len(ledgers_before)
     with pytest.raises(OffsetOutOfRangeError):
         await plog.read(8, 100)

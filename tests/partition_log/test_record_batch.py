@@ -17,6 +17,7 @@ with warnings.catch_warnings():
     from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from protocols.kafka import compression as codecs
+from protocols.kafka import legacy_message_set as legacy
 from protocols.kafka import record_batch as rb
 from protocols.kafka.errors import (
     CorruptMessageError,
@@ -179,13 +180,13 @@ def legacy_message(magic: int, attributes: int, key: bytes | None, value: bytes 
 
 def test_convert_hand_built_v0_and_v1_message_sets() -> None:
     v0 = legacy_message(0, 0, b"a", b"1") + legacy_message(0, 0, None, b"2", offset=1)
-    [batch] = rb.convert_legacy_message_set(v0)
+    [batch] = legacy.convert_legacy_message_set(v0)
     records = rb.decode_records(batch)
     assert [(r.offset, r.timestamp, r.key, r.value) for r in records] == [
         (0, -1, b"a", b"1"), (1, -1, None, b"2")]
     inner = legacy_message(1, 0, None, b"x", 10) + legacy_message(1, 0, None, b"y", 11, 1)
     wrapper = legacy_message(1, codecs.GZIP | 0x08, None, codecs.compress(codecs.GZIP, inner), 77)
-    [batch] = rb.convert_legacy_message_set(wrapper)
+    [batch] = legacy.convert_legacy_message_set(wrapper)
     header = rb.parse_header(batch)
     assert header.compression == codecs.GZIP and header.records_count == 2
     # a LogAppendTime wrapper's timestamp applies to its inner messages
@@ -196,11 +197,11 @@ def test_convert_rejects_bad_legacy_crc_and_nested_compression() -> None:
     good = bytearray(legacy_message(0, 0, None, b"payload"))
     good[-1] ^= 1
     with pytest.raises(CorruptMessageError, match="CRC"):
-        rb.convert_legacy_message_set(good)
+        legacy.convert_legacy_message_set(good)
     nested = legacy_message(0, codecs.GZIP, None, b"xx")
     wrapper = legacy_message(0, codecs.GZIP, None, codecs.compress(codecs.GZIP, nested))
     with pytest.raises(InvalidRecordError):
-        rb.convert_legacy_message_set(wrapper)
+        legacy.convert_legacy_message_set(wrapper)
 
 
 @pytest.mark.parametrize("magic", [0, 1])
@@ -209,7 +210,7 @@ def test_convert_kafka_python_legacy_builder(magic: int, codec: int) -> None:
     builder = LegacyRecordBatchBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
     for i in range(5):
         builder.append(i, timestamp=2_000 + i if magic else None, key=None, value=b"val%d" % i)
-    [batch] = rb.convert_legacy_message_set(bytes(builder.build()))
+    [batch] = legacy.convert_legacy_message_set(bytes(builder.build()))
     records = rb.decode_records(batch)
     assert [r.value for r in records] == [b"val%d" % i for i in range(5)]
     expected_ts = [2_000 + i for i in range(5)] if magic else [-1] * 5
@@ -221,7 +222,7 @@ def test_convert_v0_lz4_with_the_old_broken_frame_checksum() -> None:
     inner = legacy_message(0, 0, None, b"old-lz4") * 3
     frame = bytearray(lz4.frame.compress(inner, block_linked=False, store_size=False))
     frame[6] ^= 0x5A  # a wrong header checksum, as Kafka < 0.10 wrote for magic v0
-    [batch] = rb.convert_legacy_message_set(legacy_message(0, codecs.LZ4, None, bytes(frame)))
+    [batch] = legacy.convert_legacy_message_set(legacy_message(0, codecs.LZ4, None, bytes(frame)))
     assert [r.value for r in rb.decode_records(batch)] == [b"old-lz4"] * 3
 
 

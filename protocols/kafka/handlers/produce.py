@@ -37,7 +37,7 @@ from protocols.kafka.errors import (
 )
 from protocols.kafka.handlers.error_responses import error_code_of, error_message_of
 from protocols.kafka.handlers.topic_lookup import open_partition, topic_info
-from protocols.kafka.record_batch import convert_legacy_to_batch
+from protocols.kafka.legacy_message_set import convert_legacy_to_batch
 
 log = logging.getLogger("ledgerwire.kafka.produce")
 
@@ -67,7 +67,8 @@ async def _convert_legacy(records: bytes | memoryview) -> bytes:
 
 
 async def _admit_under_backlog_quota(ctx: RequestContext, topic: str, index: int) -> None:
-    """Hold or refuse a produce to a partition over its backlog quota (gateway/backlog_quota.py
+    """Hold or refuse a produce to a partition over its backlog quota
+    (gateway/topics/backlog_quota.py
     says why these codes: 44 is not retriable, 89 is in the Java client)."""
     quotas = getattr(ctx.topics, "backlog_quotas", None)
     if quotas is None:

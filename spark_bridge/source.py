@@ -1,0 +1,38 @@
+"""The "ledgerwire" data source: what `spark_bridge.register(spark)` registers with a session.
+
+It only names the format, gives the schema and hands out the batch reader (reader.py), the
+streaming reader (stream_reader.py) and the backfill writer (writer.py).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from spark_bridge.reader import LedgerwireBatchReader
+from spark_bridge.record_decode import spark_schema_ddl
+from spark_bridge.stream_reader import LedgerwireStreamReader
+from spark_bridge.writer import LedgerwireBackfillWriter
+
+FORMAT_NAME = "ledgerwire"
+
+
+class LedgerwireDataSource(DataSource):  # type: ignore[misc]
+    """The "ledgerwire" format: batch and streaming reads, and backfill writes."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        lowered = {str(k).lower(): str(v) for k, v in self.options.items()}
+        return spark_schema_ddl(lowered.get("includeheaders", "false").strip().lower() == "true")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LedgerwireBatchReader(dict(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LedgerwireStreamReader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
+        return LedgerwireBackfillWriter(dict(self.options), schema, overwrite)
