@@ -29,6 +29,7 @@ from . import (
     metadata,
     produce,
     sasl,
+    share_groups,
     topics_admin,
     transactions,
 )
@@ -75,6 +76,13 @@ _ALL: tuple[ApiSchema, ...] = (
     transactions.DESCRIBE_PRODUCERS,
     consumer_groups.CONSUMER_GROUP_HEARTBEAT,
     consumer_groups.CONSUMER_GROUP_DESCRIBE,
+    share_groups.SHARE_GROUP_HEARTBEAT,
+    share_groups.SHARE_GROUP_DESCRIBE,
+    share_groups.SHARE_FETCH,
+    share_groups.SHARE_ACKNOWLEDGE,
+    share_groups.DESCRIBE_SHARE_GROUP_OFFSETS,
+    share_groups.ALTER_SHARE_GROUP_OFFSETS,
+    share_groups.DELETE_SHARE_GROUP_OFFSETS,
 )
 
 SCHEMAS: MappingProxyType[int, ApiSchema] = MappingProxyType(
