@@ -1,16 +1,28 @@
-"""Chaos trials on a real loopback cluster: faults during acknowledged, idempotent produce.
+"""Chaos trials on real loopback clusters: faults during acknowledged, idempotent produce.
 
-One cluster (ZooKeeper, 4 bookies at E=3 Qw=2 Qa=2, 2 brokers) serves every trial.  A trial
-produces to a fresh topic with confluent-kafka (idempotent, acks=all), injects one random
-fault once a few hundred messages are acknowledged —
+Two topologies (`--topology`), each one cluster (ZooKeeper, 2 brokers, bookies at E=3 Qw=2
+Qa=2) serving all its trials:
 
-  kill-broker   SIGKILL a random broker, restart it after a random pause;
-  kill-bookie   SIGKILL a random bookie, restart it (same data dir) after a random pause;
-  stop-owner    SIGSTOP the owner of partition 0 past its ZooKeeper session, then SIGCONT —
+  spare     4 bookies: a failed bookie is replaced at once;
+  no-spare  3 bookies, E equal to the bookie count: a failed bookie cannot be replaced, adds
+            wait for it to return (storage errors must reach clients as retriable codes).
 
-keeps producing until as many messages again are acknowledged after the fault, then reads the
-topic back and counts acknowledged messages that are missing (lost) and messages stored more
-than once (duplicated).  Prints one line per trial, then the totals as
+A trial produces to a fresh topic with confluent-kafka (idempotent, acks=all) while a consumer
+group member reads it, and once a few hundred messages are acknowledged injects one fault (the
+faults take turns, so a short run covers each):
+
+  kill-broker     SIGKILL a random broker, restart it after a random pause;
+  stop-owner      SIGSTOP the owner of partition 0 past its ZooKeeper session, then SIGCONT;
+  kill-bookie     SIGKILL a random bookie, restart it (same data dir) after a random pause;
+  restart-broker  SIGTERM a random broker (graceful), start it again.
+
+It keeps producing until as many messages again are acknowledged after the fault, reads the
+topic back and counts: acknowledged messages missing (lost), messages stored more than once
+(duplicated), deliveries that failed by error code, failed deliveries that were stored anyway
+(failed-but-stored), tracebacks that appeared in any process log, the resume time (the longest
+time any partition went without an acknowledgement after the fault) and rebalances the
+consumer group member saw.
+Prints one line per trial, a summary per topology, then the totals as
 
     trials, acked, lost, duplicated
     N, A, L, D
@@ -21,8 +33,11 @@ bumps the producer epoch and re-sends the messages under new sequence numbers; a
 paused owner had already stored (but not acknowledged) is then stored twice — the client, not
 the broker, has dropped the sequence that would have caught it.
 
-Usage: python benchmarks/chaos.py --trials 100 [--seed 1] [--base DIR]
-Exit status 1 if anything was lost or duplicated.
+Not covered yet (issue 24 asks for them): the Java kafka-clients producer and the RocketMQ C++
+client as producers.
+
+Usage: python benchmarks/chaos.py --trials 30 [--topology spare,no-spare] [--seed 1] [--base DIR]
+Exit status 1 if anything was lost or duplicated, or a trial could not finish.
 """
 
 from __future__ import annotations
@@ -31,9 +46,13 @@ import argparse
 import random
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +67,71 @@ from tests.cluster.kafka_workload import (  # noqa: E402
 )
 
 PARTITIONS = 4
-FAULTS = ("kill-broker", "kill-bookie", "stop-owner")
+FAULTS = ("kill-broker", "stop-owner", "kill-bookie", "restart-broker")
+TOPOLOGIES = {"spare": 4, "no-spare": 3}  # bookies; E=3 Qw=2 Qa=2 in both
+
+
+@dataclass
+class TrialResult:
+    fault: str
+    target: str
+    acked: int
+    lost: int
+    duplicated: int
+    gaps: int
+    failed_by_code: Counter[str]
+    failed_but_stored: int
+    tracebacks: int
+    resume_s: float | None
+    rebalances: int
+
+
+@dataclass
+class GroupMember:
+    """One consumer-group member reading the topic; counts the rebalances it goes through."""
+
+    bootstrap: str
+    topic: str
+    group: str
+    assignments: int = 0
+    revocations: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> GroupMember:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                             "heartbeat.interval.ms": 1000})
+
+        def on_assign(c: object, partitions: object) -> None:
+            self.assignments += 1
+
+        def on_revoke(c: object, partitions: object) -> None:
+            self.revocations += 1
+
+        consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke,
+                           on_lost=on_revoke)
+        try:
+            while not self._stop.is_set():
+                consumer.poll(0.2)
+        finally:
+            consumer.close()
+
+    @property
+    def rebalances(self) -> int:
+        return max(0, self.assignments - 1) + self.revocations
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
 
 
 def wait_acks(run: ProduceRun, count: int, since: float, timeout_s: float) -> bool:
@@ -87,6 +170,11 @@ def create_topic_retrying(cluster: Cluster, topic: str) -> None:
     create_topic(cluster.bootstrap, topic, PARTITIONS)
 
 
+def count_tracebacks(cluster: Cluster) -> int:
+    return sum(p.log_path.read_bytes().count(b"Traceback")
+               for p in [*cluster.brokers.values(), *cluster.bookies] if p.log_path.exists())
+
+
 def inject(cluster: Cluster, fault: str, rng: random.Random) -> str:
     if fault == "kill-broker":
         node_id = rng.choice(sorted(cluster.brokers))
@@ -94,6 +182,11 @@ def inject(cluster: Cluster, fault: str, rng: random.Random) -> str:
         time.sleep(rng.uniform(0.2, 3.0))
         cluster.add_broker(node_id, wait=False)
         return f"broker {node_id}"
+    if fault == "restart-broker":
+        node_id = rng.choice(sorted(cluster.brokers))
+        cluster.brokers[node_id].stop()
+        cluster.add_broker(node_id, wait=False)
+        return f"broker {node_id} (SIGTERM)"
     if fault == "kill-bookie":
         bookie = rng.choice(cluster.bookies)
         bookie.kill()
@@ -110,59 +203,113 @@ def inject(cluster: Cluster, fault: str, rng: random.Random) -> str:
     return f"broker {owner} (stopped)"
 
 
-def trial(cluster: Cluster, index: int, rng: random.Random, batch: int) -> tuple[int, int, int]:
-    topic = f"chaos-{index}"
+def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Random,
+          batch: int) -> TrialResult:  # fmt: skip
+    topic = f"chaos-{name}-{index}"
     cluster.chaos_topic = topic  # type: ignore[attr-defined]
     create_topic_retrying(cluster, topic)
+    tracebacks_before = count_tracebacks(cluster)
+    member = GroupMember(cluster.bootstrap, topic, f"g-{topic}").start()
     run = ProduceRun(cluster.bootstrap, topic, f"t{index}", rate_per_s=300).start()
-    fault = rng.choice(FAULTS)
     try:
         if not wait_acks(run, batch, 0.0, 60):
             raise RuntimeError(f"trial {index}: no acks before the fault: {run.errors[-3:]}")
+        rebalances_before = member.rebalances
         at = time.monotonic()
         target = inject(cluster, fault, rng)
         if not wait_acks(run, batch, at, 120):
             raise RuntimeError(f"trial {index}: no acks after {fault}: {run.errors[-3:]}")
+        resume = run.longest_pause_after(at)
     finally:
         run.stop()
+        member.stop()
     heal(cluster)
-    verdict = verify(run.acked, read_topic(cluster.bootstrap, topic, PARTITIONS, timeout_s=120))
-    print(f"trial {index:3d} {fault:11s} {target:22s} acked={verdict.acked} "
-          f"lost={verdict.lost} duplicated={verdict.duplicated} gaps={verdict.gaps} "
-          f"client_errors={len(run.errors)}"
-          + (f" first_error={run.errors[0]!r}" if run.errors else ""), flush=True)
-    return verdict.acked, verdict.lost, verdict.duplicated
+    records = read_topic(cluster.bootstrap, topic, PARTITIONS, timeout_s=120)
+    verdict = verify(run.acked, records)
+    stored = {value for _, _, value in records}
+    return TrialResult(fault, target, verdict.acked, verdict.lost, verdict.duplicated,
+                       verdict.gaps, Counter(run.error_codes),
+                       sum(1 for value in set(run.failed) if value in stored),
+                       count_tracebacks(cluster) - tracebacks_before, resume,
+                       member.rebalances - rebalances_before)
+
+
+def show(index: int, r: TrialResult) -> None:
+    resume = f"{r.resume_s:.2f}" if r.resume_s is not None else "-"
+    print(f"trial {index:3d} {r.fault:14s} {r.target:24s} acked={r.acked} lost={r.lost} "
+          f"duplicated={r.duplicated} gaps={r.gaps} failed={dict(r.failed_by_code)} "
+          f"failed_but_stored={r.failed_but_stored} tracebacks={r.tracebacks} "
+          f"resume_s={resume} rebalances={r.rebalances}", flush=True)
+
+
+def summarize(name: str, results: list[TrialResult]) -> None:
+    failed: Counter[str] = Counter()
+    for r in results:
+        failed.update(r.failed_by_code)
+    print(f"== {name}: trials {len(results)}, acked {sum(r.acked for r in results)}, "
+          f"lost {sum(r.lost for r in results)}, "
+          f"duplicated {sum(r.duplicated for r in results)}, failed {dict(failed)}, "
+          f"failed-but-stored {sum(r.failed_but_stored for r in results)}, "
+          f"tracebacks {sum(r.tracebacks for r in results)}, "
+          f"rebalances {sum(r.rebalances for r in results)}")
+    for fault in FAULTS:
+        times = [r.resume_s for r in results if r.fault == fault and r.resume_s is not None]
+        if times:
+            print(f"   resume after {fault}: median {statistics.median(times):.2f} s, "
+                  f"max {max(times):.2f} s ({len(times)} trials)")
+    sys.stdout.flush()
+
+
+def run_topology(name: str, base: Path, trials: int, rng: random.Random,
+                 batch: int) -> tuple[list[TrialResult], bool]:  # fmt: skip
+    results: list[TrialResult] = []
+    with Cluster(base / name, bookies=TOPOLOGIES[name], brokers=2, partitions=PARTITIONS,
+                 lost_bookie_delay_s=5.0, open_ledger_grace_s=10.0) as cluster:
+        try:
+            for index in range(trials):
+                result = trial(cluster, name, index, FAULTS[index % len(FAULTS)], rng, batch)
+                show(index, result)
+                results.append(result)
+        except Exception as exc:
+            print(f"chaos stopped: {exc!r}\n{cluster.logs()[-4000:]}", flush=True)
+            return results, False
+    return results, True
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--trials", type=int, default=8, help="trials per topology")
+    parser.add_argument("--topology", default="spare",
+                        help="comma-separated: " + ", ".join(TOPOLOGIES))
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--batch", type=int, default=300, help="acks before and after a fault")
     parser.add_argument("--base", type=Path, default=None, help="working dir (default: temp)")
     args = parser.parse_args(argv)
+    names = [n.strip() for n in args.topology.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TOPOLOGIES]
+    if unknown:
+        parser.error(f"unknown topology {unknown}; known: {sorted(TOPOLOGIES)}")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     base = args.base or Path(tempfile.mkdtemp(prefix="ledgerwire-chaos-"))
-    print(f"chaos: {args.trials} trials, seed {seed}, in {base}", flush=True)
-    totals = [0, 0, 0]
-    done = 0
+    print(f"chaos: {args.trials} trials per topology {names}, seed {seed}, in {base}",
+          flush=True)
     started = time.monotonic()
-    with Cluster(base / "cluster", bookies=4, brokers=2, partitions=PARTITIONS,
-                 lost_bookie_delay_s=5.0, open_ledger_grace_s=10.0) as cluster:
-        try:
-            for index in range(args.trials):
-                acked, lost, duplicated = trial(cluster, index, rng, args.batch)
-                totals = [totals[0] + acked, totals[1] + lost, totals[2] + duplicated]
-                done += 1
-        except Exception as exc:
-            print(f"chaos stopped: {exc!r}\n{cluster.logs()[-4000:]}", flush=True)
+    everything: list[TrialResult] = []
+    complete = True
+    for name in names:
+        results, finished = run_topology(name, base, args.trials, rng, args.batch)
+        summarize(name, results)
+        everything += results
+        complete = complete and finished
+    lost = sum(r.lost for r in everything)
+    duplicated = sum(r.duplicated for r in everything)
     print(f"elapsed {time.monotonic() - started:.0f} s")
     print("trials, acked, lost, duplicated")
-    print(f"{done}, {totals[0]}, {totals[1]}, {totals[2]}")
+    print(f"{len(everything)}, {sum(r.acked for r in everything)}, {lost}, {duplicated}")
     if args.base is None:
         shutil.rmtree(base, ignore_errors=True)
-    return 0 if done == args.trials and totals[1] == totals[2] == 0 else 1
+    return 0 if complete and lost == duplicated == 0 else 1
 
 
 if __name__ == "__main__":

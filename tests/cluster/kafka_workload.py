@@ -35,7 +35,11 @@ class ProduceRun:
     rate_per_s: float = 400.0
     acked: list[str] = field(default_factory=list)
     ack_times: list[float] = field(default_factory=list)
+    ack_partitions: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    error_codes: Counter[str] = field(default_factory=Counter)  # failed deliveries by code
+    failed: list[str] = field(default_factory=list)  # values whose delivery failed
+    sent_at: dict[str, float] = field(default_factory=dict)  # value -> produce() time
     sent: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -59,8 +63,11 @@ class ProduceRun:
                 if err is None:
                     self.acked.append(msg.value().decode())  # type: ignore[attr-defined]
                     self.ack_times.append(time.monotonic())
+                    self.ack_partitions.append(int(msg.partition()))  # type: ignore[attr-defined]
                 else:
                     self.errors.append(str(err))
+                    self.error_codes[err.name()] += 1
+                    self.failed.append(msg.value().decode())  # type: ignore[attr-defined]
 
         interval = 1.0 / self.rate_per_s
         n = 0
@@ -69,6 +76,7 @@ class ProduceRun:
             try:
                 producer.produce(self.topic, value.encode(), key=str(n).encode(),
                                  on_delivery=delivered)
+                self.sent_at[value] = time.monotonic()
                 n += 1
                 self.sent = n
             except BufferError:
@@ -86,6 +94,27 @@ class ProduceRun:
 
     def first_ack_after(self, t: float) -> float | None:
         return next((at for at in self.ack_times if at >= t), None)
+
+    def longest_pause_after(self, t: float) -> float | None:
+        """The longest time any partition went without an acknowledgement from `t` on (the
+        last acknowledgement before `t` counts as the start of a pause): how long a fault at
+        `t` stopped produce. None if no partition acknowledged anything after `t`."""
+        last_before: dict[int, float] = {}
+        after: dict[int, list[float]] = {}
+        for at, partition in zip(self.ack_times, self.ack_partitions, strict=False):
+            if at < t:
+                last_before[partition] = at
+            else:
+                after.setdefault(partition, []).append(at)
+        if not after:
+            return None
+        longest = 0.0
+        for partition, times in after.items():
+            previous = last_before.get(partition, t)
+            for at in times:
+                longest = max(longest, at - previous)
+                previous = at
+        return longest
 
 
 def read_topic(bootstrap: str, topic: str, partitions: int,
