@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from gateway.compacted_log import CompactedLog
+from gateway.coordinator.compacted_log import CompactedLog
 from gateway.delivery.delivery_state import DeliveryPartition, DeliverySettings
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 

@@ -30,11 +30,12 @@ RANKS: dict[str, int] = {
     "gateway.cluster": 4,
     "gateway.security": 4,
     "gateway.coordinator": 5,
-    "gateway.kafka": 6,
-    "gateway.rocketmq": 6,
-    "gateway.admin": 6,
-    "gateway.process": 7,
-    "gateway.cli": 8,
+    "gateway.delivery": 6,  # per-record delivery (share groups, SimpleConsumer) for both fronts
+    "gateway.kafka": 7,
+    "gateway.rocketmq": 7,
+    "gateway.admin": 7,
+    "gateway.process": 8,
+    "gateway.cli": 9,
 }
 # Modules that are the package itself or its entry point sit at the top.
 TOP = {"gateway", "gateway.__main__", "protocols"}
