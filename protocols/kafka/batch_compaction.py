@@ -43,6 +43,7 @@ from protocols.kafka.record_batch import (
     compute_crc,
     parse_header,
 )
+from protocols.kafka.record_batch import _read_varint as _varint  # one varint reader
 
 _CRC = struct.Struct(">I")
 _CONTROL_KEY = struct.Struct(">hh")
@@ -58,22 +59,6 @@ class RawRecord:
     offset_delta: int
     key: bytes | None
     is_tombstone: bool
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise CorruptMessageError("truncated varint in record")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptMessageError("varint is too long")
 
 
 def iter_raw_records(payload: bytes, count: int) -> Iterator[RawRecord]:
