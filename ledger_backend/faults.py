@@ -11,7 +11,10 @@ them. `storage_fault_of` sorts an exception into
 
 or None when it is not an expected storage fault (a bug, corrupt data, a missing ledger), which
 callers keep reporting as such. `warn_fault` logs an expected fault as one WARNING line without
-a traceback, at most once per `interval_s` per key, counting what it held back.
+a traceback, at most once per `interval_s` per key, counting what it held back; `log_failure`,
+called in an `except` block, does that for an expected fault (a storage fault, a connection
+to a peer gone, an error whose wire code clients retry) and logs anything else with its
+traceback (a bug).
 
 This module only classifies and logs: it must never decide a wire code (the protocol fronts
 map the two kinds to their own codes) and never import Trio, the network or a protocol.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import sys
 import time
 
 from ledger_backend.client.errors import (
@@ -114,3 +118,23 @@ def warn_fault(logger: logging.Logger, key: str, message: str, *args: object,
     if len(_limiter.last) > 10_000:  # keys are per partition or peer: bound them anyway
         _limiter.last.clear()
         _limiter.held.clear()
+
+
+def is_expected_fault(exc: BaseException) -> bool:
+    """A fault a healthy cluster has now and then: a storage fault, a peer connection gone, or
+    a protocol error whose wire code clients retry (duck-typed: `exc.code.retriable`, as the
+    Kafka errors carry, so this module needs no protocol)."""
+    if storage_fault_of(exc) is not None or isinstance(exc, ConnectionError):
+        return True
+    return bool(getattr(getattr(exc, "code", None), "retriable", False))
+
+
+def log_failure(logger: logging.Logger, message: str, *args: object,
+                bug_level: int = logging.WARNING, interval_s: float = 10.0) -> None:  # fmt: skip
+    """In an `except` block: an expected fault as one rate-limited WARNING line (`message`,
+    then the exception's repr), anything else at `bug_level` with its traceback."""
+    exc = sys.exc_info()[1]
+    if exc is not None and is_expected_fault(exc):
+        warn_fault(logger, message, message + ": %r", *args, exc, interval_s=interval_s)
+    else:
+        logger.log(bug_level, message, *args, exc_info=True)

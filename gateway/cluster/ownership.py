@@ -52,6 +52,7 @@ from gateway.cluster.broker_registry import (
     read_live_brokers,
     register_broker,
 )
+from ledger_backend.faults import log_failure
 from ledger_backend.metadata.store import (
     BadVersionError,
     MetadataError,
@@ -222,7 +223,7 @@ class OwnershipService:
         try:
             await deregister_broker(self._store, self.me.node_id)
         except MetadataError:
-            log.warning("could not deregister broker %d", self.me.node_id, exc_info=True)
+            log_failure(log, "could not deregister broker %d", self.me.node_id)
 
     def poke(self) -> None:
         self._dirty.set()
@@ -243,7 +244,7 @@ class OwnershipService:
             except SessionExpiredError:
                 await trio.sleep(0.2)
             except MetadataError:
-                log.warning("watch on %s failed; retrying", path, exc_info=True)
+                log_failure(log, "watch on %s failed; retrying", path)
                 await trio.sleep(1.0)
 
     async def _renew_lease(self) -> None:
@@ -292,7 +293,7 @@ class OwnershipService:
                 await self._renew_lease()
                 break
             except Exception:  # registration keeps being retried; the broker must not die
-                log.warning("registering again failed; retrying", exc_info=True)
+                log_failure(log, "registering again failed; retrying")
                 await trio.sleep(0.5)
         self._dirty.set()
 
@@ -379,4 +380,4 @@ class OwnershipService:
         try:
             await hook(bundle)
         except Exception:
-            log.exception("bundle %d hook failed", bundle)
+            log_failure(log, "bundle %d hook failed", bundle, bug_level=logging.ERROR)

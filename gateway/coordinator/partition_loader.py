@@ -27,6 +27,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
+from ledger_backend.faults import log_failure
+
 
 class PartitionCoordinator(Protocol):
     """A coordinator as the loader runs it: `run` calls task_status.started() once loaded."""
@@ -120,7 +122,8 @@ class CoordinatorPartitionLoader(Generic[CoordinatorT]):
                     if not status.loaded:
                         raise  # start_partition sees it and fails
                     # failing later must not take the broker down: unload (and reload)
-                    self._log.exception("%s %d failed; unloading", self._kind, partition)
+                    log_failure(self._log, "%s %d failed; unloading", self._kind, partition,
+                                bug_level=logging.ERROR)
                     if self._running.get(partition) is not None:
                         self._nursery.start_soon(self._reload, partition)
                 finally:
@@ -178,11 +181,11 @@ class CoordinatorPartitionLoader(Generic[CoordinatorT]):
             try:
                 await self.start_partition(partition)
             except Exception:
-                self._log.exception("reloading %s %d failed", self._kind, partition)
+                log_failure(self._log, "reloading %s %d failed", self._kind, partition,
+                            bug_level=logging.ERROR)
 
     async def _close_quietly(self, partition: int, store: PartitionStore) -> None:
         try:
             await store.close()
         except Exception:
-            self._log.warning("closing the store of %s %d failed", self._kind, partition,
-                              exc_info=True)
+            log_failure(self._log, "closing the store of %s %d failed", self._kind, partition)

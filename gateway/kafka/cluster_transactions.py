@@ -54,6 +54,7 @@ from gateway.coordinator.partition_loader import CoordinatorPartitionLoader
 from gateway.coordinator.transaction_store import LedgerTransactionStore
 from gateway.kafka.txn_marker_batching import PendingMarker, RemoteMarkerWriter
 from gateway.kafka.txn_marker_batching import raise_for_partition_code as _raise_for
+from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.types import (
     ManagedLedgerClosedError,
@@ -265,7 +266,8 @@ class ClusterTransactionCoordinator(CoordinatorPartitionLoader[TransactionCoordi
                 try:
                     await self.start_partition(partition)
                 except Exception:  # one bad partition must not keep the others unloaded
-                    log.exception("cannot load transaction partition %d", partition)
+                    log_failure(log, "cannot load transaction partition %d", partition,
+                                bug_level=logging.ERROR)
 
     async def releasing(self, bundle: int) -> None:
         for topic, partition in self._ownership.units_in_bundle(bundle):

@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 import trio
 
 from gateway.kafka.broker import CloseConnection, KafkaBroker
+from ledger_backend.faults import log_failure
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
     KafkaProtocolError,
@@ -408,8 +409,8 @@ class _KafkaServer:
         try:
             await connection.run()
         except Exception:  # one connection's failure must never take the server down
-            log.exception("connection from %s failed", connection.peer,
-                          extra={"client": connection.peer})
+            log_failure(log, "connection from %s failed", connection.peer,
+                        bug_level=logging.ERROR)
         finally:
             self.connections.discard(connection)
 

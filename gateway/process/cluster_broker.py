@@ -50,6 +50,7 @@ from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.topics.quorums import QuorumPolicyFactory
 from gateway.topics.topic_service import TOPICS_PATH, TopicService
 from ledger_backend.client.bookkeeper import BookKeeper
+from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import open_store
 from ledger_backend.metadata.store import MetadataError, MetadataStore, NoNodeError
@@ -114,7 +115,7 @@ async def refresh_topics(store: MetadataStore, topics: TopicService,
         try:
             await topics.refresh_topic(name)
         except Exception:  # one bad topic node must not stop the others
-            log.warning("cannot refresh topic %s", name, exc_info=True)
+            log_failure(log, "cannot refresh topic %s", name)
 
 
 class BundleExtension(Protocol):
@@ -150,12 +151,14 @@ class BundleHooks:
                 try:
                     await self.groups.start_partition(partition)
                 except Exception:
-                    log.exception("cannot load coordinator partition %d", partition)
+                    log_failure(log, "cannot load coordinator partition %d", partition,
+                                bug_level=logging.ERROR)
         for extension in self.extensions:
             try:
                 await extension.acquired(bundle)
             except Exception:
-                log.exception("bundle %d: %r failed to load", bundle, extension)
+                log_failure(log, "bundle %d: %r failed to load", bundle, extension,
+                            bug_level=logging.ERROR)
         # Open (and so fence and recover) the bundle's partitions now rather than on the
         # first request: failover then costs clients one metadata refresh, not a recovery.
         bundles = self.ownership.layout.bundles
@@ -182,7 +185,8 @@ class BundleHooks:
             try:
                 await extension.releasing(bundle)
             except Exception:
-                log.exception("bundle %d: %r failed to release", bundle, extension)
+                log_failure(log, "bundle %d: %r failed to release", bundle, extension,
+                            bug_level=logging.ERROR)
         for topic, partition in self.ownership.units_in_bundle(bundle):
             if topic == GROUP_TOPIC:
                 await self.groups.stop_partition(partition)

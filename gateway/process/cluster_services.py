@@ -50,6 +50,7 @@ from gateway.topics.backlog_quota import BacklogQuotas
 from gateway.topics.namespaces import NamespaceRegistry
 from gateway.topics.retention_policies import RetentionPolicies
 from ledger_backend.client.ledger_metadata import AVAILABLE_BOOKIES_PATH
+from ledger_backend.faults import log_failure
 from ledger_backend.metadata.store import MetadataError, MetadataStore, NoNodeError
 from protocols.kafka.errors import KafkaProtocolError, NotLeaderOrFollowerError
 from protocols.kafka.group_model import CommittedOffset
@@ -409,7 +410,8 @@ async def keep_running(name: str, task: Callable[[], Awaitable[None]],
             await task()
             return
         except Exception:
-            log.exception("%s failed; restarting in %.0f s", name, retry_s)
+            log_failure(log, "%s failed; restarting in %.0f s", name, retry_s,
+                        bug_level=logging.ERROR)
         await trio.sleep(retry_s)
 
 

@@ -26,6 +26,7 @@ import trio
 
 from gateway.rocketmq.delays import DelayScheduler
 from gateway.rocketmq.transactions import TransactionService
+from ledger_backend.faults import log_failure
 from protocols.rocketmq.client_registry import ClientRegistry
 from protocols.rocketmq.errors import SystemBusyError
 from protocols.rocketmq.topic_names import HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC, to_storage
@@ -140,7 +141,7 @@ async def run_bundle_services(view: Any, is_local: Any) -> None:
             try:
                 await run()
             except Exception:  # a failing service must not take the broker down
-                log.warning("bundle %d %s failed; restarting", view.bundle, name, exc_info=True)
+                log_failure(log, "bundle %d %s failed; restarting", view.bundle, name)
             await trio.sleep(RESTART_PAUSE_S)
 
     async with trio.open_nursery() as nursery:

@@ -26,6 +26,7 @@ import time
 
 import trio
 
+from ledger_backend.faults import log_failure
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import Record
 from protocols.rocketmq.delay_levels import TIMER_PROPERTIES, clamp_level, parse_delay_levels
@@ -163,7 +164,7 @@ class DelayScheduler:
                 else:
                     await self._deliver_level(level)
             except (RocketMQError, KafkaProtocolError):
-                log.warning("delay level %d: delivery failed, retrying", level, exc_info=True)
+                log_failure(log, "delay level %d: delivery failed, retrying", level)
                 await trio.sleep(RETRY_PAUSE_S)
 
     async def _deliver_level(self, level: int) -> None:

@@ -58,6 +58,7 @@ from typing import Any, Protocol
 import trio
 
 from gateway.topics.retention_policies import advance_committed, committed_offsets
+from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import Position
 from protocols.kafka.record_batch import parse_header
 
@@ -206,7 +207,7 @@ class BacklogQuotas:
             try:
                 await self.apply_once()
             except Exception:  # a background pass must never take the broker down
-                log.warning("backlog quota pass failed", exc_info=True)
+                log_failure(log, "backlog quota pass failed")
 
     async def apply_once(self) -> BacklogPass:
         result = BacklogPass()
@@ -227,7 +228,7 @@ class BacklogQuotas:
             try:
                 await self._check(topic, partition, plog, floors, result, live_ledgers)
             except Exception:  # e.g. a ledger trimmed or closed under the pass: next pass
-                log.warning("backlog of %s-%d not checked", topic, partition, exc_info=True)
+                log_failure(log, "backlog of %s-%d not checked", topic, partition)
                 live_ledgers.update(self._ledger_bases)  # keep the cache on a failure
         for ledger_id in set(self._ledger_bases) - live_ledgers:
             del self._ledger_bases[ledger_id]

@@ -49,6 +49,7 @@ from gateway.topics.partition_reads import read_stored
 from gateway.topics.partition_timestamps import TimestampSearch
 from gateway.topics.producer_state import ProducerStateManager
 from gateway.topics.tail_cache import BatchTailCache
+from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import (
     InvalidPositionError,
     ManagedLedgerFencedError,
@@ -334,7 +335,7 @@ class PartitionLog:
             try:
                 await self._write_pending_snapshot()
             except (KafkaProtocolError, MetadataError):
-                log.warning("%s: producer snapshot failed", self.name, exc_info=True)
+                log_failure(log, "%s: producer snapshot failed", self.name)
 
     def _fail(self, exc: BaseException) -> None:
         if self._failure is None:
@@ -495,7 +496,7 @@ class PartitionLog:
                             self._capture_snapshot()
                         await self._write_pending_snapshot()
                     except (KafkaProtocolError, MetadataError):
-                        log.warning("%s: final producer snapshot failed", self.name, exc_info=True)
+                        log_failure(log, "%s: final producer snapshot failed", self.name)
         finally:
             self._closed = True
             self._wake_readers()

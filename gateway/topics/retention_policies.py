@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import trio
 
+from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import Position
 from protocols.kafka.group_model import CommittedOffset
 
@@ -127,7 +128,7 @@ class RetentionPolicies:
             try:
                 await self.apply_once()
             except Exception:  # a background pass must never take the broker down
-                log.warning("retention pass failed", exc_info=True)
+                log_failure(log, "retention pass failed")
 
     async def apply_once(self) -> RetentionPass:
         """TTL first (it moves offsets forward), then consumed-data deletion, then the time and
@@ -144,7 +145,7 @@ class RetentionPolicies:
             try:
                 await self._apply_to_partition(topic, partition, plog, floors, result)
             except Exception:  # e.g. trimmed or closed under the pass: the next pass retries
-                log.warning("retention of %s-%d not applied", topic, partition, exc_info=True)
+                log_failure(log, "retention of %s-%d not applied", topic, partition)
         await self._topics.apply_retention()
         return result
 

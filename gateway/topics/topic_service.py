@@ -38,6 +38,7 @@ from typing import Any
 import trio
 
 from gateway.topics.partition_log import PartitionLog, PartitionLogConfig
+from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from ledger_backend.metadata.store import (
     BadVersionError,
@@ -312,8 +313,8 @@ class TopicService:
             plog.config.max_timestamp_diff_ms = plog_config.max_timestamp_diff_ms
             try:
                 await plog.apply_retention()
-            except KafkaProtocolError:
-                log.warning("retention of %s failed", plog.name, exc_info=True)
+            except Exception:  # e.g. a hand-off racing retention: the next owner applies it
+                log_failure(log, "retention of %s failed", plog.name)
 
     async def reapply_configs(self) -> None:
         """Give every open partition its configs again (namespace policies changed), then run
@@ -431,8 +432,8 @@ class TopicService:
                 continue
             try:
                 deleted += len(await plog.apply_retention())
-            except KafkaProtocolError:
-                log.warning("retention of %s failed", plog.name, exc_info=True)
+            except Exception:  # e.g. a hand-off racing retention: the next owner applies it
+                log_failure(log, "retention of %s failed", plog.name)
         return deleted
 
     async def run_retention(self, interval_s: float = 300.0) -> None:
@@ -457,4 +458,4 @@ async def _close_quietly(plog: PartitionLog) -> None:
     try:
         await plog.close()
     except Exception:
-        log.warning("closing %s failed", plog.name, exc_info=True)
+        log_failure(log, "closing %s failed", plog.name)

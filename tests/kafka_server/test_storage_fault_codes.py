@@ -100,3 +100,26 @@ async def test_rocketmq_answers_storage_faults_with_a_retried_code(
     monkeypatch.setitem(dispatch.BROKER_HANDLERS, 10, buggy)
     with pytest.raises(ValueError):
         await dispatch.dispatch(_Broker(), None, make_request(10))  # type: ignore[arg-type]
+
+
+def test_log_failure_quiet_for_expected_faults_loud_for_bugs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ledger_backend.faults import log_failure
+    from protocols.kafka.errors import NotLeaderOrFollowerError
+
+    logger = logging.getLogger("test.faults.log_failure")
+    with caplog.at_level(logging.WARNING, logger="test.faults.log_failure"):
+        for exc in (SessionExpiredError("expired"), NotLeaderOrFollowerError("moved"),
+                    ConnectionResetError("peer gone")):
+            try:
+                raise exc
+            except Exception:
+                log_failure(logger, f"pass {type(exc).__name__} failed")
+        try:
+            raise KeyError("bug")
+        except Exception:
+            log_failure(logger, "retention of %s failed", "x", bug_level=logging.ERROR)
+    records = [r for r in caplog.records if r.name == "test.faults.log_failure"]
+    assert [r.levelno for r in records] == [logging.WARNING] * 3 + [logging.ERROR]
+    assert [bool(r.exc_info) for r in records] == [False, False, False, True]
