@@ -414,12 +414,24 @@ class PlainAclValidator:
             self._peers[conn] = state
         return state
 
-    def check(self, conn: Any, request: RemotingCommand) -> AclAccount | None:
+    def check(self, conn: Any, request: RemotingCommand, broker: Any = None
+              ) -> AclAccount | None:
         """Raise AclRefusedError unless `request` on `conn` (which has .peer) is allowed.
         Returns the account that signed it (None for a globally white-listed peer)."""
-        peer = self._peer(conn)
-        if peer.globally_white:
+        if self.globally_white(conn):
             return None
+        account = self.authenticate(conn, request)
+        if not self._peer(conn).account_white.get(account.access_key):
+            self._check_perms(account, request)
+        return account
+
+    def globally_white(self, conn: Any) -> bool:
+        return self._peer(conn).globally_white
+
+    def authenticate(self, conn: Any, request: RemotingCommand) -> AclAccount:
+        """Steps 2-4 of the module doc: the account whose key signed `request` (or whose
+        white-listed address sent it); raises AclRefusedError otherwise."""
+        peer = self._peer(conn)
         ext = request.ext_fields
         access_key = ext.get(ACCESS_KEY)
         if access_key is None:
@@ -437,7 +449,6 @@ class PlainAclValidator:
         if not hmac.compare_digest(account.signature_of(ext, request.body), given):
             raise AclRefusedError(
                 f"AclException: Check signature failed for accessKey={access_key}")
-        self._check_perms(account, request)
         return account
 
     def _check_perms(self, account: AclAccount, request: RemotingCommand) -> None:

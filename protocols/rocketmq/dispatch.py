@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from ledger_backend.faults import storage_fault_of, warn_fault
-from protocols.rocketmq.acl import PlainAclValidator
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
 from protocols.rocketmq.errors import ResponseCode, RocketMQError
@@ -81,13 +81,19 @@ BROKER_HANDLERS: dict[int, Handler] = {
 }
 
 
+class RequestGuard(Protocol):
+    """access.RocketMQGuard (one principal, the Kafka ACLs) or acl.PlainAclValidator."""
+
+    def check(self, conn: Any, request: RemotingCommand, broker: Any = None) -> object: ...
+
+
 async def dispatch(broker: BrokerLike, conn: ConnectionLike, request: RemotingCommand,
-                   acl: PlainAclValidator | None = None) -> RemotingCommand:
+                   acl: RequestGuard | None = None) -> RemotingCommand:
     """Answer one request; with `acl`, a request it refuses is answered NO_PERMISSION before
-    any handler runs (protocols/rocketmq/acl.py)."""
+    any handler runs (protocols/rocketmq/access.py, acl.py)."""
     if acl is not None:
         try:
-            acl.check(conn, request)
+            acl.check(conn, request, broker)
         except RocketMQError as exc:
             log.info("request refused by the ACL", extra={
                 "code": request.code, "client": f"{conn.peer[0]}:{conn.peer[1]}",

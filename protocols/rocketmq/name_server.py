@@ -10,6 +10,10 @@ REGISTER_BROKER / UNREGISTER_BROKER (103/104, accepted and ignored: routes come 
 topic catalogue), DELETE_TOPIC_IN_NAMESRV (216, accepted: the broker deletes),
 GET_SYSTEM_TOPIC_LIST_FROM_NS (304, the console's topic page).
 
+On a secured broker the listener passes `may_describe` (access.RocketMQGuard for the request's
+principal): a topic the principal may not DESCRIBE is answered TOPIC_NOT_EXIST like a missing
+one, and left out of topic lists.
+
 This module must never do I/O itself (the topic catalogue is an injected object).
 """
 
@@ -32,6 +36,7 @@ from protocols.rocketmq.queue_map import BrokerEndpoint, QueueMap, SingleBrokerQ
 from protocols.rocketmq.request_codes import RequestCode
 from protocols.rocketmq.topic_names import DEFAULT_TOPIC, from_storage, to_storage
 
+Visible = Callable[[str], bool]
 PERM_READ_WRITE = 6
 PERM_READ_WRITE_INHERIT = 7
 
@@ -40,6 +45,10 @@ PERM_READ_WRITE_INHERIT = 7
 class NameServerConfig:
     auto_create_topics: bool = True
     default_queue_nums: int = 4
+
+
+def _everything(name: str) -> bool:
+    return True
 
 
 def _json(doc: object) -> bytes:
@@ -53,7 +62,8 @@ class NameServer:
         self.topics = topics
         self.queue_map: QueueMap = queue_map or SingleBrokerQueueMap(brokers)
         self.config = config or NameServerConfig()
-        self._handlers: dict[int, Callable[[RemotingCommand], Awaitable[RemotingCommand]]] = {
+        self._handlers: dict[int, Callable[[RemotingCommand, Visible],
+                                           Awaitable[RemotingCommand]]] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
@@ -65,14 +75,16 @@ class NameServer:
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._system_topic_list,
         }
 
-    async def handle(self, request: RemotingCommand) -> RemotingCommand:
-        """Answer one request; errors become RocketMQ error responses here."""
+    async def handle(self, request: RemotingCommand,
+                     may_describe: Visible | None = None) -> RemotingCommand:
+        """Answer one request; errors become RocketMQ error responses here.  `may_describe`
+        (storage name -> bool) hides topics from the request's principal."""
         handler = self._handlers.get(request.code)
         try:
             if handler is None:
                 raise RequestCodeNotSupportedError(
                     f"request type {request.code} not supported by the name server")
-            return await handler(request)
+            return await handler(request, may_describe or _everything)
         except RocketMQError as exc:
             return make_response(request, exc.code, str(exc))
 
@@ -103,7 +115,8 @@ class NameServer:
             namespaces is None
             or namespaces.topic_policies(DEFAULT_TOPIC).auto_create_topics is not False)
 
-    async def _route(self, request: RemotingCommand) -> RemotingCommand:
+    async def _route(self, request: RemotingCommand,
+                          visible: Visible) -> RemotingCommand:
         topic = ext_required(request.ext_fields, "topic")
         if topic == DEFAULT_TOPIC and self._default_route_allowed():
             data = self.route_data(topic, self.config.default_queue_nums,
@@ -115,13 +128,14 @@ class NameServer:
             raise TopicNotExistError(
                 f"No topic route info in name server for the topic: {topic}") from exc
         info = self.topics.topics().get(name) or await self.topics.refresh_topic(name)
-        if info is None:
+        if info is None or not visible(name):
             raise TopicNotExistError(
                 f"No topic route info in name server for the topic: {topic}")
         return make_response(request, ResponseCode.SUCCESS, None, None,
                              _json(self.route_data(topic, info.partitions)))
 
-    async def _cluster_info(self, request: RemotingCommand) -> RemotingCommand:
+    async def _cluster_info(self, request: RemotingCommand,
+                                 visible: Visible) -> RemotingCommand:
         broker_table: dict[str, dict[str, object]] = {}
         clusters: dict[str, list[str]] = {}
         for b in self.queue_map.brokers():
@@ -134,12 +148,14 @@ class NameServer:
         body = {"brokerAddrTable": broker_table, "clusterAddrTable": clusters}
         return make_response(request, ResponseCode.SUCCESS, None, None, _json(body))
 
-    async def _topic_list(self, request: RemotingCommand) -> RemotingCommand:
-        names = sorted(from_storage(n) for n in self.topics.topics())
+    async def _topic_list(self, request: RemotingCommand,
+                               visible: Visible) -> RemotingCommand:
+        names = sorted(from_storage(n) for n in self.topics.topics() if visible(n))
         return make_response(request, ResponseCode.SUCCESS, None, None,
                              _json({"topicList": names}))
 
-    async def _system_topic_list(self, request: RemotingCommand) -> RemotingCommand:
+    async def _system_topic_list(self, request: RemotingCommand,
+                                      visible: Visible) -> RemotingCommand:
         """GET_SYSTEM_TOPIC_LIST_FROM_NS (304, the console's topic page): like Java, the cluster
         and broker names, plus one broker address the client then asks for the broker's own
         system topics (GET_SYSTEM_TOPIC_LIST_FROM_BROKER)."""
@@ -156,8 +172,10 @@ class NameServer:
             body["brokerAddr"] = broker_addr
         return make_response(request, ResponseCode.SUCCESS, None, None, _json(body))
 
-    async def _kv_config(self, request: RemotingCommand) -> RemotingCommand:
+    async def _kv_config(self, request: RemotingCommand,
+                              visible: Visible) -> RemotingCommand:
         return make_response(request, ResponseCode.QUERY_NOT_FOUND, "No config item")
 
-    async def _accept(self, request: RemotingCommand) -> RemotingCommand:
+    async def _accept(self, request: RemotingCommand,
+                           visible: Visible) -> RemotingCommand:
         return make_response(request, ResponseCode.SUCCESS)
