@@ -101,6 +101,9 @@ class RocketMQAclConfig:
     enabled: bool = False
     global_white_remote_addresses: list[str] = field(default_factory=list)
     accounts: list[dict[str, Any]] = field(default_factory=list)
+    # On a secured broker (Kafka SASL or ACLs on) RocketMQ requests must be signed by an
+    # account; true lets unsigned ones in as User:ANONYMOUS (the Kafka ACLs still decide).
+    allow_anonymous: bool = False
 
 
 @dataclass
@@ -228,6 +231,12 @@ class Config:
         if acl.enabled and not acl.accounts and not acl.global_white_remote_addresses:
             raise ConfigError("rocketmq.acl.enabled needs accounts or "
                               "global_white_remote_addresses")
+
+    @property
+    def secured(self) -> bool:
+        """Kafka authenticates (SASL) or authorizes: every other door must too."""
+        protocol = self.kafka.security_protocol
+        return protocol.startswith("SASL_") or self.security.authorization_enabled(protocol)
 
     @property
     def kafka_bind(self) -> tuple[str, int]:

@@ -275,7 +275,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         rocketmq: ClusterRocketMQ | None = None
         if config.rocketmq.enabled:  # one RocketMQ broker per bundle (gateway/rocketmq/cluster.py)
             rocketmq = ClusterRocketMQ(config.rocketmq, topics, ownership, store, factory,
-                                       system_ledger_config(config))
+                                       system_ledger_config(config),
+                                       authorizer=security.authorizer, secured=config.secured)
             hooks.add_extension(rocketmq)  # per-bundle offsets, delay and transaction services
             ownership.registration_extra.update(rocketmq.registration())
             stack.push_async_callback(rocketmq.close)

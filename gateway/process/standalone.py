@@ -168,6 +168,7 @@ async def run_standalone(
         security = await setup_kafka_security(config, store)
         await background.start(security.acls.run)
 
+        authorizer = TenantAuthorizer(security.authorizer, namespaces)
         adv_host, adv_port = config.kafka_advertised
         broker = KafkaBroker(
             topics,
@@ -186,7 +187,7 @@ async def run_standalone(
             ),
             group_coordinator=coordinator,
             transaction_coordinator=transactions,
-            authorizer=TenantAuthorizer(security.authorizer, namespaces),
+            authorizer=authorizer,
             credentials=security.credentials,
         )
         broker_metrics = BrokerMetrics()
@@ -202,7 +203,8 @@ async def run_standalone(
         rocketmq = None
         if config.rocketmq.enabled:
             rocketmq = await build_rocketmq(config.rocketmq, topics, factory,
-                                            system_ledger_config(config), stack, background)
+                                            system_ledger_config(config), stack, background,
+                                            authorizer=authorizer, secured=config.secured)
         bind_host, bind_port = config.kafka_bind
         # Catch signals from here on, so that a SIGTERM right after "ready" is a clean stop.
         signals = stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))

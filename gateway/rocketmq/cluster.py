@@ -72,11 +72,12 @@ from gateway.rocketmq.service import (
     ensure_storage_topic,
     register_backlog_offsets,
 )
-from gateway.rocketmq.setup import rocketmq_acl
+from gateway.rocketmq.setup import rocketmq_guard
 from gateway.rocketmq.subscription_groups import SubscriptionGroupStore
 from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata.store import MetadataError, MetadataStore
+from protocols.rocketmq.access import AuthorizerLike
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike, TopicServiceLike
 from protocols.rocketmq.broker_stats import BrokerStats
 from protocols.rocketmq.client_details import ClientDetails
@@ -304,9 +305,11 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
 
     def __init__(self, config: RocketMQConfig, topics: TopicService, ownership: OwnershipService,
                  store: MetadataStore, factory: ManagedLedgerFactory,
-                 ledger_config: ManagedLedgerConfig) -> None:
+                 ledger_config: ManagedLedgerConfig, *, authorizer: AuthorizerLike | None = None,
+                 secured: bool = False) -> None:
         self.config = config
-        self.acl = rocketmq_acl(config, topics)  # [rocketmq.acl], as in the standalone
+        # as in the standalone: the Kafka ACLs on a secured broker, else [rocketmq.acl]
+        self.acl = rocketmq_guard(config, topics, authorizer=authorizer, secured=secured)
         self.topics = topics
         self.ownership = ownership
         self._store = store
@@ -468,7 +471,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
                                         self.base_port + broker.bundle, acl=self.acl))
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
         ns = await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
-                                         ns_port))
+                                         ns_port, guard=self.acl))
         log.info("rocketmq cluster brokers ready", extra={
             "bundle_ports": f"{self.base_port}-{self.base_port + len(self.brokers) - 1}",
             "advertised": f"{self.advertised_host}:{self.advertised_base}+bundle",

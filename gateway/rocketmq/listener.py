@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, Protocol
 import trio
 
 from gateway.rocketmq.service import RocketMQBroker
-from protocols.rocketmq.acl import PlainAclValidator
+from protocols.rocketmq.access import RocketMQGuard
 from protocols.rocketmq.broker_api import BrokerLike
 from protocols.rocketmq.codec import (
     FrameReader,
@@ -40,11 +40,12 @@ from protocols.rocketmq.codec import (
     encode_command,
     make_response,
 )
-from protocols.rocketmq.dispatch import dispatch
-from protocols.rocketmq.errors import MalformedFrameError, ResponseCode
+from protocols.rocketmq.dispatch import RequestGuard, dispatch
+from protocols.rocketmq.errors import MalformedFrameError, ResponseCode, RocketMQError
 from protocols.rocketmq.name_server import NameServer
 
 log = logging.getLogger("ledgerwire.rocketmq.listener")
+acl_log = logging.getLogger("ledgerwire.rocketmq.acl")
 
 # Below glibc's mmap threshold (128 KiB): socket.recv(n) allocates n bytes first, and at 128 KiB
 # or more every call pays an mmap + munmap (~4 us, as much as the rest of a small read).
@@ -245,11 +246,26 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
 
 async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, port: int, *,
                                      max_frame_bytes: int = 4 << 20,
+                                     guard: object = None,
                                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve the name server on host:port until cancelled; started(ListenAddress)."""
+    """Serve the name server on host:port until cancelled; started(ListenAddress).  With a
+    RocketMQGuard (a secured broker) each request's principal is established first (refused:
+    NO_PERMISSION) and topics it may not describe are hidden; the plain ACL alone, like
+    Apache 4.x's, checks nothing here."""
 
     async def handle(conn: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
-        return await name_server.handle(request)
+        if not isinstance(guard, RocketMQGuard):
+            return await name_server.handle(request)
+        try:
+            principal = guard.principal(conn, request)
+        except RocketMQError as exc:
+            acl_log.info("name server request refused", extra={
+                "code": request.code, "client": f"{conn.peer[0]}:{conn.peer[1]}",
+                "reason": str(exc)})
+            return make_response(request, exc.code, str(exc))
+        host = str(conn.peer[0])
+        return await name_server.handle(
+            request, lambda name: guard.may_describe_topic(principal, host, name))
 
     await _serve_remoting("name server", handle, host, port, max_frame_bytes=max_frame_bytes,
                           max_header_bytes=min(max_frame_bytes, 1 << 20),
@@ -265,11 +281,11 @@ class ServedBroker(BrokerLike, Protocol):
 
 
 async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str | None,
-                                port: int, *, acl: PlainAclValidator | None = None,
+                                port: int, *, acl: RequestGuard | None = None,
                                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the broker on host:port until cancelled; started(ListenAddress).  With
     advertised_port 0 the broker advertises the bound port.  With `acl`, every request is
-    checked against it before dispatch (the name server, like Apache 4.x's, checks nothing)."""
+    checked against it before dispatch."""
 
     async def handle(conn: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
         return await dispatch(broker, conn, request, acl)

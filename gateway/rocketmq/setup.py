@@ -8,6 +8,7 @@ gateway/rocketmq/service.py).
 
 from __future__ import annotations
 
+import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -21,11 +22,14 @@ from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
 from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from protocols.rocketmq.access import AuthorizerLike, RocketMQGuard
 from protocols.rocketmq.acl import PlainAclValidator
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicServiceLike
+from protocols.rocketmq.dispatch import RequestGuard
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
 
 _WILDCARD = ("", "0.0.0.0", "::")
+log = logging.getLogger("ledgerwire.rocketmq")
 
 
 @dataclass
@@ -33,7 +37,7 @@ class RocketMQSide:
     broker: RocketMQBroker
     name_server: NameServer
     config: RocketMQConfig
-    acl: PlainAclValidator | None = None  # [rocketmq.acl] enabled: checked on the broker
+    acl: RequestGuard | None = None  # see rocketmq_guard: checked on the broker
 
     async def serve(self, servers: trio.Nursery) -> None:
         """Start both listeners in `servers` (each returns once it accepts)."""
@@ -41,7 +45,8 @@ class RocketMQSide:
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
         await servers.start(partial(serve_rocketmq_broker, self.broker, rb_host, rb_port,
                                     acl=self.acl))
-        await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host, ns_port))
+        await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host, ns_port,
+                                    guard=self.acl))
 
 
 async def build_rocketmq(
@@ -51,6 +56,9 @@ async def build_rocketmq(
     ledger_config: ManagedLedgerConfig,
     stack: AsyncExitStack,
     background: trio.Nursery,
+    *,
+    authorizer: AuthorizerLike | None = None,
+    secured: bool = False,
 ) -> RocketMQSide:
     offsets = LedgerOffsetStore(factory, ledger_config, ledger_name=ROCKETMQ_OFFSETS_LEDGER)
     rb_host, rb_port = parse_host_port(r.broker_listener)
@@ -80,13 +88,35 @@ async def build_rocketmq(
         lambda: [broker.endpoint()],
         NameServerConfig(r.auto_create_topics, r.default_queue_nums),
     )
-    return RocketMQSide(broker, name_server, r, rocketmq_acl(r, topics))
+    return RocketMQSide(broker, name_server, r,
+                        rocketmq_guard(r, topics, authorizer=authorizer, secured=secured))
 
 
-def rocketmq_acl(r: RocketMQConfig, topics: TopicService) -> PlainAclValidator | None:
-    """The plain-ACL validator when [rocketmq.acl] is enabled (standalone and cluster alike);
-    tenants come from the topic service's namespace registry."""
-    if not r.acl.enabled:
-        return None
-    return PlainAclValidator.from_config(r.acl.accounts, r.acl.global_white_remote_addresses,
-                                         getattr(topics, "namespaces", None))
+def rocketmq_guard(r: RocketMQConfig, topics: TopicService, *,
+                   authorizer: AuthorizerLike | None = None,
+                   secured: bool = False) -> RequestGuard | None:
+    """Who may use the RocketMQ ports (standalone and cluster alike).
+
+    On a secured broker (Config.secured: Kafka SASL or ACLs on) a RocketMQGuard: requests
+    signed by a [[rocketmq.acl.accounts]] account are User:<access key>, unsigned ones refused
+    unless rocketmq.acl.allow_anonymous (User:ANONYMOUS, logged as a warning here), and the
+    Kafka authorizer decides every request (protocols/rocketmq/access.py).  Otherwise the
+    plain-ACL validator when [rocketmq.acl] is enabled, else nothing (an open broker).
+    Tenants come from the topic service's namespace registry."""
+    accounts = None
+    if r.acl.enabled or r.acl.accounts or r.acl.global_white_remote_addresses:
+        accounts = PlainAclValidator.from_config(
+            r.acl.accounts, r.acl.global_white_remote_addresses,
+            getattr(topics, "namespaces", None))
+    if not secured:
+        return accounts if r.acl.enabled else None
+    if r.acl.allow_anonymous:
+        log.warning("rocketmq.acl.allow_anonymous: unsigned RocketMQ requests are accepted as "
+                    "User:ANONYMOUS on this secured broker (the Kafka ACLs decide what they "
+                    "may do)")
+    elif not r.acl.accounts:
+        log.warning("the broker is secured and [[rocketmq.acl.accounts]] lists no account: "
+                    "every unsigned RocketMQ request is refused")
+    return RocketMQGuard(accounts=accounts, plain_permissions=r.acl.enabled,
+                         authorizer=authorizer, require_signature=True,
+                         allow_anonymous=r.acl.allow_anonymous)

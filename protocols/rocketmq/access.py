@@ -295,7 +295,7 @@ class RocketMQGuard:
         """Who sent `request`; raises AclRefusedError when it proves nobody it may be."""
         if self.accounts is not None and self.accounts.globally_white(conn):
             return ANONYMOUS
-        if ACCESS_KEY not in request.ext_fields:
+        if not request.ext_fields.get(ACCESS_KEY):  # the C++ client sends "" when unsigned
             if self.require_signature and not self.allow_anonymous:
                 raise AclRefusedError("AclException: No accessKey is configured (this broker "
                                       "requires signed requests)")

@@ -83,11 +83,14 @@ class Consumer:
 
     def __init__(self, ns: str, group: str, topic: str, expression: str = "*", *,
                  orderly: bool = False, props: tuple[str, ...] = (),
-                 reply: Callable[[Received], bool] | None = None) -> None:
+                 reply: Callable[[Received], bool] | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.received: list[Received] = []
         self.lock = threading.Lock()
         self.consumer = PushConsumer(group, orderly=orderly)
         self.consumer.set_namesrv_addr(ns)
+        if credentials is not None:  # access key, secret key: signed requests
+            self.consumer.set_session_credentials(credentials[0], credentials[1], "ALIYUN")
         self.consumer.set_thread_count(2)
 
         def callback(m: RecvMessage) -> ConsumeStatus:
