@@ -192,7 +192,8 @@ async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
         ledgers = ctx.topics.partition_ledgers(topic, p)
         partitions.append({"topic": topic, "partition": p, "log_start": plog.log_start_offset,
                            "log_end": plog.high_watermark, "ledgers": len(ledgers),
-                           "bytes": sum(x.size for x in ledgers)})
+                           "bytes": sum(x.size for x in ledgers),
+                           "compaction": ctx.topics.compaction.gauges(topic, p, plog)})
     lag = (admin_groups.lag_of_open_partitions(ctx.coordinator, ctx.topics)
            if ctx.coordinator is not None else [])
     bookies = []
@@ -298,6 +299,10 @@ def build_router(ctx: AdminContext) -> Router:
         ("GET", "/topics/{topic}", lambda q: describe_topic(ctx, q.params["topic"]), 200),
         ("PUT", "/topics/{topic}", lambda q: create_topic(ctx, q.params["topic"], _body(q)), 201),
         ("DELETE", "/topics/{topic}", delete_topic, 200),
+        ("POST", "/topics/{topic}/compact", lambda q: ctx.topics.compaction.compact_topic(
+            q.params["topic"]), 200),
+        ("GET", "/topics/{topic}/compaction", lambda q: _const(ctx.topics.compaction.status(
+            q.params["topic"])), 200),
         ("GET", "/groups", lambda q: _const(admin_groups.list_groups(coordinator())), 200),
         ("GET", "/groups/{group}", lambda q: admin_groups.describe_group(
             coordinator(), ctx.topics, q.params["group"]), 200),

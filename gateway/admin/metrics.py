@@ -248,6 +248,23 @@ def _partition_families(w: _Writer, partitions: Iterable[dict[str, Any]]) -> Non
             w.sample(metric, {"topic": row["topic"], "partition": row["partition"]}, row[key])
     w.family("ledgerwire_ledgers", "gauge", "ledgers held by the partitions open here")
     w.sample("ledgerwire_ledgers", {}, sum(r["ledgers"] for r in rows))
+    compacted = [r for r in rows if r.get("compaction")]
+    for metric, key, help_text in (
+        ("ledgerwire_compaction_bytes_before", "bytes_before", "bytes of the last pass' input"),
+        ("ledgerwire_compaction_bytes_after", "bytes_after", "bytes of the last pass' output"),
+        ("ledgerwire_compaction_keys", "keys", "distinct keys the last pass found"),
+        ("ledgerwire_compaction_last_run_timestamp_ms", "finished_ms", "when the last pass ended"),
+        ("ledgerwire_compaction_dirty_ratio", "dirty_ratio",
+         "uncompacted share of the cleanable ledgers at the last pass"),
+        ("ledgerwire_compaction_lag_offsets", "lag", "offsets above the compaction point"),
+        ("ledgerwire_compaction_passes", "passes", "compaction passes that rewrote ledgers"),
+    ):
+        if not compacted:
+            break
+        w.family(metric, "gauge", help_text)
+        for row in compacted:
+            w.sample(metric, {"topic": row["topic"], "partition": row["partition"]},
+                     row["compaction"][key])
 
 
 def _bookie_families(w: _Writer, bookies: Sequence[BookieGauges]) -> None:

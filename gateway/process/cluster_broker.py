@@ -250,6 +250,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         background = await stack.enter_async_context(trio.open_nursery())
         stack.callback(background.cancel_scope.cancel)
         background.start_soon(keep_running, "topic retention", topics.run_retention)
+        background.start_soon(keep_running, "log compaction", topics.compaction.run)
         background.start_soon(follow_topic_catalogue, store, topics, namespaces)
         background.start_soon(keep_running, "namespace follower",
                               partial(namespaces.follow, topics.reapply_configs))

@@ -149,6 +149,7 @@ async def run_standalone(
         background = await stack.enter_async_context(trio.open_nursery())
         stack.callback(background.cancel_scope.cancel)
         background.start_soon(topics.run_retention)
+        background.start_soon(topics.compaction.run)
         # namespaces/policies changed elsewhere reach this process (and its open partitions)
         background.start_soon(namespaces.follow, topics.reapply_configs)
         coordinator = GroupCoordinator(

@@ -9,6 +9,11 @@ its offset range (patched baseOffset, lastOffsetDelta).  Offsets grow with posit
    points (batches recorded as they were appended, every `append_interval`-th one, and every
    probe a previous search read), so repeated lookups cost few or no reads.
 
+A compacted log has gaps (offsets whose records were compacted away, batches that lost
+their last records keep their last offset): a lookup answers the entry holding the offset OR,
+when no entry holds it, the first entry after it -- Kafka serves a fetch from a compacted-away
+offset with the next surviving batch.
+
 The caller supplies `read_header(position)`; this module decides nothing about caching entries,
 durability, or which ledgers exist (it is told via `ledgers`).
 """
@@ -75,7 +80,8 @@ class OffsetIndex:
     async def locate(
         self, offset: int, ledgers: Sequence[LedgerInfo], read_header: ReadHeader
     ) -> Position | None:
-        """The position of the entry whose batch holds `offset`, or None if no entry does."""
+        """The position of the entry whose batch holds `offset`, else of the first entry after
+        it; None if no entry ends at or after `offset`."""
         candidates = [info for info in ledgers if info.entries > 0]
         if not candidates:
             return None
@@ -94,15 +100,19 @@ class OffsetIndex:
                 else:
                     hi = mid - 1
             if chosen < 0:
-                return None
-        info = candidates[chosen]
-        return await self._locate_in_ledger(offset, info, read_header)
+                return Position(candidates[0].ledger_id, 0)  # before the first entry
+        found = await self._locate_in_ledger(offset, candidates[chosen], read_header)
+        if found is None and chosen + 1 < len(candidates):
+            return Position(candidates[chosen + 1].ledger_id, 0)  # past its last entry
+        return found
 
     async def _locate_in_ledger(
         self, offset: int, info: LedgerInfo, read_header: ReadHeader
     ) -> Position | None:
+        """The first entry of the ledger whose last offset is >= `offset`, or None."""
         ledger_id = info.ledger_id
         lo_entry, hi_entry = 0, info.entries - 1
+        answer: int | None = None
         points = self._points.get(ledger_id, [])
         i = bisect.bisect_right(points, (offset, 1 << 62, 1 << 62))
         if i > 0:
@@ -110,17 +120,19 @@ class OffsetIndex:
             if base <= offset <= last:
                 return Position(ledger_id, entry_id)
             lo_entry = max(lo_entry, entry_id + 1)
-        if i < len(points):
-            hi_entry = min(hi_entry, points[i][2] - 1)
+        if i < len(points):  # starts after `offset`: the answer unless an earlier entry is
+            answer = points[i][2]
+            hi_entry = min(hi_entry, answer - 1)
         while lo_entry <= hi_entry:
             mid = (lo_entry + hi_entry) // 2
             position = Position(ledger_id, mid)
             header = await read_header(position)
             self.record_read(position, header.base_offset, header.last_offset)
-            if offset < header.base_offset:
-                hi_entry = mid - 1
-            elif offset > header.last_offset:
+            if offset > header.last_offset:
                 lo_entry = mid + 1
-            else:
+            elif offset >= header.base_offset:
                 return position
-        return None
+            else:
+                answer = mid
+                hi_entry = mid - 1
+        return None if answer is None else Position(ledger_id, answer)

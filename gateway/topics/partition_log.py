@@ -56,6 +56,7 @@ from ledger_backend.managed_ledger.types import (
     Position,
 )
 from ledger_backend.metadata.store import BadVersionError, MetadataError, MetadataStore, NoNodeError
+from protocols.kafka.batch_compaction import keyless_record_indexes
 from protocols.kafka.errors import (
     InvalidRecordError,
     KafkaProtocolError,
@@ -100,6 +101,7 @@ class PartitionLogConfig:
     max_timestamp_diff_ms: int | None = None
     index_append_interval: int = 8
     replay_chunk_entries: int = 256
+    compacted: bool = False  # cleanup.policy has "compact": records need keys
 
 
 def _now_ms() -> int:
@@ -164,7 +166,9 @@ class PartitionLog:
             self._state_version = 0
         self._state = state
         stored_start = int(state["log_start_offset"])
-        end = stored_start
+        # Compaction may remove the last records below its point (expired tombstones): the
+        # log end never goes below what it compacted through.
+        end = max(stored_start, int(state.get("cleaned_through", 0)))
         last = self.ledger.last_confirmed
         if last is not None:
             end = max(end, (await self.read_header(last)).last_offset + 1)
@@ -259,6 +263,8 @@ class PartitionLog:
         validate_batch(
             header, view, now_ms=now, max_timestamp_diff_ms=self.config.max_timestamp_diff_ms
         )
+        if self.config.compacted:
+            self._refuse_keyless(header, view)
         log_append = timestamp_type_log_append or self.config.log_append_time
 
         # From here to the ledger append: no checkpoint (offset order == entry order).
@@ -278,6 +284,16 @@ class PartitionLog:
         self._producers.update(header, base, now)
         await self._store_batch(header, stored)
         return AppendResult(base, now if log_append else -1, self.log_start_offset)
+
+    def _refuse_keyless(self, header: BatchHeader, view: memoryview) -> None:
+        keyless = keyless_record_indexes(header, view)
+        if keyless:
+            message = f"Compacted topic cannot accept message without key in {self.name}."
+            error = InvalidRecordError(
+                f"One or more records have been rejected: {len(keyless)} without a key"
+            )
+            error.record_errors = tuple((i, message) for i in keyless)
+            raise error
 
     async def write_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                                coordinator_epoch: int) -> int:
@@ -416,7 +432,12 @@ class PartitionLog:
             return cached
         try:
             return await read_stored(self, offset, hw, max_bytes)
-        except InvalidPositionError as exc:  # trimmed while we looked
+        except InvalidPositionError as exc:  # trimmed, or compacted, while we looked
+            if offset < self.log_start_offset:
+                raise OffsetOutOfRangeError(f"offset {offset} of {self.name} was deleted") from exc
+        try:  # a compaction swapped the ledgers under the read: once more, on the new list
+            return await read_stored(self, offset, hw, max_bytes)
+        except InvalidPositionError as exc:
             raise OffsetOutOfRangeError(f"offset {offset} of {self.name} was deleted") from exc
 
     async def wait_for_data(self, offset: int, timeout_s: float, *,
@@ -473,6 +494,27 @@ class PartitionLog:
             if new_start > self.log_start_offset:
                 await self._set_log_start(new_start)
         return deleted
+
+    # --- compaction (gateway/topics/compactor.py rewrites the ledgers) ----------------------------
+
+    @property
+    def cleaned_through(self) -> int:
+        """Offsets below this were compacted (the cleaner's checkpoint; 0: never)."""
+        return int(self._state.get("cleaned_through", 0))
+
+    async def record_cleaned_through(self, offset: int) -> None:
+        """Persist the compaction point BEFORE the swap that compacts up to it."""
+        self._check_usable()
+        if offset > self.cleaned_through:
+            await self._write_state(cleaned_through=offset)
+
+    def forget_rewritten(self, ledger_ids: list[int], cleaned_through: int) -> None:
+        """Drop what this log remembers of swapped-out ledgers and of batches below the
+        compaction point (the tail cache may still hold their uncompacted bytes)."""
+        self.offset_index.forget_ledgers(ledger_ids)
+        self.read_hints.clear()
+        self._cache.truncate_before(cleaned_through)
+        self._timestamps.truncate_before(cleaned_through)
 
     async def _set_log_start(self, offset: int) -> None:
         await self._write_state(log_start_offset=offset)

@@ -37,6 +37,8 @@ from typing import Any
 
 import trio
 
+from gateway.topics.compaction_service import CompactionService
+from gateway.topics.compactor import CompactionSettings, ledger_age_limit_s
 from gateway.topics.partition_log import PartitionLog, PartitionLogConfig
 from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
@@ -65,7 +67,8 @@ TOPIC_FORMAT_VERSION = 1
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _INT_CONFIGS = ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
-                "segment.ms", "min.insync.replicas", "message.timestamp.difference.max.ms")
+                "segment.ms", "min.insync.replicas", "message.timestamp.difference.max.ms",
+                "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -85,6 +88,8 @@ class TopicServiceConfig:
     max_ledger_age_s: float = 4 * 3600
     snapshot_interval_batches: int = 1000
     namespace: str = "public/default"
+    compaction_interval_s: float = 30.0  # background compaction passes (compacted topics)
+    compaction_max_bytes_per_s: float | None = 64 << 20  # read pace of a pass
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,14 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
                 int(configs[key])
             except (TypeError, ValueError) as exc:
                 raise InvalidConfigError(f"{key}={configs[key]!r} is not an integer") from exc
+    ratio = configs.get("min.cleanable.dirty.ratio")
+    if ratio is not None:
+        try:
+            ok = 0.0 <= float(ratio) <= 1.0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise InvalidConfigError(f"min.cleanable.dirty.ratio={ratio!r} is not in [0, 1]")
     ts_type = configs.get("message.timestamp.type")
     if ts_type is not None and ts_type not in _TIMESTAMP_TYPES:
         raise InvalidConfigError(f"message.timestamp.type must be one of {_TIMESTAMP_TYPES}")
@@ -156,6 +169,11 @@ class TopicService:
         # gateway.topics.backlog_quota.BacklogQuotas, or None: the Kafka produce and RocketMQ send
         # handlers ask it (`admit`) before appending to a partition.
         self.backlog_quotas: Any = None
+        # cleanup.policy=compact: background passes over the partitions open here (`run`),
+        # forced passes from the admin API (`compact_topic`).
+        self.compaction = CompactionService(
+            self, interval_s=self.config.compaction_interval_s,
+            max_bytes_per_s=self.config.compaction_max_bytes_per_s)
 
     @property
     def metadata_store(self) -> MetadataStore:
@@ -311,6 +329,7 @@ class TopicService:
             plog.config.max_message_bytes = plog_config.max_message_bytes
             plog.config.log_append_time = plog_config.log_append_time
             plog.config.max_timestamp_diff_ms = plog_config.max_timestamp_diff_ms
+            plog.config.compacted = plog_config.compacted
             try:
                 await plog.apply_retention()
             except Exception:  # e.g. a hand-off racing retention: the next owner applies it
@@ -386,8 +405,13 @@ class TopicService:
                 default_bytes = pol.retention_size_mb << 20 if pol.retention_size_mb > 0 else -1
         retention_ms = int(configs.get("retention.ms", default_ms))
         retention_bytes = int(configs.get("retention.bytes", default_bytes))
+        compaction = CompactionSettings.from_configs(configs)
+        if not compaction.delete:  # cleanup.policy=compact: nothing goes by age or size
+            retention_ms = retention_bytes = -1
         segment_bytes = configs.get("segment.bytes")
         segment_ms = configs.get("segment.ms")
+        segment_age_s = max(0.001, int(segment_ms) / 1000) if segment_ms is not None \
+            else self.config.max_ledger_age_s
         ml_config = ManagedLedgerConfig(
             ensemble_size=e,
             write_quorum=qw,
@@ -395,8 +419,7 @@ class TopicService:
             max_entries_per_ledger=self.config.max_entries_per_ledger,
             max_ledger_bytes=max(1, int(segment_bytes)) if segment_bytes is not None
             else self.config.max_ledger_bytes,
-            max_ledger_age_s=max(0.001, int(segment_ms) / 1000) if segment_ms is not None
-            else self.config.max_ledger_age_s,
+            max_ledger_age_s=ledger_age_limit_s(compaction, segment_age_s),
             retention_time_s=retention_ms / 1000 if retention_ms >= 0 else None,
             retention_bytes=retention_bytes if retention_bytes >= 0 else None,
         )
@@ -407,6 +430,7 @@ class TopicService:
             tail_cache_bytes=self.config.tail_cache_bytes,
             snapshot_interval_batches=self.config.snapshot_interval_batches,
             max_timestamp_diff_ms=int(diff) if diff is not None else None,
+            compacted=compaction.compact,
         )
         return ml_config, plog_config
 

@@ -157,7 +157,11 @@ class ManagedLedger:
 
     @property
     def ledgers(self) -> list[LedgerInfo]:
-        return [LedgerInfo(r.ledger_id, r.entries, r.size, r.created_ms) for r in self._records]
+        current = self._current.record
+        return [
+            LedgerInfo(r.ledger_id, r.entries, r.size, r.created_ms, r.closed and r is not current)
+            for r in self._records
+        ]
 
     @property
     def last_confirmed(self) -> Position | None:

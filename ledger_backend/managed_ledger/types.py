@@ -30,13 +30,15 @@ class Entry:
 class LedgerInfo:
     """One ledger of a managed ledger as seen from outside (a copy; changing it changes nothing).
 
-    entries/size count acknowledged entries only; created_ms is wall-clock milliseconds.
+    entries/size count acknowledged entries only; created_ms is wall-clock milliseconds;
+    closed: no entry will ever be added (only closed ledgers can be rewritten).
     """
 
     ledger_id: int
     entries: int
     size: int
     created_ms: int
+    closed: bool = True
 
 
 @dataclass

@@ -254,6 +254,16 @@ def rebuild_batch(header: BatchHeader, batch: bytes, payload: bytes,
     return bytes(out)
 
 
+def keyless_record_indexes(header: BatchHeader, batch: bytes | memoryview) -> list[int]:
+    """Indexes (within the batch) of its records without a key: a compacted topic refuses
+    them (Kafka's LogValidator). Decodes only the record framing, never copies values."""
+    if not header.records_count or header.is_control:
+        return []
+    payload = _payload(header, bytes(batch))
+    return [i for i, r in enumerate(iter_raw_records(payload, header.records_count))
+            if r.key is None]
+
+
 def batch_keys(batch: bytes) -> list[bytes | None]:
     """The key of every record of one batch (None for a keyless record), in order."""
     header = parse_header(batch)

@@ -588,6 +588,10 @@ class GroupSubscribedToTopicError(KafkaProtocolError):
 class InvalidRecordError(KafkaProtocolError):
     code = ErrorCode.INVALID_RECORD
 
+    # KIP-467: (batch index, message) of each refused record; the others of the batch fail
+    # with the partition's code (this one) and no message of their own, as in Kafka.
+    record_errors: tuple[tuple[int, str], ...] = ()
+
 
 @_register
 class UnstableOffsetCommitError(KafkaProtocolError):

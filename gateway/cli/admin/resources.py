@@ -4,6 +4,7 @@
     admin namespaces list [--tenant T] | create T/NS [--policy k=v]... | describe T/NS | delete T/NS
     admin topics     list [--namespace T/NS] | create NAME [--partitions N] [--config k=v]...
                      [--namespace T/NS] | describe NAME | delete NAME
+                     | compact NAME (a compaction pass now) | compaction NAME (progress, last)
     admin groups     list | describe GROUP | reset-offsets GROUP --topic T
                      (--to-earliest | --to-latest | --to-timestamp MS | --to-offset N)
                      [--partitions 0,1]
@@ -31,7 +32,8 @@ RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tenants": ("tenants: list, create, delete", ("list", "create", "delete")),
     "namespaces": ("namespaces: list, create, describe, delete",
                    ("list", "create", "describe", "delete")),
-    "topics": ("topics: list, create, describe, delete", ("list", "create", "describe", "delete")),
+    "topics": ("topics: list, create, describe, delete, compact, compaction",
+               ("list", "create", "describe", "delete", "compact", "compaction")),
     "groups": ("consumer groups: list, describe (lag), reset-offsets",
                ("list", "describe", "reset-offsets")),
     "bookies": ("bookies: list (state, disk use), gc", ("list", "gc")),
@@ -142,6 +144,16 @@ def _request(args: argparse.Namespace) -> tuple[str, str, Any, Callable[[Any], s
                 "namespace": args.namespace}, done
         if a == "describe":
             return "GET", path("topics", name), None, _topic_table
+        if a == "compact":
+            return "POST", path("topics", name, "compact"), {}, lambda d: table(
+                d, ["partition", "reason", "bytes_before", "bytes_after", "records_before",
+                    "records_after", "keys", "error", "skipped"])
+        if a == "compaction":
+            return "GET", path("topics", name, "compaction"), None, lambda d: table(
+                [{"partition": x["partition"], "running": x["running"],
+                  "phase": x["progress"]["phase"], "passes": x["passes"],
+                  "last": (x["last"] or {}).get("reason"), "error": x["last_error"]}
+                 for x in d], ["partition", "running", "phase", "passes", "last", "error"])
         return "DELETE", path("topics", name), None, done
     if r == "groups":
         if a == "list":

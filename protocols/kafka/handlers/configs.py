@@ -64,7 +64,7 @@ TOPIC_CONFIGS: dict[str, tuple[int, str | None, str]] = {
     "bookkeeper.ensemble.size": (TYPE_INT, None, "Bookies a ledger of this topic is striped over."),
     "bookkeeper.write.quorum": (TYPE_INT, None, "Copies written of each entry."),
     "bookkeeper.ack.quorum": (TYPE_INT, None, "Copies acknowledged before an append is."),
-    "cleanup.policy": (TYPE_LIST, "delete", "Retention policy: delete (compact is not applied)."),
+    "cleanup.policy": (TYPE_LIST, "delete", "delete, compact, or compact,delete."),
     "compression.type": (TYPE_STRING, "producer", "Batches are stored as the producer sent them."),
     "delete.retention.ms": (TYPE_LONG, "86400000", "Tombstone retention for compacted topics."),
     "file.delete.delay.ms": (TYPE_LONG, "60000", "Delay before a deleted ledger is removed."),

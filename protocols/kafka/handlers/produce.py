@@ -47,14 +47,16 @@ LOG_APPEND_TIME = "LogAppendTime"
 LEGACY_CONVERT_IN_THREAD_BYTES = 64 << 10
 
 
-def _partition_error(index: int, code: int, message: str | None) -> dict:
+def _partition_error(index: int, code: int, message: str | None,
+                     record_errors: tuple[tuple[int, str], ...] = ()) -> dict:
     return {
         "index": index,
         "error_code": int(code),
         "base_offset": -1,
         "log_append_time_ms": -1,
         "log_start_offset": -1,
-        "record_errors": [],
+        "record_errors": [{"batch_index": i, "batch_index_error_message": m}
+                          for i, m in record_errors],
         "error_message": message,
     }
 
@@ -122,7 +124,8 @@ async def _append_partition(
         }
     except Exception as exc:  # noqa: BLE001 - becomes this partition's error code
         code = error_code_of(exc, unavailable=ErrorCode.NOT_ENOUGH_REPLICAS)
-        out[index] = _partition_error(index, code, error_message_of(exc))
+        out[index] = _partition_error(index, code, error_message_of(exc),
+                                      getattr(exc, "record_errors", ()))
     finally:
         if not issued and turn is not None:
             turn.append_issued()
