@@ -62,6 +62,12 @@ FAMILIES: dict[str, list[tuple[int, str]]] = {
     "acls": [(29, "DescribeAcls"), (30, "CreateAcls"), (31, "DeleteAcls")],
     "configs": [(32, "DescribeConfigs"), (33, "AlterConfigs"), (44, "IncrementalAlterConfigs")],
     "log_dirs": [(35, "DescribeLogDirs")],
+    "leaders": [(43, "ElectLeaders")],
+    "transactions_admin": [(65, "DescribeTransactions"), (66, "ListTransactions")],
+    "scram_credentials": [
+        (50, "DescribeUserScramCredentials"),
+        (51, "AlterUserScramCredentials"),
+    ],
 }
 
 # Families generated from SHARE_SPEC_DIR (same layout).

@@ -429,11 +429,21 @@ class ConsumerGroupCoordinator:
 
     # ---- timers ------------------------------------------------------------------------------
 
+    def next_deadline(self) -> float:
+        """The earliest session end or revocation deadline of any member (inf when none)."""
+        deadlines = [float("inf")]
+        for group in self.groups.values():
+            for member in group.members.values():
+                deadlines.append(member.last_heartbeat + self.config.session_timeout_s)
+                if member.revoke_deadline is not None:
+                    deadlines.append(member.revoke_deadline)
+        return min(deadlines)
+
     def expire(self, now: float) -> None:
         """Remove members whose session ran out or who did not revoke within their timeout."""
         for group in list(self.groups.values()):
             for member in list(group.members.values()):
-                if now - member.last_heartbeat > self.config.session_timeout_s:
+                if now - member.last_heartbeat >= self.config.session_timeout_s:
                     self._remove(group, member.member_id, "session expired")
                 elif member.revoke_deadline is not None and now > member.revoke_deadline:
                     self._remove(group, member.member_id, "revocation timed out")

@@ -14,8 +14,9 @@ generation. A static member (group.instance.id) that comes back with no member i
 over its old incarnation's place (fencing it); in a Stable group with unchanged protocols it
 gets the current generation and assignment back, no rebalance (KIP-345). Members may commit
 with the current generation while a rebalance is prepared, not between JoinGroup and
-SyncGroup. Sessions expire in a background task. Waits are Trio events; the coordinator
-runs its timers in the nursery given to `run()`.
+SyncGroup. Sessions expire in a background task at each member's own deadline (not on a
+coarse tick), and a group whose last member leaves or expires is Empty at once. Waits are
+Trio events; the coordinator runs its timers in the nursery given to `run()`.
 
 The data (states, members, groups, offsets) lives in `group_model.py`; KIP-848 groups in
 `consumer_group_coordinator.py`, which this coordinator holds as `consumer_groups` (one
@@ -392,6 +393,15 @@ class GroupCoordinator(CommittedOffsets):
         return codes
 
     def _after_membership_change(self, group: Group, reason: str) -> None:
+        if not group.members and group.state is not GroupState.EMPTY:
+            # Nobody left to wait for: the group is Empty now, not after a timer's tick, so a
+            # DeleteGroups right after the last member left or expired succeeds (as in Kafka,
+            # whose delayed join completes at once when every remaining member has joined).
+            if group.state is not GroupState.PREPARING_REBALANCE:
+                group.transition(GroupState.PREPARING_REBALANCE)
+            self._complete_join(group)
+            group.wake()
+            return
         if group.state is GroupState.PREPARING_REBALANCE:
             group.wake()
         elif group.members:
@@ -399,15 +409,28 @@ class GroupCoordinator(CommittedOffsets):
         elif group.state is not GroupState.EMPTY:
             self._prepare_rebalance(group, reason)
 
+    def _next_session_deadline(self) -> float:
+        """The earliest moment a member's session (classic or KIP-848) can run out."""
+        deadlines = [m.last_heartbeat + m.session_timeout_s
+                     for group in self.groups.values() for m in group.members.values()
+                     if not m.joining]
+        deadlines.append(self.consumer_groups.next_deadline())
+        return min(deadlines)
+
     async def _expire_sessions(self) -> None:
+        """Expire each member at its own deadline (to the scheduler's precision), waking at
+        least every `expiry_check_interval_s` for members that joined since: a new member's
+        session is never shorter than the minimum session timeout, far above that interval."""
         while True:
-            await trio.sleep(self.config.expiry_check_interval_s)
+            now = trio.current_time()
+            await trio.sleep_until(min(self._next_session_deadline(),
+                                       now + self.config.expiry_check_interval_s))
             now = trio.current_time()
             for group in list(self.groups.values()):
                 expired = [
                     m.member_id
                     for m in group.members.values()
-                    if not m.joining and now - m.last_heartbeat > m.session_timeout_s
+                    if not m.joining and now - m.last_heartbeat >= m.session_timeout_s
                 ]
                 for member_id in expired:
                     log.info("session expired",

@@ -496,6 +496,11 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> TransactionMetadata | None:
         return self.transactions.get(transactional_id)
 
+    def list_transactions(self) -> list[TransactionMetadata]:
+        """Every transactional id this coordinator knows (ListTransactions filters them)."""
+        self._check_loaded()
+        return list(self.transactions.values())
+
     def pending_offset_partitions(self, group_id: str) -> set[OffsetKey]:
         """Partitions of `group_id` with offsets waiting in an open transaction (KIP-447: an
         OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for these)."""

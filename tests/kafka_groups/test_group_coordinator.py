@@ -140,6 +140,34 @@ async def test_session_expiry_removes_silent_member(autojump_clock: object) -> N
         nursery.cancel_scope.cancel()
 
 
+async def test_sessions_expire_at_their_own_deadline_and_the_group_empties_at_once(
+    autojump_clock: object,
+) -> None:
+    """Each member leaves the group within a few ms of last heartbeat + session timeout (not on
+    a coarse tick), and DeleteGroups right after the last one expired finds the group Empty."""
+    async with trio.open_nursery() as nursery:
+        coordinator = await start(nursery)
+        ids = await stable_static_group(coordinator)
+        group = coordinator.groups["g"]
+        await trio.sleep(0.37)  # off any tick a periodic check would use
+        coordinator.heartbeat(group_id="g", member_id=ids["a"], generation_id=1)
+        coordinator.heartbeat(group_id="g", member_id=ids["b"], generation_id=1)
+        beat = trio.current_time()
+        await trio.sleep(0.73)
+        coordinator.heartbeat(group_id="g", member_id=ids["b"], generation_id=1)
+        b_beat = trio.current_time()
+        await trio.sleep_until(beat + 10.0 - 0.01)  # the 10 s session of join_args
+        assert ids["a"] in group.members
+        await trio.sleep_until(beat + 10.0 + 0.01)
+        assert ids["a"] not in group.members and ids["b"] in group.members
+        await trio.sleep_until(b_beat + 10.0 + 0.01)
+        assert not group.members
+        assert group.state is GroupState.EMPTY
+        await coordinator.delete_group("g")
+        assert "g" not in coordinator.groups
+        nursery.cancel_scope.cancel()
+
+
 async def test_offsets_commit_fetch_and_generation_checks(autojump_clock: object) -> None:
     async with trio.open_nursery() as nursery:
         coordinator = await start(nursery)

@@ -55,6 +55,7 @@ from protocols.kafka.handlers.groups import (
     handle_sync_group,
 )
 from protocols.kafka.handlers.leader_epoch import handle_offset_for_leader_epoch
+from protocols.kafka.handlers.leaders import handle_elect_leaders
 from protocols.kafka.handlers.list_offsets import handle_list_offsets
 from protocols.kafka.handlers.metadata import handle_metadata
 from protocols.kafka.handlers.offsets import (
@@ -74,6 +75,10 @@ from protocols.kafka.handlers.transactions import (
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
     handle_end_txn,
+)
+from protocols.kafka.handlers.transactions_admin import (
+    handle_describe_transactions,
+    handle_list_transactions,
 )
 from protocols.kafka.handlers.txn_inter_broker import (
     WRITE_TXN_MARKERS,
@@ -123,6 +128,7 @@ HANDLERS: dict[int, HandlerSpec] = {
         HandlerSpec(29, "DescribeAcls", 0, 3, handle_describe_acls),
         HandlerSpec(30, "CreateAcls", 0, 3, handle_create_acls),
         HandlerSpec(31, "DeleteAcls", 0, 3, handle_delete_acls),
+        HandlerSpec(43, "ElectLeaders", 0, 2, handle_elect_leaders),
         HandlerSpec(17, "SaslHandshake", 0, 1, handle_sasl_handshake),
         HandlerSpec(36, "SaslAuthenticate", 0, 2, handle_sasl_authenticate),
         # Consumer groups and committed offsets (protocols.kafka.group_coordinator).
@@ -149,6 +155,11 @@ HANDLERS: dict[int, HandlerSpec] = {
                     handle_txn_offset_commit_or_apply, needs_transaction_coordinator=True),
         # Inter-broker: a cluster's transaction coordinator asks a partition's owner for markers.
         HandlerSpec(WRITE_TXN_MARKERS, "WriteTxnMarkers", 0, 1, handle_write_txn_markers,
+                    needs_transaction_coordinator=True),
+        # Transaction introspection (kafka-transactions.sh list / describe).
+        HandlerSpec(65, "DescribeTransactions", 0, 0, handle_describe_transactions,
+                    needs_transaction_coordinator=True),
+        HandlerSpec(66, "ListTransactions", 0, 1, handle_list_transactions,
                     needs_transaction_coordinator=True),
         # KIP-848 consumer groups (protocols.kafka.consumer_group_coordinator).
         HandlerSpec(68, "ConsumerGroupHeartbeat", 0, 1, handle_consumer_group_heartbeat, True),

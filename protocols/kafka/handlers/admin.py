@@ -19,14 +19,8 @@ from typing import Any
 
 from protocols.kafka.acl_model import (
     CLUSTER_NAME,
-    OP_ALTER,
-    OP_ALTER_CONFIGS,
-    OP_CLUSTER_ACTION,
-    OP_CREATE,
     OP_DELETE,
     OP_DESCRIBE,
-    OP_DESCRIBE_CONFIGS,
-    OP_IDEMPOTENT_WRITE,
     OP_READ,
     RES_CLUSTER,
     RES_TOPIC,
@@ -39,13 +33,14 @@ from protocols.kafka.errors import (
     KafkaProtocolError,
     TopicAuthorizationFailedError,
 )
+from protocols.kafka.handlers.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    cluster_authorized_operations,
+)
 from protocols.kafka.handlers.error_responses import error_code_of, error_message_of
 from protocols.kafka.handlers.topic_lookup import open_partition
 
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ENDPOINT_BROKERS = 1
-_CLUSTER_OPERATIONS = (OP_CREATE, OP_ALTER, OP_DESCRIBE, OP_CLUSTER_ACTION, OP_DESCRIBE_CONFIGS,
-                       OP_ALTER_CONFIGS, OP_IDEMPOTENT_WRITE)
 
 
 async def _delete_partition(ctx: RequestContext, topic: str, p: dict[str, Any]) -> dict:
@@ -70,15 +65,6 @@ async def handle_delete_records(ctx: RequestContext, header: RequestHeader, body
                            for p in t.get("partitions") or []],
         })
     return {"throttle_time_ms": 0, "topics": topics}
-
-
-def cluster_authorized_operations(ctx: RequestContext) -> int:
-    """Kafka's bit field: bit n set when operation n is allowed on the cluster."""
-    bits = 0
-    for op in _CLUSTER_OPERATIONS:
-        if ctx.authorize(op, RES_CLUSTER, CLUSTER_NAME):
-            bits |= 1 << op
-    return bits
 
 
 async def handle_describe_cluster(ctx: RequestContext, header: RequestHeader,

@@ -2,8 +2,8 @@
 
 `ADMIN_ERROR_BUILDERS` maps api key -> builder(version, request body, code, message) for the
 APIs whose responses carry errors per item rather than at the top: AlterConfigs (33),
-IncrementalAlterConfigs (44), DeleteRecords (21), DescribeProducers (61), CreateAcls (30) and
-DeleteAcls (31).  DescribeAcls, DescribeCluster, SaslHandshake and SaslAuthenticate have a
+IncrementalAlterConfigs (44), DeleteRecords (21), DescribeProducers (61), CreateAcls (30),
+DeleteAcls (31), ElectLeaders (43) and DescribeTransactions (65).  DescribeAcls, DescribeCluster, SaslHandshake and SaslAuthenticate have a
 top-level error code and need no builder.  `error_responses` merges this table into its own.
 
 This module must never import error_responses (it is imported by it) or do I/O.
@@ -50,6 +50,22 @@ def _delete_acls(version: int, body: dict, code: int, message: str | None) -> di
         for _ in body.get("filters") or []]}
 
 
+def _elect_leaders(version: int, body: dict, code: int, message: str | None) -> dict:
+    return {"throttle_time_ms": 0, "error_code": code, "replica_election_results": [
+        {"topic": t.get("topic", ""), "partition_result": [
+            {"partition_id": p, "error_code": code, "error_message": message}
+            for p in t.get("partitions") or []]}
+        for t in body.get("topic_partitions") or []]}
+
+
+def _describe_transactions(version: int, body: dict, code: int, message: str | None) -> dict:
+    return {"throttle_time_ms": 0, "transaction_states": [
+        {"error_code": code, "transactional_id": t, "transaction_state": "",
+         "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
+         "producer_epoch": -1, "topics": []}
+        for t in body.get("transactional_ids") or []]}
+
+
 ADMIN_ERROR_BUILDERS: dict[int, Callable[[int, dict, int, str | None], dict]] = {
     33: _alter_configs,
     44: _alter_configs,
@@ -57,4 +73,6 @@ ADMIN_ERROR_BUILDERS: dict[int, Callable[[int, dict, int, str | None], dict]] = 
     61: _describe_producers,
     30: _create_acls,
     31: _delete_acls,
+    43: _elect_leaders,
+    65: _describe_transactions,
 }

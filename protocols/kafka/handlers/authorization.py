@@ -7,6 +7,10 @@ exception into that answer.  `*_denied_code` return the code (0 when allowed) fo
 report errors per item (OffsetCommit/OffsetFetch partitions, DescribeGroups/DeleteGroups
 groups, Fetch/ListOffsets partitions).  Operation and resource codes are acl_model's.
 
+`cluster_authorized_operations` / `topic_authorized_operations` are Kafka's "authorized
+operations" bit fields (bit n set when operation n is allowed) that Metadata, DescribeCluster
+and DescribeTopics report on request; AUTHORIZED_OPERATIONS_OMITTED when not asked for.
+
 This module must never decide anything itself: `ctx.authorize` (the broker's authorizer) does.
 """
 
@@ -14,7 +18,15 @@ from __future__ import annotations
 
 from protocols.kafka.acl_model import (
     CLUSTER_NAME,
+    OP_ALTER,
+    OP_ALTER_CONFIGS,
+    OP_CLUSTER_ACTION,
+    OP_CREATE,
+    OP_DELETE,
+    OP_DESCRIBE,
+    OP_DESCRIBE_CONFIGS,
     OP_IDEMPOTENT_WRITE,
+    OP_READ,
     OP_WRITE,
     RES_CLUSTER,
     RES_GROUP,
@@ -29,6 +41,32 @@ from protocols.kafka.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# The operations Kafka reports per resource type (its AclEntry.supportedOperations).
+CLUSTER_OPERATIONS = (OP_CREATE, OP_ALTER, OP_DESCRIBE, OP_CLUSTER_ACTION, OP_DESCRIBE_CONFIGS,
+                      OP_ALTER_CONFIGS, OP_IDEMPOTENT_WRITE)
+TOPIC_OPERATIONS = (OP_READ, OP_WRITE, OP_CREATE, OP_DELETE, OP_ALTER, OP_DESCRIBE,
+                    OP_DESCRIBE_CONFIGS, OP_ALTER_CONFIGS)
+
+
+def _operation_bits(ctx: RequestContext, operations: tuple[int, ...], resource_type: int,
+                    name: str) -> int:
+    bits = 0
+    for op in operations:
+        if ctx.authorize(op, resource_type, name):
+            bits |= 1 << op
+    return bits
+
+
+def cluster_authorized_operations(ctx: RequestContext) -> int:
+    """The cluster operations the caller is allowed, as Kafka's bit field."""
+    return _operation_bits(ctx, CLUSTER_OPERATIONS, RES_CLUSTER, CLUSTER_NAME)
+
+
+def topic_authorized_operations(ctx: RequestContext, topic: str) -> int:
+    """The operations the caller is allowed on `topic`, as Kafka's bit field."""
+    return _operation_bits(ctx, TOPIC_OPERATIONS, RES_TOPIC, topic)
 
 
 def require_group(ctx: RequestContext, operation: int, group_id: str) -> None:

@@ -10,9 +10,16 @@ Requested topics that do not exist are created on the spot when the broker allow
 auto-creation and the request does too (v4+ `allow_auto_topic_creation`, always for v0-v3),
 with the broker's default partition count.
 
+A topic given by id (v10+: a non-zero `topic_id`; Java 4.x sends the name as "" then, not
+null) is looked up by id whatever the name says; an unknown id is UNKNOWN_TOPIC_ID.  Topics the
+topic service calls internal (RocketMQ's schedule, transaction and retry topics) carry
+`is_internal`, so tools hide them as they hide Kafka's own.
+
 Authorisation: listing all topics shows only those the caller may DESCRIBE; a named topic it
 may not describe gets TOPIC_AUTHORIZATION_FAILED, and so does an unknown one it may not create
-(CREATE on the cluster or on the topic) when auto-creation would apply.
+(CREATE on the cluster or on the topic) when auto-creation would apply.  When asked
+(v8+ include_topic_authorized_operations, v8-10 include_cluster_authorized_operations), each
+topic and the cluster carry the caller's allowed operations, computed from the ACLs.
 
 This module must never create a topic the request did not name.
 """
@@ -37,12 +44,15 @@ from protocols.kafka.errors import (
     KafkaProtocolError,
     TopicAlreadyExistsError,
 )
+from protocols.kafka.handlers.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    cluster_authorized_operations,
+    topic_authorized_operations,
+)
 from protocols.kafka.handlers.error_responses import ZERO_UUID, error_code_of
 from protocols.kafka.handlers.topic_lookup import topic_by_id, validate_topic_name
 
 log = logging.getLogger("ledgerwire.kafka.metadata")
-
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def partition_entries(ctx: RequestContext, partitions: int, topic: str = "") -> list[dict]:
@@ -77,14 +87,21 @@ def partition_entries(ctx: RequestContext, partitions: int, topic: str = "") -> 
     ]
 
 
-def topic_entry(ctx: RequestContext, info: Any) -> dict:
+def is_internal(ctx: RequestContext, name: str) -> bool:
+    """The topic service's word on whether `name` is a system topic (False if it has none)."""
+    internal = getattr(ctx.topics, "is_internal", None)
+    return bool(internal(name)) if internal is not None else False
+
+
+def topic_entry(ctx: RequestContext, info: Any, with_operations: bool = False) -> dict:
     return {
         "error_code": 0,
         "name": info.name,
         "topic_id": info.topic_id,
-        "is_internal": False,
+        "is_internal": is_internal(ctx, info.name),
         "partitions": partition_entries(ctx, info.partitions, info.name),
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "topic_authorized_operations": (topic_authorized_operations(ctx, info.name)
+                                        if with_operations else AUTHORIZED_OPERATIONS_OMITTED),
     }
 
 
@@ -127,25 +144,28 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
     allow_auto_create = config.auto_create_topics and (
         version < 4 or bool(body.get("allow_auto_topic_creation", True))
     )
+    with_ops = version >= 8 and bool(body.get("include_topic_authorized_operations"))
     topics_out: list[dict] = []
     if all_topics:
         for name, info in sorted(ctx.topics.topics().items()):
             if ctx.authorize(OP_DESCRIBE, RES_TOPIC, name):
-                topics_out.append(topic_entry(ctx, info))
+                topics_out.append(topic_entry(ctx, info, with_ops))
     else:
         seen: set[str] = set()
+        no_name = None if version >= 12 else ""  # the response's name is nullable from v12
         for item in requested or []:
             name = item.get("name")
             topic_id = item.get("topic_id")
-            if name is None:
+            if name is None or (topic_id is not None and topic_id.int != 0):
                 info = topic_by_id(ctx, topic_id)
                 if info is None:
-                    topics_out.append(error_topic_entry(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
+                    topics_out.append(error_topic_entry(no_name, topic_id,
+                                                        ErrorCode.UNKNOWN_TOPIC_ID))
                 elif not ctx.authorize(OP_DESCRIBE, RES_TOPIC, info.name):
                     topics_out.append(error_topic_entry(
-                        None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                        no_name, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 else:
-                    topics_out.append(topic_entry(ctx, info))
+                    topics_out.append(topic_entry(ctx, info, with_ops))
                 continue
             if name in seen:
                 continue
@@ -172,7 +192,7 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
                     error_topic_entry(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 )
             else:
-                topics_out.append(topic_entry(ctx, info))
+                topics_out.append(topic_entry(ctx, info, with_ops))
     brokers = [
         {
             "node_id": config.broker_id,
@@ -194,5 +214,8 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
         "cluster_id": config.cluster_id,
         "controller_id": controller_id,
         "topics": topics_out,
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": (
+            cluster_authorized_operations(ctx)
+            if 8 <= version <= 10 and body.get("include_cluster_authorized_operations")
+            else AUTHORIZED_OPERATIONS_OMITTED),
     }

@@ -24,14 +24,17 @@ from . import (
     fetch,
     group_offsets,
     groups,
+    leaders,
     list_offsets,
     log_dirs,
     metadata,
     produce,
     sasl,
+    scram_credentials,
     share_groups,
     topics_admin,
     transactions,
+    transactions_admin,
 )
 from .model import MISSING, ApiSchema, Field, VersionRange, parse_versions, snake_case
 
@@ -83,6 +86,11 @@ _ALL: tuple[ApiSchema, ...] = (
     share_groups.DESCRIBE_SHARE_GROUP_OFFSETS,
     share_groups.ALTER_SHARE_GROUP_OFFSETS,
     share_groups.DELETE_SHARE_GROUP_OFFSETS,
+    leaders.ELECT_LEADERS,
+    scram_credentials.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    scram_credentials.ALTER_USER_SCRAM_CREDENTIALS,
+    transactions_admin.DESCRIBE_TRANSACTIONS,
+    transactions_admin.LIST_TRANSACTIONS,
 )
 
 SCHEMAS: MappingProxyType[int, ApiSchema] = MappingProxyType(
