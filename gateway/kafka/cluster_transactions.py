@@ -382,6 +382,11 @@ class ClusterTransactionCoordinator(CoordinatorPartitionLoader[TransactionCoordi
     def describe(self, transactional_id: str) -> TransactionMetadata | None:
         return self._for(transactional_id).describe(transactional_id)
 
+    def list_transactions(self) -> list[TransactionMetadata]:
+        """The transactions of every transaction partition this broker has loaded."""
+        return [txn for running in self._running.values()
+                for txn in running.coordinator.list_transactions()]
+
     def pending_offset_partitions(self, group_id: str) -> set[OffsetKey]:
         """KIP-447's unstable offsets: those of this broker's transactions, and those forwarded
         by this broker (the group's coordinator) to another's and not settled yet."""

@@ -7,7 +7,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * A transactional producer (`transactional_id`): `committed` records in one committed
- * transaction, then `aborted` records in an aborted one, then (with `open` > 0) that many
+ * transaction, then `aborted` records in an aborted one (none when the count is 0), then (with `open` > 0) that many
  * records in a transaction left open while the program sleeps `hold_ms` (so admin tools can see
  * an ongoing transaction), then aborts it. Values are "committed-N", "aborted-N", "open-N".
  * Emits "committed", "aborted", "open" (when used) and "done".
@@ -22,12 +22,18 @@ public final class KafkaTransactions {
         String topic = a.str("topic");
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             producer.initTransactions();
-            sendAll(producer, topic, "committed", a.integer("committed", 5));
-            producer.commitTransaction();
-            Out.emit("committed", "count", a.integer("committed", 5));
-            sendAll(producer, topic, "aborted", a.integer("aborted", 5));
-            producer.abortTransaction();
-            Out.emit("aborted", "count", a.integer("aborted", 5));
+            int committed = a.integer("committed", 5);
+            if (committed > 0) {
+                sendAll(producer, topic, "committed", committed);
+                producer.commitTransaction();
+                Out.emit("committed", "count", committed);
+            }
+            int aborted = a.integer("aborted", 5);
+            if (aborted > 0) {
+                sendAll(producer, topic, "aborted", aborted);
+                producer.abortTransaction();
+                Out.emit("aborted", "count", aborted);
+            }
             int open = a.integer("open", 0);
             if (open > 0) {
                 sendAll(producer, topic, "open", open);
@@ -42,7 +48,6 @@ public final class KafkaTransactions {
 
     private static void sendAll(KafkaProducer<byte[], byte[]> producer, String topic, String kind, int n)
             throws Exception {
-        if (n == 0) return;
         producer.beginTransaction();
         for (int i = 0; i < n; i++) {
             producer.send(new ProducerRecord<>(topic, ("k" + i).getBytes(StandardCharsets.UTF_8),

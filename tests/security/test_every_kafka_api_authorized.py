@@ -97,6 +97,12 @@ def no_cluster_operations(answer: dict[str, Any]) -> None:
     assert answer["cluster_authorized_operations"] in (0, -(2**31)), answer
 
 
+def txn_not_listed(answer: dict[str, Any]) -> None:
+    """Kafka lists only the transactional ids the caller may describe."""
+    assert answer["error_code"] == 0, answer
+    assert TXN not in {t["transactional_id"] for t in answer["transaction_states"]}, answer
+
+
 # api key -> [(version, body, check)], all sent by mallory.
 PROBES: dict[int, list[tuple[int, dict[str, Any], Check]]] = {
     0: [(9, {"acks": -1, "timeout_ms": 5000, "topic_data": [
@@ -194,8 +200,13 @@ PROBES: dict[int, list[tuple[int, dict[str, Any], Check]]] = {
     47: [(0, {"group_id": GROUP, "topics": [{"name": SECRET,
                                              "partitions": [{"partition_index": 0}]}]},
           refused(GROUP_DENIED))],
+    43: [(2, {"election_type": 0, "topic_partitions": [{"topic": SECRET, "partitions": [0]}],
+              "timeout_ms": 5000}, refused(CLUSTER_DENIED))],
     60: [(1, {"include_cluster_authorized_operations": True}, no_cluster_operations)],
     61: [(0, {"topics": [{"name": SECRET, "partition_indexes": [0]}]}, refused(TOPIC_DENIED))],
+    65: [(0, {"transactional_ids": [TXN]}, refused(TXN_DENIED))],
+    66: [(1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1},
+          txn_not_listed)],
     68: [(0, {"group_id": GROUP_848, "member_id": "", "member_epoch": 0,
               "rebalance_timeout_ms": 30000, "subscribed_topic_names": [SECRET],
               "topic_partitions": []}, refused(GROUP_DENIED)),
