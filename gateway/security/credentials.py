@@ -6,8 +6,10 @@ compare-and-set on its version.  PLAIN logins are checked against the user's SCR
 (SHA-512 preferred), so a user added for SCRAM can also log in with PLAIN over TLS.
 
 `CredentialStore.lookup` is what the SASL handlers call per login (one store read);
-`ensure_user` is idempotent (keeps a credential whose password still matches) so users listed
-in the broker configuration can be applied at every start.  PBKDF2 runs in a worker thread.
+`mechanisms_of` and `alter` serve Kafka's Describe/AlterUserScramCredentials (the same store
+`ledgerwire users` manages); `ensure_user` is idempotent (keeps a credential whose password
+still matches) so users listed in the broker configuration can be applied at every start.
+PBKDF2 runs in a worker thread.
 
 This module must never store, return or log a password.
 """
@@ -87,6 +89,18 @@ class CredentialStore:
         if mechanism == PLAIN:
             return credentials.get(SCRAM_SHA_512) or credentials.get(SCRAM_SHA_256)
         return credentials.get(mechanism)
+
+    async def mechanisms_of(self, user: str) -> dict[str, int] | None:
+        """mechanism -> iterations of `user`'s credentials, or None when it has none."""
+        found = await self._read(user)
+        if found is None or not found[0]:
+            return None
+        return {m: c.iterations for m, c in found[0].items()}
+
+    async def alter(self, user: str, change: dict[str, ScramCredential | None]) -> None:
+        """Set (a credential) or remove (None) the given mechanisms of `user` in one
+        compare-and-set; the user disappears when no credential is left."""
+        await self._change(user, change)
 
     async def _change(self, user: str, change: dict[str, ScramCredential | None]) -> None:
         for _ in range(_CAS_ATTEMPTS):

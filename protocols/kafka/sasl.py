@@ -46,6 +46,7 @@ SCRAM_SHA_512 = "SCRAM-SHA-512"
 SCRAM_HASHES = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 ALL_MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
 MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384  # Kafka's ScramMechanism maxIterations
 DEFAULT_ITERATIONS = 4096
 
 
@@ -103,9 +104,28 @@ def _derive_keys(
 ) -> tuple[bytes, bytes]:
     name = SCRAM_HASHES[mechanism]
     salted = hashlib.pbkdf2_hmac(name, password.encode("utf-8"), salt, iterations)
+    return _keys_of_salted(name, salted)
+
+
+def _keys_of_salted(name: str, salted: bytes) -> tuple[bytes, bytes]:
+    """(StoredKey, ServerKey) from a SaltedPassword (RFC 5802 section 3)."""
     client_key = hmac.new(salted, b"Client Key", name).digest()
     server_key = hmac.new(salted, b"Server Key", name).digest()
     return hashlib.new(name, client_key).digest(), server_key
+
+
+def credential_from_salted(mechanism: str, salt: bytes, salted_password: bytes,
+                           iterations: int) -> ScramCredential:
+    """The stored form of a credential whose SaltedPassword a client computed (Kafka's
+    AlterUserScramCredentials sends salt and SaltedPassword, never the password)."""
+    if mechanism not in SCRAM_HASHES:
+        raise ValueError(f"not a SCRAM mechanism: {mechanism}")
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise ValueError(f"SCRAM iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")
+    if not salt or not salted_password:
+        raise ValueError("empty salt or salted password")
+    stored_key, server_key = _keys_of_salted(SCRAM_HASHES[mechanism], salted_password)
+    return ScramCredential(mechanism, salt, iterations, stored_key, server_key)
 
 
 def make_credential(mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS,

@@ -121,18 +121,24 @@ final class KafkaAdminOps {
                 return true;
             }
             case "describe_scram": {
+                // every user (users=null), or each named user's own description (its error)
                 try {
-                    Map<String, UserScramCredentialsDescription> all = a.list("users").length == 0
-                            ? admin.describeUserScramCredentials().all().get()
-                            : admin.describeUserScramCredentials(Arrays.asList(a.list("users"))).all().get();
-                    for (Map.Entry<String, UserScramCredentialsDescription> e : all.entrySet()) {
-                        List<Object> infos = new ArrayList<>();
-                        for (ScramCredentialInfo i : e.getValue().credentialInfos()) {
-                            infos.add(Out.map("mechanism", i.mechanism().mechanismName(), "iterations", i.iterations()));
+                    if (a.list("users").length == 0) {
+                        Map<String, UserScramCredentialsDescription> all =
+                                admin.describeUserScramCredentials().all().get();
+                        for (UserScramCredentialsDescription d : all.values()) scramUser(d);
+                        Out.emit("described", "count", all.size());
+                    } else {
+                        org.apache.kafka.clients.admin.DescribeUserScramCredentialsResult r =
+                                admin.describeUserScramCredentials(Arrays.asList(a.list("users")));
+                        for (String user : a.list("users")) {
+                            try {
+                                scramUser(r.description(user).get());
+                            } catch (Exception ex) {
+                                Out.error(ex, "user", user);
+                            }
                         }
-                        Out.emit("scram_user", "user", e.getKey(), "credentials", infos);
                     }
-                    Out.emit("described", "count", all.size());
                 } catch (Exception ex) {
                     Out.error(ex);
                 }
@@ -164,5 +170,13 @@ final class KafkaAdminOps {
             default:
                 return false;
         }
+    }
+
+    private static void scramUser(UserScramCredentialsDescription d) {
+        List<Object> infos = new ArrayList<>();
+        for (ScramCredentialInfo i : d.credentialInfos()) {
+            infos.add(Out.map("mechanism", i.mechanism().mechanismName(), "iterations", i.iterations()));
+        }
+        Out.emit("scram_user", "user", d.name(), "credentials", infos);
     }
 }

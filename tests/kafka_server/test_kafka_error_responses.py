@@ -32,6 +32,8 @@ SAMPLE_BODIES: dict[int, dict] = {
     32: {"resources": [{"resource_type": 2, "resource_name": "t"}]},
     37: {"topics": [{"name": "t"}]},
     43: {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [3]}]},
+    50: {"users": [{"name": "u"}]},
+    51: {"deletions": [{"name": "u", "mechanism": 1}], "upsertions": []},
     65: {"transactional_ids": ["x"]},
     66: {},
 }

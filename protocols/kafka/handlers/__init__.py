@@ -66,6 +66,10 @@ from protocols.kafka.handlers.offsets import (
 from protocols.kafka.handlers.produce import handle_produce
 from protocols.kafka.handlers.producer_ids import handle_init_producer_id
 from protocols.kafka.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from protocols.kafka.handlers.scram_admin import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+)
 from protocols.kafka.handlers.topics_admin import (
     handle_create_partitions,
     handle_create_topics,
@@ -129,6 +133,9 @@ HANDLERS: dict[int, HandlerSpec] = {
         HandlerSpec(30, "CreateAcls", 0, 3, handle_create_acls),
         HandlerSpec(31, "DeleteAcls", 0, 3, handle_delete_acls),
         HandlerSpec(43, "ElectLeaders", 0, 2, handle_elect_leaders),
+        HandlerSpec(50, "DescribeUserScramCredentials", 0, 0,
+                    handle_describe_user_scram_credentials),
+        HandlerSpec(51, "AlterUserScramCredentials", 0, 0, handle_alter_user_scram_credentials),
         HandlerSpec(17, "SaslHandshake", 0, 1, handle_sasl_handshake),
         HandlerSpec(36, "SaslAuthenticate", 0, 2, handle_sasl_authenticate),
         # Consumer groups and committed offsets (protocols.kafka.group_coordinator).

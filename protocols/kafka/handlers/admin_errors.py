@@ -3,8 +3,9 @@
 `ADMIN_ERROR_BUILDERS` maps api key -> builder(version, request body, code, message) for the
 APIs whose responses carry errors per item rather than at the top: AlterConfigs (33),
 IncrementalAlterConfigs (44), DeleteRecords (21), DescribeProducers (61), CreateAcls (30),
-DeleteAcls (31), ElectLeaders (43) and DescribeTransactions (65).  DescribeAcls, DescribeCluster, SaslHandshake and SaslAuthenticate have a
-top-level error code and need no builder.  `error_responses` merges this table into its own.
+DeleteAcls (31), ElectLeaders (43), AlterUserScramCredentials (51) and DescribeTransactions
+(65).  DescribeAcls, DescribeCluster, SaslHandshake and SaslAuthenticate have a top-level
+error code and need no builder.  `error_responses` merges this table into its own.
 
 This module must never import error_responses (it is imported by it) or do I/O.
 """
@@ -66,6 +67,13 @@ def _describe_transactions(version: int, body: dict, code: int, message: str | N
         for t in body.get("transactional_ids") or []]}
 
 
+def _alter_scram(version: int, body: dict, code: int, message: str | None) -> dict:
+    users = dict.fromkeys(str(i.get("name", "")) for kind in ("deletions", "upsertions")
+                          for i in body.get(kind) or [])
+    return {"throttle_time_ms": 0, "results": [
+        {"user": u, "error_code": code, "error_message": message} for u in users]}
+
+
 ADMIN_ERROR_BUILDERS: dict[int, Callable[[int, dict, int, str | None], dict]] = {
     33: _alter_configs,
     44: _alter_configs,
@@ -74,5 +82,6 @@ ADMIN_ERROR_BUILDERS: dict[int, Callable[[int, dict, int, str | None], dict]] = 
     30: _create_acls,
     31: _delete_acls,
     43: _elect_leaders,
+    51: _alter_scram,
     65: _describe_transactions,
 }
