@@ -110,7 +110,9 @@ def _inter_broker_password(config: Config) -> str:
 
 def peer_client_ssl_context(config: Config) -> ssl.SSLContext:
     """TLS to peers, trusting security.inter_broker_ssl_cafile (default: the listener's own
-    certificate file, right for a cluster whose brokers share a certificate or its CA)."""
+    certificate file, right for a cluster whose brokers share a certificate or its CA).  On
+    an SSL listener the broker presents its own certificate: its mapped DN is its principal
+    (list it in security.super_users, as Kafka operators list brokers in super.users)."""
     cafile = config.security.inter_broker_ssl_cafile or config.kafka.ssl_certfile
     try:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
@@ -118,6 +120,11 @@ def peer_client_ssl_context(config: Config) -> ssl.SSLContext:
         raise ConfigError(f"cannot load the inter-broker CA file {cafile}: {exc}") from exc
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = config.security.inter_broker_ssl_check_hostname
+    if config.kafka.security_protocol == "SSL":  # as a Kafka broker: its keystore names it
+        try:
+            context.load_cert_chain(config.kafka.ssl_certfile, config.kafka.ssl_keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the broker certificate for peers: {exc}") from exc
     return context
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protocols.kafka.ssl_principal import BadMappingRuleError, parse_rules
+
 
 class ConfigError(ValueError):
     """A configuration value is missing, malformed or inconsistent."""
@@ -59,6 +61,13 @@ class KafkaConfig:
         default_factory=lambda: ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
     ssl_certfile: str = ""  # PEM certificate chain
     ssl_keyfile: str = ""  # PEM private key
+    # Kafka's ssl.client.auth: none | requested | required (client certificates checked
+    # against ssl_cafile); on an SSL listener the certificate's DN, mapped by
+    # ssl_principal_mapping_rules (Kafka's syntax, protocols/kafka/ssl_principal.py), is the
+    # principal; without a certificate the client is User:ANONYMOUS.
+    ssl_client_auth: str = "none"
+    ssl_cafile: str = ""
+    ssl_principal_mapping_rules: list[str] = field(default_factory=lambda: ["DEFAULT"])
 
 
 @dataclass
@@ -158,8 +167,11 @@ class SecurityConfig:
     inter_broker_ssl_check_hostname: bool = True
 
     def authorization_enabled(self, security_protocol: str) -> bool:
+        """"auto": on wherever clients can be told apart (SASL, or TLS with client
+        certificates; an SSL client without one is User:ANONYMOUS and, as in Kafka, refused
+        unless an ACL or allow_everyone_if_no_acl_found lets it in)."""
         if self.authorization == "auto":
-            return security_protocol.startswith("SASL_")
+            return security_protocol != "PLAINTEXT"
         return self.authorization == "on"
 
 
@@ -202,6 +214,15 @@ class Config:
         if k.security_protocol in ("SSL", "SASL_SSL") and not (k.ssl_certfile and k.ssl_keyfile):
             raise ConfigError(f"kafka.security_protocol={k.security_protocol} needs "
                               "kafka.ssl_certfile and kafka.ssl_keyfile")
+        if k.ssl_client_auth not in ("none", "requested", "required"):
+            raise ConfigError("kafka.ssl_client_auth must be none, requested or required")
+        if k.ssl_client_auth != "none" and not k.ssl_cafile:
+            raise ConfigError("kafka.ssl_client_auth needs kafka.ssl_cafile (the CA that "
+                              "signs client certificates)")
+        try:
+            parse_rules(k.ssl_principal_mapping_rules)
+        except BadMappingRuleError as exc:
+            raise ConfigError(f"kafka.ssl_principal_mapping_rules: {exc}") from exc
         unknown = set(k.sasl_mechanisms) - {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
         if unknown or not k.sasl_mechanisms:
             raise ConfigError(f"kafka.sasl_mechanisms: unknown {sorted(unknown)} (PLAIN, "

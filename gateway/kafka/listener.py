@@ -49,6 +49,7 @@ import trio
 
 from gateway.kafka.broker import CloseConnection, KafkaBroker
 from ledger_backend.faults import log_failure
+from protocols.kafka.acl_model import ANONYMOUS
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
     KafkaProtocolError,
@@ -58,6 +59,11 @@ from protocols.kafka.errors import (
 from protocols.kafka.framing import FrameReader
 from protocols.kafka.handlers.sasl import authenticate_token
 from protocols.kafka.sasl import SaslSession, SaslState
+from protocols.kafka.ssl_principal import (
+    CertificateIdentity,
+    NoMatchingRuleError,
+    SslPrincipalMapper,
+)
 
 log = logging.getLogger("ledgerwire.kafka.listener")
 
@@ -144,6 +150,7 @@ class _Connection:
         self.receive_started = 0.0
         self.send_started: float | None = None  # the writer is sending since (watchdog)
         self.write_scope = trio.CancelScope()
+        self.identity: CertificateIdentity | None = None  # SSL listener: the certificate's
 
     def stop_reading(self) -> None:
         self.read_scope.cancel()
@@ -204,6 +211,8 @@ class _Connection:
         if self.server.sasl_mechanisms is not None:
             session = SaslSession(self.server.sasl_mechanisms)
             ctx.session = session
+        elif self.identity is not None:
+            ctx.session = self.identity
         receive_some = self.stream.receive_some
         while True:
             self.receive_started = trio.current_time()
@@ -364,10 +373,12 @@ class _Connection:
 class _KafkaServer:
     def __init__(self, broker: KafkaBroker, drain_timeout_s: float, *,
                  ssl_context: ssl.SSLContext | None = None,
-                 sasl_mechanisms: tuple[str, ...] | None = None) -> None:
+                 sasl_mechanisms: tuple[str, ...] | None = None,
+                 ssl_principal: SslPrincipalMapper | None = None) -> None:
         self.broker = broker
         self.ssl_context = ssl_context
         self.sasl_mechanisms = sasl_mechanisms
+        self.ssl_principal = ssl_principal
         self.drain_timeout_s = drain_timeout_s
         self.connections: set[_Connection] = set()
         self._closing = trio.Event()
@@ -404,6 +415,16 @@ class _KafkaServer:
                 return
             served = tls
         connection = _Connection(self, served)
+        if self.ssl_principal is not None and isinstance(served, trio.SSLStream):
+            certificate = served.getpeercert()
+            try:
+                principal = (self.ssl_principal.principal(certificate["subject"])
+                             if certificate else ANONYMOUS)
+            except NoMatchingRuleError as exc:
+                log.warning("TLS client refused: %s", exc, extra={"client": connection.peer})
+                await trio.aclose_forcefully(served)
+                return
+            connection.identity = CertificateIdentity(principal)
         self.connections.add(connection)
         log.debug("connection accepted", extra={"client": connection.peer})
         try:
@@ -436,20 +457,22 @@ async def serve_kafka(
     drain_timeout_s: float | None = None,
     ssl_context: ssl.SSLContext | None = None,
     sasl_mechanisms: tuple[str, ...] | None = None,
+    ssl_principal: SslPrincipalMapper | None = None,
 ) -> None:
     """Serve Kafka clients on host:port until cancelled, then drain gracefully.
 
     `task_status.started(ListenAddress(host, port))` reports the bound address (port 0 picks a
     free port, which the broker then advertises if its configured advertised port is 0).
     `ssl_context` (server side) turns on TLS; `sasl_mechanisms` requires SASL authentication
-    with one of those mechanisms (see the module docstring).
+    with one of those mechanisms (see the module docstring); `ssl_principal` (an SSL listener
+    without SASL) names each client by its certificate, User:ANONYMOUS without one.
     """
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
     broker.listener_bound(bound_port)
     server = _KafkaServer(
         broker, broker.config.drain_timeout_s if drain_timeout_s is None else drain_timeout_s,
-        ssl_context=ssl_context, sasl_mechanisms=sasl_mechanisms,
+        ssl_context=ssl_context, sasl_mechanisms=sasl_mechanisms, ssl_principal=ssl_principal,
     )
     async with trio.open_nursery() as nursery:
         connections = await nursery.start(server.run_connections)

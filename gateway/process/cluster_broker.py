@@ -297,7 +297,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         async with trio.open_nursery() as servers:
             await servers.start(partial(serve_kafka, broker, bind_host, bind_port,
                                         ssl_context=security.kafka.ssl_context,
-                                        sasl_mechanisms=security.kafka.sasl_mechanisms))
+                                        sasl_mechanisms=security.kafka.sasl_mechanisms,
+                                        ssl_principal=security.kafka.ssl_principal))
             ownership.me = BrokerEndpoint(k.broker_id, adv_host, broker.advertised_port)
             if rocketmq is not None:
                 await rocketmq.serve(servers)

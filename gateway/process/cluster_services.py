@@ -103,6 +103,12 @@ async def setup_inter_broker_security(config: Config, security: KafkaSecurity) -
     peers = peer_security_from_config(config)
     protocol = config.kafka.security_protocol
     if peers.sasl_mechanism is None:
+        if protocol == "SSL" and config.kafka.ssl_client_auth == "none" \
+                and security.authorizer.enabled:
+            log.warning("an SSL listener with kafka.ssl_client_auth = none: brokers are "
+                        "User:ANONYMOUS to each other and requests to other brokers will be "
+                        "refused; require client certificates and list the brokers' "
+                        "principal in security.super_users")
         if protocol.startswith("SASL_"):
             log.warning("security.inter_broker_user is not set on a %s listener: requests to "
                         "other brokers (transaction markers, transactional offsets) will be "

@@ -212,7 +212,8 @@ async def run_standalone(
         async with trio.open_nursery() as servers:
             await servers.start(partial(serve_kafka, broker, bind_host, bind_port,
                                         ssl_context=security.ssl_context,
-                                        sasl_mechanisms=security.sasl_mechanisms))
+                                        sasl_mechanisms=security.sasl_mechanisms,
+                                        ssl_principal=security.ssl_principal))
             if rocketmq is not None:
                 await rocketmq.serve(servers)
             admin.ready = True

@@ -12,7 +12,9 @@
   directory the running process locks;
 - the ACL store and authorizer (gateway/security/acl_store.py) with super users and
   allow_everyone_if_no_acl_found; authorisation is enforced when security.authorization says
-  so ("auto": on SASL listeners).
+  so ("auto": on every listener but PLAINTEXT);
+- on an SSL listener, the mapper from a client certificate to its principal
+  (kafka.ssl_client_auth, kafka.ssl_principal_mapping_rules).
 
 This module must never log passwords or keep them after the credentials are written.
 """
@@ -31,6 +33,7 @@ from gateway.security.acl_store import AclStore, Authorizer
 from gateway.security.credentials import CredentialStore
 from ledger_backend.metadata.store import MetadataStore
 from protocols.kafka.sasl import SCRAM_SHA_256, SCRAM_SHA_512
+from protocols.kafka.ssl_principal import SslPrincipalMapper
 
 log = logging.getLogger("ledgerwire.security")
 
@@ -42,15 +45,30 @@ class KafkaSecurity:
     credentials: CredentialStore
     acls: AclStore
     authorizer: Authorizer
+    # SSL listeners: the client certificate's principal (None: SASL decides, or no TLS)
+    ssl_principal: SslPrincipalMapper | None = None
 
 
-def server_ssl_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+_CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
+                "required": ssl.CERT_REQUIRED}
+
+
+def server_ssl_context(certfile: str, keyfile: str, *, client_auth: str = "none",
+                       cafile: str = "") -> ssl.SSLContext:
+    """TLS 1.2+; with client_auth requested/required, client certificates signed by the CA
+    of `cafile` are asked for (Kafka's ssl.client.auth)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(certfile, keyfile)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"cannot load TLS certificate {certfile} / key {keyfile}: {exc}") from exc
+    if client_auth != "none":
+        try:
+            context.load_verify_locations(cafile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the client CA {cafile}: {exc}") from exc
+        context.verify_mode = _CLIENT_AUTH[client_auth]
     return context
 
 
@@ -76,7 +94,10 @@ async def setup_kafka_security(config: Config, store: MetadataStore) -> KafkaSec
     protocol = k.security_protocol
     ssl_context = None
     if protocol in ("SSL", "SASL_SSL"):
-        ssl_context = server_ssl_context(k.ssl_certfile, k.ssl_keyfile)
+        ssl_context = server_ssl_context(k.ssl_certfile, k.ssl_keyfile,
+                                         client_auth=k.ssl_client_auth, cafile=k.ssl_cafile)
+    ssl_principal = (SslPrincipalMapper(k.ssl_principal_mapping_rules) if protocol == "SSL"
+                     else None)
     mechanisms = tuple(k.sasl_mechanisms) if protocol.startswith("SASL_") else None
     credentials = CredentialStore(store)
     for user in configured_users(config):
@@ -95,4 +116,4 @@ async def setup_kafka_security(config: Config, store: MetadataStore) -> KafkaSec
     )
     log.info("kafka security", extra={"protocol": protocol, "sasl": mechanisms,
                                       "authorization": authorizer.enabled})
-    return KafkaSecurity(ssl_context, mechanisms, credentials, acls, authorizer)
+    return KafkaSecurity(ssl_context, mechanisms, credentials, acls, authorizer, ssl_principal)
