@@ -36,6 +36,7 @@ from typing import Any, Literal, TypeVar
 
 import trio
 
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.protocol import ReadEntryRequest, ReadEntryResponse
 from ledger_backend.client.bookie_client import check_status
 from ledger_backend.client.bookkeeper import BookKeeper
@@ -142,7 +143,9 @@ class LedgerAccess:
                 ready.set()
                 return
             try:
-                async with BookKeeper(store, timeout_s=self.timeout_s) as bk, \
+                secret = BookieSecret.load(file=self.spec.bookie_secret_file)
+                async with BookKeeper(store, timeout_s=self.timeout_s,
+                                      bookie_secret=secret) as bk, \
                         trio.open_nursery() as nursery:  # fmt: skip
                     self._store, self._bk, self._nursery = store, bk, nursery
                     self._stop = trio.Event()

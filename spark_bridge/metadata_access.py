@@ -19,7 +19,7 @@ never keep a kazoo session open longer than the caller's `with` block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ledger_backend.metadata import MetadataStore, open_store
@@ -31,6 +31,7 @@ from ledger_backend.metadata.embedded_readonly import (
 from ledger_backend.metadata.sqlite_tree import DB_FILE
 
 METADATA_OPTION = "ledgerwire.metadata"
+BOOKIE_SECRET_FILE_OPTION = "ledgerwire.bookieSecretFile"
 
 
 @dataclass(frozen=True)
@@ -40,14 +41,21 @@ class ConnectionSpec:
 
     metadata_url: str          # "zk://..." or "embedded-ro:<metadata dir>" (open_store URLs)
     bookie_dirs: tuple[str, ...] = ()
+    bookie_secret_file: str | None = None  # the cluster's bookie secret: reads authenticate
 
     @property
     def is_embedded(self) -> bool:
         return self.metadata_url.startswith(READONLY_URL_PREFIX)
 
 
-def resolve_connection(value: str | None) -> ConnectionSpec:
-    """Turn the option's value into a ConnectionSpec; ValueError names the option."""
+def resolve_connection(value: str | None, bookie_secret_file: str | None = None
+                       ) -> ConnectionSpec:  # fmt: skip
+    """Turn the options' values into a ConnectionSpec; ValueError names the option."""
+    spec = _resolve_metadata(value)
+    return replace(spec, bookie_secret_file=bookie_secret_file) if bookie_secret_file else spec
+
+
+def _resolve_metadata(value: str | None) -> ConnectionSpec:
     if value is None or not value.strip():
         raise ValueError(
             f"option '{METADATA_OPTION}' is required: a ledgerwire standalone data directory "
@@ -97,6 +105,7 @@ async def open_readonly_store(spec: ConnectionSpec) -> MetadataStore:
 
 
 __all__ = [
-    "METADATA_OPTION", "ConnectionSpec", "ReadOnlyEmbeddedStore", "ReadOnlyStoreError",
+    "BOOKIE_SECRET_FILE_OPTION", "METADATA_OPTION", "ConnectionSpec", "ReadOnlyEmbeddedStore",
+    "ReadOnlyStoreError",
     "open_embedded_sync", "open_readonly_store", "resolve_connection",
 ]

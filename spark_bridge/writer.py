@@ -45,7 +45,12 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
-from spark_bridge.metadata_access import METADATA_OPTION, ConnectionSpec, resolve_connection
+from spark_bridge.metadata_access import (
+    BOOKIE_SECRET_FILE_OPTION,
+    METADATA_OPTION,
+    ConnectionSpec,
+    resolve_connection,
+)
 from spark_bridge.options import OptionError
 from spark_bridge.partitioner import partition_for_key
 from spark_bridge.planner import splits_for_range
@@ -159,7 +164,8 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 raise OptionError(f"option 'ledgerwire.backfillId'={self.backfill_id!r}: must be "
                                   "non-empty and contain no ':'")
             try:
-                self.spec = resolve_connection(lowered.get(METADATA_OPTION.lower()))
+                self.spec = resolve_connection(lowered.get(METADATA_OPTION.lower()),
+                                               lowered.get(BOOKIE_SECRET_FILE_OPTION.lower()))
             except ValueError as exc:
                 raise OptionError(f"{exc} (needed to resume a backfill)") from None
             if self.default_topic is None:

@@ -5,6 +5,9 @@ storage engine (``open_bookie_storage``) and serves the bookie protocol until SI
 then drains connections, checkpoints and closes the storage.  ``--storage memory`` serves the
 in-memory twin instead (tests and demos only: nothing survives the process; no cookie).
 
+``--bookie-secret-file`` makes every connection authenticate with the cluster's shared bookie
+secret (bookie/auth.py); without it the bookie serves anyone who reaches it (logged at start).
+
 This module must never serve a data directory whose cookie check failed.
 """
 
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import trio
 
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.cookie import CookieError, check_cookie
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
 from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES, BookieAddress
@@ -56,12 +60,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES)
     parser.add_argument("--drain-timeout", type=float, default=5.0, help="seconds")
     parser.add_argument("--log-level", default="INFO")
+    add_secret_arguments(parser)
     args = parser.parse_args(argv)
     if args.storage == "disk" and args.data_dir is None:
         parser.error("--data-dir is required with --storage disk")
     if args.bookie_id is None and args.port == 0:
         parser.error("--port 0 needs an explicit --bookie-id (the identity must be stable)")
     return args
+
+
+def add_secret_arguments(parser: argparse.ArgumentParser) -> None:
+    """The bookie secret flag, shared with `ledgerwire bookie`."""
+    parser.add_argument(
+        "--bookie-secret-file", type=Path, metavar="PATH",
+        help="file whose first line is the cluster's bookie secret (>= 16 bytes, mode 0600); "
+             "clients must authenticate with it",
+    )  # fmt: skip
 
 
 def _active_ledgers(store: MetadataStore) -> Callable[[], Awaitable[set[int]]]:
@@ -98,6 +112,10 @@ async def _open_storage(
 async def run_bookie(args: argparse.Namespace) -> None:
     advertised_host = args.advertised_host or args.host
     bookie_id = args.bookie_id or str(BookieAddress(advertised_host, args.port))
+    secret = BookieSecret.load(file=args.bookie_secret_file)
+    if secret is None:
+        logger.warning("bookie %s: no --bookie-secret-file: any client that reaches this bookie "
+                       "can read, add and fence", bookie_id)  # fmt: skip
     store = await open_store(args.metadata)
     try:
         if args.storage == "disk":
@@ -119,6 +137,7 @@ async def run_bookie(args: argparse.Namespace) -> None:
                             advertised_host=advertised_host,
                             max_frame_bytes=args.max_frame_bytes,
                             drain_timeout_s=args.drain_timeout,
+                            secret=secret,
                             task_status=task_status,
                         )  # fmt: skip
                     )
@@ -139,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         trio.run(run_bookie, args)
-    except CookieError as exc:
+    except (CookieError, OSError, ValueError) as exc:  # also an unreadable or short secret
         print(f"bookie refused to start: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

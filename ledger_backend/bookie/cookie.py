@@ -37,6 +37,7 @@ from ledger_backend.bookie.file_format import (
     pack_file_header,
 )
 from ledger_backend.metadata.store import MetadataStore, NodeExistsError, NoNodeError
+from ledger_backend.secret_files import make_private_dir
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +123,7 @@ def read_cookie_file(data_dir: Path) -> Cookie | None:
 
 def write_cookie_file(data_dir: Path, cookie: Cookie) -> None:
     """Atomically write the directory's cookie (temp file, fsync, rename, directory fsync)."""
-    data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = make_private_dir(data_dir)
     payload = cookie.to_json()
     record = _RECORD_HEADER.pack(len(payload), crc32c_of(payload)) + payload
     header = pack_file_header(COOKIE_MAGIC, COOKIE_FORMAT_VERSION, 0)

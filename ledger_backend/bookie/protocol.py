@@ -12,6 +12,9 @@ Frame layout (all integers big-endian)::
     ... fixed fields      per op code, see the ``_*_FIELDS`` structs below
     ... body              the rest of the frame (entry bytes, or the bookie id in UTF-8)
 
+A bookie configured with a secret first runs the AUTH handshake (``bookie/auth.py``): until it
+succeeds, any other request is answered ``Status.UNAUTHORIZED`` and the connection is closed.
+
 Request ids are u64 chosen by the client; a response carries the id of its request and
 responses on one connection may arrive out of order. Ledger ids, entry ids and LACs are
 signed 64-bit (``-1`` means "none"). Semantic checks (negative ledger ids, a read of entry
@@ -50,6 +53,7 @@ class Status(enum.IntEnum):
     BAD_REQUEST = 5
     TIMEOUT = 6
     INTERNAL_ERROR = 7
+    UNAUTHORIZED = 8
 
 
 class OpCode(enum.IntEnum):
@@ -58,6 +62,7 @@ class OpCode(enum.IntEnum):
     READ_LAC = 3
     BOOKIE_INFO = 4
     WRITE_LAC = 5
+    AUTH = 6
 
 
 # --- messages -------------------------------------------------------------------------
@@ -111,6 +116,26 @@ class BookieInfoRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """One step of the connection handshake (see bookie/auth.py): step 1 carries the client's
+    nonce, step 2 its proof."""
+
+    request_id: int
+    step: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResponse:
+    """The bookie's answer to one handshake step (step 1: its nonce and proof)."""
+
+    request_id: int
+    status: Status
+    step: int
+    payload: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class AddEntryResponse:
     request_id: int
     status: Status
@@ -154,9 +179,9 @@ class BookieInfoResponse:
 
 
 Request = (AddEntryRequest | ReadEntryRequest | ReadLacRequest | WriteLacRequest
-           | BookieInfoRequest)
+           | BookieInfoRequest | AuthRequest)
 Response = (AddEntryResponse | ReadEntryResponse | ReadLacResponse | WriteLacResponse
-            | BookieInfoResponse)
+            | BookieInfoResponse | AuthResponse)
 Message = Request | Response
 
 # --- layouts ----------------------------------------------------------------------------
@@ -175,6 +200,8 @@ _ADD_RESP = struct.Struct(">QHqq")  # request_id, status, ledger_id, entry_id
 _READ_RESP = struct.Struct(">QHqqq")  # request_id, status, ledger_id, entry_id, lac
 _LAC_RESP = struct.Struct(">QHqq")  # request_id, status, ledger_id, lac
 _INFO_RESP = struct.Struct(">QHQQB")  # request_id, status, free, total, flags(read_only)
+_AUTH_REQ = struct.Struct(">QB")  # request_id, step; payload follows
+_AUTH_RESP = struct.Struct(">QHB")  # request_id, status, step; payload follows
 
 
 def _frame_struct(fields: struct.Struct) -> struct.Struct:
@@ -192,6 +219,8 @@ _LAC_RESP_FRAME = _frame_struct(_LAC_RESP)
 _INFO_RESP_FRAME = _frame_struct(_INFO_RESP)
 _WLAC_REQ_FRAME = _frame_struct(_WLAC_REQ)
 _WLAC_RESP_FRAME = _frame_struct(_WLAC_RESP)
+_AUTH_REQ_FRAME = _frame_struct(_AUTH_REQ)
+_AUTH_RESP_FRAME = _frame_struct(_AUTH_RESP)
 
 _STATUS_BY_VALUE: Final = {s.value: s for s in Status}
 
@@ -205,6 +234,8 @@ _LAC_RESP_OP: Final = _LAC_REQ_OP | _RESPONSE_BIT
 _INFO_RESP_OP: Final = _INFO_REQ_OP | _RESPONSE_BIT
 _WLAC_REQ_OP: Final = int(OpCode.WRITE_LAC)
 _WLAC_RESP_OP: Final = _WLAC_REQ_OP | _RESPONSE_BIT
+_AUTH_REQ_OP: Final = int(OpCode.AUTH)
+_AUTH_RESP_OP: Final = _AUTH_REQ_OP | _RESPONSE_BIT
 
 # --- encoding ---------------------------------------------------------------------------
 
@@ -271,6 +302,16 @@ def encode(msg: Message) -> bytes:
                 msg.request_id, msg.status, msg.free_bytes, msg.total_bytes,
                 _FLAG_SET if msg.read_only else 0,
             ) + bookie_id  # fmt: skip
+        if type(msg) is AuthRequest:
+            return _AUTH_REQ_FRAME.pack(
+                _AUTH_REQ_FRAME.size - 4 + len(msg.payload), PROTOCOL_VERSION, _AUTH_REQ_OP,
+                msg.request_id, msg.step,
+            ) + msg.payload  # fmt: skip
+        if type(msg) is AuthResponse:
+            return _AUTH_RESP_FRAME.pack(
+                _AUTH_RESP_FRAME.size - 4 + len(msg.payload), PROTOCOL_VERSION, _AUTH_RESP_OP,
+                msg.request_id, msg.status, msg.step,
+            ) + msg.payload  # fmt: skip
     except struct.error as exc:
         raise ProtocolError(f"cannot encode {type(msg).__name__}: {exc}") from exc
     raise ProtocolError(f"not a bookie protocol message: {type(msg).__name__}")
@@ -354,7 +395,14 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> Message:
         return BookieInfoResponse(
             rid, _status(status), free, total, _flag(flags, "read-only"), bookie_id
         )
+    if op == _AUTH_REQ_OP:
+        rid, step = _at_least(_AUTH_REQ, fields, op)
+        return AuthRequest(rid, step, bytes(fields[_AUTH_REQ.size :]))
+    if op == _AUTH_RESP_OP:
+        rid, status, step = _at_least(_AUTH_RESP, fields, op)
+        return AuthResponse(rid, _status(status), step, bytes(fields[_AUTH_RESP.size :]))
     raise ProtocolError(f"unknown op code {op:#04x}")
+
 
 
 AcceptKind = Literal["any", "requests", "responses"]
@@ -387,6 +435,17 @@ class FrameDecoder:
         self._accept_requests = accept != "responses"
         self._accept_responses = accept != "requests"
         self._error: ProtocolError | None = None
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The frame length limit; a bookie raises it once a connection has authenticated."""
+        return self._max_frame_bytes
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        if value < _MIN_FRAME_LENGTH:
+            raise ValueError(f"max_frame_bytes must be >= {_MIN_FRAME_LENGTH}")
+        self._max_frame_bytes = value
 
     @property
     def buffered_bytes(self) -> int:
@@ -430,7 +489,7 @@ class FrameDecoder:
     def _check_direction(self, msg: Message) -> None:
         is_request = isinstance(
             msg, AddEntryRequest | ReadEntryRequest | ReadLacRequest | WriteLacRequest
-            | BookieInfoRequest
+            | BookieInfoRequest | AuthRequest
         )
         if is_request and not self._accept_requests:
             raise ProtocolError(f"unexpected request {type(msg).__name__} on a response stream")

@@ -5,13 +5,17 @@ One task per connection reads frames; each request runs as its own task so adds 
 never blocks the adds behind it. Responses carry request ids and may go out of order; one
 writer task per connection owns the socket's send side and coalesces small responses.
 
-A malformed, oversize or truncated frame closes that connection only (logged with the peer
-address). With a metadata store the bookie keeps an ephemeral node at
-/ledgerwire/bookies/available/<host:port> (re-created after a LOST session). Shutdown
+With a ``secret`` every connection must first pass the AUTH handshake (bookie/auth.py) within
+``auth_timeout_s``, with frames of at most PRE_AUTH_MAX_FRAME_BYTES; any other request before
+that is answered UNAUTHORIZED and the connection closed, so an unauthenticated peer reads,
+adds, fences and lists nothing. A malformed, oversize or truncated frame closes that
+connection only (logged with the peer address). With a metadata store the bookie keeps an
+ephemeral node at /ledgerwire/bookies/available/<host:port> (registration.py). Shutdown
 (cancelling serve_bookie) stops accepting, stops reading, lets in-flight requests finish for
 ``drain_timeout_s``, then cancels the rest.
 
-This module must never acknowledge an add before ``storage.add_entry`` returned (that is the
+This module must never run a request of an unauthenticated connection to a bookie with a
+secret, never acknowledge an add before ``storage.add_entry`` returned (that is the
 journal fsync), and never closes the storage: its owner (``open_bookie_storage``) does.
 """
 
@@ -19,15 +23,23 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 
 import trio
 
 from ledger_backend.bookie import local_bookies
+from ledger_backend.bookie.auth import (
+    PRE_AUTH_MAX_FRAME_BYTES,
+    BookieHandshake,
+    BookieSecret,
+    refusal,
+)
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     AddEntryRequest,
     AddEntryResponse,
+    AuthRequest,
     BookieAddress,
     BookieInfoRequest,
     BookieInfoResponse,
@@ -43,6 +55,11 @@ from ledger_backend.bookie.protocol import (
     WriteLacResponse,
     encode,
 )
+from ledger_backend.bookie.registration import (
+    AVAILABLE_BOOKIES_PATH,
+    BookieRegistrationError,
+    Registration,
+)
 from ledger_backend.bookie.storage_api import (
     BookieReadOnlyError,
     BookieStorage,
@@ -50,30 +67,16 @@ from ledger_backend.bookie.storage_api import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
-from ledger_backend.metadata.store import (
-    MetadataError,
-    MetadataStore,
-    MetadataUnavailableError,
-    NodeExistsError,
-    NoNodeError,
-    SessionState,
-)
+from ledger_backend.metadata.store import MetadataStore
 
 __all__ = ["AVAILABLE_BOOKIES_PATH", "BookieAddress", "BookieRegistrationError", "serve_bookie"]
 
 logger = logging.getLogger(__name__)
 
-AVAILABLE_BOOKIES_PATH = "/ledgerwire/bookies/available"
 _RECEIVE_BYTES = 64 * 1024  # below glibc's mmap threshold: recv(n) allocates n bytes first
 _COALESCE_BYTES = 64 * 1024
 _MAX_LONG_POLL_S = 600.0
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
-_FIRST_REGISTRATION_TIMEOUT_S = 30.0
-_REGISTRATION_RETRY_MAX_S = 5.0
-
-
-class BookieRegistrationError(Exception):
-    """The bookie cannot register itself (its address is taken by another bookie id)."""
 
 
 async def serve_bookie(
@@ -88,13 +91,15 @@ async def serve_bookie(
     max_in_flight_per_connection: int = 4096,
     max_in_flight_bytes_per_connection: int = 64 << 20,
     drain_timeout_s: float = 5.0,
+    secret: BookieSecret | None = None,
+    auth_timeout_s: float = 10.0,
     task_status: trio.TaskStatus[BookieAddress] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the bookie protocol on host:port until cancelled (then drain and return).
 
     ``task_status.started`` gets the advertised BookieAddress with the bound port (port 0 is
     allowed). ``store`` is a MetadataStore (or None: no registration). ``bookie_id`` defaults
-    to the advertised "host:port".
+    to the advertised "host:port". ``secret``: connections must authenticate with it first.
     """
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     if port == 0 and len(listeners) > 1:
@@ -112,8 +117,10 @@ async def serve_bookie(
         max_frame_bytes=max_frame_bytes,
         max_in_flight_per_connection=max_in_flight_per_connection,
         max_in_flight_bytes_per_connection=max_in_flight_bytes_per_connection,
+        secret=secret,
+        auth_timeout_s=auth_timeout_s,
     )
-    registration: _Registration | None = None
+    registration: Registration | None = None
     if store is not None:
         node_data = json.dumps(
             {
@@ -123,7 +130,7 @@ async def serve_bookie(
                 "port": address.port,
             }
         ).encode()
-        registration = _Registration(
+        registration = Registration(
             store, f"{AVAILABLE_BOOKIES_PATH}/{address}", node_data, server.bookie_id
         )
     try:
@@ -135,7 +142,8 @@ async def serve_bookie(
                 root.start_soon(registration.keep_registered)
             for listener in listeners:
                 root.start_soon(server.accept_loop, listener, connections)
-            logger.info("bookie %s serving on %s", server.bookie_id, address)
+            logger.info("bookie %s serving on %s (%s)", server.bookie_id, address,
+                        "connections authenticated" if secret else "NO authentication")
             local_bookies.register(str(address), server)
             task_status.started(address)
             try:
@@ -161,9 +169,11 @@ async def serve_bookie(
 class _Connection:
     """One client connection: its peer name, response queue and cancel scopes."""
 
-    def __init__(self, stream: trio.SocketStream, peer: str, max_in_flight: int) -> None:
+    def __init__(self, stream: trio.SocketStream, peer: str, max_in_flight: int,
+                 handshake: BookieHandshake | None) -> None:  # fmt: skip
         self.stream = stream
         self.peer = peer
+        self.handshake = handshake  # None: this bookie does not authenticate
         self.scope = trio.CancelScope()
         self.read_scope = trio.CancelScope()
         self.in_flight = trio.Semaphore(max_in_flight)
@@ -210,8 +220,12 @@ class _BookieServer:
         max_frame_bytes: int,
         max_in_flight_per_connection: int,
         max_in_flight_bytes_per_connection: int,
+        secret: BookieSecret | None = None,
+        auth_timeout_s: float = 10.0,
     ) -> None:
         self.storage = storage
+        self._secret = secret
+        self._auth_timeout_s = auth_timeout_s
         self.bookie_id = bookie_id
         self._max_frame_bytes = max_frame_bytes
         self._max_in_flight = max_in_flight_per_connection
@@ -271,7 +285,8 @@ class _BookieServer:
             peer = str(BookieAddress(*stream.socket.getpeername()[:2]))
         except OSError:
             peer = "<unknown peer>"
-        conn = _Connection(stream, peer, self._max_in_flight)
+        handshake = BookieHandshake(self._secret) if self._secret is not None else None
+        conn = _Connection(stream, peer, self._max_in_flight, handshake)
         self._connections.add(conn)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         try:
@@ -293,6 +308,9 @@ class _BookieServer:
 
     async def _read_requests(self, conn: _Connection, handlers: trio.Nursery) -> None:
         decoder = FrameDecoder(self._max_frame_bytes, accept="requests")
+        if conn.handshake is not None:
+            decoder.max_frame_bytes = PRE_AUTH_MAX_FRAME_BYTES
+            conn.read_scope.deadline = trio.current_time() + self._auth_timeout_s
         with conn.read_scope:
             if self._draining:
                 conn.read_scope.cancel()
@@ -309,6 +327,10 @@ class _BookieServer:
                         conn.scope.cancel()
                         return
                     for request in decoder.feed(data):
+                        if conn.handshake is not None and not conn.handshake.authenticated:
+                            if not await self._authenticate(conn, request, decoder):
+                                return  # the refusal is flushed, then the connection closes
+                            continue
                         size = len(request.body) if type(request) is AddEntryRequest else 0
                         while conn.bytes_in_flight and (
                             conn.bytes_in_flight + size > self._max_in_flight_bytes
@@ -318,11 +340,43 @@ class _BookieServer:
                         conn.bytes_in_flight += size
                         handlers.start_soon(self._handle, conn, request, size)
             except ProtocolError as exc:
+                if conn.handshake is not None and not conn.handshake.authenticated:
+                    logger.warning("bookie connection %s: bad frame before authentication, "
+                                   "closing: %s", conn.peer, exc)  # fmt: skip
+                    conn.scope.cancel()
+                    return
                 logger.warning("bookie connection %s: bad frame, closing: %s", conn.peer, exc)
                 conn.scope.cancel()
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 logger.debug("bookie connection %s: receive failed (%s)", conn.peer, exc)
                 conn.scope.cancel()
+
+        if (conn.read_scope.cancelled_caught and not self._draining
+                and conn.handshake is not None and not conn.handshake.authenticated):  # fmt: skip
+            logger.warning("bookie connection %s: no authentication within %.0fs; closing",
+                           conn.peer, self._auth_timeout_s)  # fmt: skip
+
+    async def _authenticate(self, conn: _Connection, request: Message,
+                            decoder: FrameDecoder) -> bool:  # fmt: skip
+        """One handshake step of a connection that has not authenticated yet; False when the
+        connection must close (its refusal is queued)."""
+        assert conn.handshake is not None
+        if type(request) is not AuthRequest:
+            logger.warning("bookie connection %s: %s before authentication; refused, closing",
+                           conn.peer, type(request).__name__)  # fmt: skip
+            await conn.respond(refusal(request, Status.UNAUTHORIZED))  # type: ignore[arg-type]
+            return False
+        response = conn.handshake.answer(request)
+        await conn.respond(response)
+        if response.status is not Status.OK:
+            logger.warning("bookie connection %s: authentication failed (wrong bookie secret?); "
+                           "closing", conn.peer)  # fmt: skip
+            return False
+        if conn.handshake.authenticated:
+            decoder.max_frame_bytes = self._max_frame_bytes
+            conn.read_scope.deadline = math.inf
+            logger.debug("bookie connection %s: authenticated", conn.peer)
+        return True
 
     async def _handle(self, conn: _Connection, request: Message, size: int) -> None:
         try:
@@ -357,6 +411,8 @@ class _BookieServer:
             response = self._write_lac(request)
         elif type(request) is BookieInfoRequest:
             response = self._bookie_info(request)
+        elif type(request) is AuthRequest:  # not (or no longer) expected on this connection
+            response = refusal(request, Status.BAD_REQUEST)
         else:  # FrameDecoder(accept="requests") lets nothing else through
             raise AssertionError(f"unexpected message {request!r}")
         return response
@@ -461,96 +517,3 @@ class _BookieServer:
             return Status.READ_ONLY
         logger.exception("bookie %s: %s failed", self.bookie_id, what, exc_info=exc)
         return Status.INTERNAL_ERROR
-
-
-# --- registration in the metadata store -----------------------------------------------------
-
-
-class _Registration:
-    """The ephemeral availability node: created at start, re-created after a LOST session
-    (retrying until it succeeds), deleted at shutdown."""
-
-    def __init__(self, store: MetadataStore, path: str, data: bytes, bookie_id: str) -> None:
-        self.store = store
-        self.path = path
-        self.data = data
-        self.bookie_id = bookie_id
-        # subscribed before the first registration so that no LOST after it is missed
-        self._events = store.session_events()
-        self._registered = False
-
-    async def register_first(self) -> None:
-        with trio.fail_after(_FIRST_REGISTRATION_TIMEOUT_S):
-            await _register_with_retry(self.store, self.path, self.data, self.bookie_id)
-        self._registered = True
-
-    async def keep_registered(self) -> None:
-        try:
-            async for state in self._events:
-                if state is SessionState.LOST and self._registered:
-                    logger.warning(
-                        "bookie %s: metadata session lost; registering again", self.bookie_id
-                    )
-                    await _register_with_retry(self.store, self.path, self.data, self.bookie_id)
-        except trio.ClosedResourceError:
-            pass  # deregister() closed the subscription: the bookie is stopping
-
-    async def deregister(self) -> None:
-        """Idempotent; never raises (an unreachable store lets the node expire instead)."""
-        was_registered, self._registered = self._registered, False
-        with trio.CancelScope(shield=True):
-            await self._events.aclose()
-            if was_registered:
-                with trio.move_on_after(2.0):
-                    try:
-                        await self.store.delete(self.path)
-                    except MetadataError:
-                        pass
-
-
-async def _register_with_retry(
-    store: MetadataStore, path: str, data: bytes, bookie_id: str
-) -> None:
-    delay = 0.05
-    while True:
-        try:
-            await _register(store, path, data, bookie_id)
-            logger.info("bookie %s registered at %s", bookie_id, path)
-            return
-        except MetadataError as exc:  # unavailable, session expired, store reconnecting
-            logger.warning("bookie %s: registration failed (%s); retrying", bookie_id, exc)
-        await trio.sleep(delay)
-        delay = min(delay * 2, _REGISTRATION_RETRY_MAX_S)
-
-
-async def _register(store: MetadataStore, path: str, data: bytes, bookie_id: str) -> None:
-    for _ in range(3):
-        try:
-            await store.create(path, data, ephemeral=True, make_parents=True)
-            return
-        except NodeExistsError:
-            pass
-        # an older node for this address: ours from a lost session, or a crashed previous
-        # run whose session has not expired yet. Another bookie id there is a config error.
-        try:
-            existing, stat = await store.get(path)
-        except NoNodeError:
-            continue
-        if _registered_bookie_id(existing) != bookie_id:
-            raise BookieRegistrationError(
-                f"{path} is registered by bookie {_registered_bookie_id(existing)!r}, "
-                f"not {bookie_id!r}: two bookies advertise the same address"
-            )
-        try:
-            await store.delete(path, stat.version)
-        except NoNodeError:
-            pass
-    raise MetadataUnavailableError(f"could not take over {path}: it keeps coming back")
-
-
-def _registered_bookie_id(data: bytes) -> str | None:
-    try:
-        value = json.loads(data).get("bookie_id")
-    except (ValueError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None

@@ -34,6 +34,7 @@ from typing import Any
 
 import trio
 
+from ..secret_files import make_private_dir
 from .checkpoint_mark import MARK_FILE_NAME, read_mark, write_mark
 from .crash_points import crash_point
 from .disk_monitor import DiskMonitor
@@ -90,7 +91,7 @@ class CheckpointStats:
 class DurableBookieStorage(BookieStorage):
     def __init__(self, config: BookieStorageConfig, active_ledgers: ActiveLedgers | None) -> None:
         self.config = config
-        data_dir = config.data_dir
+        data_dir = make_private_dir(config.data_dir)  # journals and entries: owner-only
         self.journal_dir = data_dir / "journal"
         self.ledgers_dir = data_dir / "ledgers"
         self.journal_dir.mkdir(parents=True, exist_ok=True)

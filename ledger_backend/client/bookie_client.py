@@ -5,8 +5,10 @@ registers a callback, so a writer can send an entry to its write set without yie
 stay in call order); a lone request on an idle connected socket is written by `submit` itself
 (non-blocking, the rest left to the writer). One task per connection connects (with a timeout),
 writes queued frames in batches, reads responses and hands each to its request's callback;
-every request carries a deadline and a sweeper fails expired ones with BKTimeoutError. When the
-connection breaks, every request in flight fails with BookieUnavailableError and the next
+every request carries a deadline and a sweeper fails expired ones with BKTimeoutError. With a
+bookie secret, each new connection first runs the AUTH handshake (bookie/auth.py); a bookie that
+refuses it, or cannot prove the secret itself, fails the requests with BookieUnavailableError.
+When the connection breaks, every request in flight fails with BookieUnavailableError and the next
 request reconnects.
 
 In-process bookies (LocalBookieConnection) get the request objects without the wire, and plain
@@ -33,8 +35,10 @@ import outcome
 import trio
 
 from ledger_backend.bookie import local_bookies
+from ledger_backend.bookie.auth import BookieAuthError, BookieSecret, ClientHandshake
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
+    AuthResponse,
     FrameDecoder,
     ProtocolError,
     ReadEntryRequest,
@@ -108,8 +112,10 @@ class BookieConnection:
         *,
         timeout_s: float,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        secret: BookieSecret | None = None,
     ) -> None:
         self.address = address
+        self._secret = secret
         self._host, self._port = parse_address(address)
         self._nursery = nursery
         self._timeout_s = timeout_s
@@ -195,11 +201,23 @@ class BookieConnection:
             except (OSError, trio.TooSlowError) as exc:
                 self._fail_all(BookieUnavailableError(f"cannot connect to {self.address}: {exc}"))
                 return
+            decoder = FrameDecoder(self._max_frame_bytes, accept="responses")
+            if self._secret is not None:
+                try:
+                    with trio.fail_after(self._timeout_s):
+                        await self._authenticate(stream, decoder, self._secret)
+                except (BookieAuthError, OSError, ProtocolError, trio.BrokenResourceError,
+                        trio.ClosedResourceError, trio.TooSlowError) as exc:  # fmt: skip
+                    log.warning("bookie %s: authentication failed: %s", self.address, exc)
+                    await trio.aclose_forcefully(stream)
+                    self._fail_all(BookieUnavailableError(
+                        f"cannot authenticate to bookie {self.address}: {exc}"))
+                    return
             # each task handles its own I/O errors (a nursery would wrap them in a group)
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_loop, stream, nursery.cancel_scope)
                 try:
-                    await self._read_loop(stream)
+                    await self._read_loop(stream, decoder)
                 finally:
                     self._fd = -1  # before the socket closes: its number may be reused
                 nursery.cancel_scope.cancel()
@@ -240,9 +258,30 @@ class BookieConnection:
         with trio.fail_after(self._timeout_s):
             await stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
 
-    async def _read_loop(self, stream: trio.SocketStream) -> None:
+    @staticmethod
+    async def _authenticate(stream: trio.SocketStream, decoder: FrameDecoder,
+                            secret: BookieSecret) -> None:  # fmt: skip
+        """The AUTH handshake, before any request is written (BookieAuthError if refused)."""
+        handshake = ClientHandshake(secret)
+
+        async def exchange(request: Request) -> AuthResponse:
+            await stream.send_all(encode(request))
+            while True:
+                data = await stream.receive_some(_RECEIVE_BYTES)
+                if not data:
+                    raise BookieAuthError("the bookie closed the connection")
+                messages = decoder.feed(data)
+                if messages:
+                    break
+            if len(messages) != 1 or type(messages[0]) is not AuthResponse:
+                raise BookieAuthError(f"unexpected answer to AUTH: {messages!r:.200}")
+            return messages[0]
+
+        answer = await exchange(handshake.hello())
+        handshake.finish(await exchange(handshake.prove(answer)))
+
+    async def _read_loop(self, stream: trio.SocketStream, decoder: FrameDecoder) -> None:
         """Dispatch responses until the connection ends (EOF, error or a bad frame)."""
-        decoder = FrameDecoder(self._max_frame_bytes, accept="responses")
         try:
             while True:
                 data = await stream.receive_some(_RECEIVE_BYTES)
@@ -404,8 +443,10 @@ class BookieClientPool:
 
     def __init__(self, nursery: trio.Nursery, *, timeout_s: float,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 local_bookies: bool = False) -> None:  # fmt: skip
+                 local_bookies: bool = False,
+                 secret: BookieSecret | None = None) -> None:  # fmt: skip
         self._nursery = nursery
+        self._secret = secret
         self._timeout_s = timeout_s
         self._max_frame_bytes = max_frame_bytes
         self._local = local_bookies
@@ -422,7 +463,8 @@ class BookieClientPool:
                 conn = LocalBookieConnection(address, self._nursery, timeout_s=self._timeout_s)
             else:
                 conn = BookieConnection(address, self._nursery, timeout_s=self._timeout_s,
-                                        max_frame_bytes=self._max_frame_bytes)  # fmt: skip
+                                        max_frame_bytes=self._max_frame_bytes,
+                                        secret=self._secret)  # fmt: skip
             self._connections[address] = conn
         return conn
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
 from ledger_backend.client.bookie_client import BookieClientPool
 from ledger_backend.client.client_context import ClientContext
@@ -50,8 +51,10 @@ class BookKeeper:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         local_bookies: bool = False,
         explicit_lac_delay_s: float = 0.2,
+        bookie_secret: BookieSecret | None = None,
     ) -> None:
         self._store = store
+        self._bookie_secret = bookie_secret  # authenticates every TCP bookie connection
         self.explicit_lac_delay_s = explicit_lac_delay_s  # 0: readers trail by one entry
         self._local_bookies = local_bookies  # reach bookies of this process without the wire
         self.timeout_s = timeout_s
@@ -65,7 +68,8 @@ class BookKeeper:
         nursery = await self._nursery_manager.__aenter__()
         pool = BookieClientPool(nursery, timeout_s=self.timeout_s,
                                 max_frame_bytes=self._max_frame_bytes,
-                                local_bookies=self._local_bookies)  # fmt: skip
+                                local_bookies=self._local_bookies,
+                                secret=self._bookie_secret)  # fmt: skip
         self._ctx = ClientContext(self._store, pool, self._placement, nursery, self.timeout_s,
                                   self.explicit_lac_delay_s)
         return self

@@ -12,6 +12,8 @@ from ledger_backend.bookie.protocol import (
     PROTOCOL_VERSION,
     AddEntryRequest,
     AddEntryResponse,
+    AuthRequest,
+    AuthResponse,
     BookieAddress,
     BookieInfoRequest,
     BookieInfoResponse,
@@ -43,6 +45,7 @@ requests = st.one_of(
     st.builds(ReadLacRequest, u64, ids),
     st.builds(WriteLacRequest, u64, ids, ids),
     st.builds(BookieInfoRequest, u64),
+    st.builds(AuthRequest, u64, st.integers(0, 255), st.binary(max_size=80)),
 )
 responses = st.one_of(
     st.builds(AddEntryResponse, u64, statuses, ids, ids),
@@ -50,6 +53,7 @@ responses = st.one_of(
     st.builds(ReadLacResponse, u64, statuses, ids, ids),
     st.builds(WriteLacResponse, u64, statuses, ids),
     st.builds(BookieInfoResponse, u64, statuses, u64, u64, st.booleans(), st.text(max_size=40)),
+    st.builds(AuthResponse, u64, statuses, st.integers(0, 255), st.binary(max_size=80)),
 )
 messages = st.one_of(requests, responses)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
 from ledger_backend.bookie.protocol import BookieAddress
 from ledger_backend.bookie.server import serve_bookie
@@ -34,6 +35,7 @@ class InProcessCluster:
     nursery: trio.Nursery
     bookies: dict[str, InProcessBookie] = field(default_factory=dict)
     stopped: dict[str, InProcessBookie] = field(default_factory=dict)
+    secret: BookieSecret | None = None  # every bookie authenticates its connections with it
 
     async def start_bookie(self, storage: BookieStorage | None = None,
                            port: int = 0) -> InProcessBookie:  # fmt: skip
@@ -45,7 +47,7 @@ class InProcessCluster:
         ) -> None:
             with scope:
                 await serve_bookie(storage, self.store, "127.0.0.1", port, drain_timeout_s=0.1,
-                                   task_status=task_status)  # fmt: skip
+                                   secret=self.secret, task_status=task_status)  # fmt: skip
 
         address = str(await self.nursery.start(run))
         bookie = InProcessBookie(address, storage, scope)
@@ -82,9 +84,10 @@ class InProcessCluster:
 async def running_bookies(
     store: MetadataStore, count: int,
     make_storage: Callable[[], BookieStorage] | None = None,
+    secret: BookieSecret | None = None,
 ) -> AsyncIterator[InProcessCluster]:  # fmt: skip
     async with trio.open_nursery() as nursery:
-        cluster = InProcessCluster(store, nursery)
+        cluster = InProcessCluster(store, nursery, secret=secret)
         for _ in range(count):
             await cluster.start_bookie(make_storage() if make_storage else None)
         try:

@@ -3,7 +3,8 @@
 A real ZooKeeper server; three bookie servers (E=3, Qw=2, Qa=2) and a managed ledger writer
 run in a Trio thread of this process. Spark reads with `ledgerwire.metadata=zk://...`: every
 acknowledged batch, including the last one (past the bookies' LAC: the quorum rule), and the
-writer's next appends still succeed, so the reader fenced nothing."""
+writer's next appends still succeed, so the reader fenced nothing. The bookies authenticate
+their connections: Spark reads with `ledgerwire.bookieSecretFile`, and without it reads nothing."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 import trio
 from support.zookeeper import ZooKeeperServer
 
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.client.bookkeeper import BookKeeper
@@ -28,13 +30,15 @@ from protocols.kafka.record_batch import build_batch
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RECORDS_PER_BATCH = 4
+SECRET = "live-log-bookie-secret-0123"
 
 
 class LiveLog:
     """One partition's managed ledger, written from a Trio loop in a thread."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, secret_file: Path) -> None:
         self.url = url
+        self.secret_file = secret_file
         self.next_offset = 0
         self._token: trio.lowlevel.TrioToken | None = None
         self._ready = threading.Event()
@@ -54,14 +58,16 @@ class LiveLog:
 
     async def _main(self) -> None:
         store = await open_store(self.url)
+        secret = BookieSecret(SECRET.encode())
         try:
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
-                    await nursery.start(serve_bookie, MemoryBookieStorage(), store,
-                                        "127.0.0.1", 0)  # fmt: skip
+                    await nursery.start(lambda task_status: serve_bookie(
+                        MemoryBookieStorage(), store, "127.0.0.1", 0, secret=secret,
+                        task_status=task_status))  # fmt: skip
                 # No explicit LAC: the tail-rule test needs the bookies' LAC to trail the
                 # last entry, as it does while adds keep coming.
-                async with BookKeeper(store, explicit_lac_delay_s=0) as bk:
+                async with BookKeeper(store, explicit_lac_delay_s=0, bookie_secret=secret) as bk:
                     factory = ManagedLedgerFactory(store, bk)
                     self.ml = await factory.open("public/default/live-0", ManagedLedgerConfig(
                         ensemble_size=3, write_quorum=2, ack_quorum=2,
@@ -97,16 +103,20 @@ class LiveLog:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveLog]:
+    secret_file = Path(tmp_path_factory.mktemp("secret")) / "bookie.secret"
+    secret_file.write_text(SECRET + "\n")
+    secret_file.chmod(0o600)
     with ZooKeeperServer(Path(tmp_path_factory.mktemp("zk"))) as zk:
-        log = LiveLog(zk.store_url("/lw"))
+        log = LiveLog(zk.store_url("/lw"), secret_file)
         try:
             yield log
         finally:
             log.close()
 
 
-def _offsets(spark: Any, url: str) -> list[int]:
-    df = (spark.read.format("ledgerwire").option("ledgerwire.metadata", url)
+def _offsets(spark: Any, live: LiveLog) -> list[int]:
+    df = (spark.read.format("ledgerwire").option("ledgerwire.metadata", live.url)
+          .option("ledgerwire.bookieSecretFile", str(live.secret_file))
           .option("subscribe", "live").load())  # fmt: skip
     rows = df.select("offset", "value").collect()
     assert all(bytes(r["value"]) == f"v{r['offset']}".encode() for r in rows)
@@ -115,9 +125,9 @@ def _offsets(spark: Any, url: str) -> list[int]:
 
 def test_reads_an_open_ledger_to_its_last_acknowledged_batch(spark: Any, live: LiveLog) -> None:
     live.append(25)  # ledgers of 10, 10 and an open one holding 5 entries
-    assert _offsets(spark, live.url) == list(range(100))
+    assert _offsets(spark, live) == list(range(100))
     live.append(5)  # the writer was not fenced by the reads
-    assert _offsets(spark, live.url) == list(range(120))
+    assert _offsets(spark, live) == list(range(120))
 
 
 def test_quorum_tail_rule_goes_one_past_the_lac(live: LiveLog) -> None:
@@ -125,7 +135,7 @@ def test_quorum_tail_rule_goes_one_past_the_lac(live: LiveLog) -> None:
     from spark_bridge.metadata_access import resolve_connection
     from spark_bridge.topic_layout import partition_layout
 
-    spec = resolve_connection(live.url)
+    spec = resolve_connection(live.url, str(live.secret_file))
     with LedgerAccess(spec, "bookies", tail="lac") as lac_reader, \
             LedgerAccess(spec, "bookies", tail="quorum") as quorum_reader:  # fmt: skip
         by_lac = partition_layout(lac_reader, "live", 0)
@@ -133,3 +143,18 @@ def test_quorum_tail_rule_goes_one_past_the_lac(live: LiveLog) -> None:
     assert not by_quorum.ledgers[-1].closed
     assert by_quorum.end_offset == live.next_offset
     assert by_lac.ledgers[-1].last_entry == by_quorum.ledgers[-1].last_entry - 1
+
+
+def test_without_the_bookie_secret_nothing_is_read(live: LiveLog) -> None:
+    from ledger_backend.client.errors import LedgerError
+    from spark_bridge.ledger_access import LedgerAccess
+    from spark_bridge.metadata_access import resolve_connection
+    from spark_bridge.topic_layout import partition_layout
+
+    live.append(1)
+    with LedgerAccess(resolve_connection(live.url), "bookies", timeout_s=5) as anonymous, \
+            pytest.raises((LedgerError, ExceptionGroup)) as refused:  # fmt: skip
+        partition_layout(anonymous, "live", 0)  # parallel reads fail as a group
+    errors = (refused.value.exceptions if isinstance(refused.value, ExceptionGroup)
+              else (refused.value,))  # fmt: skip
+    assert all(isinstance(e, LedgerError) and "UNAUTHORIZED" in str(e) for e in errors)
