@@ -1,11 +1,11 @@
-"""Secrets at rest: reading secret files with a permission check, writing owner-only files
-and directories.
+"""Secrets at rest: reading secret files with a permission check, owner-only data directories.
 
 A secret file (a bookie secret, ZooKeeper credentials) that its group or other users can read
 is still used, but logged as one WARNING at start-up, as ssh does for keys. Directories the
 project creates for data (bookie data dirs, the embedded metadata store, a standalone's data
-dir) are made owner-only (0700), and files holding credentials are written 0600 from their
-first byte (never created readable and chmod-ed afterwards).
+dir) are made owner-only (0700): the files in them (journals, entry logs, the embedded
+metadata database with its SCRAM credentials) are then out of other users' reach whatever their
+own mode.
 
 This module must never log or return a secret in a message, and never loosen a permission.
 """
@@ -20,7 +20,6 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 OWNER_ONLY_DIR = 0o700
-OWNER_ONLY_FILE = 0o600
 
 
 def is_exposed(path: Path) -> bool:
@@ -56,18 +55,3 @@ def make_private_dir(path: Path | str) -> Path:
         os.chmod(path, mode & ~0o077)
     return path
 
-
-def write_private_file(path: Path | str, data: bytes) -> None:
-    """Write `data` to `path`, owner-only (0600) from creation, replacing it atomically."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, OWNER_ONLY_FILE)
-    try:
-        os.fchmod(fd, OWNER_ONLY_FILE)  # an older tmp file may have had other bits
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)

@@ -87,6 +87,10 @@ class StorageConfig:
     max_ledger_age_s: float = 4 * 3600
     entry_log_max_mb: int = 1024  # a bookie's entry log rolls at this size (GC frees whole logs)
     journal_max_file_mb: int = 512  # a journal file rolls at this size (checkpoints trim old ones)
+    # The cluster's shared bookie secret (>= 16 bytes): bookies authenticate every connection
+    # with it, brokers present it. Prefer the file (mode 0600; first line) over the value.
+    bookie_secret: str = field(default="", repr=False)
+    bookie_secret_file: str = ""
 
 
 @dataclass
@@ -195,6 +199,10 @@ class Config:
                 "need bookies >= ensemble_size >= write_quorum >= ack_quorum >= 1, got "
                 f"{s.bookies}/{s.ensemble_size}/{s.write_quorum}/{s.ack_quorum}"
             )
+        if s.bookie_secret and s.bookie_secret_file:
+            raise ConfigError("set storage.bookie_secret or storage.bookie_secret_file, not both")
+        if s.bookie_secret and len(s.bookie_secret.encode()) < 16:
+            raise ConfigError("storage.bookie_secret needs at least 16 bytes")
         if self.kafka.default_partitions < 1:
             raise ConfigError("kafka.default_partitions must be at least 1")
         parse_host_port(self.kafka.listener)
@@ -293,6 +301,26 @@ def _apply_table(target: Any, table: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}{key} must be a number")
         else:
             setattr(target, attr, type(current)(value))
+
+
+def exposed_secrets_warning(config: Config, path: Path | None) -> str | None:
+    """A warning when the TOML file holds secrets (a bookie secret, user passwords) and users
+    other than its owner may read it; None when it holds none or is owner-only."""
+    if path is None:
+        return None
+    holds = [name for name, present in (
+        ("storage.bookie_secret", bool(config.storage.bookie_secret)),
+        ("security.users passwords", bool(config.security.users)),
+        ("rocketmq.acl accounts", bool(config.rocketmq.acl.accounts)),
+    ) if present]  # fmt: skip
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return None
+    if holds and mode & 0o044:
+        return (f"config file {path} holds secrets ({', '.join(holds)}) and other users can "
+                f"read it (mode {mode & 0o777:03o}); run: chmod 600 {path}")
+    return None
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> Config:

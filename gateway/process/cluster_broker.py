@@ -49,6 +49,7 @@ from gateway.process.standalone import system_ledger_config, topic_service_confi
 from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.topics.quorums import QuorumPolicyFactory
 from gateway.topics.topic_service import TOPICS_PATH, TopicService
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger import ManagedLedgerFactory
@@ -227,7 +228,13 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         store = await open_store(metadata_url)
         stack.push_async_callback(store.close)
         layout, _ = await init_cluster(store, layout)
-        bookkeeper = await stack.enter_async_context(BookKeeper(store))
+        bookie_secret = BookieSecret.load(config.storage.bookie_secret or None,
+                                          config.storage.bookie_secret_file or None)
+        if bookie_secret is None:
+            log.warning("no storage.bookie_secret_file: this broker reaches bookies "
+                           "without authentication (bookies with a secret will refuse it)")
+        bookkeeper = await stack.enter_async_context(
+            BookKeeper(store, bookie_secret=bookie_secret))
         factory = ManagedLedgerFactory(store, bookkeeper)
         ts_config = topic_service_config(config)
         topics_holder: list[TopicService] = []

@@ -36,6 +36,7 @@ from gateway.topics.backlog_quota import BacklogQuotas
 from gateway.topics.namespaces import NamespaceRegistry
 from gateway.topics.retention_policies import RetentionPolicies
 from gateway.topics.topic_service import TopicService, TopicServiceConfig
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.cookie import check_cookie
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.bookie.storage import open_bookie_storage
@@ -43,6 +44,7 @@ from ledger_backend.bookie.storage_api import BookieStorageConfig
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata import open_store
+from ledger_backend.secret_files import make_private_dir
 from protocols.kafka.consumer_group_coordinator import ConsumerGroupConfig
 from protocols.kafka.group_coordinator import CoordinatorConfig, GroupCoordinator
 from protocols.kafka.transaction_coordinator import TransactionCoordinator
@@ -98,12 +100,15 @@ async def run_standalone(
 ) -> None:
     """Run until SIGINT/SIGTERM (or cancellation), then shut down gracefully."""
     started = trio.current_time()
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(config.data_dir)  # metadata (credentials), journals, ledgers
+    bookie_secret = BookieSecret.load(config.storage.bookie_secret or None,
+                                      config.storage.bookie_secret_file or None)
     async with AsyncExitStack() as stack:
         store = await open_store(f"embedded:{config.data_dir / 'metadata'}")
         stack.push_async_callback(store.close)
 
-        bookkeeper = await stack.enter_async_context(BookKeeper(store, local_bookies=True))
+        bookkeeper = await stack.enter_async_context(
+            BookKeeper(store, local_bookies=True, bookie_secret=bookie_secret))
 
         async def active_ledgers() -> set[int]:
             return set(await bookkeeper.list_ledgers())
@@ -125,6 +130,7 @@ async def run_standalone(
                     config.storage.bookie_host,
                     config.storage.bookie_port + index,
                     bookie_id=f"standalone-bookie-{index}",
+                    secret=bookie_secret,
                 )
             )
             local_bookies.append(watch_bookie(

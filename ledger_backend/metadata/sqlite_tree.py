@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from ledger_backend.secret_files import make_private_dir
+
 from .store import (
     BadVersionError,
     CheckOp,
@@ -321,7 +323,7 @@ _OPEN_TREES_LOCK = threading.Lock()
 
 
 def open_file_tree(directory: Path) -> SqliteTree:
-    directory.mkdir(parents=True, exist_ok=True)
+    make_private_dir(directory)  # the tree holds credentials (SCRAM keys, ACLs)
     lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -7,7 +7,11 @@ import logging
 
 import trio
 
-from gateway.cli.commands.bookie import add_autorecovery_arguments, run_autorecovery_process
+from gateway.cli.commands.bookie import (
+    add_autorecovery_arguments,
+    add_secret_arguments,
+    run_autorecovery_process,
+)
 
 NAME = "autorecovery"
 HELP = "auditor candidate and replication worker for lost bookies"
@@ -17,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata", required=True, help="zk://host:port/chroot")
     parser.add_argument("--log-level", default="INFO")
     add_autorecovery_arguments(parser)
+    add_secret_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

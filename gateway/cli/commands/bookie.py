@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--autorecovery", action=argparse.BooleanOptionalAction, default=True,
                         help="run an auditor candidate and a replication worker (default on)")
     add_autorecovery_arguments(parser)
+    add_secret_arguments(parser)
+
+
+def add_secret_arguments(parser: argparse.ArgumentParser) -> None:
+    from ledger_backend.bookie.__main__ import add_secret_arguments as add_bookie_secret
+
+    add_bookie_secret(parser)
 
 
 async def run_bookie_process(args: argparse.Namespace) -> None:
@@ -53,12 +60,14 @@ async def run_bookie_process(args: argparse.Namespace) -> None:
 async def run_autorecovery_process(args: argparse.Namespace) -> None:
     from ledger_backend.autorecovery.auditor import AuditorConfig
     from ledger_backend.autorecovery.replication_worker import WorkerConfig, run_autorecovery
+    from ledger_backend.bookie.auth import BookieSecret
     from ledger_backend.client.bookkeeper import BookKeeper
     from ledger_backend.metadata import open_store
 
+    secret = BookieSecret.load(file=args.bookie_secret_file)
     store = await open_store(args.metadata)
     try:
-        async with BookKeeper(store) as bk:
+        async with BookKeeper(store, bookie_secret=secret) as bk:
             await run_autorecovery(
                 store, bk,
                 AuditorConfig(lost_bookie_delay_s=args.lost_bookie_delay,
@@ -83,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         trio.run(run_bookie_process, args)
-    except CookieError as exc:
+    except (CookieError, OSError, ValueError) as exc:  # also an unreadable or short secret
         print(f"bookie refused to start: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -8,7 +8,11 @@ import logging
 
 import trio
 
-from gateway.cli.commands.standalone import add_config_arguments, config_from_args
+from gateway.cli.commands.standalone import (
+    add_config_arguments,
+    config_from_args,
+    warn_about_exposed_secrets,
+)
 from gateway.process.logging_setup import setup_logging
 
 NAME = "broker"
@@ -57,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             is None else getattr(args, "storage.bookies"))
     config = config_from_args(args)
     setup_logging(config.log.level, config.log.format)
+    warn_about_exposed_secrets(config, args.config)
     from gateway.process.cluster_broker import run_broker
 
     try:

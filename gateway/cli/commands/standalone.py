@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from gateway.config.settings import load_config
+from gateway.config.settings import exposed_secrets_warning, load_config
 from gateway.process.logging_setup import setup_logging
 
 NAME = "standalone"
@@ -107,6 +107,13 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssl-certfile", dest="kafka.ssl_certfile", metavar="PEM")
     p.add_argument("--ssl-keyfile", dest="kafka.ssl_keyfile", metavar="PEM")
     p.add_argument(
+        "--bookie-secret-file",
+        dest="storage.bookie_secret_file",
+        metavar="PATH",
+        help="the cluster's bookie secret (first line, >= 16 bytes, mode 0600): bookies "
+             "authenticate every connection with it",
+    )
+    p.add_argument(
         "--users-file",
         dest="security.users_file",
         metavar="TOML",
@@ -119,6 +126,13 @@ def config_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return load_config(args.config, overrides)
 
 
+def warn_about_exposed_secrets(config, path: Path | None) -> None:  # type: ignore[no-untyped-def]
+    """After logging is set up: one WARNING if the config file leaks secrets to other users."""
+    warning = exposed_secrets_warning(config, path)
+    if warning:
+        logging.getLogger("ledgerwire").warning("%s", warning)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
 
@@ -126,6 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     setup_logging(config.log.level, config.log.format)
+    warn_about_exposed_secrets(config, args.config)
     from gateway.process.standalone import run_standalone
 
     try:
