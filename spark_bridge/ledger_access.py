@@ -50,6 +50,7 @@ from ledger_backend.client.ledger_metadata import (
 from ledger_backend.client.read_handle import read_entry_from_bookies
 from ledger_backend.metadata.embedded_readonly import ReadOnlyEmbeddedStore
 from ledger_backend.metadata.store import MetadataStore, NoNodeError
+from ledger_backend.metadata.zk_url import redact
 from spark_bridge.bookie_files import BookieFiles
 from spark_bridge.metadata_access import (
     ConnectionSpec,
@@ -168,7 +169,8 @@ class LedgerAccess:
         self._thread.start()
         ready.wait()
         if self._startup_error is not None or self._token is None:
-            raise RuntimeError(f"cannot reach ledgerwire metadata at {self.spec.metadata_url}: "
+            where = redact(self.spec.metadata_url)
+            raise RuntimeError(f"cannot reach ledgerwire metadata at {where}: "
                                f"{self._startup_error}") from self._startup_error
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:

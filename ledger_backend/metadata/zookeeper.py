@@ -15,6 +15,11 @@ is LOST, every watcher's iteration raises SessionExpiredError and subscribers of
 session_events() get LOST; kazoo then opens a new session, so the store stays usable, but the
 old session's ephemeral nodes are gone and their owners must re-create them.
 
+Identity and ACLs. A URL naming a digest identity (zk_url.py) authenticates the session with it
+(kazoo re-sends it after every reconnect) and creates every znode, parents and the chroot
+included, with an ACL giving that identity all permissions and nobody else any.
+`secure_tree()` puts that ACL on the nodes of an existing cluster (`ledgerwire cluster secure`).
+
 This module must never block the Trio thread, and never let a kazoo exception escape
 unmapped: callers only see the errors of store.py.
 """
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -33,6 +37,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
+from kazoo.security import ACL, make_digest_acl
 
 from .store import (
     BadVersionError,
@@ -57,8 +62,9 @@ from .store import (
     parse_counter,
     validate_path,
 )
+from .zk_url import DigestIdentity, parse_zk_url, zk_identity
 
-__all__ = ["ZooKeeperMetadataStore", "open_zookeeper", "parse_zk_url"]
+__all__ = ["PROJECT_ROOT", "ZooKeeperMetadataStore", "open_zookeeper", "parse_zk_url"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -67,6 +73,8 @@ DEFAULT_SESSION_TIMEOUT_S = 10.0
 DEFAULT_OP_TIMEOUT_S = 10.0
 ZK_CALL_THREADS = 16
 ATOMIC_TREE_DELETE_LIMIT = 1000  # larger subtrees are deleted bottom-up, not in one multi
+PROJECT_ROOT = "/ledgerwire"  # every node the project creates is below it (or is the chroot)
+_SECURE_PASSES = 3  # nodes created while securing are caught by the next pass
 
 _EVENT_KINDS = {
     EventType.CREATED: "created",
@@ -84,6 +92,9 @@ def _map_error(exc: BaseException, what: str) -> MetadataError:
         return BadVersionError(what)
     if isinstance(exc, kz.NotEmptyError):
         return NotEmptyError(what)
+    if isinstance(exc, (kz.NoAuthError, kz.AuthFailedError)):
+        return MetadataError(f"{what}: ZooKeeper refused access (not this cluster's identity? "
+                             "name it in the URL: zk://user:password@... or ?auth_file=)")
     if isinstance(exc, kz.ConnectionClosedError):
         return MetadataUnavailableError(f"{what}: ZooKeeper connection closed")
     if isinstance(exc, kz.SessionExpiredError):
@@ -103,22 +114,6 @@ def _stat(zstat: ZnodeStat) -> Stat:
         ephemeral=zstat.ephemeralOwner != 0,
         num_children=zstat.numChildren,
     )
-
-
-def parse_zk_url(url: str) -> tuple[str, str, dict[str, float]]:
-    """"zk://h1:2181,h2:2181/chroot?session_timeout_s=6" -> (hosts, chroot, options)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "zk" or not parts.netloc:
-        raise ValueError(f"not a ZooKeeper URL: {url!r}")
-    chroot = parts.path.rstrip("/")
-    if chroot:
-        validate_path(chroot)
-    options: dict[str, float] = {}
-    for key, value in urllib.parse.parse_qsl(parts.query):
-        if key not in ("session_timeout_s", "op_timeout_s"):
-            raise ValueError(f"unknown ZooKeeper URL option {key!r} in {url!r}")
-        options[key] = float(value)
-    return parts.netloc, chroot, options
 
 
 class _ArmedWatch:
@@ -193,8 +188,10 @@ class _ArmedWatch:
 class ZooKeeperMetadataStore(MetadataStore):
     """One ZooKeeper session (a started KazooClient) as a MetadataStore."""
 
-    def __init__(self, client: KazooClient, *, op_timeout_s: float = DEFAULT_OP_TIMEOUT_S) -> None:
+    def __init__(self, client: KazooClient, *, op_timeout_s: float = DEFAULT_OP_TIMEOUT_S,
+                 chroot: str = "") -> None:  # fmt: skip
         self.client = client
+        self.chroot = chroot
         self.op_timeout_s = op_timeout_s
         self._token = trio.lowlevel.current_trio_token()
         # our own threads: calls stuck while ZooKeeper is away must not starve other users
@@ -397,6 +394,54 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         return await self._call(counter_path, increment)
 
+    # ---- ACLs ------------------------------------------------------------------------------
+
+    @property
+    def secured(self) -> bool:
+        """True when this session creates nodes for its identity only."""
+        return bool(self.client.default_acl)
+
+    async def secure_tree(self) -> int:
+        """Give the chroot node and every node under /ledgerwire the identity-only ACL this
+        session creates nodes with; returns how many nodes changed. MetadataError without an
+        identity, or when a node refuses (it belongs to another identity)."""
+        if not self.secured:
+            raise MetadataError("the metadata URL names no identity to secure the cluster "
+                                "with (zk://user:password@... or ?auth_file=PATH)")
+        acl = list(self.client.default_acl)
+        roots = (["/"] if self.chroot else []) + [PROJECT_ROOT]
+
+        def secure() -> int:
+            changed = 0
+            for _ in range(_SECURE_PASSES):
+                changed_now = 0
+                for root in roots:
+                    nodes = [root] if root == "/" else self._subtree_or_empty(root)
+                    for node in nodes:
+                        changed_now += self._secure_node(node, acl)
+                changed += changed_now
+                if not changed_now:
+                    break
+            return changed
+
+        return await self._call("secure", secure)
+
+    def _subtree_or_empty(self, root: str) -> list[str]:
+        try:
+            return self._subtree(root)
+        except kz.NoNodeError:
+            return []
+
+    def _secure_node(self, node: str, acl: list[ACL]) -> int:
+        try:
+            current, _ = self._wait(self.client.get_acls_async(node))
+            if sorted(map(repr, current)) == sorted(map(repr, acl)):
+                return 0
+            self._wait(self.client.set_acls_async(node, acl))
+        except kz.NoNodeError:
+            return 0  # deleted meanwhile
+        return 1
+
     # ---- watches and sessions -----------------------------------------------------------
 
     def watch(self, path: str, *, children: bool = False) -> Watcher:
@@ -475,11 +520,23 @@ def _stop_client(client: KazooClient) -> None:
         client.close()
 
 
-def _start_client(hosts: str, session_timeout_s: float, connect_timeout_s: float) -> KazooClient:
+def _identity_args(identity: DigestIdentity | None) -> dict[str, Any]:
+    """kazoo's session authentication and default ACL for a digest identity."""
+    if identity is None:
+        return {}
+    return {
+        "auth_data": [("digest", f"{identity.user}:{identity.password}")],
+        "default_acl": [make_digest_acl(identity.user, identity.password, all=True)],
+    }
+
+
+def _start_client(hosts: str, session_timeout_s: float, connect_timeout_s: float,
+                  identity: DigestIdentity | None) -> KazooClient:  # fmt: skip
     client = KazooClient(
         hosts=hosts,
         timeout=session_timeout_s,
         connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 1.5, "max_delay": 2.0},
+        **_identity_args(identity),
     )
     try:
         client.start(timeout=connect_timeout_s)
@@ -489,29 +546,32 @@ def _start_client(hosts: str, session_timeout_s: float, connect_timeout_s: float
     return client
 
 
-def _connect(hosts: str, chroot: str, session_timeout_s: float,
-             connect_timeout_s: float) -> KazooClient:
+def _connect(hosts: str, chroot: str, session_timeout_s: float, connect_timeout_s: float,
+             identity: DigestIdentity | None) -> KazooClient:  # fmt: skip
     if chroot:
         # the chroot must exist before a chrooted client can use it
-        setup = _start_client(hosts, session_timeout_s, connect_timeout_s)
+        setup = _start_client(hosts, session_timeout_s, connect_timeout_s, identity)
         try:
             setup.ensure_path(chroot)
         finally:
             _stop_client(setup)
-    return _start_client(hosts + chroot, session_timeout_s, connect_timeout_s)
+    return _start_client(hosts + chroot, session_timeout_s, connect_timeout_s, identity)
 
 
 async def open_zookeeper(url: str) -> ZooKeeperMetadataStore:
     """Connect to the ensemble in url ("zk://h1:2181,h2:2181/chroot?session_timeout_s=10")."""
     hosts, chroot, options = parse_zk_url(url)
+    identity = zk_identity(url)
     session_timeout_s = options.get("session_timeout_s", DEFAULT_SESSION_TIMEOUT_S)
     op_timeout_s = options.get("op_timeout_s", DEFAULT_OP_TIMEOUT_S)
     connect_timeout_s = max(op_timeout_s, 1.0)
     try:
         client = await trio.to_thread.run_sync(
-            _connect, hosts, chroot, session_timeout_s, connect_timeout_s
+            _connect, hosts, chroot, session_timeout_s, connect_timeout_s, identity
         )
+    except (kz.NoAuthError, kz.AuthFailedError) as exc:
+        raise _map_error(exc, f"ZooKeeper at {hosts}{chroot}") from exc
     except (kz.KazooException, KazooTimeoutError) as exc:
         raise MetadataUnavailableError(f"cannot connect to ZooKeeper at {hosts}: {exc}") from exc
-    return ZooKeeperMetadataStore(client, op_timeout_s=op_timeout_s)
+    return ZooKeeperMetadataStore(client, op_timeout_s=op_timeout_s, chroot=chroot)
 

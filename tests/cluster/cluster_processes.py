@@ -1,6 +1,10 @@
 """A real ledgerwire cluster on loopback for tests and benchmarks: one ZooKeeper server,
 `ledgerwire bookie` and `ledgerwire broker` subprocesses, each with its own log file.
 
+`secure=True` runs it as a locked-down cluster: every bookie and broker has the cluster's bookie
+secret (bookies refuse unauthenticated connections) and the metadata URL names a ZooKeeper
+digest identity in an auth_file (every znode closed to other clients).
+
 Synchronous (plain subprocess), so pytest fixtures, confluent-kafka code and the benchmark
 scripts can all drive it.  Processes can be SIGKILLed, SIGSTOPped and SIGCONTed by the tests.
 It must never leave a process running: `close()` reaps everything it started.
@@ -115,9 +119,17 @@ class Cluster:
                  partitions: int = 6, bundles: int = 16, lost_bookie_delay_s: float = 2.0,
                  open_ledger_grace_s: float = 4.0, autorecovery: bool = True,
                  fsync: bool = False, broker_args: list[str] | None = None,
-                 rocketmq: bool = False) -> None:
+                 rocketmq: bool = False, secure: bool = False) -> None:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
+        self.secure = secure
+        self.bookie_secret_file = base / "bookie.secret"
+        self.zk_auth_file = base / "zk.auth"
+        if secure:
+            for path, text in ((self.bookie_secret_file, f"bookie-{os.urandom(12).hex()}"),
+                               (self.zk_auth_file, f"ledgerwire:{os.urandom(12).hex()}")):
+                path.write_text(text + "\n")
+                path.chmod(0o600)
         self.zk = ZooKeeperServer(base / "zk")
         (base / "zk").mkdir(exist_ok=True)
         self.quorum = quorum
@@ -142,7 +154,13 @@ class Cluster:
 
     @property
     def metadata_url(self) -> str:
-        return self.zk.store_url("/ledgerwire-test", session_timeout_s=self.session_timeout_s)
+        url = self.zk.store_url("/ledgerwire-test", session_timeout_s=self.session_timeout_s)
+        return url + (f"&auth_file={self.zk_auth_file}" if self.secure else "")
+
+    @property
+    def secret_args(self) -> list[str]:
+        """The bookie-secret flag of bookie, broker, autorecovery and recover commands."""
+        return ["--bookie-secret-file", str(self.bookie_secret_file)] if self.secure else []
 
     @property
     def bootstrap(self) -> str:
@@ -170,7 +188,7 @@ class Cluster:
                 "--bookie-id", f"127.0.0.1:{port}",
                 "--lost-bookie-delay", str(self.lost_bookie_delay_s),
                 "--open-ledger-grace", str(self.open_ledger_grace_s),
-                "--audit-interval", "1"]
+                "--audit-interval", "1", *self.secret_args]
         if not self.fsync:
             args.append("--unsafe-no-fsync")
         if not self.autorecovery:
@@ -193,7 +211,7 @@ class Cluster:
                 "--default-partitions", str(self.partitions), "--bundles", str(self.bundles),
                 "--group-initial-rebalance-delay-ms", "0", "--log-format", "text",
                 "--admin-listener", f"127.0.0.1:{admin_port}", *self._rocketmq_args(node_id),
-                *self.broker_args]
+                *self.secret_args, *self.broker_args]
         broker = Process(f"broker-{node_id}", args, self.base / f"broker-{node_id}.log",
                          b"ready on")
         self.brokers[node_id] = broker

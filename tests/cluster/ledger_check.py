@@ -4,9 +4,11 @@ that re-replication left every entry readable and no fragment on a dead bookie."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import trio
 
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.client.errors import LedgerError, NoSuchLedgerError
 from ledger_backend.metadata import open_store
@@ -20,11 +22,13 @@ class LedgerReport:
     unreadable: list[str] = field(default_factory=list)
 
 
-async def _check(metadata_url: str, dead: set[str], read: bool) -> LedgerReport:
+async def _check(metadata_url: str, dead: set[str], read: bool,
+                 secret_file: Path | None) -> LedgerReport:  # fmt: skip
     report = LedgerReport()
+    secret = BookieSecret.load(file=secret_file) if secret_file else None
     store = await open_store(metadata_url)
     try:
-        async with BookKeeper(store, timeout_s=5.0) as bk:
+        async with BookKeeper(store, timeout_s=5.0, bookie_secret=secret) as bk:
             for ledger_id in await bk.list_ledgers():
                 try:
                     metadata, _ = await bk.context.read_metadata(ledger_id)
@@ -48,5 +52,6 @@ async def _check(metadata_url: str, dead: set[str], read: bool) -> LedgerReport:
     return report
 
 
-def check_ledgers(metadata_url: str, dead: set[str], *, read: bool = True) -> LedgerReport:
-    return trio.run(_check, metadata_url, dead, read)
+def check_ledgers(metadata_url: str, dead: set[str], *, read: bool = True,
+                  secret_file: Path | None = None) -> LedgerReport:  # fmt: skip
+    return trio.run(_check, metadata_url, dead, read, secret_file)

@@ -1,7 +1,8 @@
 """Bookie loss with E=3 Qw=2 Qa=2 on four bookies: writes continue through an ensemble
 change, re-replication (automatic, or `ledgerwire recover` by hand) restores two copies of
 every entry on the remaining bookies, and every entry stays readable after a second bookie
-is killed."""
+is killed. The automatic case runs on an open and on a secured cluster (bookie secret and
+ZooKeeper ACLs): there, an anonymous bookie client and an anonymous kazoo client get nothing."""
 
 from __future__ import annotations
 
@@ -28,9 +29,48 @@ def wait_acks(run: ProduceRun, count: int, since: float, timeout_s: float = 60.0
         time.sleep(0.1)
 
 
-def test_auto_recovery_after_bookie_loss(tmp_path: Path) -> None:
+def _assert_closed_to_strangers(cluster: Cluster) -> None:
+    """No read, add or fence on a real bookie without the secret; no znode for anonymous."""
+    import socket
+
+    from kazoo import exceptions as kz
+    from kazoo.client import KazooClient
+
+    from ledger_backend.bookie.protocol import (
+        AddEntryRequest,
+        FrameDecoder,
+        ReadEntryRequest,
+        Status,
+        encode,
+    )
+
+    host, _, port = cluster.bookies[-1].bookie_id.rpartition(":")  # type: ignore[attr-defined]
+    for request in (ReadEntryRequest(1, 1, 0), AddEntryRequest(2, 1, 0, -1, True, b"forged"),
+                    ReadEntryRequest(3, 1, -1, fence=True)):  # fmt: skip
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            raw.sendall(encode(request))
+            answer = FrameDecoder(accept="responses").feed(raw.recv(1 << 16))
+            assert [getattr(a, "status", None) for a in answer] == [Status.UNAUTHORIZED]
+            assert raw.recv(1 << 16) == b""  # and the bookie hung up
+    anonymous = KazooClient(hosts=cluster.zk.connect_string, timeout=10)
+    anonymous.start(timeout=20)
+    try:
+        for path in ("/ledgerwire-test/ledgerwire/ledgers", "/ledgerwire-test/ledgerwire"):
+            try:
+                anonymous.get_children(path)
+                raise AssertionError(f"{path} is readable without the cluster identity")
+            except kz.NoAuthError:
+                pass
+    finally:
+        anonymous.stop()
+        anonymous.close()
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["open", "secured"])
+def test_auto_recovery_after_bookie_loss(tmp_path: Path, secure: bool) -> None:
     with Cluster(tmp_path / "c", bookies=4, brokers=1, partitions=PARTITIONS,
-                 lost_bookie_delay_s=1.0, open_ledger_grace_s=3.0) as cluster:
+                 lost_bookie_delay_s=1.0, open_ledger_grace_s=3.0, secure=secure) as cluster:
+        secret = cluster.bookie_secret_file if secure else None
         create_topic(cluster.bootstrap, TOPIC, PARTITIONS)
         run = ProduceRun(cluster.bootstrap, TOPIC, "auto").start()
         try:
@@ -45,7 +85,7 @@ def test_auto_recovery_after_bookie_loss(tmp_path: Path) -> None:
         dead = {victim.bookie_id}  # type: ignore[attr-defined]
         deadline = time.monotonic() + 90
         while True:
-            report = check_ledgers(cluster.metadata_url, dead, read=False)
+            report = check_ledgers(cluster.metadata_url, dead, read=False, secret_file=secret)
             if not report.on_dead and not cluster.status()["underreplicated_ledgers"]:
                 break
             assert time.monotonic() < deadline, (report, cluster.logs())
@@ -54,9 +94,12 @@ def test_auto_recovery_after_bookie_loss(tmp_path: Path) -> None:
         assert verdict.ok, verdict
         second = cluster.bookies[1]
         second.kill()
-        report = check_ledgers(cluster.metadata_url, dead | {second.bookie_id})  # type: ignore[attr-defined]
+        report = check_ledgers(cluster.metadata_url, dead | {second.bookie_id},  # type: ignore[attr-defined]
+                               secret_file=secret)  # fmt: skip
         assert not report.unreadable, report.unreadable
         assert report.entries >= 1
+        if secure:
+            _assert_closed_to_strangers(cluster)
 
 
 def test_manual_recover_ledger_then_bookie(tmp_path: Path) -> None:

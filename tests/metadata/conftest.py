@@ -2,7 +2,8 @@
 
 `open_session` opens sessions on ONE backing store per test, so a test can play several
 clients: "memory" (a named in-memory database), "embedded" (a directory), and "zookeeper"
-(a real server shared by the test session; each test gets its own chroot).
+(a real server shared by the test session; each test gets its own chroot), also with a digest
+identity and its ACLs ("zookeeper-acl").
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 
 
 @pytest.fixture(
-    params=["memory", "embedded", pytest.param("zookeeper", marks=pytest.mark.integration)]
+    params=["memory", "embedded", pytest.param("zookeeper", marks=pytest.mark.integration),
+            pytest.param("zookeeper-acl", marks=pytest.mark.integration)]
 )
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     kind = request.param
@@ -37,8 +39,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if kind == "embedded":
         return f"embedded:{tmp_path / 'metadata'}"
     server = request.getfixturevalue("zk_server")
-    return str(server.store_url(f"/t-{uuid.uuid4().hex[:12]}",
-                                session_timeout_s=ZK_SESSION_TIMEOUT_S))
+    url = str(server.store_url(f"/t-{uuid.uuid4().hex[:12]}",
+                               session_timeout_s=ZK_SESSION_TIMEOUT_S))
+    if kind == "zookeeper-acl":  # every node for a digest identity only (zk_url.py)
+        url = url.replace("zk://", "zk://cluster:conformance-pw@", 1)
+    return url
 
 
 @pytest.fixture
