@@ -55,6 +55,7 @@ class KafkaBrokerConfig:
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
     rack: str | None = None
+    log_dir: str | None = None  # what DescribeLogDirs names (a standalone's data directory)
     max_frame_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
     max_in_flight_per_connection: int = 128
     idle_timeout_s: float = 600.0  # connections.max.idle.ms

@@ -184,6 +184,7 @@ async def run_standalone(
                 advertised_host=adv_host,
                 advertised_port=adv_port,
                 cluster_id=config.kafka.cluster_id,
+                log_dir=str(config.data_dir.resolve()),
                 auto_create_topics=config.kafka.auto_create_topics,
                 default_partitions=config.kafka.default_partitions,
                 max_message_bytes=config.kafka.max_message_bytes,

@@ -346,6 +346,11 @@ class TopicService:
         ml = self._partition_ledgers.get((topic, partition))
         return list(ml.ledgers) if ml is not None else []
 
+    async def partition_size(self, topic: str, partition: int) -> int:
+        """Bytes stored for a partition (opened here if it is not: call it on the owner)."""
+        await self.partition(topic, partition)
+        return sum(ledger.size for ledger in self.partition_ledgers(topic, partition))
+
     async def allocate_producer_id(self) -> int:
         return await self._store.next_id(PRODUCER_ID_COUNTER_PATH)
 

@@ -102,6 +102,10 @@ class TopicServiceApi(Protocol):
 
     async def allocate_producer_id(self) -> int: ...
 
+    async def partition_size(self, topic: str, partition: int) -> int:
+        """Bytes stored for a partition this broker owns (its ledgers' lengths)."""
+        ...
+
     async def alter_topic_configs(
         self, name: str, update: Callable[[Mapping[str, str]], dict[str, str]], *,
         validate_only: bool = False,

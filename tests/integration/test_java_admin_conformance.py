@@ -104,3 +104,24 @@ def test_describe_topics_by_id(module_standalone: Standalone) -> None:
     assert by_id.one("error")["error"] == "UnknownTopicIdException"
     assert by_id.one("error")["id"] == unknown_id
 
+
+
+def test_describe_log_dirs_real_sizes(module_standalone: Standalone) -> None:
+    server = module_standalone
+    admin(server, "create_topics", topics="java-logdirs", partitions=2)
+    run_java("KafkaProduce", bootstrap=server.bootstrap, topic="java-logdirs", partition=0,
+             count=300, value_prefix="x" * 200)
+    first = admin(server, "describe_log_dirs", brokers=0).one("log_dir")
+    assert first["path"] == str(server.data_dir.resolve())
+    assert first["error"] is None
+    assert first["total_bytes"] > 0 and 0 <= first["usable_bytes"] <= first["total_bytes"]
+    sizes = {(r["topic"], r["partition"]): r["size"] for r in first["replicas"]}
+    assert sizes[("java-logdirs", 1)] == 0
+    assert sizes[("java-logdirs", 0)] > 300 * 200  # the values alone, compressed or not
+    run_java("KafkaProduce", bootstrap=server.bootstrap, topic="java-logdirs", partition=1,
+             count=10)
+    again = admin(server, "describe_log_dirs", brokers=0).one("log_dir")
+    later = {(r["topic"], r["partition"]): r["size"] for r in again["replicas"]}
+    assert later[("java-logdirs", 0)] == sizes[("java-logdirs", 0)]
+    assert later[("java-logdirs", 1)] > 0
+    assert all(r["offset_lag"] == 0 and not r["future"] for r in again["replicas"])

@@ -97,6 +97,10 @@ def no_cluster_operations(answer: dict[str, Any]) -> None:
     assert answer["cluster_authorized_operations"] in (0, -(2**31)), answer
 
 
+def no_log_dirs(answer: dict[str, Any]) -> None:
+    assert answer["error_code"] == CLUSTER_DENIED and answer["results"] == [], answer
+
+
 def txn_not_listed(answer: dict[str, Any]) -> None:
     """Kafka lists only the transactional ids the caller may describe."""
     assert answer["error_code"] == 0, answer
@@ -200,6 +204,7 @@ PROBES: dict[int, list[tuple[int, dict[str, Any], Check]]] = {
     47: [(0, {"group_id": GROUP, "topics": [{"name": SECRET,
                                              "partitions": [{"partition_index": 0}]}]},
           refused(GROUP_DENIED))],
+    35: [(4, {"topics": None}, no_log_dirs)],
     43: [(2, {"election_type": 0, "topic_partitions": [{"topic": SECRET, "partitions": [0]}],
               "timeout_ms": 5000}, refused(CLUSTER_DENIED))],
     50: [(0, {"users": None}, refused(CLUSTER_DENIED))],

@@ -57,6 +57,7 @@ from protocols.kafka.handlers.groups import (
 from protocols.kafka.handlers.leader_epoch import handle_offset_for_leader_epoch
 from protocols.kafka.handlers.leaders import handle_elect_leaders
 from protocols.kafka.handlers.list_offsets import handle_list_offsets
+from protocols.kafka.handlers.log_dirs import handle_describe_log_dirs
 from protocols.kafka.handlers.metadata import handle_metadata
 from protocols.kafka.handlers.offsets import (
     handle_offset_commit,
@@ -132,6 +133,7 @@ HANDLERS: dict[int, HandlerSpec] = {
         HandlerSpec(29, "DescribeAcls", 0, 3, handle_describe_acls),
         HandlerSpec(30, "CreateAcls", 0, 3, handle_create_acls),
         HandlerSpec(31, "DeleteAcls", 0, 3, handle_delete_acls),
+        HandlerSpec(35, "DescribeLogDirs", 0, 4, handle_describe_log_dirs),
         HandlerSpec(43, "ElectLeaders", 0, 2, handle_elect_leaders),
         HandlerSpec(50, "DescribeUserScramCredentials", 0, 0,
                     handle_describe_user_scram_credentials),

@@ -3,9 +3,9 @@
 `ADMIN_ERROR_BUILDERS` maps api key -> builder(version, request body, code, message) for the
 APIs whose responses carry errors per item rather than at the top: AlterConfigs (33),
 IncrementalAlterConfigs (44), DeleteRecords (21), DescribeProducers (61), CreateAcls (30),
-DeleteAcls (31), ElectLeaders (43), AlterUserScramCredentials (51) and DescribeTransactions
-(65).  DescribeAcls, DescribeCluster, SaslHandshake and SaslAuthenticate have a top-level
-error code and need no builder.  `error_responses` merges this table into its own.
+DeleteAcls (31), DescribeLogDirs (35), ElectLeaders (43), AlterUserScramCredentials (51) and
+DescribeTransactions (65).  DescribeAcls, DescribeCluster, SaslHandshake and SaslAuthenticate
+have a top-level error code and need no builder.  `error_responses` merges this table into its own.
 
 This module must never import error_responses (it is imported by it) or do I/O.
 """
@@ -67,6 +67,12 @@ def _describe_transactions(version: int, body: dict, code: int, message: str | N
         for t in body.get("transactional_ids") or []]}
 
 
+def _describe_log_dirs(version: int, body: dict, code: int, message: str | None) -> dict:
+    return {"throttle_time_ms": 0, "error_code": code, "results": [
+        {"error_code": code, "log_dir": "", "topics": [], "total_bytes": -1,
+         "usable_bytes": -1}]}
+
+
 def _alter_scram(version: int, body: dict, code: int, message: str | None) -> dict:
     users = dict.fromkeys(str(i.get("name", "")) for kind in ("deletions", "upsertions")
                           for i in body.get(kind) or [])
@@ -81,6 +87,7 @@ ADMIN_ERROR_BUILDERS: dict[int, Callable[[int, dict, int, str | None], dict]] = 
     61: _describe_producers,
     30: _create_acls,
     31: _delete_acls,
+    35: _describe_log_dirs,
     43: _elect_leaders,
     51: _alter_scram,
     65: _describe_transactions,
