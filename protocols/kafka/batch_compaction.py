@@ -29,6 +29,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from protocols.kafka import compression as codecs
 from protocols.kafka.errors import CorruptMessageError
@@ -49,8 +50,7 @@ _CRC = struct.Struct(">I")
 _CONTROL_KEY = struct.Struct(">hh")
 
 
-@dataclass(frozen=True, slots=True)
-class RawRecord:
+class RawRecord(NamedTuple):
     """One record of a decompressed batch payload, located but not copied."""
 
     start: int
@@ -61,30 +61,58 @@ class RawRecord:
     is_tombstone: bool
 
 
+_new_record = tuple.__new__  # RawRecord(...) without the NamedTuple __new__ call overhead
+
+
 def iter_raw_records(payload: bytes, count: int) -> Iterator[RawRecord]:
     """The records of a decompressed payload: offsets, timestamps, key, tombstone flag."""
+    try:
+        yield from _scan(payload, count)
+    except IndexError as exc:
+        raise CorruptMessageError("record runs past the batch") from exc
+
+
+def _scan(payload: bytes, count: int) -> Iterator[RawRecord]:
+    # The compactor's hot loop: varints of one or two bytes (nearly all lengths and deltas)
+    # are decoded inline, longer ones by record_batch's reader.
     pos = 0
+    size = len(payload)
+    fields = [0, 0, 0, 0]
     for _ in range(count):
-        length, body = _varint(payload, pos)
-        end = body + length
-        if length < 1 or end > len(payload):
-            raise CorruptMessageError("record runs past the batch")
-        p = body + 1  # record attributes
-        ts_delta, p = _varint(payload, p)
-        offset_delta, p = _varint(payload, p)
-        key_len, p = _varint(payload, p)
+        p = pos
+        for i in range(4):  # record length, (attributes), timestamp delta, offset delta, key len
+            b = payload[p]
+            if b < 0x80:
+                fields[i] = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                c = payload[p + 1]
+                if c < 0x80:
+                    raw = (b & 0x7F) | (c << 7)
+                    fields[i] = (raw >> 1) ^ -(raw & 1)
+                    p += 2
+                else:
+                    fields[i], p = _varint(payload, p)
+            if i == 0:
+                length = fields[0]
+                if length < 1 or p + length > size:
+                    raise CorruptMessageError("record runs past the batch")
+                end = p + length
+                p += 1  # record attributes
+        _, ts_delta, offset_delta, key_len = fields
         key: bytes | None = None
         if key_len >= 0:
             if p + key_len > end:
                 raise CorruptMessageError("record key runs past the record")
             key = payload[p : p + key_len]
             p += key_len
-        value_len, p = _varint(payload, p)
-        if value_len > 0 and p + value_len > end:
-            raise CorruptMessageError("record value runs past the record")
-        yield RawRecord(pos, end, ts_delta, offset_delta, key, value_len < 0)
+        if p >= end:
+            raise CorruptMessageError("record ends before its value")
+        b = payload[p]
+        tombstone = b == 1 if b < 0x80 else _varint(payload, p)[0] < 0
+        yield _new_record(RawRecord, (pos, end, ts_delta, offset_delta, key, tombstone))
         pos = end
-    if pos != len(payload):
+    if pos != size:
         raise CorruptMessageError("batch payload has bytes after its last record")
 
 
