@@ -163,3 +163,43 @@ async def test_a_transaction_below_the_point_loses_aborted_records(make_broker) 
     assert b"aborted" not in [r.value for r in records]
     below = [r.key for r in records if r.offset < result["cleaned_through"]]
     assert len(below) == len(set(below))
+
+
+async def test_rocketmq_messages_compact_by_their_keys(make_broker) -> None:
+    from protocols.rocketmq.message_encoding import MessageMeta, from_record, to_record
+
+    broker, plog = await compacted_topic(make_broker)
+    for update in range(30):
+        record = to_record(b"body-%d" % update, {"KEYS": f"order-{update % 3}",
+                                                 "TAGS": "t"}, MessageMeta(), 1000 + update)
+        await plog.append(rb.build_batch([record]))
+    [result] = await broker.topics.compaction.compact_topic("table")
+    records = [r for r in await read_records(plog) if r.offset < result["cleaned_through"]]
+    assert sorted(r.key for r in records) == [b"order-0", b"order-1", b"order-2"]
+    body, properties, _ = from_record(records[-1])  # still a whole RocketMQ message
+    assert properties["TAGS"] == "t" and body.startswith(b"body-")
+
+
+async def test_the_dirty_ratio_and_max_compaction_lag_decide_a_background_pass(
+        make_broker) -> None:
+    broker = await make_broker(max_entries_per_ledger=10)
+    await broker.topics.create_topic("lazy", 1, {"cleanup.policy": "compact",
+                                                 "min.cleanable.dirty.ratio": "1.0"})
+    plog = await broker.topics.partition("lazy", 0)
+    for update in range(30):
+        await append(plog, [(b"k%d" % (update % 20), b"%d" % update)])
+    service = broker.topics.compaction
+    [first] = await service.run_once()  # never cleaned: all dirty, ratio 1.0
+    assert first.ran and first.reason == "min.cleanable.dirty.ratio"
+    for update in range(30, 45):
+        await append(plog, [(b"k%d" % (update % 20), b"%d" % update)])
+    [skipped] = await service.run_once()
+    assert not skipped.ran and "below the minimum" in skipped.reason
+    await broker.topics.alter_topic_configs("lazy", lambda c: {**c,
+                                                               "max.compaction.lag.ms": "0"})
+    assert plog.ledger.config.max_ledger_age_s == 0.001  # ledgers roll for the lag bound
+    [done] = await service.run_once()
+    assert done.ran and done.reason == "max.compaction.lag.ms"
+    status = service.status("lazy")[0]
+    assert status["passes"] == 2 and status["last"]["keys"] == 20
+    assert service.gauges("lazy", 0, plog)["lag"] == plog.high_watermark - done.cleaned_through
