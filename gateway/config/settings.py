@@ -50,6 +50,11 @@ class KafkaConfig:
     default_partitions: int = 1
     max_message_bytes: int = 1048588
     max_frame_bytes: int = 100 * 1024 * 1024
+    sasl_max_receive_bytes: int = 512 * 1024  # sasl.server.max.receive.size: frames before login
+    failed_authentication_delay_ms: int = 100  # connection.failed.authentication.delay.ms
+    max_connections: int = 0  # max.connections (0: no limit)
+    max_connections_per_ip: int = 0  # max.connections.per.ip (0: no limit)
+    fetch_max_bytes: int = 55 * 1024 * 1024  # fetch.max.bytes: the broker's cap on an answer
     shutdown_grace_s: float = 10.0
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
     offsets_retention_minutes: int = 7 * 24 * 60  # Kafka's offsets.retention.minutes

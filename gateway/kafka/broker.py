@@ -58,6 +58,16 @@ class KafkaBrokerConfig:
     log_dir: str | None = None  # what DescribeLogDirs names (a standalone's data directory)
     max_frame_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
     max_in_flight_per_connection: int = 128
+    # Before SASL authentication a frame may be at most this big (sasl.server.max.receive.size)
+    max_pre_auth_frame_bytes: int = 512 * 1024
+    failed_authentication_delay_s: float = 0.1  # connection.failed.authentication.delay.ms
+    max_connections: int = 0  # max.connections (0: no limit)
+    max_connections_per_ip: int = 0  # max.connections.per.ip (0: no limit)
+    # A Fetch answer holds at most this much record data (fetch.max.bytes), and one
+    # connection has at most `fetch_answers_per_connection` Fetch answers in memory (being
+    # read or waiting to be written): its next Fetch is not read before one is written.
+    fetch_max_bytes: int = 55 * 1024 * 1024
+    fetch_answers_per_connection: int = 1
     idle_timeout_s: float = 600.0  # connections.max.idle.ms
     write_timeout_s: float = 60.0  # a client that stops reading its answers is disconnected
     drain_timeout_s: float = 10.0  # graceful shutdown: time given to in-flight requests

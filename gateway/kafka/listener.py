@@ -74,6 +74,7 @@ _TLS_SEND_BYTES = 1 << 20
 # accept() failures that mean "out of resources right now", not "the listener is broken"
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_BACKOFF_S = 0.1
+FETCH_API_KEY = 1
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -85,12 +86,13 @@ class ListenAddress(NamedTuple):
 class _Reply:
     """The slot of one request in its connection's response order."""
 
-    __slots__ = ("done", "frame", "close")
+    __slots__ = ("done", "frame", "close", "fetch_slot")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.frame: list[Any] | None = None  # the answer's buffers, None: no answer
         self.close = False
+        self.fetch_slot: trio.Semaphore | None = None  # released once the answer is written
 
     def finish(self, frame: list[Any] | None, *, close: bool = False) -> None:
         self.frame = frame
@@ -151,6 +153,7 @@ class _Connection:
         self.send_started: float | None = None  # the writer is sending since (watchdog)
         self.write_scope = trio.CancelScope()
         self.identity: CertificateIdentity | None = None  # SSL listener: the certificate's
+        self.fetch_slots = trio.Semaphore(max(1, self.broker.config.fetch_answers_per_connection))
 
     def stop_reading(self) -> None:
         self.read_scope.cancel()
@@ -205,12 +208,17 @@ class _Connection:
 
     async def _read_loop(self, send: trio.MemorySendChannel[_Reply],
                          nursery: trio.Nursery) -> None:
-        reader = FrameReader(self.broker.config.max_frame_bytes)
+        config = self.broker.config
+        reader = FrameReader(config.max_frame_bytes)
         ctx = self.broker.new_context(self.peer)
         session: SaslSession | None = None
         if self.server.sasl_mechanisms is not None:
             session = SaslSession(self.server.sasl_mechanisms)
             ctx.session = session
+            # Before login a frame is refused above sasl.server.max.receive.size, before
+            # anything of its body is buffered (the FrameReader checks the size prefix).
+            reader.max_frame_bytes = min(config.max_frame_bytes,
+                                         config.max_pre_auth_frame_bytes)
         elif self.identity is not None:
             ctx.session = self.identity
         receive_some = self.stream.receive_some
@@ -228,6 +236,8 @@ class _Connection:
                     await self._authenticate_step(ctx, session, frame, send)
                     if session.failed:
                         return  # the answer (if any) still goes out, then the connection closes
+                    if session.authenticated:
+                        reader.max_frame_bytes = config.max_frame_bytes
                     continue
                 reply = _Reply()
                 try:
@@ -236,6 +246,11 @@ class _Connection:
                     reply.finish([self.broker.answer_unsupported_version(exc)])
                     await send.send(reply)
                     continue
+                if header.api_key == FETCH_API_KEY:
+                    # At most fetch_answers_per_connection Fetch answers in memory: stop
+                    # reading this connection until the writer has sent an earlier one.
+                    await self.fetch_slots.acquire()
+                    reply.fetch_slot = self.fetch_slots
                 self.pending += 1
                 try:
                     send.send_nowait(reply)  # no scheduling round trip while there is room
@@ -255,6 +270,7 @@ class _Connection:
                 token_reply = await authenticate_token(ctx, bytes(frame))
             except KafkaProtocolError:
                 session.state = SaslState.FAILED  # v0 has no error frame: just close
+                await trio.sleep(self.broker.config.failed_authentication_delay_s)
                 return
             reply.finish([struct.pack(">i", len(token_reply)) + token_reply])
             await send.send(reply)
@@ -271,6 +287,8 @@ class _Connection:
                 f"api key {header.api_key} before SASL authentication completed")
         request_ctx = self.broker.request_context(ctx, header)
         reply.finish(await self.broker.handle_to_buffers(request_ctx, header, body))
+        if session.failed:  # connection.failed.authentication.delay.ms: slow down guessing
+            await trio.sleep(self.broker.config.failed_authentication_delay_s)
         await send.send(reply)
 
     async def _serve_request(self, ctx: Any, header: RequestHeader, body: dict,
@@ -319,6 +337,7 @@ class _Connection:
                         await head.done.wait()
                     reply, head = head, None
                     buffers: list[Any] = []
+                    slots: list[trio.Semaphore] = []
                     close = False
                     while True:  # take the answers that are ready, stopping at the first not
                         if reply.close:
@@ -326,6 +345,8 @@ class _Connection:
                             break
                         if reply.frame is not None:
                             buffers += reply.frame
+                        if reply.fetch_slot is not None:
+                            slots.append(reply.fetch_slot)
                         try:
                             reply = receive.receive_nowait()
                         except (trio.WouldBlock, trio.EndOfChannel):
@@ -341,6 +362,8 @@ class _Connection:
                             connection_scope.cancel()
                             return
                         self.send_started = None
+                    for slot in slots:  # the Fetch answers are out of memory: read on
+                        slot.release()
                     if close:
                         connection_scope.cancel()
                         return
@@ -381,6 +404,9 @@ class _KafkaServer:
         self.ssl_principal = ssl_principal
         self.drain_timeout_s = drain_timeout_s
         self.connections: set[_Connection] = set()
+        self.open_connections = 0  # admitted, TLS handshakes included
+        self.per_ip: dict[str, int] = {}
+        self.refused_connections = 0
         self._closing = trio.Event()
 
     async def run_connections(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -398,10 +424,40 @@ class _KafkaServer:
     def begin_drain(self) -> None:
         self._closing.set()
 
+    def _admit(self, host: str) -> str | None:
+        """Why a new connection from `host` is refused (max.connections, ...per.ip), or None."""
+        config = self.broker.config
+        if config.max_connections and self.open_connections >= config.max_connections:
+            return f"max_connections={config.max_connections} reached"
+        if config.max_connections_per_ip and \
+                self.per_ip.get(host, 0) >= config.max_connections_per_ip:
+            return f"max_connections_per_ip={config.max_connections_per_ip} reached for {host}"
+        return None
+
     async def serve_connection(self, stream: trio.SocketStream) -> None:
         if self._closing.is_set():
             await stream.aclose()
             return
+        host = _peer_name(stream).rpartition(":")[0]
+        refusal = self._admit(host)
+        if refusal is not None:
+            self.refused_connections += 1
+            log.info("connection refused: %s", refusal, extra={"client": host})
+            await trio.aclose_forcefully(stream)
+            return
+        self.open_connections += 1
+        self.per_ip[host] = self.per_ip.get(host, 0) + 1
+        try:
+            await self._serve_admitted(stream)
+        finally:
+            self.open_connections -= 1
+            left = self.per_ip[host] - 1
+            if left:
+                self.per_ip[host] = left
+            else:
+                del self.per_ip[host]
+
+    async def _serve_admitted(self, stream: trio.SocketStream) -> None:
         served: trio.abc.Stream = stream
         if self.ssl_context is not None:
             tls = trio.SSLStream(stream, self.ssl_context, server_side=True)

@@ -217,7 +217,12 @@ def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerCon
         default_partitions=k.default_partitions, max_message_bytes=k.max_message_bytes,
         retention_ms=config.retention.retention_ms,
         retention_bytes=config.retention.retention_bytes,
-        max_frame_bytes=k.max_frame_bytes, drain_timeout_s=k.shutdown_grace_s,
+        max_frame_bytes=k.max_frame_bytes,
+        max_pre_auth_frame_bytes=k.sasl_max_receive_bytes,
+        failed_authentication_delay_s=k.failed_authentication_delay_ms / 1000,
+        max_connections=k.max_connections,
+        max_connections_per_ip=k.max_connections_per_ip,
+        fetch_max_bytes=k.fetch_max_bytes, drain_timeout_s=k.shutdown_grace_s,
     )
 
 

@@ -18,14 +18,16 @@ PASSWORDS = {"admin": "admin-pw", "mallory": "mallory-pw", "alice": "alice-pw"}
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
-def secured_config(directory: Path, extra: str = "") -> Path:
-    """A TOML file: SASL_PLAINTEXT with PLAIN and SCRAM, ACLs on, the three users."""
+def secured_config(directory: Path, extra: str = "", extra_kafka: str = "") -> Path:
+    """A TOML file: SASL_PLAINTEXT with PLAIN and SCRAM, ACLs on, the three users;
+    `extra_kafka` lines go into [kafka], `extra` after everything."""
     users = ", ".join(f'{{ name = "{n}", password = "{p}" }}' for n, p in PASSWORDS.items())
     path = directory / "secured.toml"
     path.write_text(f"""
 [kafka]
 security_protocol = "SASL_PLAINTEXT"
 sasl_mechanisms = ["PLAIN", "SCRAM-SHA-512"]
+{extra_kafka}
 
 [security]
 authorization = "on"
@@ -36,9 +38,9 @@ users = [{users}]
     return path
 
 
-def secured_standalone(directory: Path, extra: str = "") -> Standalone:
+def secured_standalone(directory: Path, extra: str = "", extra_kafka: str = "") -> Standalone:
     directory.mkdir(parents=True, exist_ok=True)
-    config = secured_config(directory, extra)
+    config = secured_config(directory, extra, extra_kafka)
     return Standalone(directory / "data", extra_args=["--config", str(config)])
 
 

@@ -126,6 +126,9 @@ async def _read_partition(pf: _PartitionFetch, budget: int, first: bool,
         pf.error = error_code_of(exc)
 
 
+DEFAULT_FETCH_MAX_BYTES = 55 * 1024 * 1024  # Kafka's fetch.max.bytes
+
+
 async def _read_all(fetches: list[_PartitionFetch], max_bytes: int, read_committed: bool) -> int:
     total = 0
     for pf in fetches:
@@ -158,7 +161,9 @@ async def handle_fetch(ctx: RequestContext, header: RequestHeader, body: dict) -
         return {"throttle_time_ms": 0, "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
                 "session_id": 0, "responses": []}
     read_committed = body.get("isolation_level", 0) == READ_COMMITTED
-    max_bytes = int(body.get("max_bytes", 0x7FFFFFFF))
+    # The broker's fetch.max.bytes caps what a client may ask for in one answer.
+    max_bytes = min(int(body.get("max_bytes", 0x7FFFFFFF)),
+                    int(getattr(ctx.broker.config, "fetch_max_bytes", DEFAULT_FETCH_MAX_BYTES)))
     min_bytes = int(body.get("min_bytes", 0))
     max_wait_s = min(max(int(body.get("max_wait_ms", 0)), 0) / 1000.0, MAX_WAIT_CAP_S)
 
