@@ -97,6 +97,10 @@ class KafkaBroker:
                  authorizer: Any = None, credentials: Any = None) -> None:
         self.topic_service = topic_service
         self.config = config if config is not None else KafkaBrokerConfig()
+        self._static_config = self.config
+        # gateway.config.dynamic_brokers.DynamicBrokerConfigStore (Describe/AlterConfigs on
+        # BROKER resources), or None: broker configs are static
+        self.dynamic_configs: Any = None
         # protocols.kafka.group_coordinator.GroupCoordinator; group APIs are served only with one
         self.group_coordinator = group_coordinator
         self._advertised_port = self.config.advertised_port
@@ -112,6 +116,16 @@ class KafkaBroker:
                                             transaction_coordinator is not None)
         # gateway.admin.metrics.BrokerMetrics.observe_request(api name, seconds, body, response)
         self.request_observer: Callable[[str, float, dict, dict | None], None] | None = None
+
+    def apply_dynamic_configs(self, effective: Mapping[str, str]) -> None:
+        """Dynamic broker configs (broker name -> value) over the static ones, at once."""
+        static = self._static_config
+        self.config = replace(
+            static,
+            max_message_bytes=int(effective.get("message.max.bytes",
+                                                static.max_message_bytes)),
+            retention_ms=int(effective.get("log.retention.ms", static.retention_ms)),
+            retention_bytes=int(effective.get("log.retention.bytes", static.retention_bytes)))
 
     # --- identity -------------------------------------------------------------------------------
 

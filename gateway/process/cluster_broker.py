@@ -37,6 +37,7 @@ from gateway.config.settings import Config
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.cluster_transactions import setup_cluster_transactions
+from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
 from gateway.process.cluster_services import (
     build_admin,
@@ -300,6 +301,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                                     transaction_coordinator=transactions,
                                     ownership=ownership, authorizer=security.authorizer,
                                     credentials=security.kafka.credentials)
+        await background.start(serve_dynamic_configs, store, broker, topics)
         ownership_running = False
         admin, retention_scope = build_admin(config, store, topics, namespaces, ownership,
                                              groups, f"{adv_host}:{adv_port}",

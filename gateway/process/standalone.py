@@ -28,6 +28,7 @@ from gateway.config.settings import Config
 from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.coordinator.transaction_store import LedgerTransactionStore
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
+from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
 from gateway.rocketmq.setup import build_rocketmq
 from gateway.security.setup import setup_kafka_security
@@ -203,6 +204,7 @@ async def run_standalone(
             authorizer=authorizer,
             credentials=security.credentials,
         )
+        await background.start(serve_dynamic_configs, store, broker, topics)
         broker_metrics = BrokerMetrics()
         broker.request_observer = broker_metrics.observe_request
         admin = AdminContext(store, topics, namespaces, coordinator, broker_metrics,

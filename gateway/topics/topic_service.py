@@ -163,6 +163,8 @@ class TopicService:
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
         self._closed = False
+        # topic config name -> default from dynamic broker configs (set_broker_defaults)
+        self._broker_defaults: dict[str, str] = {}
         # gateway.topics.namespaces.NamespaceRegistry, or None: every topic in config.namespace with
         # the broker's defaults.  Set it before the first partition opens.
         self.namespaces: Any = None
@@ -390,11 +392,30 @@ class TopicService:
             self._logs[key] = plog
             return plog
 
+    async def set_broker_defaults(self, defaults: dict[str, str]) -> None:
+        """Topic-config defaults from dynamic broker configs (topic config name -> value), below
+        each topic's own configs and (for retention) its namespace's policy; applied to the open
+        partitions at once."""
+        if defaults == self._broker_defaults:
+            return
+        self._broker_defaults = dict(defaults)
+        await self.reapply_configs()
+
+    def effective_configs(self, info: TopicInfo) -> dict[str, str]:
+        """A topic's own configs over the dynamic broker defaults (retention aside: a namespace
+        policy sits between those two, see _partition_configs)."""
+        merged = {k: v for k, v in self._broker_defaults.items()
+                  if k not in ("retention.ms", "retention.bytes")}
+        merged.update(info.configs)
+        return merged
+
     def _partition_configs(self, info: TopicInfo) -> tuple[ManagedLedgerConfig, PartitionLogConfig]:
         """The managed-ledger and partition-log configs a partition of `info` runs with."""
-        configs = info.configs
+        configs = self.effective_configs(info)
         e, qw, qa = self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum
-        default_ms, default_bytes = self.config.retention_ms, self.config.retention_bytes
+        default_ms = int(self._broker_defaults.get("retention.ms", self.config.retention_ms))
+        default_bytes = int(self._broker_defaults.get("retention.bytes",
+                                                      self.config.retention_bytes))
         if self.namespaces is not None:  # namespace policies sit between broker and topic
             pol = self.namespaces.topic_policies(info.name)
             e = pol.ensemble_size or e

@@ -4,14 +4,18 @@
 default (Kafka's names and defaults; retention and message size defaults come from the broker
 config).  A topic's explicit configs override the defaults and are reported as
 DYNAMIC_TOPIC_CONFIG; the rest as DEFAULT_CONFIG.  CreateTopics uses the same catalog to
-validate configs and to describe new topics (v5+).  Broker configs are read-only
-STATIC_BROKER_CONFIG values that admin clients commonly ask for.
+validate configs and to describe new topics (v5+).  Broker configs are STATIC_BROKER_CONFIG
+values that admin clients commonly ask for, except the dynamic ones
+(protocols.kafka.broker_configs): those may be altered on a BROKER resource, for every broker
+(resource name "", DYNAMIC_DEFAULT_BROKER_CONFIG) or one (its id, DYNAMIC_BROKER_CONFIG), are
+stored by the broker's `dynamic_configs` store (shared by a cluster's brokers, applied without
+a restart), and are the defaults topics report (with those sources) unless they set their own.
 
 AlterConfigs replaces a topic's explicit configs with the given set (Kafka's legacy semantics);
 IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT per name.  Both go through
 `TopicService.alter_topic_configs` (CAS on the topic node, then applied to the open partitions),
 refuse unknown names and bad values with INVALID_CONFIG, and with `validate_only` change
-nothing.  Broker configs are static here: altering them is refused.  Each resource is
+nothing; a static broker config is INVALID_REQUEST, as in Kafka.  Each resource is
 authorised on its own (ALTER_CONFIGS / DESCRIBE_CONFIGS on the topic, or on the cluster for
 broker resources).
 
@@ -32,6 +36,11 @@ from protocols.kafka.acl_model import (
     RES_TOPIC,
 )
 from protocols.kafka.broker_api import BrokerSettings, RequestContext
+from protocols.kafka.broker_configs import (
+    DYNAMIC_BROKER_CONFIGS,
+    SOURCE_DYNAMIC_DEFAULT_BROKER,
+    DynamicBrokerConfigs,
+)
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
     ClusterAuthorizationFailedError,
@@ -49,7 +58,7 @@ RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
 
 # DescribeConfigsResponse.ConfigSource
-SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_TOPIC = 1  # (2 and 3, the dynamic broker sources, are broker_configs')
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 
@@ -147,15 +156,26 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     return checked
 
 
+def dynamic_state(ctx: RequestContext) -> DynamicBrokerConfigs:
+    """The dynamic broker configs this broker follows (none without a store)."""
+    store = getattr(ctx.broker, "dynamic_configs", None)
+    return store.current if store is not None else DynamicBrokerConfigs()
+
+
 def topic_config_values(
-    explicit: Mapping[str, str], broker: BrokerSettings
+    explicit: Mapping[str, str], broker: BrokerSettings,
+    dynamic: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[tuple[str, str, int, int, str]]:
-    """(name, value, source, type, documentation) for every topic config, sorted by name."""
+    """(name, value, source, type, documentation) for every topic config, sorted by name;
+    `dynamic` is topic name -> (value, source) from dynamic broker configs."""
     out = []
     for name in sorted(TOPIC_CONFIGS):
         kind, _default, doc = TOPIC_CONFIGS[name]
         if name in explicit:
             out.append((name, explicit[name], SOURCE_DYNAMIC_TOPIC, kind, doc))
+        elif dynamic and name in dynamic:
+            value, source = dynamic[name]
+            out.append((name, value, source, kind, doc))
         else:
             out.append((name, topic_default(name, broker), SOURCE_DEFAULT, kind, doc))
     return out
@@ -187,7 +207,27 @@ def broker_config_values(ctx: RequestContext) -> list[tuple[str, str, int, int, 
         ("offsets.topic.replication.factor", "1", TYPE_SHORT, "Replication is in the ledgers."),
         ("transaction.state.log.replication.factor", "1", TYPE_SHORT, "As above."),
     ]
-    return [(n, v, SOURCE_STATIC_BROKER, t, d) for n, v, t, d in values]
+    static = {n: (v, t, d) for n, v, t, d in values}
+    for broker_name, topic_name in DYNAMIC_BROKER_CONFIGS.items():
+        if broker_name not in static:
+            kind, _default, doc = TOPIC_CONFIGS[topic_name]
+            static[broker_name] = (topic_default(topic_name, c), kind, doc)
+    dynamic = dynamic_state(ctx).effective(c.broker_id)
+    out = []
+    for name in sorted(static):
+        value, kind, doc = static[name]
+        if name in dynamic:
+            value, source = dynamic[name]
+            out.append((name, value, source, kind, doc))
+        else:
+            out.append((name, value, SOURCE_STATIC_BROKER, kind, doc))
+    return out
+
+
+def _broker_resource(ctx: RequestContext, rname: str) -> None:
+    """"" (every broker) or a broker id; this broker's own id when describing."""
+    if rname != "" and not rname.isdigit():
+        raise InvalidRequestError(f"Unexpected broker id {rname}")
 
 
 def _config_entry(version: int, name: str, value: str, source: int, kind: int, doc: str,
@@ -196,7 +236,7 @@ def _config_entry(version: int, name: str, value: str, source: int, kind: int, d
         "name": name,
         "value": value,
         "read_only": read_only,
-        "is_default": source == SOURCE_DEFAULT,
+        "is_default": source in (SOURCE_DEFAULT, SOURCE_STATIC_BROKER),
         "config_source": source,
         "is_sensitive": False,
         "synonyms": [{"name": name, "value": value, "source": source}] if synonyms else [],
@@ -222,12 +262,21 @@ async def handle_describe_configs(ctx: RequestContext, header: RequestHeader, bo
                 info = ctx.topics.topics().get(rname)
                 if info is None:
                     raise UnknownTopicOrPartitionError(f"Topic {rname} does not exist")
-                values = topic_config_values(dict(info.configs), ctx.broker.config)
+                values = topic_config_values(
+                    dict(info.configs), ctx.broker.config,
+                    dynamic_state(ctx).topic_defaults(ctx.broker.config.broker_id))
                 read_only = False
             elif rtype == RESOURCE_BROKER:
-                if rname not in ("", str(ctx.broker.config.broker_id)):
+                _broker_resource(ctx, rname)
+                if rname == "":  # the cluster default resource: its dynamic configs only
+                    state = dynamic_state(ctx)
+                    values = [(n, v, SOURCE_DYNAMIC_DEFAULT_BROKER,
+                               TOPIC_CONFIGS[DYNAMIC_BROKER_CONFIGS[n]][0], "")
+                              for n, v in sorted(state.default.items())]
+                elif rname != str(ctx.broker.config.broker_id):
                     raise InvalidRequestError(f"Unexpected broker id {rname}")
-                values = broker_config_values(ctx)
+                else:
+                    values = broker_config_values(ctx)
                 read_only = True
             elif rtype == RESOURCE_BROKER_LOGGER:
                 values, read_only = [], True
@@ -235,7 +284,9 @@ async def handle_describe_configs(ctx: RequestContext, header: RequestHeader, bo
                 raise InvalidRequestError(f"Unsupported resource type {rtype}")
             wanted = None if keys is None else set(keys)
             result["configs"] = [
-                _config_entry(version, n, v, s, t, d, read_only, synonyms, documentation)
+                _config_entry(version, n, v, s, t, d,
+                              read_only and n not in DYNAMIC_BROKER_CONFIGS, synonyms,
+                              documentation)
                 for n, v, s, t, d in values
                 if wanted is None or n in wanted
             ]
@@ -264,27 +315,63 @@ def _authorize_resource(ctx: RequestContext, operation: int, rtype: int, rname: 
             raise ClusterAuthorizationFailedError("not authorized to access the cluster")
 
 
-def _replace_all(entries: list[dict]) -> ConfigUpdate:
+_STATIC_BROKER_NAMES = {"advertised.listeners", "auto.create.topics.enable", "broker.id",
+                        "cluster.id", "compression.type", "default.replication.factor",
+                        "delete.topic.enable", "min.insync.replicas", "num.partitions",
+                        "offsets.topic.replication.factor",
+                        "transaction.state.log.replication.factor"}
+
+
+def validate_broker_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Dynamic broker configs with well-formed values (the topic catalog's rules); a static
+    broker config is INVALID_REQUEST (Kafka: "Cannot update these configs dynamically")."""
+    checked: dict[str, str] = {}
+    for name, value in configs.items():
+        topic_name = DYNAMIC_BROKER_CONFIGS.get(name)
+        if topic_name is None:
+            if name in _STATIC_BROKER_NAMES:
+                raise InvalidRequestError(f"Cannot update these configs dynamically: [{name}]")
+            raise InvalidConfigError(f"Unknown broker config name: {name}")
+        if value is None:
+            raise InvalidConfigError(f"Null value not supported for broker config {name}")
+        validate_topic_configs({topic_name: value})
+        checked[name] = value
+    return checked
+
+
+def _kind_of(name: str, broker: bool) -> int:
+    if broker:
+        topic_name = DYNAMIC_BROKER_CONFIGS.get(name)
+        if topic_name is None:
+            validate_broker_configs({name: ""})  # raises the right error for the name
+            raise InvalidConfigError(f"Unknown broker config name: {name}")
+        return TOPIC_CONFIGS[topic_name][0]
+    if name not in TOPIC_CONFIGS:
+        raise InvalidConfigError(f"Unknown topic config name: {name}")
+    return TOPIC_CONFIGS[name][0]
+
+
+def _replace_all(entries: list[dict], broker: bool = False) -> ConfigUpdate:
     names = Counter(e.get("name") for e in entries)
     duplicates = [n for n, c in names.items() if c > 1]
     if duplicates:
         raise InvalidRequestError(f"duplicate config keys: {sorted(map(str, duplicates))}")
-    wanted = validate_topic_configs({str(e.get("name")): e.get("value") for e in entries})
+    check = validate_broker_configs if broker else validate_topic_configs
+    wanted = check({str(e.get("name")): e.get("value") for e in entries})
     return lambda _current: dict(wanted)
 
 
-def _incremental(entries: list[dict]) -> ConfigUpdate:
+def _incremental(entries: list[dict], broker: bool = False) -> ConfigUpdate:
     names = Counter(e.get("name") for e in entries)
     duplicates = [n for n, c in names.items() if c > 1]
     if duplicates:
         raise InvalidRequestError(f"duplicate config keys: {sorted(map(str, duplicates))}")
     for e in entries:
         name, op = e.get("name"), int(e.get("config_operation", OP_SET))
-        if name not in TOPIC_CONFIGS:
-            raise InvalidConfigError(f"Unknown topic config name: {name}")
+        kind = _kind_of(str(name), broker)
         if op not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
             raise InvalidRequestError(f"unknown config operation {op} for {name}")
-        if op in (OP_APPEND, OP_SUBTRACT) and TOPIC_CONFIGS[name][0] != TYPE_LIST:
+        if op in (OP_APPEND, OP_SUBTRACT) and kind != TYPE_LIST:
             raise InvalidConfigError(f"Config value append is not allowed for config key: {name}")
         if op != OP_DELETE and e.get("value") is None:
             raise InvalidConfigError(f"Null value not supported for topic config {name}")
@@ -305,13 +392,25 @@ def _incremental(entries: list[dict]) -> ConfigUpdate:
                 else:
                     items = [v for v in items if v not in given]
                 configs[name] = ",".join(items)
-        return validate_topic_configs(configs)
+        return validate_broker_configs(configs) if broker else validate_topic_configs(configs)
 
     return update
 
 
+async def _alter_broker(ctx: RequestContext, rname: str, update: ConfigUpdate,
+                        validate_only: bool) -> None:
+    _broker_resource(ctx, rname)
+    store = getattr(ctx.broker, "dynamic_configs", None)
+    if store is None:
+        raise InvalidRequestError("this broker keeps no dynamic configs")
+    if validate_only:
+        update(dynamic_state(ctx).scope(rname))
+        return
+    await store.alter(lambda state: state.with_scope(rname, update(state.scope(rname))))
+
+
 async def _alter_resources(ctx: RequestContext, body: dict,
-                           make_update: Callable[[list[dict]], ConfigUpdate]) -> dict:
+                           make_update: Callable[[list[dict], bool], ConfigUpdate]) -> dict:
     validate_only = bool(body.get("validate_only", False))
     resources = body.get("resources") or []
     counts = Counter((int(r.get("resource_type", 0)), r.get("resource_name")) for r in resources)
@@ -325,14 +424,19 @@ async def _alter_resources(ctx: RequestContext, body: dict,
             if counts[(rtype, rname)] > 1:
                 raise InvalidRequestError(f"resource {rname} appears more than once")
             _authorize_resource(ctx, OP_ALTER_CONFIGS, rtype, rname)
-            if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
-                raise InvalidConfigError("broker configs are static in ledgerwire; set them in "
-                                         "the broker's configuration file")
+            if rtype == RESOURCE_BROKER:
+                update = make_update(list(resource.get("configs") or []), True)
+                await _alter_broker(ctx, rname, update, validate_only)
+                responses.append(out)
+                continue
+            if rtype == RESOURCE_BROKER_LOGGER:
+                raise InvalidConfigError("broker log levels are set in the broker's "
+                                         "configuration (--log-level)")
             if rtype != RESOURCE_TOPIC:
                 raise InvalidRequestError(f"Unsupported resource type {rtype}")
             if rname not in ctx.topics.topics():
                 raise UnknownTopicOrPartitionError(f"Topic {rname} does not exist")
-            update = make_update(list(resource.get("configs") or []))
+            update = make_update(list(resource.get("configs") or []), False)
             await ctx.topics.alter_topic_configs(rname, update, validate_only=validate_only)
         except Exception as exc:  # noqa: BLE001 - becomes this resource's error code
             out["error_code"] = error_code_of(exc)
