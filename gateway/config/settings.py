@@ -129,6 +129,7 @@ class RocketMQConfig:
     enabled: bool = True
     name_server_listener: str = "0.0.0.0:9876"
     broker_listener: str = "0.0.0.0:10911"
+    grpc_listener: str = "0.0.0.0:8081"  # RocketMQ 5 clients (gRPC); '' = off
     advertised_host: str = ""  # empty: the listener host, or 127.0.0.1 for a wildcard listener
     advertised_port: int = 0  # 0: the bound port
     broker_name: str = "ledgerwire-broker"
@@ -213,6 +214,8 @@ class Config:
         parse_host_port(self.kafka.listener)
         parse_host_port(self.rocketmq.name_server_listener)
         parse_host_port(self.rocketmq.broker_listener)
+        if self.rocketmq.grpc_listener:
+            parse_host_port(self.rocketmq.grpc_listener)
         if self.log.format not in ("json", "text"):
             raise ConfigError("log.format must be 'json' or 'text'")
         self._validate_security()

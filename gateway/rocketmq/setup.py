@@ -18,6 +18,9 @@ import trio
 
 from gateway.config.settings import RocketMQConfig, parse_host_port
 from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.rocketmq.grpc_backend import GrpcBackend
+from gateway.rocketmq.grpc_listener import serve_rocketmq_grpc
+from gateway.rocketmq.grpc_receive import GrpcReceiver
 from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
 from gateway.topics.topic_service import TopicService
@@ -38,15 +41,19 @@ class RocketMQSide:
     name_server: NameServer
     config: RocketMQConfig
     acl: RequestGuard | None = None  # see rocketmq_guard: checked on the broker
+    grpc: GrpcBackend | None = None  # RocketMQ 5 clients, when grpc_listener is set
 
     async def serve(self, servers: trio.Nursery) -> None:
-        """Start both listeners in `servers` (each returns once it accepts)."""
+        """Start the listeners in `servers` (each returns once it accepts)."""
         rb_host, rb_port = parse_host_port(self.config.broker_listener)
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
         await servers.start(partial(serve_rocketmq_broker, self.broker, rb_host, rb_port,
                                     acl=self.acl))
         await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host, ns_port,
                                     guard=self.acl))
+        if self.grpc is not None:
+            g_host, g_port = parse_host_port(self.config.grpc_listener)
+            await servers.start(partial(serve_rocketmq_grpc, self.grpc, g_host, g_port))
 
 
 async def build_rocketmq(
@@ -88,8 +95,16 @@ async def build_rocketmq(
         lambda: [broker.endpoint()],
         NameServerConfig(r.auto_create_topics, r.default_queue_nums),
     )
-    return RocketMQSide(broker, name_server, r,
+    side = RocketMQSide(broker, name_server, r,
                         rocketmq_guard(r, topics, authorizer=authorizer, secured=secured))
+    if r.grpc_listener:
+        delivery = GrpcReceiver.build_delivery(broker, factory, ledger_config)
+        stack.push_async_callback(delivery.close)
+        g_host, g_port = parse_host_port(r.grpc_listener)
+        advertised = (r.advertised_host or (g_host if g_host not in _WILDCARD else "127.0.0.1"),
+                      g_port)
+        side.grpc = GrpcBackend(broker, GrpcReceiver(broker, delivery), advertised)
+    return side
 
 
 def rocketmq_guard(r: RocketMQConfig, topics: TopicService, *,

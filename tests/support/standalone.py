@@ -57,6 +57,7 @@ class Standalone:
         self.admin_port = free_port()
         self.name_server_port = free_port()
         self.rocketmq_broker_port = free_port()
+        self.rocketmq_grpc_port = free_port()
         self.extra_args = list(extra_args or [])
         self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -76,6 +77,7 @@ class Standalone:
             "--admin-listener", f"127.0.0.1:{self.admin_port}",
             "--rocketmq-name-server-listener", f"127.0.0.1:{self.name_server_port}",
             "--rocketmq-broker-listener", f"127.0.0.1:{self.rocketmq_broker_port}",
+            "--rocketmq-grpc-listener", f"127.0.0.1:{self.rocketmq_grpc_port}",
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")

@@ -92,6 +92,12 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         help="RocketMQ broker (default 0.0.0.0:10911)",
     )
     p.add_argument(
+        "--rocketmq-grpc-listener",
+        dest="rocketmq.grpc_listener",
+        metavar="HOST:PORT",
+        help="RocketMQ 5 gRPC endpoint (default 0.0.0.0:8081; '' = off)",
+    )
+    p.add_argument(
         "--admin-listener",
         dest="admin.listener",
         metavar="HOST:PORT",

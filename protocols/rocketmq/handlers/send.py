@@ -95,9 +95,9 @@ async def append_records(broker: BrokerLike, topic: str, queue_id: int,
     return result.base_offset
 
 
-async def _divert(broker: BrokerLike, conn: ConnectionLike, header: SendHeader, queue_id: int,
-                  message: tuple[bytes, dict[str, str], int], now: int,
-                  born: int) -> dict[str, object] | None:
+async def divert_special(broker: BrokerLike, conn: ConnectionLike, header: SendHeader,
+                         queue_id: int, message: tuple[bytes, dict[str, str], int], now: int,
+                         born: int) -> dict[str, object] | None:
     """Half messages go to the transaction service, delayed ones to the scheduler; the
     response fields, or None when the message is stored normally."""
     body, props, flag = message
@@ -137,9 +137,9 @@ async def _divert(broker: BrokerLike, conn: ConnectionLike, header: SendHeader, 
     return None
 
 
-async def _admit_under_backlog_quota(broker: BrokerLike, topic: str, queue_id: int) -> None:
-    """Hold or refuse a send to a queue over its backlog quota (gateway/topics/backlog_quota.py says
-    why these codes: both are retried by the client, SYSTEM_BUSY being flow control)."""
+async def admit_under_backlog_quota(broker: BrokerLike, topic: str, queue_id: int) -> None:
+    """Hold or refuse a send to a queue over its backlog quota (gateway/topics/backlog_quota.py
+    says why these codes: both are retried by the client, SYSTEM_BUSY being flow control)."""
     quotas = getattr(broker.topics, "backlog_quotas", None)
     if quotas is None:
         return
@@ -166,10 +166,10 @@ async def handle_send(broker: BrokerLike, conn: ConnectionLike,
             body = decompress_body(body)
         messages = [(body, decode_properties(header.properties), header.flag)]
     queue_id = await resolve_queue(broker, header)
-    await _admit_under_backlog_quota(broker, header.topic, queue_id)
+    await admit_under_backlog_quota(broker, header.topic, queue_id)
 
     if not batch:
-        diverted = await _divert(broker, conn, header, queue_id, messages[0], now, born)
+        diverted = await divert_special(broker, conn, header, queue_id, messages[0], now, born)
         if diverted is not None:
             return make_response(request, ResponseCode.SUCCESS, None, diverted)
 

@@ -1,0 +1,254 @@
+"""The broker side of RocketMQ 5: routes, sends, transactions, sessions and offsets.
+
+Everything a 5.x client writes goes through the same paths as a 4.x client's: a message is
+stored by the 4.x send path's steps (queue resolution and auto-creation, backlog quota, delay
+and timer scheduling, transactional half messages), so the topic has one offset space for 4.x,
+5.x and Kafka clients.  Receiving, acknowledging and invisibility are grpc_receive.py's, on the
+per-record delivery engine.
+
+Sessions: a client's Telemetry stream is its session.  A producer's session is registered as a
+producer of one transaction group per topic it publishes to, through an adapter connection, so
+the 4.x transaction service's check-back (CHECK_TRANSACTION_STATE) reaches it as a
+RecoverOrphanedTransactionCommand on that stream.  A 5.x transaction id is the half message's
+offset message id: EndTransaction needs nothing else to find it.
+
+This module must never answer a send before the 4.x path made it durable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from gateway.rocketmq.grpc_receive import GrpcReceiver
+from gateway.rocketmq.service import RocketMQBroker
+from protocols.kafka.record_batch import Record
+from protocols.rocketmq.codec import RemotingCommand
+from protocols.rocketmq.errors import MessageIllegalError, TopicNotExistError
+from protocols.rocketmq.grpc.backend import (
+    Caller,
+    MessagingBackend,
+    ReceiveRequest,
+    SendResult,
+    TelemetrySink,
+)
+from protocols.rocketmq.grpc.errors import RpcFailure
+from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage, to_grpc
+from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
+from protocols.rocketmq.grpc.v2 import service_pb2 as spb
+from protocols.rocketmq.handlers.common import find_topic, get_queue
+from protocols.rocketmq.handlers.send import (
+    admit_under_backlog_quota,
+    append_records,
+    divert_special,
+    resolve_queue,
+)
+from protocols.rocketmq.headers import SendHeader
+from protocols.rocketmq.message_encoding import (
+    SYS_FLAG_TRANSACTION_PREPARED,
+    MessageMeta,
+    decode_stored_messages,
+    to_record,
+)
+from protocols.rocketmq.message_id import decode_offset_message_id
+from protocols.rocketmq.request_codes import RequestCode
+from protocols.rocketmq.topic_names import to_storage
+
+log = logging.getLogger("ledgerwire.rocketmq.grpc")
+
+TXN_GROUP_PREFIX = "%GRPC_TXN%"  # a topic's 5.x transactional producers, as a 4.x group
+COMMIT, ROLLBACK = 8, 12
+_connection_ids = itertools.count(1 << 40)
+
+
+def transaction_group(topic: str) -> str:
+    return TXN_GROUP_PREFIX + topic
+
+
+@dataclass(eq=False)
+class TelemetryConnection:
+    """A 5.x session as the 4.x client registry sees a connection: broker-initiated requests
+    become Telemetry commands on the client's stream."""
+
+    peer: tuple[str, int]
+    sink: TelemetrySink
+    store_host: tuple[str, int]
+    connection_id: int = 0
+
+    def __post_init__(self) -> None:
+        self.connection_id = next(_connection_ids)
+
+    def send_request(self, command: RemotingCommand) -> bool:
+        if command.code != RequestCode.CHECK_TRANSACTION_STATE:
+            return True  # consumer-id changes and the like mean nothing to a 5.x client
+        stored = decode_stored_messages(command.body or b"")
+        if not stored:
+            return True
+        m = stored[0]
+        ext = command.ext_fields
+        delivered = Delivered(m.topic, m.queue_id, m.queue_offset, m.body, m.properties,
+                              MessageMeta(m.flag, m.sys_flag, m.born_host, m.store_timestamp),
+                              m.born_timestamp, 1, "", 0, str(ext.get("offsetMsgId", "")))
+        check = spb.RecoverOrphanedTransactionCommand(
+            message=to_grpc(delivered), transaction_id=str(ext.get("offsetMsgId", "")))
+        return self.sink.push(
+            spb.TelemetryCommand(recover_orphaned_transaction_command=check).SerializeToString())
+
+
+class _SendConnection:
+    """What the 4.x send path reads of a connection: who sent the message."""
+
+    def __init__(self, peer: tuple[str, int]) -> None:
+        self.peer = peer
+        self.connection_id = 0
+
+    def send_request(self, command: RemotingCommand) -> bool:
+        return False
+
+
+class GrpcBackend(MessagingBackend):
+    def __init__(self, broker: RocketMQBroker, receiver: GrpcReceiver,
+                 advertised: tuple[str, int]) -> None:
+        self.broker = broker
+        self.receiver = receiver
+        self._advertised = advertised
+        self._sessions: dict[str, tuple[TelemetryConnection, list[str]]] = {}
+
+    def endpoint(self) -> tuple[str, int]:
+        return self._advertised
+
+    # ---- routes -------------------------------------------------------------------------
+    async def queue_count(self, topic: str, *, create: bool) -> int:
+        try:
+            return (await find_topic(self.broker, topic)).partitions
+        except TopicNotExistError:
+            cfg = self.broker.config
+            if not (create and cfg.auto_create_topics):
+                raise
+        info = await self.broker.ensure_topic(to_storage(topic), cfg.default_queue_nums)
+        return info.partitions
+
+    # ---- sends --------------------------------------------------------------------------
+    async def send(self, caller: Caller, messages: list[OutgoingMessage]) -> list[SendResult]:
+        broker = self.broker
+        conn = _SendConnection(caller.peer)
+        now = int(time.time() * 1000)
+        results: list[SendResult] = []
+        plain: dict[int, list[tuple[int, Record, str]]] = {}
+        for index, m in enumerate(messages):
+            txn = m.message_type == pb.TRANSACTION
+            header = SendHeader(
+                producer_group=transaction_group(m.topic) if txn else "",
+                topic=m.topic, default_topic="", default_topic_queue_nums=0,
+                queue_id=m.queue_id, sys_flag=SYS_FLAG_TRANSACTION_PREPARED if txn else 0,
+                born_timestamp=m.born_timestamp or now, flag=0, properties="",
+                reconsume_times=0, max_reconsume_times=-1, batch=False)
+            queue_id = await resolve_queue(broker, header)
+            await admit_under_backlog_quota(broker, m.topic, queue_id)
+            born = m.born_timestamp or now
+            diverted = await divert_special(broker, conn, header, queue_id,
+                                            (m.body, dict(m.properties), 0), now, born)
+            if diverted is not None:
+                results.append(SendResult(m.message_id, str(diverted["msgId"]) if txn else "",
+                                          int(diverted["queueOffset"])))  # type: ignore[call-overload]
+                continue
+            if txn:
+                raise MessageIllegalError("transactional messages are not enabled")
+            meta = MessageMeta(born_host=caller.peer, store_timestamp=now)
+            plain.setdefault(queue_id, []).append(
+                (index, to_record(m.body, dict(m.properties), meta, born), m.message_id))
+            results.append(SendResult(m.message_id, "", -1))
+        for queue_id, items in plain.items():
+            base = await append_records(broker, messages[0].topic, queue_id,
+                                        [record for _, record, _ in items])
+            for i, (index, _record, message_id) in enumerate(items):
+                results[index] = SendResult(message_id, "", base + i)
+        return results
+
+    async def end_transaction(self, caller: Caller, topic: str, message_id: str,
+                              transaction_id: str, commit: bool) -> None:
+        transactions = getattr(self.broker, "transactions", None)
+        if transactions is None:
+            raise RpcFailure(pb.NOT_IMPLEMENTED, "transactions are not enabled")
+        try:
+            _host, _port, clo = decode_offset_message_id(transaction_id)
+            await transactions.end(clo, COMMIT if commit else ROLLBACK)
+        except MessageIllegalError as exc:
+            raise RpcFailure(pb.INVALID_TRANSACTION_ID, str(exc)) from exc
+
+    # ---- receiving (the delivery engine) --------------------------------------------------
+    async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]:
+        return await self.receiver.receive(caller, request)
+
+    async def ack(self, caller: Caller, group: str, topic: str, handle: str) -> None:
+        await self.receiver.ack(group, topic, handle)
+
+    async def change_invisible(self, caller: Caller, group: str, topic: str, handle: str,
+                               invisible_ms: int) -> str:
+        return await self.receiver.change_invisible(group, topic, handle, invisible_ms)
+
+    async def forward_to_dead_letter(self, caller: Caller, group: str, topic: str,
+                                     handle: str) -> None:
+        await self.receiver.forward_to_dead_letter(group, topic, handle)
+
+    def max_delivery_attempts(self, group: str) -> int:
+        return self.receiver.max_attempts(group)
+
+    # ---- sessions -----------------------------------------------------------------------
+    def heartbeat(self, caller: Caller, group: str | None, client_type: int) -> None:
+        session = self._sessions.get(caller.client_id)
+        if session is not None:
+            self._register(caller.client_id, *session)
+
+    def open_telemetry(self, caller: Caller, client_type: int, topics: list[str],
+                       group: str | None, sink: TelemetrySink) -> None:
+        conn = TelemetryConnection(caller.peer, sink, self._advertised)
+        groups = [transaction_group(t) for t in topics] if client_type == pb.PRODUCER else []
+        old = self._sessions.get(caller.client_id)
+        if old is not None:
+            self.broker.clients.connection_closed(old[0])
+        self._sessions[caller.client_id] = (conn, groups)
+        self._register(caller.client_id, conn, groups)
+
+    def _register(self, client_id: str, conn: TelemetryConnection, groups: list[str]) -> None:
+        if groups:
+            data: dict[str, Any] = {"clientID": client_id, "consumerDataSet": [],
+                                    "producerDataSet": [{"groupName": g} for g in groups]}
+            self.broker.clients.heartbeat(conn, data, trio.current_time())
+
+    def close_telemetry(self, caller: Caller, sink: TelemetrySink) -> None:
+        session = self._sessions.get(caller.client_id)
+        if session is not None and session[0].sink is sink:
+            del self._sessions[caller.client_id]
+            self.broker.clients.connection_closed(session[0])
+
+    async def terminate(self, caller: Caller, group: str | None) -> None:
+        session = self._sessions.pop(caller.client_id, None)
+        if session is not None:
+            self.broker.clients.connection_closed(session[0])
+        if group:
+            await self.receiver.release_client(group, caller.client_id)
+
+    # ---- offsets ------------------------------------------------------------------------
+    async def get_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.broker.offsets.query(group, topic, queue_id)
+
+    async def update_offset(self, caller: Caller, group: str, topic: str, queue_id: int,
+                            offset: int) -> None:
+        await get_queue(self.broker, topic, queue_id)
+        await self.broker.offsets.commit(group, topic, queue_id, offset)
+
+    async def query_offset(self, topic: str, queue_id: int, policy: int,
+                           timestamp_ms: int) -> int:
+        plog = await get_queue(self.broker, topic, queue_id)
+        if policy == pb.BEGINNING:
+            return plog.log_start_offset
+        if policy == pb.END:
+            return plog.high_watermark
+        found = await plog.offset_for_timestamp(timestamp_ms)
+        return found[0] if found is not None else plog.high_watermark

@@ -1,0 +1,91 @@
+"""What the RocketMQ 5 front asks of the broker: the interface its handlers are written against.
+
+The handlers (service.py) decode a request, call one of these, and build the response; the
+broker side (gateway/rocketmq/grpc_backend.py) implements them on the same RocketMQ topic
+service the 4.x front uses (sends, delays, transactions, offsets, subscription groups) and on
+the per-record delivery engine (gateway/delivery) for receive, ack and invisibility.
+
+This module holds no behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a call: the client id from its metadata, its address and its principal."""
+
+    client_id: str
+    peer: tuple[str, int]
+    principal: str
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class SendResult:
+    message_id: str
+    transaction_id: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class ReceiveRequest:
+    group: str
+    topic: str
+    queue_id: int  # the queue the client chose; -1: any
+    tag_expression: str  # "*" or "a || b"
+    batch_size: int
+    invisible_ms: int
+    long_poll_ms: int
+    fifo: bool
+
+
+class TelemetrySink(Protocol):
+    """A client's open Telemetry stream, to push commands to."""
+
+    def push(self, command: bytes) -> bool: ...
+
+
+class MessagingBackend(Protocol):
+    def endpoint(self) -> tuple[str, int]: ...
+
+    async def queue_count(self, topic: str, *, create: bool) -> int: ...
+
+    async def send(self, caller: Caller, messages: list[OutgoingMessage]) -> list[SendResult]: ...
+
+    async def end_transaction(self, caller: Caller, topic: str, message_id: str,
+                              transaction_id: str, commit: bool) -> None: ...
+
+    async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]: ...
+
+    async def ack(self, caller: Caller, group: str, topic: str, handle: str) -> None: ...
+
+    async def change_invisible(self, caller: Caller, group: str, topic: str, handle: str,
+                               invisible_ms: int) -> str: ...
+
+    async def forward_to_dead_letter(self, caller: Caller, group: str, topic: str,
+                                     handle: str) -> None: ...
+
+    def max_delivery_attempts(self, group: str) -> int: ...
+
+    def heartbeat(self, caller: Caller, group: str | None, client_type: int) -> None: ...
+
+    def open_telemetry(self, caller: Caller, client_type: int, topics: list[str],
+                       group: str | None, sink: TelemetrySink) -> None: ...
+
+    def close_telemetry(self, caller: Caller, sink: TelemetrySink) -> None: ...
+
+    async def terminate(self, caller: Caller, group: str | None) -> None: ...
+
+    async def get_offset(self, group: str, topic: str, queue_id: int) -> int | None: ...
+
+    async def update_offset(self, caller: Caller, group: str, topic: str, queue_id: int,
+                            offset: int) -> None: ...
+
+    async def query_offset(self, topic: str, queue_id: int, policy: int,
+                           timestamp_ms: int) -> int: ...

@@ -1,0 +1,296 @@
+"""`apache.rocketmq.v2.MessagingService`: one handler per RPC, over a `MessagingBackend`.
+
+`METHODS` is the table: path -> (request class, handler, kind).  Unary handlers return one
+response; ReceiveMessage and PullMessage return the list of responses their stream carries;
+Telemetry is a conversation and is driven by the listener with `telemetry_reply`.  A failure
+inside a handler (`RpcFailure`, or a shared broker path's exception mapped by `failure_of`)
+becomes the method's response with that status, as RocketMQ 5 answers; a method that is not in
+the table ends with gRPC UNIMPLEMENTED (the listener's doing), never a hang.
+
+This module never does I/O of its own: it awaits the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from google.protobuf import duration_pb2
+from google.protobuf.message import Message
+
+from protocols.rocketmq.grpc.backend import Caller, MessagingBackend, ReceiveRequest
+from protocols.rocketmq.grpc.errors import RpcFailure, failure_of
+from protocols.rocketmq.grpc.messages import duration_millis, from_grpc, to_grpc, to_millis
+from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
+from protocols.rocketmq.grpc.v2 import service_pb2 as spb
+
+SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
+ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+MAX_BATCH = 32
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+MIN_INVISIBLE_MS = 1000
+MAX_LONG_POLL_MS = 30_000
+DEFAULT_LONG_POLL_MS = 20_000
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+class Kind(Enum):
+    UNARY = "unary"
+    SERVER_STREAM = "server-stream"
+    BIDI = "bidi"
+
+
+Handler = Callable[[MessagingBackend, Caller, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    request: type[Message]
+    response: type[Message]
+    kind: Kind
+    handler: Handler | None
+
+
+def ok() -> pb.Status:
+    return pb.Status(code=pb.OK, message="OK")
+
+
+def status_of(failure: RpcFailure) -> pb.Status:
+    return pb.Status(code=failure.code, message=failure.message)  # type: ignore[arg-type]
+
+
+def _queues(backend: MessagingBackend, topic: str, namespace: str,
+            count: int) -> list[pb.MessageQueue]:
+    host, port = backend.endpoint()
+    scheme = pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME
+    broker = pb.Broker(name="ledgerwire", id=0, endpoints=pb.Endpoints(
+        scheme=scheme, addresses=[pb.Address(host=host, port=port)]))
+    return [pb.MessageQueue(topic=pb.Resource(resource_namespace=namespace, name=topic), id=i,
+                            permission=pb.READ_WRITE, broker=broker,
+                            accept_message_types=ACCEPTED_TYPES) for i in range(count)]
+
+
+async def query_route(backend: MessagingBackend, caller: Caller,
+                      req: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
+    topic = req.topic.name
+    count = await backend.queue_count(topic, create=True)
+    return spb.QueryRouteResponse(status=ok(), message_queues=_queues(
+        backend, topic, req.topic.resource_namespace, count))
+
+
+async def query_assignment(backend: MessagingBackend, caller: Caller,
+                           req: spb.QueryAssignmentRequest) -> spb.QueryAssignmentResponse:
+    # Consumers pop from any queue (the delivery engine hands each record to one of them), so
+    # every member is assigned every queue, as RocketMQ 5's pop mode does.
+    topic = req.topic.name
+    count = await backend.queue_count(topic, create=False)
+    queues = _queues(backend, topic, req.topic.resource_namespace, count)
+    return spb.QueryAssignmentResponse(status=ok(),
+                                       assignments=[pb.Assignment(message_queue=q) for q in queues])
+
+
+async def heartbeat(backend: MessagingBackend, caller: Caller,
+                    req: spb.HeartbeatRequest) -> spb.HeartbeatResponse:
+    group = req.group.name if req.HasField("group") else None
+    backend.heartbeat(caller, group, req.client_type)
+    return spb.HeartbeatResponse(status=ok())
+
+
+async def send_message(backend: MessagingBackend, caller: Caller,
+                       req: spb.SendMessageRequest) -> spb.SendMessageResponse:
+    if not req.messages:
+        raise RpcFailure(pb.BAD_REQUEST, "no messages to send")
+    outgoing = []
+    for message in req.messages:
+        if len(message.body) > MAX_BODY_BYTES:
+            raise RpcFailure(pb.MESSAGE_BODY_TOO_LARGE,
+                             f"body of {len(message.body)} bytes exceeds {MAX_BODY_BYTES}")
+        outgoing.append(from_grpc(message))
+    if len({m.topic for m in outgoing}) != 1:
+        raise RpcFailure(pb.BAD_REQUEST, "a batch goes to one topic")
+    results = await backend.send(caller, outgoing)
+    entries = [spb.SendResultEntry(status=ok(), message_id=r.message_id,
+                                   transaction_id=r.transaction_id, offset=r.offset)
+               for r in results]
+    return spb.SendMessageResponse(status=ok(), entries=entries)
+
+
+async def end_transaction(backend: MessagingBackend, caller: Caller,
+                          req: spb.EndTransactionRequest) -> spb.EndTransactionResponse:
+    if req.resolution not in (pb.COMMIT, pb.ROLLBACK):
+        raise RpcFailure(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+    await backend.end_transaction(caller, req.topic.name, req.message_id, req.transaction_id,
+                                  req.resolution == pb.COMMIT)
+    return spb.EndTransactionResponse(status=ok())
+
+
+def _millis(value: duration_pb2.Duration, default: int, low: int, high: int, code: int,
+            what: str) -> int:
+    ms = duration_millis(value) if value.ByteSize() else default
+    if not low <= ms <= high:
+        raise RpcFailure(code, f"{what} {ms} ms is outside [{low}, {high}]")
+    return ms
+
+
+async def receive_message(backend: MessagingBackend, caller: Caller,
+                          req: spb.ReceiveMessageRequest) -> list[spb.ReceiveMessageResponse]:
+    if not req.group.name:
+        raise RpcFailure(pb.ILLEGAL_CONSUMER_GROUP, "no consumer group")
+    expression = req.filter_expression
+    if expression.type == pb.SQL:
+        raise RpcFailure(pb.NOT_IMPLEMENTED, "SQL filters are not supported")
+    tags = expression.expression.strip() or "*"
+    batch = req.batch_size
+    if not 1 <= batch <= MAX_BATCH:
+        raise RpcFailure(pb.BAD_REQUEST, f"batch size {batch} is outside [1, {MAX_BATCH}]")
+    invisible = _millis(req.invisible_duration, 30_000, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS,
+                        pb.ILLEGAL_INVISIBLE_TIME, "invisible duration")
+    poll = _millis(req.long_polling_timeout, DEFAULT_LONG_POLL_MS, 0, MAX_LONG_POLL_MS,
+                   pb.ILLEGAL_POLLING_TIME, "long polling timeout")
+    queue = req.message_queue
+    delivered = await backend.receive(caller, ReceiveRequest(
+        req.group.name, queue.topic.name, queue.id if queue.topic.name else -1, tags, batch,
+        invisible, poll, fifo=False))
+    if not delivered:
+        return [spb.ReceiveMessageResponse(status=pb.Status(code=pb.MESSAGE_NOT_FOUND,
+                                                            message="no new message"))]
+    out = [spb.ReceiveMessageResponse(status=ok())]
+    out.extend(spb.ReceiveMessageResponse(message=to_grpc(d, queue.topic.resource_namespace))
+               for d in delivered)
+    return out
+
+
+async def ack_message(backend: MessagingBackend, caller: Caller,
+                      req: spb.AckMessageRequest) -> spb.AckMessageResponse:
+    entries = []
+    failed = 0
+    for entry in req.entries:
+        try:
+            await backend.ack(caller, req.group.name, req.topic.name, entry.receipt_handle)
+            status = ok()
+        except Exception as exc:  # noqa: BLE001 - each entry gets its own status
+            failed += 1
+            status = status_of(failure_of(exc))
+        entries.append(spb.AckMessageResultEntry(message_id=entry.message_id,
+                                                 receipt_handle=entry.receipt_handle,
+                                                 status=status))
+    overall = ok() if not failed else (
+        entries[0].status if failed == len(entries)
+        else pb.Status(code=pb.MULTIPLE_RESULTS, message="some entries failed"))
+    return spb.AckMessageResponse(status=overall, entries=entries)
+
+
+async def change_invisible_duration(
+        backend: MessagingBackend, caller: Caller,
+        req: spb.ChangeInvisibleDurationRequest) -> spb.ChangeInvisibleDurationResponse:
+    invisible = _millis(req.invisible_duration, 30_000, 0, MAX_INVISIBLE_MS,
+                        pb.ILLEGAL_INVISIBLE_TIME, "invisible duration")
+    handle = await backend.change_invisible(caller, req.group.name, req.topic.name,
+                                            req.receipt_handle, invisible)
+    return spb.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
+
+
+async def forward_to_dead_letter(
+        backend: MessagingBackend, caller: Caller,
+        req: spb.ForwardMessageToDeadLetterQueueRequest
+) -> spb.ForwardMessageToDeadLetterQueueResponse:
+    await backend.forward_to_dead_letter(caller, req.group.name, req.topic.name,
+                                         req.receipt_handle)
+    return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())
+
+
+async def notify_client_termination(
+        backend: MessagingBackend, caller: Caller,
+        req: spb.NotifyClientTerminationRequest) -> spb.NotifyClientTerminationResponse:
+    await backend.terminate(caller, req.group.name if req.HasField("group") else None)
+    return spb.NotifyClientTerminationResponse(status=ok())
+
+
+async def get_offset(backend: MessagingBackend, caller: Caller,
+                     req: spb.GetOffsetRequest) -> spb.GetOffsetResponse:
+    offset = await backend.get_offset(req.group.name, req.message_queue.topic.name,
+                                      req.message_queue.id)
+    if offset is None:
+        raise RpcFailure(pb.OFFSET_NOT_FOUND, "the group has no offset for this queue")
+    return spb.GetOffsetResponse(status=ok(), offset=offset)
+
+
+async def update_offset(backend: MessagingBackend, caller: Caller,
+                        req: spb.UpdateOffsetRequest) -> spb.UpdateOffsetResponse:
+    if req.offset < 0:
+        raise RpcFailure(pb.ILLEGAL_OFFSET, "offset must not be negative")
+    await backend.update_offset(caller, req.group.name, req.message_queue.topic.name,
+                                req.message_queue.id, req.offset)
+    return spb.UpdateOffsetResponse(status=ok())
+
+
+async def query_offset(backend: MessagingBackend, caller: Caller,
+                       req: spb.QueryOffsetRequest) -> spb.QueryOffsetResponse:
+    ts = to_millis(req.timestamp) if req.HasField("timestamp") else 0
+    offset = await backend.query_offset(req.message_queue.topic.name, req.message_queue.id,
+                                        req.query_offset_policy, ts)
+    return spb.QueryOffsetResponse(status=ok(), offset=offset)
+
+
+def _method(name: str, kind: Kind, handler: Handler | None) -> tuple[str, Method]:
+    request = getattr(spb, f"{name}Request", None) or spb.TelemetryCommand
+    response = getattr(spb, f"{name}Response", None) or spb.TelemetryCommand
+    return SERVICE_PREFIX + name, Method(name, request, response, kind, handler)
+
+
+METHODS: dict[str, Method] = dict([
+    _method("QueryRoute", Kind.UNARY, query_route),
+    _method("Heartbeat", Kind.UNARY, heartbeat),
+    _method("SendMessage", Kind.UNARY, send_message),
+    _method("QueryAssignment", Kind.UNARY, query_assignment),
+    _method("ReceiveMessage", Kind.SERVER_STREAM, receive_message),
+    _method("AckMessage", Kind.UNARY, ack_message),
+    _method("ForwardMessageToDeadLetterQueue", Kind.UNARY, forward_to_dead_letter),
+    _method("EndTransaction", Kind.UNARY, end_transaction),
+    _method("NotifyClientTermination", Kind.UNARY, notify_client_termination),
+    _method("ChangeInvisibleDuration", Kind.UNARY, change_invisible_duration),
+    _method("GetOffset", Kind.UNARY, get_offset),
+    _method("UpdateOffset", Kind.UNARY, update_offset),
+    _method("QueryOffset", Kind.UNARY, query_offset),
+    _method("Telemetry", Kind.BIDI, None),
+])
+
+
+def failure_response(method: Method, failure: RpcFailure) -> list[Message]:
+    """The response (or stream) a failed call answers with."""
+    return [method.response(status=status_of(failure))]
+
+
+def telemetry_reply(backend: MessagingBackend, caller: Caller,
+                    command: spb.TelemetryCommand) -> spb.TelemetryCommand | None:
+    """The server's answer to one command a client writes on its Telemetry stream: its
+    settings are answered with the server's (which the client waits for at start)."""
+    if command.WhichOneof("command") != "settings":
+        return None  # thread stack traces and verify results: nothing to answer
+    asked = command.settings
+    settings = pb.Settings()
+    if asked.HasField("client_type"):
+        settings.client_type = asked.client_type
+    settings.backoff_policy.max_attempts = 3
+    settings.backoff_policy.exponential_backoff.initial.FromMilliseconds(100)
+    settings.backoff_policy.exponential_backoff.max.FromMilliseconds(5000)
+    settings.backoff_policy.exponential_backoff.multiplier = 2.0
+    settings.request_timeout.FromMilliseconds(3000)
+    if asked.WhichOneof("pub_sub") == "publishing":
+        settings.publishing.topics.extend(asked.publishing.topics)
+        settings.publishing.max_body_size = MAX_BODY_BYTES
+        settings.publishing.validate_message_type = False
+    elif asked.WhichOneof("pub_sub") == "subscription":
+        sub = asked.subscription
+        group = sub.group.name
+        settings.backoff_policy.max_attempts = backend.max_delivery_attempts(group)
+        settings.subscription.group.CopyFrom(sub.group)
+        settings.subscription.subscriptions.extend(sub.subscriptions)
+        settings.subscription.fifo = False
+        settings.subscription.receive_batch_size = MAX_BATCH
+        settings.subscription.long_polling_timeout.FromMilliseconds(DEFAULT_LONG_POLL_MS)
+    settings.metric.on = False
+    return spb.TelemetryCommand(status=ok(), settings=settings)

@@ -1,0 +1,142 @@
+"""Drive the real RocketMQ 5 Python client (PyPI rocketmq-python-client) from the tests.
+
+Runs under the client's own virtualenv (its module is named `rocketmq`, like the 4.x C++
+client's wrapper), so the tests call it as a subprocess: one sub-command per scenario, results
+as JSON lines on stdout.  Never imported by the tests themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def config(args: argparse.Namespace) -> ClientConfiguration:
+    return ClientConfiguration(args.endpoint, Credentials(args.ak, args.sk), request_timeout=10)
+
+
+def make_message(args: argparse.Namespace, i: int) -> Message:
+    m = Message()
+    m.topic = args.topic
+    m.body = f"{args.prefix}-{i}".encode()
+    if args.tag:
+        m.tag = args.tag
+    m.keys = f"key-{i}"
+    m.add_property("index", str(i))
+    if args.group:
+        m.message_group = args.group
+    if args.delay_ms:
+        m.delivery_timestamp = int(time.time() * 1000) + args.delay_ms
+    return m
+
+
+def produce(args: argparse.Namespace) -> None:
+    producer = Producer(config(args), (args.topic,))
+    producer.startup()
+    try:
+        for i in range(args.count):
+            receipt = producer.send(make_message(args, i))
+            emit(sent=i, message_id=receipt.message_id, offset=receipt.offset)
+    finally:
+        producer.shutdown()
+
+
+class Checker(TransactionChecker):
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def check(self, message: Message) -> TransactionResolution:
+        emit(checked=message.body.decode(), message_id=message.message_id)
+        return TransactionResolution.COMMIT if self.answer == "commit" else \
+            TransactionResolution.ROLLBACK
+
+
+def transaction(args: argparse.Namespace) -> None:
+    producer = Producer(config(args), (args.topic,), Checker(args.check_answer))
+    producer.startup()
+    try:
+        for decision in args.decisions.split(","):
+            txn = producer.begin_transaction()
+            m = make_message(args, 0)
+            m.body = f"{args.prefix}-{decision}".encode()
+            receipt = producer.send(m, txn)
+            if decision == "commit":
+                txn.commit()
+            elif decision == "rollback":
+                txn.rollback()
+            emit(sent=decision, message_id=receipt.message_id)
+        deadline = time.time() + args.linger_s
+        while time.time() < deadline:  # an orphan is checked back while the producer lives
+            time.sleep(0.2)
+    finally:
+        producer.shutdown()
+
+
+def receive(args: argparse.Namespace) -> None:
+    consumer = SimpleConsumer(config(args), args.consumer_group,
+                              {args.topic: FilterExpression(args.filter)}, await_duration=2)
+    consumer.startup()
+    got = 0
+    deadline = time.time() + args.max_seconds
+    try:
+        while got < args.expect and time.time() < deadline:
+            for m in consumer.receive(args.batch, args.invisible_s) or []:
+                got += 1
+                emit(body=m.body.decode(), message_id=m.message_id, attempt=m.delivery_attempt,
+                     tag=m.tag, keys=sorted(m.keys), props=dict(m.properties),
+                     group=m.message_group)
+                if args.action == "ack":
+                    consumer.ack(m)
+                elif args.action == "invisible":
+                    consumer.change_invisible_duration(m, args.change_s)
+    finally:
+        consumer.shutdown()
+    emit(done=got)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("command", choices=["produce", "transaction", "receive"])
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--ak", default="")
+    p.add_argument("--sk", default="")
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--prefix", default="m")
+    p.add_argument("--tag", default="")
+    p.add_argument("--group", default="", help="message group (FIFO)")
+    p.add_argument("--delay-ms", type=int, default=0)
+    p.add_argument("--decisions", default="commit")
+    p.add_argument("--check-answer", default="commit")
+    p.add_argument("--linger-s", type=float, default=0.0)
+    p.add_argument("--consumer-group", default="g")
+    p.add_argument("--filter", default="*")
+    p.add_argument("--expect", type=int, default=1)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--invisible-s", type=int, default=15)
+    p.add_argument("--change-s", type=int, default=2)
+    p.add_argument("--action", choices=["ack", "none", "invisible"], default="ack")
+    p.add_argument("--max-seconds", type=float, default=30.0)
+    args = p.parse_args()
+    {"produce": produce, "transaction": transaction, "receive": receive}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
