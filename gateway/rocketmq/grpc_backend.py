@@ -228,11 +228,11 @@ class GrpcBackend(MessagingBackend):
             self.broker.clients.connection_closed(session[0])
 
     async def terminate(self, caller: Caller, group: str | None) -> None:
+        # What the client received stays invisible until its duration ends (RocketMQ's pop has
+        # no session to release it with); only its registrations go.
         session = self._sessions.pop(caller.client_id, None)
         if session is not None:
             self.broker.clients.connection_closed(session[0])
-        if group:
-            await self.receiver.release_client(group, caller.client_id)
 
     # ---- offsets ------------------------------------------------------------------------
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int | None:

@@ -208,9 +208,6 @@ class GrpcReceiver:
         await self._dead_letter(group, topic, receipt.partition, record)
         await self.ack(group, topic, handle)
 
-    async def release_client(self, group: str, client_id: str) -> None:
-        await self.delivery.release_holder(group, client_id)
-
     async def _settle(self, group: str, topic: str, queue_id: int, offset: int, count: int,
                       kind: AckType, lock_ms: int | None) -> None:
         await get_queue(self.broker, topic, queue_id)

@@ -1,0 +1,197 @@
+"""RocketMQ 5 clients against a real `ledgerwire standalone`: PyPI rocketmq-python-client 5.1.2
+(its own virtualenv, .venv-rocketmq5) over the gRPC endpoint, with confluent-kafka reading and
+writing the same topics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.rocketmq5.support import received, run5
+from tests.support.standalone import Standalone
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def endpoint(server: Standalone) -> str:
+    return f"127.0.0.1:{server.rocketmq_grpc_port}"
+
+
+def kafka_records(server: Standalone, topic: str, count: int, timeout_s: float = 30) -> list:
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"k-{topic}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    out = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < count and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and not m.error():
+                out.append(m)
+    finally:
+        consumer.close()
+    return out
+
+
+def test_send_receive_ack_and_one_topic_space_with_kafka(module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    sent = run5("produce", ep, "r5-basic", "--count", "12", "--tag", "TagA", "--prefix", "b")
+    assert [s["offset"] for s in sent] != [] and len({s["message_id"] for s in sent}) == 12
+    got = received(run5("receive", ep, "r5-basic", "--consumer-group", "basic", "--expect", "12"))
+    assert sorted(m["body"] for m in got) == sorted(f"b-{i}" for i in range(12))
+    assert {m["attempt"] for m in got} == {1} and {m["tag"] for m in got} == {"TagA"}
+    assert {m["message_id"] for m in got} == {s["message_id"] for s in sent}
+    assert all(m["keys"] == [f"key-{m['props']['index']}"] for m in got)
+    # Everything was acknowledged: nothing comes back.
+    again = run5("receive", ep, "r5-basic", "--consumer-group", "basic", "--max-seconds", "4")
+    assert received(again) == []
+
+    # A Kafka consumer reads what the 5.x producer wrote, properties as headers.
+    records = kafka_records(module_standalone, "r5-basic", 12)
+    assert sorted(r.value() for r in records) == sorted(f"b-{i}".encode() for i in range(12))
+    headers = dict(records[0].headers())
+    assert headers["TAGS"] == b"TagA" and b"index" in {k.encode() for k in headers}
+
+    # And a 5.x consumer reads what a Kafka producer wrote.
+    producer = Producer({"bootstrap.servers": module_standalone.bootstrap})
+    for i in range(3):
+        producer.produce("r5-basic", value=f"kafka-{i}".encode(), key=b"k", partition=i % 4)
+    producer.flush(30)
+    got = received(run5("receive", ep, "r5-basic", "--consumer-group", "basic", "--expect", "3"))
+    assert sorted(m["body"] for m in got) == ["kafka-0", "kafka-1", "kafka-2"]
+
+
+def test_unacknowledged_messages_come_back_with_their_attempt_counted(
+        module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    run5("produce", ep, "r5-redeliver", "--count", "2", "--prefix", "r")
+    taken = time.monotonic()
+    first = received(run5("receive", ep, "r5-redeliver", "--consumer-group", "redo",
+                          "--expect", "2", "--action", "none", "--invisible-s", "12"))
+    assert sorted(m["body"] for m in first) == ["r-0", "r-1"]
+    assert {m["attempt"] for m in first} == {1}
+    # Invisible meanwhile: another receive gets nothing.
+    hidden = run5("receive", ep, "r5-redeliver", "--consumer-group", "redo", "--max-seconds", "1")
+    assert received(hidden) == []
+    time.sleep(max(0.0, taken + 12.5 - time.monotonic()))
+    # ChangeInvisibleDuration renews the lock (6 s); the records then come back once more.
+    taken = time.monotonic()
+    second = received(run5("receive", ep, "r5-redeliver", "--consumer-group", "redo",
+                           "--expect", "2", "--action", "invisible", "--change-s", "6"))
+    assert {m["attempt"] for m in second} == {2}
+    time.sleep(max(0.0, taken + 6.5 - time.monotonic()))
+    third = received(run5("receive", ep, "r5-redeliver", "--consumer-group", "redo",
+                          "--expect", "2"))
+    assert sorted(m["body"] for m in third) == ["r-0", "r-1"]
+    assert {m["attempt"] for m in third} == {3}
+    assert received(run5("receive", ep, "r5-redeliver", "--consumer-group", "redo",
+                         "--max-seconds", "3")) == []
+
+
+def test_tag_filter_and_message_group(module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    run5("produce", ep, "r5-tags", "--count", "3", "--tag", "keep", "--prefix", "keep")
+    run5("produce", ep, "r5-tags", "--count", "3", "--tag", "drop", "--prefix", "drop")
+    got = received(run5("receive", ep, "r5-tags", "--consumer-group", "tags", "--filter", "keep",
+                        "--expect", "3"))
+    assert sorted(m["body"] for m in got) == ["keep-0", "keep-1", "keep-2"]
+    assert received(run5("receive", ep, "r5-tags", "--consumer-group", "tags", "--filter", "keep",
+                         "--max-seconds", "3")) == []
+    run5("produce", ep, "r5-fifo", "--count", "3", "--group", "order-7", "--prefix", "f")
+    got = received(run5("receive", ep, "r5-fifo", "--consumer-group", "fifo", "--expect", "3"))
+    assert {m["group"] for m in got} == {"order-7"}
+    records = kafka_records(module_standalone, "r5-fifo", 3)
+    assert {dict(r.headers())["__SHARDINGKEY"] for r in records} == {b"order-7"}
+    assert len({r.partition() for r in records}) == 1  # one message group, one queue
+
+
+def test_delivery_timestamp_delays_the_message(module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    start = time.monotonic()
+    run5("produce", ep, "r5-delay", "--count", "1", "--delay-ms", "4000", "--prefix", "later")
+    got = received(run5("receive", ep, "r5-delay", "--consumer-group", "delay", "--expect", "1",
+                        "--max-seconds", "20"))
+    assert [m["body"] for m in got] == ["later-0"]
+    assert time.monotonic() - start >= 3.5
+
+
+def test_transactions_commit_rollback_and_orphan_check_back(
+        module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    out = run5("transaction", ep, "r5-txn", "--decisions", "commit,rollback,none",
+               "--check-answer", "commit", "--prefix", "t", "--linger-s", "15")
+    assert [line["checked"] for line in out if "checked" in line] == ["t-none"]
+    got = received(run5("receive", ep, "r5-txn", "--consumer-group", "txn", "--expect", "2"))
+    assert sorted(m["body"] for m in got) == ["t-commit", "t-none"]
+    assert received(run5("receive", ep, "r5-txn", "--consumer-group", "txn",
+                         "--max-seconds", "3")) == []
+
+
+@pytest.fixture
+def dlq_standalone(tmp_path: Path) -> Iterator[Standalone]:
+    config = tmp_path / "ledgerwire.toml"
+    config.write_text("[rocketmq]\nmax_reconsume_times = 1\n")
+    server = Standalone(tmp_path / "data", extra_args=["--config", str(config)])
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_dead_letter_after_max_attempts_and_state_survives_a_restart(
+        dlq_standalone: Standalone) -> None:
+    ep = endpoint(dlq_standalone)
+    run5("produce", ep, "r5-dlq", "--count", "1", "--prefix", "poison")
+    run5("produce", ep, "r5-keep", "--count", "2", "--prefix", "k")
+    for attempt in (1, 2):  # max_reconsume_times 1: two attempts
+        got = received(run5("receive", ep, "r5-dlq", "--consumer-group", "dlq", "--expect", "1",
+                            "--action", "none", "--invisible-s", "1", "--max-seconds", "15"))
+        assert [(m["body"], m["attempt"]) for m in got] == [("poison-0", attempt)]
+        time.sleep(1.5)
+    assert received(run5("receive", ep, "r5-dlq", "--consumer-group", "dlq",
+                         "--max-seconds", "3")) == []
+    dead = received(run5("receive", ep, "%DLQ%dlq", "--consumer-group", "dlq-reader",
+                         "--expect", "1"))
+    assert [m["body"] for m in dead] == ["poison-0"]
+
+    # In-flight state is durable: one record acked, one held, across a restart.
+    held = received(run5("receive", ep, "r5-keep", "--consumer-group", "keep", "--expect", "1",
+                         "--batch", "1", "--action", "none", "--invisible-s", "15"))
+    acked = received(run5("receive", ep, "r5-keep", "--consumer-group", "keep", "--expect", "1",
+                          "--batch", "1"))
+    assert {held[0]["body"], acked[0]["body"]} == {"k-0", "k-1"}
+    dlq_standalone.stop()
+    dlq_standalone.start()
+    back = received(run5("receive", ep, "r5-keep", "--consumer-group", "keep", "--expect", "2",
+                         "--max-seconds", "25"))
+    assert [(m["body"], m["attempt"]) for m in back] == [(held[0]["body"], 2)]
+
+
+def test_unknown_rpcs_and_garbage_get_clean_errors(module_standalone: Standalone) -> None:
+    import socket
+
+    import grpc
+
+    ep = endpoint(module_standalone)
+    with grpc.insecure_channel(ep) as channel:
+        call = channel.unary_unary("/apache.rocketmq.v2.MessagingService/NoSuchThing")
+        with pytest.raises(grpc.RpcError) as refused:
+            call(b"", timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        bad = channel.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage")
+        with pytest.raises(grpc.RpcError) as malformed:
+            bad(b"\xff\xff\xff\xff", timeout=10)
+        assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with socket.create_connection(("127.0.0.1", module_standalone.rocketmq_grpc_port), 5) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\x00" * 4096)
+        s.settimeout(10)
+        while s.recv(4096):
+            pass  # the server closes the connection
+    # The endpoint still serves.
+    assert run5("produce", ep, "r5-after-garbage", "--count", "1")[0]["offset"] == 0
+    assert TopicPartition  # imported for readers of this module: Kafka offsets are queue offsets
