@@ -27,7 +27,16 @@ import trio
 
 from gateway.rocketmq.grpc_receive import GrpcReceiver
 from gateway.rocketmq.service import RocketMQBroker
+from protocols.kafka.acl_model import OP_WRITE, RES_GROUP, RES_TOPIC
 from protocols.kafka.record_batch import Record
+from protocols.rocketmq.access import ANONYMOUS, Need, RocketMQGuard
+from protocols.rocketmq.acl import (
+    PERM_PUB,
+    PERM_SUB,
+    AclRefusedError,
+    PlainAclValidator,
+    perm_allows,
+)
 from protocols.rocketmq.codec import RemotingCommand
 from protocols.rocketmq.errors import MessageIllegalError, TopicNotExistError
 from protocols.rocketmq.grpc.backend import (
@@ -41,7 +50,7 @@ from protocols.rocketmq.grpc.errors import RpcFailure
 from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage, to_grpc
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
 from protocols.rocketmq.grpc.v2 import service_pb2 as spb
-from protocols.rocketmq.handlers.common import find_topic, get_queue
+from protocols.rocketmq.handlers.common import find_topic, get_queue, topic_info
 from protocols.rocketmq.handlers.send import (
     admit_under_backlog_quota,
     append_records,
@@ -57,7 +66,7 @@ from protocols.rocketmq.message_encoding import (
 )
 from protocols.rocketmq.message_id import decode_offset_message_id
 from protocols.rocketmq.request_codes import RequestCode
-from protocols.rocketmq.topic_names import to_storage
+from protocols.rocketmq.topic_names import RETRY_PREFIX, to_storage
 
 log = logging.getLogger("ledgerwire.rocketmq.grpc")
 
@@ -111,16 +120,62 @@ class _SendConnection:
         return False
 
 
+Guard = RocketMQGuard | PlainAclValidator | None
+
+
+def guard_for_grpc(guard: Guard) -> RocketMQGuard | None:
+    """The 4.x door's guard as the 5.x door authenticates with it: the plain ACL alone (an
+    unsecured broker with [rocketmq.acl] on) always wants a signature."""
+    if isinstance(guard, PlainAclValidator):
+        return RocketMQGuard(accounts=guard, plain_permissions=True, require_signature=True)
+    return guard
+
+
 class GrpcBackend(MessagingBackend):
     def __init__(self, broker: RocketMQBroker, receiver: GrpcReceiver,
-                 advertised: tuple[str, int]) -> None:
+                 advertised: tuple[str, int], guard: RocketMQGuard | None = None) -> None:
         self.broker = broker
         self.receiver = receiver
         self._advertised = advertised
+        self.guard = guard
         self._sessions: dict[str, tuple[TelemetryConnection, list[str]]] = {}
 
     def endpoint(self) -> tuple[str, int]:
         return self._advertised
+
+    # ---- authorization (one model with the 4.x door and Kafka) ----------------------------
+    def authorize(self, caller: Caller, needs: list[Need]) -> None:
+        guard = self.guard
+        if guard is None:
+            return
+        if guard.authorizer is not None:
+            guard.authorize(caller.principal, caller.peer[0], needs)
+        if guard.plain_permissions and guard.accounts is not None:
+            self._plain_permissions(guard.accounts, caller.principal, needs)
+
+    @staticmethod
+    def _plain_permissions(accounts: PlainAclValidator, principal: str,
+                           needs: list[Need]) -> None:
+        """The RocketMQ plain ACL's own topic/group permissions (PUB to write, SUB else)."""
+        if principal == ANONYMOUS:
+            return  # a globally white-listed peer: Apache's plain ACL lets it do anything
+        account = accounts.accounts.get(principal.removeprefix("User:"))
+        if account is None:
+            raise AclRefusedError(f"AclException: no account for {principal}")
+        for need in needs:
+            if need.resource_type == RES_TOPIC:
+                resource = need.name
+            elif need.resource_type == RES_GROUP:
+                resource = RETRY_PREFIX + need.name
+            else:
+                continue
+            wanted = PERM_PUB if need.operation == OP_WRITE else PERM_SUB
+            owned, _ = account.perm_for(resource)
+            if not perm_allows(wanted, owned):
+                raise AclRefusedError(f"AclException: {principal} may not use {resource}")
+
+    def topic_exists(self, topic: str) -> bool:
+        return topic_info(self.broker, topic) is not None
 
     # ---- routes -------------------------------------------------------------------------
     async def queue_count(self, topic: str, *, create: bool) -> int:

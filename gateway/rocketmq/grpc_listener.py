@@ -53,11 +53,11 @@ READ_BYTES = 65536
 DRAIN_TIMEOUT_S = 5.0
 MAX_PUSHED_BYTES = 8 * 1024 * 1024  # a client that stops reading its Telemetry stream
 
-# (metadata) -> principal; raises RpcFailure(UNAUTHORIZED) for a bad or missing signature.
-Authenticator = Callable[[dict[str, str]], str]
+# (metadata, connection) -> principal; raises RpcFailure(UNAUTHORIZED) for a bad signature.
+Authenticator = Callable[[dict[str, str], Any], str]
 
 
-def anonymous(metadata: dict[str, str]) -> str:
+def anonymous(metadata: dict[str, str], conn: Any) -> str:
     return "User:ANONYMOUS"
 
 
@@ -172,7 +172,7 @@ class _Connection:
             return
         meta = event.metadata
         try:
-            principal = self.authenticate(meta)
+            principal = self.authenticate(meta, self)
         except RpcFailure as exc:
             log.warning("refused a RocketMQ 5 call from %s:%d: %s", *self.peer, exc.message)
             self.h2.finish(event.stream_id, GrpcStatus.UNAUTHENTICATED, exc.message)

@@ -18,7 +18,7 @@ import trio
 
 from gateway.config.settings import RocketMQConfig, parse_host_port
 from gateway.coordinator.offset_store import LedgerOffsetStore
-from gateway.rocketmq.grpc_backend import GrpcBackend
+from gateway.rocketmq.grpc_backend import GrpcBackend, guard_for_grpc
 from gateway.rocketmq.grpc_listener import serve_rocketmq_grpc
 from gateway.rocketmq.grpc_receive import GrpcReceiver
 from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
@@ -29,6 +29,7 @@ from protocols.rocketmq.access import AuthorizerLike, RocketMQGuard
 from protocols.rocketmq.acl import PlainAclValidator
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicServiceLike
 from protocols.rocketmq.dispatch import RequestGuard
+from protocols.rocketmq.grpc.auth import principal_of
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
 
 _WILDCARD = ("", "0.0.0.0", "::")
@@ -53,7 +54,10 @@ class RocketMQSide:
                                     guard=self.acl))
         if self.grpc is not None:
             g_host, g_port = parse_host_port(self.config.grpc_listener)
-            await servers.start(partial(serve_rocketmq_grpc, self.grpc, g_host, g_port))
+            guard = self.grpc.guard
+            await servers.start(partial(
+                serve_rocketmq_grpc, self.grpc, g_host, g_port,
+                authenticate=lambda meta, conn: principal_of(meta, conn, guard)))
 
 
 async def build_rocketmq(
@@ -103,7 +107,8 @@ async def build_rocketmq(
         g_host, g_port = parse_host_port(r.grpc_listener)
         advertised = (r.advertised_host or (g_host if g_host not in _WILDCARD else "127.0.0.1"),
                       g_port)
-        side.grpc = GrpcBackend(broker, GrpcReceiver(broker, delivery), advertised)
+        side.grpc = GrpcBackend(broker, GrpcReceiver(broker, delivery), advertised,
+                                guard_for_grpc(side.acl))
     return side
 
 

@@ -25,3 +25,13 @@ def run5(command: str, endpoint: str, topic: str, *args: str,
 
 def received(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [line for line in lines if "body" in line]
+
+
+def run5_refused(command: str, endpoint: str, topic: str, *args: str,
+                 timeout_s: float = 90.0) -> str:
+    """Run a scenario that must fail; the client's output (for the reason)."""
+    done = subprocess.run([str(PYTHON), str(SCRIPT), command, "--endpoint", endpoint,
+                           "--topic", topic, *args], capture_output=True, text=True,
+                          timeout=timeout_s, cwd="/tmp")
+    assert done.returncode != 0, f"client5 {command} was not refused:\n{done.stdout}"
+    return done.stdout + done.stderr

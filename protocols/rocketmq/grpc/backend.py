@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from protocols.rocketmq.access import Need
 from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage
 
 
@@ -53,6 +54,12 @@ class TelemetrySink(Protocol):
 
 class MessagingBackend(Protocol):
     def endpoint(self) -> tuple[str, int]: ...
+
+    def authorize(self, caller: Caller, needs: list[Need]) -> None:
+        """Raise (a NO_PERMISSION RocketMQ error) unless the caller may do all of `needs`."""
+        ...
+
+    def topic_exists(self, topic: str) -> bool: ...
 
     async def queue_count(self, topic: str, *, create: bool) -> int: ...
 

@@ -20,6 +20,15 @@ from typing import Any
 from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 
+from protocols.kafka.acl_model import OP_DESCRIBE, OP_READ
+from protocols.rocketmq.grpc.auth import (
+    create_need,
+    group_need,
+    needs_consume,
+    needs_describe,
+    needs_write,
+    topic_need,
+)
 from protocols.rocketmq.grpc.backend import Caller, MessagingBackend, ReceiveRequest
 from protocols.rocketmq.grpc.errors import RpcFailure, failure_of
 from protocols.rocketmq.grpc.messages import duration_millis, from_grpc, to_grpc, to_millis
@@ -76,6 +85,8 @@ def _queues(backend: MessagingBackend, topic: str, namespace: str,
 async def query_route(backend: MessagingBackend, caller: Caller,
                       req: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
     topic = req.topic.name
+    backend.authorize(caller, needs_describe(topic) if backend.topic_exists(topic)
+                      else [create_need(topic)])
     count = await backend.queue_count(topic, create=True)
     return spb.QueryRouteResponse(status=ok(), message_queues=_queues(
         backend, topic, req.topic.resource_namespace, count))
@@ -86,6 +97,7 @@ async def query_assignment(backend: MessagingBackend, caller: Caller,
     # Consumers pop from any queue (the delivery engine hands each record to one of them), so
     # every member is assigned every queue, as RocketMQ 5's pop mode does.
     topic = req.topic.name
+    backend.authorize(caller, [topic_need(topic, OP_DESCRIBE), group_need(req.group.name, OP_READ)])
     count = await backend.queue_count(topic, create=False)
     queues = _queues(backend, topic, req.topic.resource_namespace, count)
     return spb.QueryAssignmentResponse(status=ok(),
@@ -95,6 +107,8 @@ async def query_assignment(backend: MessagingBackend, caller: Caller,
 async def heartbeat(backend: MessagingBackend, caller: Caller,
                     req: spb.HeartbeatRequest) -> spb.HeartbeatResponse:
     group = req.group.name if req.HasField("group") else None
+    if group:
+        backend.authorize(caller, [group_need(group, OP_READ)])
     backend.heartbeat(caller, group, req.client_type)
     return spb.HeartbeatResponse(status=ok())
 
@@ -111,6 +125,7 @@ async def send_message(backend: MessagingBackend, caller: Caller,
         outgoing.append(from_grpc(message))
     if len({m.topic for m in outgoing}) != 1:
         raise RpcFailure(pb.BAD_REQUEST, "a batch goes to one topic")
+    backend.authorize(caller, needs_write(outgoing[0].topic))
     results = await backend.send(caller, outgoing)
     entries = [spb.SendResultEntry(status=ok(), message_id=r.message_id,
                                    transaction_id=r.transaction_id, offset=r.offset)
@@ -122,6 +137,7 @@ async def end_transaction(backend: MessagingBackend, caller: Caller,
                           req: spb.EndTransactionRequest) -> spb.EndTransactionResponse:
     if req.resolution not in (pb.COMMIT, pb.ROLLBACK):
         raise RpcFailure(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+    backend.authorize(caller, needs_write(req.topic.name))
     await backend.end_transaction(caller, req.topic.name, req.message_id, req.transaction_id,
                                   req.resolution == pb.COMMIT)
     return spb.EndTransactionResponse(status=ok())
@@ -151,6 +167,7 @@ async def receive_message(backend: MessagingBackend, caller: Caller,
     poll = _millis(req.long_polling_timeout, DEFAULT_LONG_POLL_MS, 0, MAX_LONG_POLL_MS,
                    pb.ILLEGAL_POLLING_TIME, "long polling timeout")
     queue = req.message_queue
+    backend.authorize(caller, needs_consume(queue.topic.name, req.group.name))
     delivered = await backend.receive(caller, ReceiveRequest(
         req.group.name, queue.topic.name, queue.id if queue.topic.name else -1, tags, batch,
         invisible, poll, fifo=False))
@@ -165,6 +182,7 @@ async def receive_message(backend: MessagingBackend, caller: Caller,
 
 async def ack_message(backend: MessagingBackend, caller: Caller,
                       req: spb.AckMessageRequest) -> spb.AckMessageResponse:
+    backend.authorize(caller, needs_consume(req.topic.name, req.group.name))
     entries = []
     failed = 0
     for entry in req.entries:
@@ -188,6 +206,7 @@ async def change_invisible_duration(
         req: spb.ChangeInvisibleDurationRequest) -> spb.ChangeInvisibleDurationResponse:
     invisible = _millis(req.invisible_duration, 30_000, 0, MAX_INVISIBLE_MS,
                         pb.ILLEGAL_INVISIBLE_TIME, "invisible duration")
+    backend.authorize(caller, needs_consume(req.topic.name, req.group.name))
     handle = await backend.change_invisible(caller, req.group.name, req.topic.name,
                                             req.receipt_handle, invisible)
     return spb.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
@@ -197,6 +216,7 @@ async def forward_to_dead_letter(
         backend: MessagingBackend, caller: Caller,
         req: spb.ForwardMessageToDeadLetterQueueRequest
 ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+    backend.authorize(caller, needs_consume(req.topic.name, req.group.name))
     await backend.forward_to_dead_letter(caller, req.group.name, req.topic.name,
                                          req.receipt_handle)
     return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())
@@ -211,6 +231,8 @@ async def notify_client_termination(
 
 async def get_offset(backend: MessagingBackend, caller: Caller,
                      req: spb.GetOffsetRequest) -> spb.GetOffsetResponse:
+    backend.authorize(caller, [topic_need(req.message_queue.topic.name, OP_DESCRIBE),
+                               group_need(req.group.name, OP_DESCRIBE)])
     offset = await backend.get_offset(req.group.name, req.message_queue.topic.name,
                                       req.message_queue.id)
     if offset is None:
@@ -222,6 +244,7 @@ async def update_offset(backend: MessagingBackend, caller: Caller,
                         req: spb.UpdateOffsetRequest) -> spb.UpdateOffsetResponse:
     if req.offset < 0:
         raise RpcFailure(pb.ILLEGAL_OFFSET, "offset must not be negative")
+    backend.authorize(caller, needs_consume(req.message_queue.topic.name, req.group.name))
     await backend.update_offset(caller, req.group.name, req.message_queue.topic.name,
                                 req.message_queue.id, req.offset)
     return spb.UpdateOffsetResponse(status=ok())
@@ -229,6 +252,7 @@ async def update_offset(backend: MessagingBackend, caller: Caller,
 
 async def query_offset(backend: MessagingBackend, caller: Caller,
                        req: spb.QueryOffsetRequest) -> spb.QueryOffsetResponse:
+    backend.authorize(caller, needs_describe(req.message_queue.topic.name))
     ts = to_millis(req.timestamp) if req.HasField("timestamp") else 0
     offset = await backend.query_offset(req.message_queue.topic.name, req.message_queue.id,
                                         req.query_offset_policy, ts)
