@@ -108,7 +108,7 @@ async def build_rocketmq(
         advertised = (r.advertised_host or (g_host if g_host not in _WILDCARD else "127.0.0.1"),
                       g_port)
         side.grpc = GrpcBackend(broker, GrpcReceiver(broker, delivery), advertised,
-                                guard_for_grpc(side.acl))
+                                guard_for_grpc(side.acl))  # type: ignore[arg-type]
     return side
 
 

@@ -119,7 +119,7 @@ class GrpcServerConnection:
         return out
 
     def _on_request(self, event: h2.events.RequestReceived, out: list[CallEvent]) -> None:
-        headers = dict(event.headers or ())  # type: ignore[arg-type]
+        headers: dict[str, str] = {str(k): str(v) for k, v in event.headers or ()}
         stream_id = event.stream_id
         self._streams[stream_id] = _Stream(MessageReader(self._max_message))
         method = str(headers.get(":path", ""))

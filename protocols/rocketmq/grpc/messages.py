@@ -154,7 +154,7 @@ def to_grpc(d: Delivered, namespace: str = "") -> pb.Message:
         message_id=props.get(PROPERTY_UNIQ_KEY) or d.fallback_message_id,
         body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(d.body):08X}"),
         body_encoding=pb.IDENTITY,
-        message_type=message_type_of(props),
+        message_type=message_type_of(props),  # type: ignore[arg-type]
         born_timestamp=timestamp(d.born_timestamp),
         born_host=d.meta.born_host[0],
         store_timestamp=timestamp(d.meta.store_timestamp or d.born_timestamp),
