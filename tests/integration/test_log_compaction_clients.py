@@ -204,3 +204,29 @@ def test_broker_killed_during_compaction_keeps_every_latest_value(
             == latest
     finally:
         server.stop()
+
+
+def test_kafka_python_writes_a_compacted_topic_and_keyless_sends_fail(
+        server: Standalone) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import InvalidRecordError
+
+    topic = "kp-table"
+    create_topic(server.bootstrap, topic, COMPACTED)
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap, acks="all", linger_ms=5)
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    for update in range(UPDATES):
+        futures = [(b"key-%03d" % key, b"kp-%d-%d" % (key, update),
+                    producer.send(topic, key=b"key-%03d" % key, value=b"kp-%d-%d" % (key, update)))
+                   for key in range(KEYS)]
+        for key, value, future in futures:
+            latest[key] = (future.get(30).offset, value)
+    keyless = producer.send(topic, value=b"no key")
+    with pytest.raises(InvalidRecordError):
+        keyless.get(30)
+    producer.close()
+    result = compact(server, topic)
+    records = read_from_beginning(server.bootstrap, topic)
+    assert {k: (o, v) for o, k, v in records} == latest
+    below = [k for o, k, _ in records if o < result["cleaned_through"]]
+    assert len(below) == len(set(below)) == KEYS

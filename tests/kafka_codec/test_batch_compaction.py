@@ -157,3 +157,35 @@ def test_a_producers_last_batch_stays_empty_and_markers_go_when_expired() -> Non
     assert out[4] is fourth
     assert plan.stats.aborted_removed == 1 and plan.stats.markers_removed == 1
     assert batch_keys(second) == [b"a"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(payload=st.binary(max_size=200), count=st.integers(0, 20),
+       codec=st.sampled_from([codecs.NONE, codecs.GZIP]))
+def test_garbage_records_in_a_valid_batch_are_a_protocol_error(payload: bytes, count: int,
+                                                               codec: int) -> None:
+    """A client can send any record bytes under a correct CRC: the keyless check on produce
+    (and the compactor) must answer CorruptMessageError, never crash."""
+    import struct
+
+    from protocols.kafka.batch_compaction import keyless_record_indexes
+    from protocols.kafka.errors import KafkaProtocolError
+    from protocols.kafka.record_batch import HEADER, HEADER_SIZE, LOG_OVERHEAD
+
+    body = codecs.compress(codec, payload)
+    out = bytearray(HEADER_SIZE)
+    HEADER.pack_into(out, 0, 0, HEADER_SIZE - LOG_OVERHEAD + len(body), -1, 2, 0, codec,
+                     max(0, count - 1), 0, 0, -1, -1, -1, count)
+    out += body
+    struct.pack_into(">I", out, 17, compute_crc(out))
+    batch = bytes(out)
+    try:
+        keyless_record_indexes(parse_header(batch), batch)
+    except KafkaProtocolError:
+        pass
+    plan = CompactionPlan()
+    try:
+        plan.observe(batch)
+        plan.filter(batch, expired=True)
+    except KafkaProtocolError:
+        pass
