@@ -30,7 +30,7 @@ from spark_bridge.topic_layout import (
     list_topics,
     offset_for_timestamp,
     partition_layout,
-    span_for_offset,
+    spans_covering,
     topic_partition_count,
 )
 
@@ -152,10 +152,10 @@ def splits_for_range(access: LedgerAccess, layout: PartitionLayout, start: int, 
     """One split per ledger holding part of [start, end); empty when start == end."""
     if start >= end:
         return []
-    first_span = span_for_offset(layout, start)
-    last_span = span_for_offset(layout, end - 1)
-    if first_span is None or last_span is None:
+    covering = spans_covering(layout, start, end)
+    if covering is None:
         return []
+    first_span, last_span = covering
     ranges: list[EntryRange] = []
     for i in range(first_span, last_span + 1):
         span = layout.ledgers[i]

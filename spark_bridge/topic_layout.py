@@ -125,16 +125,22 @@ def partition_layout(access: LedgerAccess, topic: str, partition: int,
     return PartitionLayout(topic, partition, log_start, end_offset, tuple(spans))
 
 
-def span_for_offset(layout: PartitionLayout, offset: int) -> int | None:
-    """Index of the ledger span holding `offset`, None if no span does."""
-    for i, span in enumerate(layout.ledgers):
-        if span.first_offset <= offset < span.end_offset:
-            return i
-    return None
+def spans_covering(layout: PartitionLayout, start: int, end: int) -> tuple[int, int] | None:
+    """(first, last) index of the spans holding any offset of [start, end), None if none.
+
+    A compacted log has gaps (between ledgers too): a bound in a gap takes the span after it
+    (start) or before it (end), so no surviving record of the range is left out."""
+    first = next((i for i, s in enumerate(layout.ledgers) if s.end_offset > start), None)
+    last = next((i for i in range(len(layout.ledgers) - 1, -1, -1)
+                 if layout.ledgers[i].first_offset < end), None)
+    if first is None or last is None or first > last:
+        return None
+    return first, last
 
 
 def entry_for_offset(access: LedgerAccess, span: LedgerSpan, offset: int) -> int:
-    """The entry of `span` whose batch holds `offset` (offsets are dense: binary search)."""
+    """The last entry of `span` whose batch starts at or before `offset` (entry 0 when none
+    does); batches are in offset order, so a binary search."""
     lo, hi = 0, span.last_entry
     while lo < hi:
         mid = (lo + hi + 1) // 2
