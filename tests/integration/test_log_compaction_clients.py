@@ -11,6 +11,7 @@ every key's latest value readable.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -74,13 +75,20 @@ def produce_updates(bootstrap: str, topic: str, tombstone_every: int = 10
 
 
 def read_from_beginning(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
-    """kafka-python, no group: every record from the earliest offset."""
+    """kafka-python, no group: every record from the earliest offset to the end offset."""
+    from kafka import TopicPartition as KafkaTopicPartition
+
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=3000, auto_offset_reset="earliest")
-    tp = __import__("kafka").TopicPartition(topic, 0)
+                             consumer_timeout_ms=1000, auto_offset_reset="earliest",
+                             request_timeout_ms=30_000)
+    tp = KafkaTopicPartition(topic, 0)
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
-    out = [(m.offset, m.key, m.value) for m in consumer]
+    end = consumer.end_offsets([tp])[tp]  # a loaded machine may take a while to answer
+    out: list[tuple[int, bytes, bytes | None]] = []
+    deadline = time.monotonic() + 90
+    while consumer.position(tp) < end and time.monotonic() < deadline:
+        out.extend((m.offset, m.key, m.value) for m in consumer)
     consumer.close()
     return out
 
