@@ -439,14 +439,20 @@ class ConsumerGroupCoordinator:
                     deadlines.append(member.revoke_deadline)
         return min(deadlines)
 
-    def expire(self, now: float) -> None:
-        """Remove members whose session ran out or who did not revoke within their timeout."""
+    def expire(self, now: float) -> list[str]:
+        """Remove members whose session ran out or who did not revoke within their timeout;
+        the ids of the groups that changed."""
+        changed = []
         for group in list(self.groups.values()):
+            epoch = group.group_epoch
             for member in list(group.members.values()):
                 if now - member.last_heartbeat >= self.config.session_timeout_s:
                     self._remove(group, member.member_id, "session expired")
                 elif member.revoke_deadline is not None and now > member.revoke_deadline:
                     self._remove(group, member.member_id, "revocation timed out")
+            if group.group_epoch != epoch:
+                changed.append(group.group_id)
+        return changed
 
     def described(self, group_id: str) -> ConsumerGroup | None:
         return self.groups.get(group_id)

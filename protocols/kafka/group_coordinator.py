@@ -23,8 +23,11 @@ The data (states, members, groups, offsets) lives in `group_model.py`; KIP-848 g
 group-id namespace, one offset store); committed offsets in `group_offsets.py` (a mixin of
 the coordinator). Committed offsets are kept in memory for reads and
 written through an `OffsetStoreApi` (the gateway backs it by a ledger) before a commit is
-acknowledged; those of groups that stay empty past the retention period expire. This module
-must never do I/O of its own: storage goes through the offset store it is given.
+acknowledged; those of groups that stay empty past the retention period expire. Group
+metadata (members, generations, assignments; KIP-848 epochs) is durable too: written through
+the same store before an answer reveals it and loaded in `run()` (`group_records.py` says
+what, when and how), so a restart or a coordinator move does not end anyone's membership.
+This module must never do I/O of its own: storage goes through the offset store it is given.
 """
 
 from __future__ import annotations
@@ -53,16 +56,18 @@ from protocols.kafka.group_model import (
     wall_clock_ms,
 )
 from protocols.kafka.group_offsets import CommittedOffsets
+from protocols.kafka.group_records import DurableGroups, GroupStateWriter
 
 log = logging.getLogger("ledgerwire.kafka.groups")
 
 
-class GroupCoordinator(CommittedOffsets):
+class GroupCoordinator(CommittedOffsets, DurableGroups):
     def __init__(self, offset_store: OffsetStoreApi, config: CoordinatorConfig | None = None):
         self.config = config or CoordinatorConfig()
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[OffsetKey, CommittedOffset]] = {}
         self._store = offset_store
+        self._writer = GroupStateWriter(offset_store.store_group)
         self._nursery: trio.Nursery | None = None
         # KIP-848 groups share the group-id namespace and the committed offsets.
         self.consumer_groups = ConsumerGroupCoordinator(
@@ -70,10 +75,16 @@ class GroupCoordinator(CommittedOffsets):
         )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Load committed offsets and run the coordinator's timers until cancelled."""
+        """Load committed offsets and groups, then run the coordinator's timers until cancelled."""
         self.offsets = await self._store.load()
+        self._load_groups(await self._store.load_groups())
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            for group in self.groups.values():
+                if group.state is GroupState.PREPARING_REBALANCE:
+                    # Recorded mid-rebalance: it completes as any other (members rejoin).
+                    group.rebalance_running = True
+                    nursery.start_soon(self._complete_rebalance_when_ready, group, False)
             nursery.start_soon(self._expire_sessions)
             nursery.start_soon(self._expire_offsets_periodically)
             task_status.started()
@@ -134,6 +145,7 @@ class GroupCoordinator(CommittedOffsets):
             if group_instance_id is not None and group_instance_id in group.static_members:
                 rejoined = self._replace_static_member(group, group_instance_id, protocols)
                 if rejoined is not None:
+                    await self._persist(group_id)  # the new member id must survive a restart
                     return rejoined
                 member_id = group.static_members[group_instance_id]
             else:
@@ -168,7 +180,9 @@ class GroupCoordinator(CommittedOffsets):
         ):
             # A follower rejoining with nothing new: hand back the current generation.
             member.last_heartbeat = trio.current_time()
-            return self._join_answer(group, member)
+            answer = self._join_answer(group, member)
+            await self._persist(group_id)
+            return answer
         member.protocols = protocols
         member.session_timeout_s = session_s
         member.last_heartbeat = trio.current_time()
@@ -180,7 +194,11 @@ class GroupCoordinator(CommittedOffsets):
 
         while member.join_result is None:
             await group.changed.wait()
-        return member.join_result
+        # The generation, leader and members are revealed only once durable (one write for
+        # all the members answered together: the writer skips a record already issued).
+        result = member.join_result
+        await self._persist(group_id)
+        return result
 
     def _replace_static_member(
         self, group: Group, instance_id: str, protocols: list[tuple[str, bytes]]
@@ -244,6 +262,8 @@ class GroupCoordinator(CommittedOffsets):
             group.rebalance_running = False
         if group.state is GroupState.PREPARING_REBALANCE:
             self._complete_join(group)
+            if group.state is GroupState.EMPTY:  # nobody waits for an answer: record it here
+                await self._persist_quietly([group.group_id], "a rebalance emptied the group")
 
     def _complete_join(self, group: Group) -> None:
         for member_id in [m.member_id for m in group.members.values() if not m.joining]:
@@ -353,7 +373,9 @@ class GroupCoordinator(CommittedOffsets):
             if member_id not in group.members:
                 raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
         member.last_heartbeat = trio.current_time()
-        return group.protocol_type, group.protocol_name, member.assignment
+        answer = group.protocol_type, group.protocol_name, member.assignment
+        await self._persist(group_id)  # the assignment is revealed only once durable
+        return answer
 
     def heartbeat(
         self, *, group_id: str, member_id: str, generation_id: int,
@@ -370,7 +392,7 @@ class GroupCoordinator(CommittedOffsets):
         if generation_id != group.generation_id:
             raise GroupError(ErrorCode.ILLEGAL_GENERATION)
 
-    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
+    async def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
         """Remove members (member id, or instance id for static members); per-member codes."""
         group = self.groups.get(group_id)
         if group is None:
@@ -390,7 +412,16 @@ class GroupCoordinator(CommittedOffsets):
                 codes.append(int(ErrorCode.UNKNOWN_MEMBER_ID))
         if any(code == 0 for code in codes):
             self._after_membership_change(group, "members left")
+            await self._persist(group_id)
         return codes
+
+    async def consumer_group_heartbeat(self, **kwargs: Any) -> dict[str, Any]:
+        """A KIP-848 ConsumerGroupHeartbeat (`ConsumerGroupCoordinator.heartbeat`), answered
+        once the epochs and assignment it reveals are durable."""
+        try:
+            return self.consumer_groups.heartbeat(**kwargs)
+        finally:
+            await self._persist(kwargs["group_id"])
 
     def _after_membership_change(self, group: Group, reason: str) -> None:
         if not group.members and group.state is not GroupState.EMPTY:
@@ -426,6 +457,7 @@ class GroupCoordinator(CommittedOffsets):
             await trio.sleep_until(min(self._next_session_deadline(),
                                        now + self.config.expiry_check_interval_s))
             now = trio.current_time()
+            changed: list[str] = []
             for group in list(self.groups.values()):
                 expired = [
                     m.member_id
@@ -438,7 +470,9 @@ class GroupCoordinator(CommittedOffsets):
                     self._remove_member(group, member_id)
                 if expired:
                     self._after_membership_change(group, "session expired")
-            self.consumer_groups.expire(now)
+                    changed.append(group.group_id)
+            changed.extend(self.consumer_groups.expire(now))
+            await self._persist_quietly(changed, "session expiry")
 
     # ---- admin ------------------------------------------------------------------------------
 
@@ -459,6 +493,7 @@ class GroupCoordinator(CommittedOffsets):
             if self.consumer_groups.has_members(group_id):
                 raise GroupError(ErrorCode.NON_EMPTY_GROUP)
             self.consumer_groups.delete(group_id)
+            await self._persist(group_id)
             await self._store.delete(group_id, None)
             self.offsets.pop(group_id, None)
             return
@@ -472,6 +507,7 @@ class GroupCoordinator(CommittedOffsets):
         if group is not None:
             group.transition(GroupState.DEAD)
             del self.groups[group_id]
+            await self._persist(group_id)
 
 
 __all__ = [

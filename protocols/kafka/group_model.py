@@ -66,9 +66,18 @@ OffsetKey = tuple[str, int]  # (topic, partition)
 
 
 class OffsetStoreApi(Protocol):
-    """Durable committed offsets (gateway.coordinator.offset_store.LedgerOffsetStore)."""
+    """Durable committed offsets and group metadata
+    (gateway.coordinator.offset_store.LedgerOffsetStore).
+
+    `load_groups` (called after `load`) gives the latest group record per group id;
+    `store_group` makes a group's record (None: the group is gone) durable before it returns
+    (see `group_records.py` for the records)."""
 
     async def load(self) -> dict[str, dict[OffsetKey, CommittedOffset]]: ...
+
+    async def load_groups(self) -> dict[str, dict[str, Any]]: ...
+
+    async def store_group(self, group_id: str, record: dict[str, Any] | None) -> None: ...
 
     async def commit(self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]) -> None: ...
 

@@ -45,6 +45,8 @@ class CommittedOffsets:
             instance_id: str | None = None,
         ) -> Member: ...
 
+        async def _persist(self, group_id: str) -> None: ...
+
     async def _expire_offsets_periodically(self) -> None:
         while True:
             await trio.sleep(self.config.offsets_retention_check_interval_s)
@@ -78,6 +80,7 @@ class CommittedOffsets:
                 if group is not None and group.state is GroupState.EMPTY and not group.members:
                     group.transition(GroupState.DEAD)
                     del self.groups[group_id]
+                await self._persist(group_id)  # a tombstone if the group is gone
         if expired:
             log.info("committed offsets expired", extra={"groups": expired})
         return expired

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
@@ -25,10 +26,22 @@ from protocols.kafka.group_coordinator import (
 class MemoryOffsetStore:
     def __init__(self) -> None:
         self.state: dict[str, dict[OffsetKey, CommittedOffset]] = {}
+        self.group_records: dict[str, dict[str, Any]] = {}
         self.writes = 0
+        self.group_writes = 0
 
     async def load(self) -> dict[str, dict[OffsetKey, CommittedOffset]]:
         return {g: dict(o) for g, o in self.state.items()}
+
+    async def load_groups(self) -> dict[str, dict[str, Any]]:
+        return json.loads(json.dumps(self.group_records))  # as a log would give them back
+
+    async def store_group(self, group_id: str, record: dict[str, Any] | None) -> None:
+        self.group_writes += 1
+        if record is None:
+            self.group_records.pop(group_id, None)
+        else:
+            self.group_records[group_id] = json.loads(json.dumps(record))
 
     async def commit(self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]) -> None:
         self.writes += 1
@@ -111,7 +124,7 @@ async def test_two_members_rebalance_sync_and_heartbeat(autojump_clock: object) 
         assert info.value.code == ErrorCode.ILLEGAL_GENERATION
 
         # The follower leaves: the leader's next heartbeat learns of the rebalance.
-        assert coordinator.leave("g", [(follower, None)]) == [0]
+        assert await coordinator.leave("g", [(follower, None)]) == [0]
         assert group.state is GroupState.PREPARING_REBALANCE
         with pytest.raises(GroupError) as info:
             coordinator.heartbeat(group_id="g", member_id=leader, generation_id=1)
@@ -289,7 +302,7 @@ async def test_commit_allowed_while_preparing_rebalance(autojump_clock: object) 
     async with trio.open_nursery() as nursery:
         coordinator = await start(nursery)
         ids = await stable_static_group(coordinator)
-        assert coordinator.leave("g", [("", "b")]) == [0]
+        assert await coordinator.leave("g", [("", "b")]) == [0]
         assert coordinator.groups["g"].state is GroupState.PREPARING_REBALANCE
         # An eager consumer commits what it is giving up before it rejoins.
         await coordinator.commit_offsets(group_id="g", member_id=ids["a"], generation_id=1,

@@ -116,7 +116,7 @@ async def handle_consumer_group_heartbeat(
             for p in t.get("partitions") or []
         )
     try:
-        answer = ctx.broker.group_coordinator.consumer_groups.heartbeat(
+        answer = await ctx.broker.group_coordinator.consumer_group_heartbeat(
             group_id=body["group_id"],
             member_id=body.get("member_id") or "",
             member_epoch=body["member_epoch"],

@@ -114,7 +114,7 @@ async def handle_leave_group(ctx: RequestContext, header: RequestHeader, body: d
         leaving = [(m.get("member_id") or "", m.get("group_instance_id")) for m in body["members"]]
     else:
         leaving = [(body["member_id"], None)]
-    codes = ctx.broker.group_coordinator.leave(body["group_id"], leaving)
+    codes = await ctx.broker.group_coordinator.leave(body["group_id"], leaving)
     members = [
         {"member_id": mid, "group_instance_id": iid, "error_code": code}
         for (mid, iid), code in zip(leaving, codes, strict=True)
