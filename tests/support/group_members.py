@@ -1,7 +1,9 @@
 """Drive consumer-group members running in their own processes (tests/support/group_worker.py,
 tests/node/group_worker.js) and collect what they report, for the group acceptance tests.
 
-A `Member` is one worker process; a reader thread turns its JSON lines into events. Helpers
+A `Member` is one worker process (client "java": tests/java/GroupMember.java, Apache Kafka's
+own consumer; not in CLIENTS, a JVM is slow to start); a reader thread turns its JSON lines
+into events. Helpers
 produce numbered messages and wait for conditions with a deadline. Nothing here asserts.
 """
 
@@ -40,7 +42,18 @@ class Member:
         strategy: str | None = None,
         protocol: str = "classic",
     ) -> None:
-        if client == "kafkajs":
+        if client == "java":
+            from tests.support.java_clients import java_command
+
+            kafka: dict[str, object] = {"group.protocol": protocol}
+            if protocol == "classic":
+                kafka.update({"session.timeout.ms": session_timeout_ms,
+                              "heartbeat.interval.ms": heartbeat_interval_ms})
+            if instance_id:
+                kafka["group.instance.id"] = instance_id
+            args = java_command("GroupMember", f"bootstrap={bootstrap}", f"topic={topic}",
+                                f"group={group}", *(f"kafka.{k}={v}" for k, v in kafka.items()))
+        elif client == "kafkajs":
             args = [
                 "node",
                 str(NODE_DIR / "group_worker.js"),
