@@ -4,9 +4,10 @@ A group id belongs to coordinator partition crc32(id) mod N ("__consumer_offsets
 partition keeps its committed offsets in its own managed ledger
 ("__system/offsets/__consumer_offsets-<i>"), so whoever owns the partition owns the group:
 acquiring it opens that ledger (fencing the previous owner's, as for any partition) and loads
-the offsets; releasing it stops the coordinator and closes the ledger.  Members of a moved
-group rejoin (they get NOT_COORDINATOR, look the coordinator up again and join the new one),
-as in Kafka after a coordinator failover; committed offsets move with the ledger.
+the offsets and the groups' metadata; releasing it stops the coordinator and closes the
+ledger.  Members of a moved group get NOT_COORDINATOR, look the coordinator up again and
+carry on with the new one (same member ids, generations and assignments, loaded from the
+ledger), as in Kafka after a coordinator failover.
 
 `ClusterGroupCoordinator` has the GroupCoordinator methods the handlers call and routes each
 to the local coordinator of the group's partition, or raises NOT_COORDINATOR.  Loading and
@@ -107,29 +108,35 @@ class ClusterGroupCoordinator(CoordinatorPartitionLoader[GroupCoordinator]):
             raise AttributeError(name)
         return _routed(self, name, lambda c: c)
 
+    # Membership calls write the group's metadata to the offsets ledger before answering.
     async def join(self, **kwargs: Any) -> dict[str, Any]:
-        return await self._for(kwargs["group_id"]).join(**kwargs)
+        return await self._writing(kwargs["group_id"], lambda c: c.join(**kwargs))
 
     async def sync(self, **kwargs: Any) -> tuple[str | None, str | None, bytes]:
-        return await self._for(kwargs["group_id"]).sync(**kwargs)
+        return await self._writing(kwargs["group_id"], lambda c: c.sync(**kwargs))
 
     def heartbeat(self, **kwargs: Any) -> None:
         self._for(kwargs["group_id"]).heartbeat(**kwargs)
 
-    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
-        return self._for(group_id).leave(group_id, members)
+    async def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
+        return await self._writing(group_id, lambda c: c.leave(group_id, members))
 
-    async def _writing(self, group_id: str, call: Any) -> None:
+    async def consumer_group_heartbeat(self, **kwargs: Any) -> dict[str, Any]:
+        return await self._writing(kwargs["group_id"],
+                                   lambda c: c.consumer_group_heartbeat(**kwargs))
+
+    async def _writing(self, group_id: str, call: Any) -> Any:
         """Run a call that writes the offsets ledger; a fenced ledger (auto-recovery fenced an
         idle ledger on a lost bookie, or a new owner took it) reloads the partition and the
         client is told NOT_COORDINATOR so it retries."""
         try:
-            await call(self._for(group_id))
+            result = await call(self._for(group_id))
         except (ManagedLedgerFencedError, ManagedLedgerClosedError) as exc:
             _, partition = self._ownership.coordinator_unit(0, group_id)
             self._nursery.start_soon(self._reload, partition)
             raise GroupError(ErrorCode.NOT_COORDINATOR, f"offsets ledger fenced: {exc}") from exc
         self._for(group_id)  # still the coordinator (lease valid) when answering, or refuse
+        return result
 
     async def commit_offsets(self, **kwargs: Any) -> None:
         await self._writing(kwargs["group_id"], lambda c: c.commit_offsets(**kwargs))

@@ -8,8 +8,15 @@ appended, a cursor named "snapshot" is moved to it, and the ledgers before it ar
 a compacted log (gateway/coordinator/compacted_log.py) in the spirit of Kafka's
 `__consumer_offsets`.
 
-Record format: a JSON object with a format version `v` and a `type` (commit, delete,
-snapshot). This module must never acknowledge a commit before its record is durable.
+Record format: a JSON object with a format version `v` and a `type` (commit, delete, group,
+snapshot). A `group` record holds one group's metadata (`metadata`: the coordinator's record,
+opaque here and versioned by `protocols/kafka/group_records.py`, which says when it is written
+and how it is loaded; null once the group is gone); the latest per group id is kept, and a
+snapshot carries all of them (`group_metadata`) beside the offsets, so compaction keeps
+exactly the live groups. Deleting a group's offsets leaves its metadata alone. A snapshot
+without `group_metadata` (written before groups were durable) loads with none.
+
+This module must never acknowledge a commit or a group change before its record is durable.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class LedgerOffsetStore(CompactedLog):
     ) -> None:
         super().__init__(factory, config, ledger_name=ledger_name, snapshot_every=snapshot_every)
         self._state: State = {}
+        self._group_metadata: dict[str, dict[str, Any]] = {}
 
     async def load(self) -> State:
         replayed = await self._replay()
@@ -58,12 +66,22 @@ class LedgerOffsetStore(CompactedLog):
                  extra={"groups": len(self._state), "records_replayed": replayed})
         return {group: dict(offsets) for group, offsets in self._state.items()}
 
+    async def load_groups(self) -> dict[str, dict[str, Any]]:
+        """The latest metadata record of every group (after `load`)."""
+        return dict(self._group_metadata)
+
     def _apply(self, record: dict[str, Any]) -> None:
         if record.get("v") != FORMAT_VERSION:
             raise ValueError(f"offset record of unknown format version {record.get('v')!r}")
         kind = record["type"]
         if kind == "snapshot":
             self._state = {g: _decode_offsets(rows) for g, rows in record["groups"].items()}
+            self._group_metadata = dict(record.get("group_metadata") or {})
+        elif kind == "group":
+            if record["metadata"] is None:
+                self._group_metadata.pop(record["group"], None)
+            else:
+                self._group_metadata[record["group"]] = record["metadata"]
         elif kind == "commit":
             self._state.setdefault(record["group"], {}).update(_decode_offsets(record["offsets"]))
         elif kind == "delete":
@@ -81,6 +99,7 @@ class LedgerOffsetStore(CompactedLog):
             "v": FORMAT_VERSION,
             "type": "snapshot",
             "groups": {g: _encode_offsets(o) for g, o in self._state.items()},
+            "group_metadata": self._group_metadata,
         }
 
     async def commit(self, group_id: str, offsets: Mapping[OffsetKey, CommittedOffset]) -> None:
@@ -88,6 +107,11 @@ class LedgerOffsetStore(CompactedLog):
             {"v": FORMAT_VERSION, "type": "commit", "group": group_id,
              "offsets": _encode_offsets(offsets)}
         )
+
+    async def store_group(self, group_id: str, record: dict[str, Any] | None) -> None:
+        """Make one group's metadata record (None: the group is gone) durable."""
+        await self._append(
+            {"v": FORMAT_VERSION, "type": "group", "group": group_id, "metadata": record})
 
     async def delete(self, group_id: str, keys: list[OffsetKey] | None) -> None:
         await self._append(

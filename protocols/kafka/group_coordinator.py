@@ -123,6 +123,7 @@ class GroupCoordinator(CommittedOffsets, DurableGroups):
         client_id: str,
         client_host: str,
         require_known_member_id: bool,
+        reason: str | None = None,
     ) -> dict[str, Any]:
         if not group_id:
             raise GroupError(ErrorCode.INVALID_GROUP_ID)
@@ -189,7 +190,8 @@ class GroupCoordinator(CommittedOffsets, DurableGroups):
         member.joining = True
         member.join_result = None
         group.protocol_type = protocol_type
-        self._prepare_rebalance(group, f"member {member_id} joined")
+        self._prepare_rebalance(
+            group, f"member {member_id} joined" + (f" ({reason})" if reason else ""))
         group.wake()
 
         while member.join_result is None:

@@ -34,6 +34,37 @@ async def test_offsets_survive_reopen_across_snapshots_and_old_ledgers_go() -> N
         await again.close()
 
 
+async def test_group_metadata_survives_reopen_across_snapshots() -> None:
+    """The latest record per group id survives snapshots and trimming; a tombstone removes
+    it; deleting a group's offsets leaves its metadata."""
+    store = await open_store("memory:")
+    async with MemoryBookKeeper(store) as bk:
+        factory = ManagedLedgerFactory(store, bk)
+        config = ManagedLedgerConfig(max_entries_per_ledger=2)
+        offsets = LedgerOffsetStore(factory, config, snapshot_every=3)
+        await offsets.load()
+        assert await offsets.load_groups() == {}
+        for generation in range(1, 6):
+            await offsets.store_group("g", {"gv": 1, "generation": generation})
+            await offsets.commit("g", {("t", 0): CommittedOffset(generation)})
+        await offsets.store_group("gone", {"gv": 1, "generation": 1})
+        await offsets.store_group("gone", None)
+        await offsets.delete("g", None)
+        await offsets.store_group("h", {"gv": 1, "generation": 9})
+        await offsets.close()
+
+        again = LedgerOffsetStore(factory, config, snapshot_every=3)
+        assert await again.load() == {}
+        assert await again.load_groups() == {"g": {"gv": 1, "generation": 5},
+                                             "h": {"gv": 1, "generation": 9}}
+        await again.snapshot()  # the snapshot alone holds them
+        await again.close()
+        last = LedgerOffsetStore(factory, config)
+        await last.load()
+        assert set(await last.load_groups()) == {"g", "h"}
+        await last.close()
+
+
 async def test_transaction_state_replays_to_the_last_record_per_id() -> None:
     store = await open_store("memory:")
     async with MemoryBookKeeper(store) as bk:

@@ -41,6 +41,7 @@ class Member:
         instance_id: str | None = None,
         strategy: str | None = None,
         protocol: str = "classic",
+        java_config: dict[str, str] | None = None,
     ) -> None:
         if client == "java":
             from tests.support.java_clients import java_command
@@ -51,6 +52,7 @@ class Member:
                               "heartbeat.interval.ms": heartbeat_interval_ms})
             if instance_id:
                 kafka["group.instance.id"] = instance_id
+            kafka.update(java_config or {})
             args = java_command("GroupMember", f"bootstrap={bootstrap}", f"topic={topic}",
                                 f"group={group}", *(f"kafka.{k}={v}" for k, v in kafka.items()))
         elif client == "kafkajs":

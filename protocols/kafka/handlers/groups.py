@@ -49,6 +49,7 @@ async def handle_join_group(ctx: RequestContext, header: RequestHeader, body: di
             client_id=header.client_id or "",
             client_host=_host(ctx),
             require_known_member_id=header.api_version >= 4,
+            reason=body.get("reason"),
         )
     except KafkaProtocolError as exc:
         answer = {"error_code": int(exc.code), "member_id": body.get("member_id") or ""}
