@@ -94,12 +94,17 @@ async def _ledger_metadata(store: MetadataStore, ledger_id: int) -> LedgerMetada
 
 # --- topics -------------------------------------------------------------------------------------
 
-def list_topics(ctx: AdminContext, namespace: str | None) -> list[dict[str, Any]]:
+def list_topics(ctx: AdminContext, namespace: str | None,
+                include_internal: bool = True) -> list[dict[str, Any]]:
+    """Topics (of one namespace); system topics (RocketMQ's schedule, transaction and retry
+    topics) only with `include_internal`, each marked `internal`."""
     out = []
     for name, info in sorted(ctx.topics.topics().items()):
         ns = ctx.namespaces.namespace_of(name)
-        if namespace is None or ns == namespace:
-            out.append({"topic": name, "partitions": info.partitions, "namespace": ns})
+        internal = ctx.topics.is_internal(name)
+        if (namespace is None or ns == namespace) and (include_internal or not internal):
+            out.append({"topic": name, "partitions": info.partitions, "namespace": ns,
+                        "internal": internal})
     return out
 
 
@@ -309,7 +314,8 @@ def build_router(ctx: AdminContext) -> Router:
             ns.policies(f"{q.params['tenant']}/{q.params['namespace']}").to_json()), 200),
         ("POST", "/namespaces/{tenant}/{namespace}/policies", lambda q: _policies_set(ctx, q),
          200),
-        ("GET", "/topics", lambda q: _const(list_topics(ctx, q.arg("namespace"))), 200),
+        ("GET", "/topics", lambda q: _const(list_topics(
+            ctx, q.arg("namespace"), q.arg("include_internal", "false") == "true")), 200),
         ("GET", "/topics/{topic}", lambda q: describe_topic(ctx, q.params["topic"]), 200),
         ("PUT", "/topics/{topic}", lambda q: create_topic(ctx, q.params["topic"], _body(q)), 201),
         ("DELETE", "/topics/{topic}", delete_topic, 200),

@@ -57,6 +57,7 @@ from protocols.kafka.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from protocols.rocketmq.topic_names import is_internal_topic
 
 log = logging.getLogger(__name__)
 
@@ -362,6 +363,11 @@ class TopicService:
         namespace = (self.namespaces.namespace_of(topic) if self.namespaces is not None
                      else self.config.namespace)
         return f"{namespace}/{topic}-{partition}"
+
+    def is_internal(self, topic: str) -> bool:
+        """A system topic (RocketMQ's schedule, transaction and retry topics): Kafka Metadata
+        marks it is_internal and listings hide it unless asked."""
+        return is_internal_topic(topic)
 
     def auto_create_allowed(self, topic: str) -> bool:
         """Whether `topic` may be created on first use (its namespace's policy, else config)."""

@@ -25,6 +25,20 @@ HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 
+# RocketMQ's own system topics (its TopicValidator set) and prefixes, as stored here: the
+# schedule and transaction topics, retry topics (%RETRY%g, stored .RETRY.g).  DLQ topics are
+# not internal (applications read them), as in RocketMQ.
+SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TOPIC,
+                           "BenchmarkTest", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
+                           "OFFSET_MOVED_EVENT"})
+SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", RETRY_PREFIX.replace("%", "."))
+
+
+def is_internal_topic(stored_name: str) -> bool:
+    """Is this stored topic one of RocketMQ's own (hidden from listings, Kafka is_internal)?"""
+    return stored_name in SYSTEM_TOPICS or stored_name.startswith(SYSTEM_PREFIXES)
+
+
 def validate_topic(topic: str) -> None:
     if not topic:
         raise MessageIllegalError("the specified topic is blank")

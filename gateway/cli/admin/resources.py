@@ -85,6 +85,9 @@ def add_resource_parsers(sub: Any) -> None:
             p.add_argument("--namespace", metavar="TENANT/NS")
             p.add_argument("--partitions", type=int, default=-1)
             p.add_argument("--config", action="append", metavar="KEY=VALUE")
+            p.add_argument("--include-internal", action="store_true",
+                           help="list: also RocketMQ's system topics (schedule, "
+                                "transaction, retry)")
         if resource == "groups":
             p.add_argument("--topic")
             p.add_argument("--partitions", help="comma-separated (default: all)")
@@ -135,8 +138,10 @@ def _request(args: argparse.Namespace) -> tuple[str, str, Any, Callable[[Any], s
         return "DELETE", target, None, done
     if r == "topics":
         if a == "list":
-            return "GET", path("topics", namespace=args.namespace), None, lambda d: table(
-                d, ["topic", "partitions", "namespace"])
+            internal = "true" if args.include_internal else None
+            return "GET", path("topics", namespace=args.namespace,
+                               include_internal=internal), None, lambda d: table(
+                d, ["topic", "partitions", "namespace", "internal"])
         name = _need_name(args)
         if a == "create":
             return "PUT", path("topics", name), {
