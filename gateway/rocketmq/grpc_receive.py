@@ -8,8 +8,8 @@ does not match are accepted at once, as the 4.x pull path skips them.  Each acqu
 a delivery attempt; a record acquired more often than the group's max attempts (its
 subscription group's retryMaxTimes + 1, RocketMQ's default 17) is copied to `%DLQ%<group>` and
 then accepted, so it is never lost between the two (a crash in between copies it again).  After
-each acknowledgement the group's 4.x committed offset follows the engine's start offset, so 4.x
-tools, lag and a 4.x consumer of the same group see one progress.
+acknowledgements the group's 4.x committed offset follows the engine's start offset (within
+about a second), so 4.x tools, lag and a 4.x consumer of the same group see one progress.
 
 A new group starts at its 4.x committed offset when it has one, else at the log start: a
 consumer started after its producer still gets what was sent before it subscribed.
@@ -54,6 +54,7 @@ log = logging.getLogger("ledgerwire.rocketmq.grpc")
 
 READ_BYTES = 4 * 1024 * 1024  # per queue per receive: bounds a receive's memory
 POP_LEDGER_PREFIX = "__system/rocketmq-pop"
+FOLLOW_INTERVAL_S = 1.0
 _nonces = itertools.count(1)
 
 
@@ -65,6 +66,24 @@ class GrpcReceiver:
     def __init__(self, broker: RocketMQBroker, delivery: DeliveryService) -> None:
         self.broker = broker
         self.delivery = delivery
+        self._progress_dirty: set[tuple[str, str, int]] = set()
+        self._progress_wake = trio.Event()
+
+    async def run(self) -> None:
+        """Background work: the 4.x committed offsets follow the engine at most once per
+        FOLLOW_INTERVAL_S per queue (the engine's own state is what a restart reloads; the
+        committed offset is for 4.x tools, lag and a group starting over)."""
+        while True:
+            await self._progress_wake.wait()
+            self._progress_wake = trio.Event()
+            dirty, self._progress_dirty = self._progress_dirty, set()
+            for group, topic, queue_id in sorted(dirty):
+                try:
+                    await self._commit_progress(group, topic, queue_id)
+                except Exception:  # noqa: BLE001 - a storage fault: next time
+                    log.warning("%s: offset of %s-%d not committed yet", group, topic, queue_id)
+                    self._progress_dirty.add((group, topic, queue_id))
+            await trio.sleep(FOLLOW_INTERVAL_S)
 
     @staticmethod
     def build_delivery(broker: RocketMQBroker, factory: object, config: object) -> DeliveryService:
@@ -219,6 +238,10 @@ class GrpcReceiver:
                              result.message or "the receipt handle has expired")
 
     async def _follow_progress(self, group: str, topic: str, queue_id: int) -> None:
+        self._progress_dirty.add((group, topic, queue_id))
+        self._progress_wake.set()
+
+    async def _commit_progress(self, group: str, topic: str, queue_id: int) -> None:
         view = await self.delivery.view(group, to_storage(topic), queue_id)
         if view is None:
             return

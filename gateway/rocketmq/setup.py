@@ -107,7 +107,9 @@ async def build_rocketmq(
         g_host, g_port = parse_host_port(r.grpc_listener)
         advertised = (r.advertised_host or (g_host if g_host not in _WILDCARD else "127.0.0.1"),
                       g_port)
-        side.grpc = GrpcBackend(broker, GrpcReceiver(broker, delivery), advertised,
+        receiver = GrpcReceiver(broker, delivery)
+        background.start_soon(receiver.run)
+        side.grpc = GrpcBackend(broker, receiver, advertised,
                                 guard_for_grpc(side.acl))  # type: ignore[arg-type]
     return side
 

@@ -111,9 +111,51 @@ def receive(args: argparse.Namespace) -> None:
     emit(done=got)
 
 
+def bench_send(args: argparse.Namespace) -> None:
+    producer = Producer(config(args), (args.topic,))
+    producer.startup()
+    body = b"x" * args.size
+    try:
+        m = Message()
+        m.topic, m.body, m.tag = args.topic, body, "bench"
+        producer.send(m)  # warm-up: route, connection, settings
+        latencies = []
+        start = time.perf_counter()
+        for _ in range(args.count):
+            m = Message()
+            m.topic, m.body, m.tag = args.topic, body, "bench"
+            t0 = time.perf_counter()
+            producer.send(m)
+            latencies.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - start
+    finally:
+        producer.shutdown()
+    latencies.sort()
+    emit(rate=args.count / elapsed, p50_ms=latencies[len(latencies) // 2] * 1e3,
+         p99_ms=latencies[int(len(latencies) * 0.99)] * 1e3)
+
+
+def bench_receive(args: argparse.Namespace) -> None:
+    consumer = SimpleConsumer(config(args), args.consumer_group,
+                              {args.topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    got = 0
+    start = time.perf_counter()
+    try:
+        while got < args.expect and time.perf_counter() - start < args.max_seconds:
+            for m in consumer.receive(args.batch, args.invisible_s) or []:
+                consumer.ack(m)
+                got += 1
+        elapsed = time.perf_counter() - start
+    finally:
+        consumer.shutdown()
+    emit(rate=got / elapsed, received=got)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("command", choices=["produce", "transaction", "receive"])
+    p.add_argument("command", choices=["produce", "transaction", "receive", "bench-send",
+                                        "bench-receive"])
     p.add_argument("--endpoint", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--ak", default="")
@@ -134,8 +176,10 @@ def main() -> None:
     p.add_argument("--change-s", type=int, default=2)
     p.add_argument("--action", choices=["ack", "none", "invisible"], default="ack")
     p.add_argument("--max-seconds", type=float, default=30.0)
+    p.add_argument("--size", type=int, default=1024)
     args = p.parse_args()
-    {"produce": produce, "transaction": transaction, "receive": receive}[args.command](args)
+    {"produce": produce, "transaction": transaction, "receive": receive,
+     "bench-send": bench_send, "bench-receive": bench_receive}[args.command](args)
 
 
 if __name__ == "__main__":
