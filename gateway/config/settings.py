@@ -96,6 +96,12 @@ class StorageConfig:
     # with it, brokers present it. Prefer the file (mode 0600; first line) over the value.
     bookie_secret: str = field(default="", repr=False)
     bookie_secret_file: str = ""
+    # TLS on bookie connections (ledger_backend/bookie/tls.py): the certificate and key serve
+    # (bookies) and identify (clients); the CA file verifies peers (and requires client
+    # certificates on bookies). Empty: plaintext.
+    bookie_tls_certfile: str = ""
+    bookie_tls_keyfile: str = ""
+    bookie_tls_cafile: str = ""
 
 
 @dataclass
@@ -209,6 +215,8 @@ class Config:
             raise ConfigError("set storage.bookie_secret or storage.bookie_secret_file, not both")
         if s.bookie_secret and len(s.bookie_secret.encode()) < 16:
             raise ConfigError("storage.bookie_secret needs at least 16 bytes")
+        if bool(s.bookie_tls_certfile) != bool(s.bookie_tls_keyfile):
+            raise ConfigError("storage.bookie_tls_certfile and bookie_tls_keyfile go together")
         if self.kafka.default_partitions < 1:
             raise ConfigError("kafka.default_partitions must be at least 1")
         parse_host_port(self.kafka.listener)

@@ -51,6 +51,7 @@ from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.topics.quorums import QuorumPolicyFactory
 from gateway.topics.topic_service import TOPICS_PATH, TopicService
 from ledger_backend.bookie.auth import BookieSecret
+from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger import ManagedLedgerFactory
@@ -239,8 +240,10 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         if bookie_secret is None:
             log.warning("no storage.bookie_secret_file: this broker reaches bookies "
                            "without authentication (bookies with a secret will refuse it)")
+        bookie_tls = BookieTls(config.storage.bookie_tls_certfile,
+                               config.storage.bookie_tls_keyfile, config.storage.bookie_tls_cafile)
         bookkeeper = await stack.enter_async_context(
-            BookKeeper(store, bookie_secret=bookie_secret))
+            BookKeeper(store, bookie_secret=bookie_secret, bookie_tls=bookie_tls))
         factory = ManagedLedgerFactory(store, bookkeeper)
         ts_config = topic_service_config(config)
         topics_holder: list[TopicService] = []

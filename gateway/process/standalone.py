@@ -42,6 +42,7 @@ from ledger_backend.bookie.cookie import check_cookie
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.bookie.storage import open_bookie_storage
 from ledger_backend.bookie.storage_api import BookieStorageConfig
+from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata import open_store
@@ -104,12 +105,15 @@ async def run_standalone(
     make_private_dir(config.data_dir)  # metadata (credentials), journals, ledgers
     bookie_secret = BookieSecret.load(config.storage.bookie_secret or None,
                                       config.storage.bookie_secret_file or None)
+    bookie_tls = BookieTls(config.storage.bookie_tls_certfile, config.storage.bookie_tls_keyfile,
+                           config.storage.bookie_tls_cafile)  # fmt: skip
     async with AsyncExitStack() as stack:
         store = await open_store(f"embedded:{config.data_dir / 'metadata'}")
         stack.push_async_callback(store.close)
 
         bookkeeper = await stack.enter_async_context(
-            BookKeeper(store, local_bookies=True, bookie_secret=bookie_secret))
+            BookKeeper(store, local_bookies=True, bookie_secret=bookie_secret,
+                       bookie_tls=bookie_tls))
 
         async def active_ledgers() -> set[int]:
             return set(await bookkeeper.list_ledgers())
@@ -132,6 +136,7 @@ async def run_standalone(
                     config.storage.bookie_port + index,
                     bookie_id=f"standalone-bookie-{index}",
                     secret=bookie_secret,
+                    ssl_context=bookie_tls.server_context(),
                 )
             )
             local_bookies.append(watch_bookie(

@@ -5,8 +5,10 @@ storage engine (``open_bookie_storage``) and serves the bookie protocol until SI
 then drains connections, checkpoints and closes the storage.  ``--storage memory`` serves the
 in-memory twin instead (tests and demos only: nothing survives the process; no cookie).
 
-``--bookie-secret-file`` makes every connection authenticate with the cluster's shared bookie
-secret (bookie/auth.py); without it the bookie serves anyone who reaches it (logged at start).
+``--bookie-tls-certfile/keyfile`` serve TLS only (``--bookie-tls-cafile``: client certificates
+signed by that CA required); ``--bookie-secret-file`` makes every connection authenticate with
+the cluster's shared bookie secret (bookie/auth.py); without it the bookie serves anyone who
+reaches it (logged at start).
 
 This module must never serve a data directory whose cookie check failed.
 """
@@ -29,6 +31,7 @@ from ledger_backend.bookie.memory_storage import MemoryBookieStorage
 from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES, BookieAddress
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.bookie.storage_api import BookieStorage, BookieStorageConfig
+from ledger_backend.bookie.tls import BookieTls, add_tls_arguments
 from ledger_backend.metadata import open_store
 from ledger_backend.metadata.store import MetadataStore, NoNodeError
 
@@ -60,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES)
     parser.add_argument("--drain-timeout", type=float, default=5.0, help="seconds")
     parser.add_argument("--log-level", default="INFO")
-    add_secret_arguments(parser)
+    add_bookie_security_arguments(parser)
     args = parser.parse_args(argv)
     if args.storage == "disk" and args.data_dir is None:
         parser.error("--data-dir is required with --storage disk")
@@ -69,13 +72,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def add_secret_arguments(parser: argparse.ArgumentParser) -> None:
-    """The bookie secret flag, shared with `ledgerwire bookie`."""
+def add_bookie_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """The bookie secret and TLS flags, shared with `ledgerwire bookie` and the commands
+    that reach bookies (autorecovery, recover)."""
     parser.add_argument(
         "--bookie-secret-file", type=Path, metavar="PATH",
         help="file whose first line is the cluster's bookie secret (>= 16 bytes, mode 0600); "
              "clients must authenticate with it",
     )  # fmt: skip
+    add_tls_arguments(parser)
 
 
 def _active_ledgers(store: MetadataStore) -> Callable[[], Awaitable[set[int]]]:
@@ -113,6 +118,7 @@ async def run_bookie(args: argparse.Namespace) -> None:
     advertised_host = args.advertised_host or args.host
     bookie_id = args.bookie_id or str(BookieAddress(advertised_host, args.port))
     secret = BookieSecret.load(file=args.bookie_secret_file)
+    tls = BookieTls.from_args(args)
     if secret is None:
         logger.warning("bookie %s: no --bookie-secret-file: any client that reaches this bookie "
                        "can read, add and fence", bookie_id)  # fmt: skip
@@ -138,6 +144,7 @@ async def run_bookie(args: argparse.Namespace) -> None:
                             max_frame_bytes=args.max_frame_bytes,
                             drain_timeout_s=args.drain_timeout,
                             secret=secret,
+                            ssl_context=tls.server_context() if tls else None,
                             task_status=task_status,
                         )  # fmt: skip
                     )

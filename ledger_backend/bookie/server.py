@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import socket
+import ssl
 
 import trio
 
@@ -93,13 +94,16 @@ async def serve_bookie(
     drain_timeout_s: float = 5.0,
     secret: BookieSecret | None = None,
     auth_timeout_s: float = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[BookieAddress] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the bookie protocol on host:port until cancelled (then drain and return).
 
     ``task_status.started`` gets the advertised BookieAddress with the bound port (port 0 is
     allowed). ``store`` is a MetadataStore (or None: no registration). ``bookie_id`` defaults
-    to the advertised "host:port". ``secret``: connections must authenticate with it first.
+    to the advertised "host:port". ``secret``: connections must authenticate with it first;
+    ``ssl_context`` (bookie/tls.py): connections are TLS only, the handshake within
+    ``auth_timeout_s``.
     """
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     if port == 0 and len(listeners) > 1:
@@ -119,6 +123,7 @@ async def serve_bookie(
         max_in_flight_bytes_per_connection=max_in_flight_bytes_per_connection,
         secret=secret,
         auth_timeout_s=auth_timeout_s,
+        ssl_context=ssl_context,
     )
     registration: Registration | None = None
     if store is not None:
@@ -142,8 +147,9 @@ async def serve_bookie(
                 root.start_soon(registration.keep_registered)
             for listener in listeners:
                 root.start_soon(server.accept_loop, listener, connections)
-            logger.info("bookie %s serving on %s (%s)", server.bookie_id, address,
-                        "connections authenticated" if secret else "NO authentication")
+            logger.info("bookie %s serving on %s (%s, %s)", server.bookie_id, address,
+                        "connections authenticated" if secret else "NO authentication",
+                        "TLS" if ssl_context else "plaintext")  # fmt: skip
             local_bookies.register(str(address), server)
             task_status.started(address)
             try:
@@ -169,7 +175,7 @@ async def serve_bookie(
 class _Connection:
     """One client connection: its peer name, response queue and cancel scopes."""
 
-    def __init__(self, stream: trio.SocketStream, peer: str, max_in_flight: int,
+    def __init__(self, stream: trio.abc.Stream, peer: str, max_in_flight: int,
                  handshake: BookieHandshake | None) -> None:  # fmt: skip
         self.stream = stream
         self.peer = peer
@@ -222,8 +228,10 @@ class _BookieServer:
         max_in_flight_bytes_per_connection: int,
         secret: BookieSecret | None = None,
         auth_timeout_s: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.storage = storage
+        self._ssl_context = ssl_context
         self._secret = secret
         self._auth_timeout_s = auth_timeout_s
         self.bookie_id = bookie_id
@@ -285,8 +293,21 @@ class _BookieServer:
             peer = str(BookieAddress(*stream.socket.getpeername()[:2]))
         except OSError:
             peer = "<unknown peer>"
+        transport: trio.abc.Stream = stream
+        if self._ssl_context is not None:
+            tls = trio.SSLStream(stream, self._ssl_context, server_side=True)
+            try:
+                with trio.fail_after(self._auth_timeout_s):
+                    await tls.do_handshake()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                    OSError) as exc:  # fmt: skip
+                logger.warning("bookie connection %s: TLS handshake failed, closing: %s",
+                               peer, exc.__cause__ or exc)  # fmt: skip
+                await trio.aclose_forcefully(stream)
+                return
+            transport = tls
         handshake = BookieHandshake(self._secret) if self._secret is not None else None
-        conn = _Connection(stream, peer, self._max_in_flight, handshake)
+        conn = _Connection(transport, peer, self._max_in_flight, handshake)
         self._connections.add(conn)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         try:
@@ -304,7 +325,7 @@ class _BookieServer:
             self._connections.discard(conn)
             if not self._connections:
                 self._idle.set()
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(transport)
 
     async def _read_requests(self, conn: _Connection, handlers: trio.Nursery) -> None:
         decoder = FrameDecoder(self._max_frame_bytes, accept="requests")

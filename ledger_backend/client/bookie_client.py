@@ -8,6 +8,7 @@ writes queued frames in batches, reads responses and hands each to its request's
 every request carries a deadline and a sweeper fails expired ones with BKTimeoutError. With a
 bookie secret, each new connection first runs the AUTH handshake (bookie/auth.py); a bookie that
 refuses it, or cannot prove the secret itself, fails the requests with BookieUnavailableError.
+With an SSL context (bookie/tls.py) connections are TLS, and `submit` never writes itself.
 When the connection breaks, every request in flight fails with BookieUnavailableError and the next
 request reconnects.
 
@@ -27,6 +28,7 @@ import itertools
 import logging
 import math
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -113,9 +115,11 @@ class BookieConnection:
         timeout_s: float,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         secret: BookieSecret | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
         self._secret = secret
+        self._ssl_context = ssl_context
         self._host, self._port = parse_address(address)
         self._nursery = nursery
         self._timeout_s = timeout_s
@@ -197,10 +201,24 @@ class BookieConnection:
         while not self._closed and self._in_flight:
             try:
                 with trio.fail_after(self._timeout_s):
-                    stream = await trio.open_tcp_stream(self._host, self._port)
+                    tcp = await trio.open_tcp_stream(self._host, self._port)
             except (OSError, trio.TooSlowError) as exc:
                 self._fail_all(BookieUnavailableError(f"cannot connect to {self.address}: {exc}"))
                 return
+            stream: trio.abc.Stream = tcp
+            if self._ssl_context is not None:
+                stream = trio.SSLStream(tcp, self._ssl_context, server_hostname=self._host)
+                try:
+                    with trio.fail_after(self._timeout_s):
+                        await stream.do_handshake()
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                        trio.TooSlowError) as exc:  # fmt: skip
+                    log.warning("bookie %s: TLS handshake failed: %s", self.address,
+                                exc.__cause__ or exc)  # fmt: skip
+                    await trio.aclose_forcefully(tcp)
+                    self._fail_all(BookieUnavailableError(
+                        f"TLS handshake with bookie {self.address} failed: {exc}"))
+                    return
             decoder = FrameDecoder(self._max_frame_bytes, accept="responses")
             if self._secret is not None:
                 try:
@@ -223,12 +241,13 @@ class BookieConnection:
                 nursery.cancel_scope.cancel()
             self._fail_all(BookieUnavailableError(f"connection to {self.address} was lost"))
 
-    async def _write_loop(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    async def _write_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         try:
             while True:
                 # `submit` writes a lone request itself while nothing is queued or being sent
                 self._sending = False
-                self._fd = stream.socket.fileno()
+                if isinstance(stream, trio.SocketStream):  # never past TLS
+                    self._fd = stream.socket.fileno()
                 await self._work.wait()
                 self._sending = True
                 # one more scheduling round lets the other runnable writers queue their frames,
@@ -254,12 +273,12 @@ class BookieConnection:
         finally:
             self._fd = -1
 
-    async def _send(self, stream: trio.SocketStream, batch: list[bytes]) -> None:
+    async def _send(self, stream: trio.abc.Stream, batch: list[bytes]) -> None:
         with trio.fail_after(self._timeout_s):
             await stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
 
     @staticmethod
-    async def _authenticate(stream: trio.SocketStream, decoder: FrameDecoder,
+    async def _authenticate(stream: trio.abc.Stream, decoder: FrameDecoder,
                             secret: BookieSecret) -> None:  # fmt: skip
         """The AUTH handshake, before any request is written (BookieAuthError if refused)."""
         handshake = ClientHandshake(secret)
@@ -280,7 +299,7 @@ class BookieConnection:
         answer = await exchange(handshake.hello())
         handshake.finish(await exchange(handshake.prove(answer)))
 
-    async def _read_loop(self, stream: trio.SocketStream, decoder: FrameDecoder) -> None:
+    async def _read_loop(self, stream: trio.abc.Stream, decoder: FrameDecoder) -> None:
         """Dispatch responses until the connection ends (EOF, error or a bad frame)."""
         try:
             while True:
@@ -444,9 +463,11 @@ class BookieClientPool:
     def __init__(self, nursery: trio.Nursery, *, timeout_s: float,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  local_bookies: bool = False,
-                 secret: BookieSecret | None = None) -> None:  # fmt: skip
+                 secret: BookieSecret | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
         self._nursery = nursery
         self._secret = secret
+        self._ssl_context = ssl_context
         self._timeout_s = timeout_s
         self._max_frame_bytes = max_frame_bytes
         self._local = local_bookies
@@ -464,7 +485,8 @@ class BookieClientPool:
             else:
                 conn = BookieConnection(address, self._nursery, timeout_s=self._timeout_s,
                                         max_frame_bytes=self._max_frame_bytes,
-                                        secret=self._secret)  # fmt: skip
+                                        secret=self._secret,
+                                        ssl_context=self._ssl_context)  # fmt: skip
             self._connections[address] = conn
         return conn
 

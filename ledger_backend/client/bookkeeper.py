@@ -20,6 +20,7 @@ import trio
 
 from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
+from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookie_client import BookieClientPool
 from ledger_backend.client.client_context import ClientContext
 from ledger_backend.client.errors import LedgerClosedError
@@ -52,9 +53,11 @@ class BookKeeper:
         local_bookies: bool = False,
         explicit_lac_delay_s: float = 0.2,
         bookie_secret: BookieSecret | None = None,
+        bookie_tls: BookieTls | None = None,
     ) -> None:
         self._store = store
         self._bookie_secret = bookie_secret  # authenticates every TCP bookie connection
+        self._bookie_tls = bookie_tls.client_context() if bookie_tls else None
         self.explicit_lac_delay_s = explicit_lac_delay_s  # 0: readers trail by one entry
         self._local_bookies = local_bookies  # reach bookies of this process without the wire
         self.timeout_s = timeout_s
@@ -69,7 +72,8 @@ class BookKeeper:
         pool = BookieClientPool(nursery, timeout_s=self.timeout_s,
                                 max_frame_bytes=self._max_frame_bytes,
                                 local_bookies=self._local_bookies,
-                                secret=self._bookie_secret)  # fmt: skip
+                                secret=self._bookie_secret,
+                                ssl_context=self._bookie_tls)  # fmt: skip
         self._ctx = ClientContext(self._store, pool, self._placement, nursery, self.timeout_s,
                                   self.explicit_lac_delay_s)
         return self

@@ -8,6 +8,7 @@ had (a bookie coming back).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class InProcessCluster:
     bookies: dict[str, InProcessBookie] = field(default_factory=dict)
     stopped: dict[str, InProcessBookie] = field(default_factory=dict)
     secret: BookieSecret | None = None  # every bookie authenticates its connections with it
+    ssl_context: ssl.SSLContext | None = None  # every bookie serves TLS only
 
     async def start_bookie(self, storage: BookieStorage | None = None,
                            port: int = 0) -> InProcessBookie:  # fmt: skip
@@ -47,7 +49,8 @@ class InProcessCluster:
         ) -> None:
             with scope:
                 await serve_bookie(storage, self.store, "127.0.0.1", port, drain_timeout_s=0.1,
-                                   secret=self.secret, task_status=task_status)  # fmt: skip
+                                   secret=self.secret, ssl_context=self.ssl_context,
+                                   task_status=task_status)  # fmt: skip
 
         address = str(await self.nursery.start(run))
         bookie = InProcessBookie(address, storage, scope)
@@ -85,9 +88,10 @@ async def running_bookies(
     store: MetadataStore, count: int,
     make_storage: Callable[[], BookieStorage] | None = None,
     secret: BookieSecret | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[InProcessCluster]:  # fmt: skip
     async with trio.open_nursery() as nursery:
-        cluster = InProcessCluster(store, nursery, secret=secret)
+        cluster = InProcessCluster(store, nursery, secret=secret, ssl_context=ssl_context)
         for _ in range(count):
             await cluster.start_bookie(make_storage() if make_storage else None)
         try:

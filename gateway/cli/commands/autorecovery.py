@@ -9,7 +9,7 @@ import trio
 
 from gateway.cli.commands.bookie import (
     add_autorecovery_arguments,
-    add_secret_arguments,
+    add_bookie_security_arguments,
     run_autorecovery_process,
 )
 
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata", required=True, help="zk://host:port/chroot")
     parser.add_argument("--log-level", default="INFO")
     add_autorecovery_arguments(parser)
-    add_secret_arguments(parser)
+    add_bookie_security_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

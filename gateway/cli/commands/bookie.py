@@ -38,13 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--autorecovery", action=argparse.BooleanOptionalAction, default=True,
                         help="run an auditor candidate and a replication worker (default on)")
     add_autorecovery_arguments(parser)
-    add_secret_arguments(parser)
+    add_bookie_security_arguments(parser)
 
 
-def add_secret_arguments(parser: argparse.ArgumentParser) -> None:
-    from ledger_backend.bookie.__main__ import add_secret_arguments as add_bookie_secret
+def add_bookie_security_arguments(parser: argparse.ArgumentParser) -> None:
+    from ledger_backend.bookie.__main__ import add_bookie_security_arguments as add_security
 
-    add_bookie_secret(parser)
+    add_security(parser)
 
 
 async def run_bookie_process(args: argparse.Namespace) -> None:
@@ -61,13 +61,15 @@ async def run_autorecovery_process(args: argparse.Namespace) -> None:
     from ledger_backend.autorecovery.auditor import AuditorConfig
     from ledger_backend.autorecovery.replication_worker import WorkerConfig, run_autorecovery
     from ledger_backend.bookie.auth import BookieSecret
+    from ledger_backend.bookie.tls import BookieTls
     from ledger_backend.client.bookkeeper import BookKeeper
     from ledger_backend.metadata import open_store
 
     secret = BookieSecret.load(file=args.bookie_secret_file)
     store = await open_store(args.metadata)
     try:
-        async with BookKeeper(store, bookie_secret=secret) as bk:
+        async with BookKeeper(store, bookie_secret=secret,
+                              bookie_tls=BookieTls.from_args(args)) as bk:
             await run_autorecovery(
                 store, bk,
                 AuditorConfig(lost_bookie_delay_s=args.lost_bookie_delay,

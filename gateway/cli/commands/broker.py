@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         trio.run(run_broker, config, args.metadata, layout_from_args(args))
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # also unreadable secrets or TLS files
         logging.getLogger("ledgerwire").error("cannot start: %s", exc)
         return 1
     return 0

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from gateway.cli.commands.bookie import add_secret_arguments
+from gateway.cli.commands.bookie import add_bookie_security_arguments
 
 if TYPE_CHECKING:
     from ledger_backend.bookie.auth import BookieSecret
+    from ledger_backend.bookie.tls import BookieTls
 
 NAME = "recover"
 HELP = "re-replicate a lost bookie's ledgers, or one ledger, by hand"
@@ -30,17 +31,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata", required=True, help="zk://host:port/chroot")
     parser.add_argument("--skip-open", action="store_true",
                         help="leave the open fragment of open ledgers alone (no fencing)")
-    add_secret_arguments(parser)
+    add_bookie_security_arguments(parser)
 
 
 async def recover(store: object, *, bookie: str | None, ledger: int | None,
-                  fence_open: bool = True, bookie_secret: BookieSecret | None = None
-                  ) -> list[dict]:  # fmt: skip
+                  fence_open: bool = True, bookie_secret: BookieSecret | None = None,
+                  bookie_tls: BookieTls | None = None) -> list[dict]:  # fmt: skip
     from ledger_backend.autorecovery.fragment_copy import fragments_on, replicate_ledger
     from ledger_backend.client.bookkeeper import BookKeeper
 
     results: list[dict] = []
-    async with BookKeeper(store, bookie_secret=bookie_secret) as bk:  # type: ignore[arg-type]
+    async with BookKeeper(store, bookie_secret=bookie_secret,  # type: ignore[arg-type]
+                          bookie_tls=bookie_tls) as bk:
         ctx = bk.context
         available = set(await ctx.available_bookies())
         todo: list[tuple[int, set[str]]] = []
@@ -70,13 +72,15 @@ async def recover(store: object, *, bookie: str | None, ledger: int | None,
 
 async def _main(args: argparse.Namespace) -> int:
     from ledger_backend.bookie.auth import BookieSecret
+    from ledger_backend.bookie.tls import BookieTls
     from ledger_backend.metadata import open_store
 
     secret = BookieSecret.load(file=args.bookie_secret_file)
     store = await open_store(args.metadata)
     try:
         results = await recover(store, bookie=args.bookie, ledger=args.ledger,
-                                fence_open=not args.skip_open, bookie_secret=secret)
+                                fence_open=not args.skip_open, bookie_secret=secret,
+                                bookie_tls=BookieTls.from_args(args))
     finally:
         await store.close()
     for line in results:

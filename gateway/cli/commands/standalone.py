@@ -119,6 +119,11 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         help="the cluster's bookie secret (first line, >= 16 bytes, mode 0600): bookies "
              "authenticate every connection with it",
     )
+    p.add_argument("--bookie-tls-certfile", dest="storage.bookie_tls_certfile", metavar="PEM",
+                   help="TLS certificate bookies serve with and clients present")
+    p.add_argument("--bookie-tls-keyfile", dest="storage.bookie_tls_keyfile", metavar="PEM")
+    p.add_argument("--bookie-tls-cafile", dest="storage.bookie_tls_cafile", metavar="PEM",
+                   help="CA that bookie (and client) certificates must be signed by")
     p.add_argument(
         "--users-file",
         dest="security.users_file",
@@ -153,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         trio.run(run_standalone, config)
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # also unreadable secrets or TLS files
         logging.getLogger("ledgerwire").error("cannot start: %s", exc)
         return 1
     return 0
