@@ -93,8 +93,8 @@ def victims_not_listed(answer: dict[str, Any]) -> None:
 
 def no_cluster_operations(answer: dict[str, Any]) -> None:
     """Kafka answers DescribeCluster to anyone but shows no authorized operations."""
-    assert answer["error_code"] in (0, CLUSTER_DENIED), answer
-    assert answer["cluster_authorized_operations"] in (0, -(2**31)), answer
+    assert answer["error_code"] == 0 and answer["brokers"], answer
+    assert answer["cluster_authorized_operations"] == 0, answer
 
 
 def no_log_dirs(answer: dict[str, Any]) -> None:

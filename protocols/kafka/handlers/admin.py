@@ -28,7 +28,6 @@ from protocols.kafka.acl_model import (
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
-    ClusterAuthorizationFailedError,
     ErrorCode,
     KafkaProtocolError,
     TopicAuthorizationFailedError,
@@ -81,14 +80,14 @@ async def handle_describe_cluster(ctx: RequestContext, header: RequestHeader,
         out.update(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
                    error_message="this endpoint serves brokers, not controllers")
         return out
-    if not ctx.authorize(OP_DESCRIBE, RES_CLUSTER, CLUSTER_NAME):
-        exc = ClusterAuthorizationFailedError("not authorized to describe the cluster")
-        out.update(error_code=exc.code, error_message=exc.message)
-        return out
+    # As Kafka's KafkaApis: the brokers are no secret (Metadata shows them to anyone); the
+    # authorized operations are shown only to a principal that may describe the cluster.
     out["brokers"] = [{"broker_id": config.broker_id, "host": ctx.broker.advertised_host,
                        "port": ctx.broker.advertised_port, "rack": config.rack}]
     if body.get("include_cluster_authorized_operations"):
-        out["cluster_authorized_operations"] = cluster_authorized_operations(ctx)
+        out["cluster_authorized_operations"] = (
+            cluster_authorized_operations(ctx)
+            if ctx.authorize(OP_DESCRIBE, RES_CLUSTER, CLUSTER_NAME) else 0)
     return out
 
 
