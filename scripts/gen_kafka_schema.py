@@ -68,6 +68,7 @@ FAMILIES: dict[str, list[tuple[int, str]]] = {
         (50, "DescribeUserScramCredentials"),
         (51, "AlterUserScramCredentials"),
     ],
+    "client_quotas": [(48, "DescribeClientQuotas"), (49, "AlterClientQuotas")],
 }
 
 # Families generated from SHARE_SPEC_DIR (same layout).

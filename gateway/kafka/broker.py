@@ -21,7 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import trio
+
 from protocols.kafka.broker_api import RequestContext, TopicServiceApi
+from protocols.kafka.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from protocols.kafka.codec import (
     RequestHeader,
     decode_request,
@@ -94,7 +97,7 @@ class KafkaBroker:
 
     def __init__(self, topic_service: TopicServiceApi, config: KafkaBrokerConfig | None = None,
                  *, group_coordinator: Any = None, transaction_coordinator: Any = None,
-                 authorizer: Any = None, credentials: Any = None) -> None:
+                 authorizer: Any = None, credentials: Any = None, quotas: Any = None) -> None:
         self.topic_service = topic_service
         self.config = config if config is not None else KafkaBrokerConfig()
         self._static_config = self.config
@@ -112,6 +115,8 @@ class KafkaBroker:
         # gateway.security.credentials.CredentialStore (SASL)
         self.authorizer = authorizer
         self.credentials = credentials
+        # gateway.security.quota_store.QuotaStore (client quotas; None: no quotas)
+        self.quotas = quotas
         self._versions = _advertised_ranges(group_coordinator is not None,
                                             transaction_coordinator is not None)
         # gateway.admin.metrics.BrokerMetrics.observe_request(api name, seconds, body, response)
@@ -207,6 +212,8 @@ class KafkaBroker:
         finally:
             if turn is not None:
                 turn.finished()
+        if self.quotas is not None and response is not None and key in _METERED:
+            self._throttle(ctx, header, body, response)
         if key == ApiKey.PRODUCE and body.get("acks") == 0:
             if response is None or produce_failed(response):
                 raise CloseConnection("acks=0 produce failed")
@@ -222,6 +229,26 @@ class KafkaBroker:
             if fallback is None:
                 raise CloseConnection("response could not be encoded") from None
             return [encode_response(header, fallback)]
+
+    def _throttle(self, ctx: RequestContext, header: RequestHeader, body: dict,
+                  response: dict) -> None:
+        """Client quotas (Kafka's, KIP-219): meter the request's bytes; over the quota, the
+        answer says throttle_time_ms and the connection is not read for that long."""
+        if header.api_key == ApiKey.PRODUCE:
+            key, amount = PRODUCER_BYTE_RATE, sum(
+                len(p.get("records") or b"") for t in body.get("topic_data") or []
+                for p in t.get("partition_data") or [])
+        else:
+            key, amount = CONSUMER_BYTE_RATE, sum(
+                _size(p.get("records")) for t in response.get("responses") or []
+                for p in t.get("partitions") or [])
+        seconds = self.quotas.throttle_s(ctx.principal, header.client_id or "", key, amount)
+        if seconds > 0:
+            response["throttle_time_ms"] = max(int(response.get("throttle_time_ms") or 0),
+                                               int(seconds * 1000))
+            mute_until = trio.current_time() + seconds
+            info = ctx.connection_info
+            info["mute_until"] = max(info.get("mute_until", 0.0), mute_until)
 
     async def _dispatch(self, ctx: RequestContext, header: RequestHeader,
                         body: dict) -> dict | None:
@@ -241,6 +268,18 @@ class KafkaBroker:
             log.exception("handler failed", extra={"api": spec.name, "version": version,
                                                    "client": ctx.client_address})
             return whole_request_error(key, version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+_METERED = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+
+
+def _size(records: Any) -> int:
+    """Bytes of a Fetch answer's records (bytes, or a list of stored batches)."""
+    if records is None:
+        return 0
+    if isinstance(records, bytes | bytearray | memoryview):
+        return len(records)
+    return sum(len(r) for r in records)
 
 
 def describe(broker: KafkaBroker) -> dict[str, Any]:

@@ -222,6 +222,7 @@ class _Connection:
         elif self.identity is not None:
             ctx.session = self.identity
         receive_some = self.stream.receive_some
+        info = ctx.connection_info
         while True:
             self.receive_started = trio.current_time()
             self.receiving = True
@@ -239,6 +240,10 @@ class _Connection:
                     if session.authenticated:
                         reader.max_frame_bytes = config.max_frame_bytes
                     continue
+                if info:
+                    mute_until = info.pop("mute_until", None)
+                    if mute_until is not None:  # a client quota throttles it (KIP-219): the
+                        await trio.sleep_until(mute_until)  # next request waits until then
                 reply = _Reply()
                 try:
                     header, body = self.broker.decode(frame)

@@ -48,6 +48,7 @@ from gateway.process.cluster_services import (
 )
 from gateway.process.standalone import system_ledger_config, topic_service_config
 from gateway.rocketmq.cluster import ClusterRocketMQ
+from gateway.security.quota_store import QuotaStore
 from gateway.topics.quorums import QuorumPolicyFactory
 from gateway.topics.topic_service import TOPICS_PATH, TopicService
 from ledger_backend.bookie.auth import BookieSecret
@@ -300,10 +301,13 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         transactions = setup_cluster_transactions(
             stack, store, factory, system_ledger_config(config), topics, groups, ownership,
             hooks, background, k.broker_id, peer_security=security.peers)
+        quotas = QuotaStore(store)  # client quotas: one table, each broker meters its own
+        await background.start(quotas.run)
         broker = ClusterKafkaBroker(topics, broker_config, group_coordinator=groups,
                                     transaction_coordinator=transactions,
                                     ownership=ownership, authorizer=security.authorizer,
-                                    credentials=security.kafka.credentials)
+                                    credentials=security.kafka.credentials,
+                                    quotas=quotas)
         await background.start(serve_dynamic_configs, store, broker, topics)
         ownership_running = False
         admin, retention_scope = build_admin(config, store, topics, namespaces, ownership,

@@ -31,6 +31,7 @@ from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
 from gateway.rocketmq.setup import build_rocketmq
+from gateway.security.quota_store import QuotaStore
 from gateway.security.setup import setup_kafka_security
 from gateway.security.tenant_authorizer import TenantAuthorizer
 from gateway.topics.backlog_quota import BacklogQuotas
@@ -180,6 +181,8 @@ async def run_standalone(
         await background.start(transactions.run)
         security = await setup_kafka_security(config, store)
         await background.start(security.acls.run)
+        quotas = QuotaStore(store)
+        await background.start(quotas.run)
 
         authorizer = TenantAuthorizer(security.authorizer, namespaces)
         adv_host, adv_port = config.kafka_advertised
@@ -208,6 +211,7 @@ async def run_standalone(
             transaction_coordinator=transactions,
             authorizer=authorizer,
             credentials=security.credentials,
+            quotas=quotas,
         )
         await background.start(serve_dynamic_configs, store, broker, topics)
         broker_metrics = BrokerMetrics()

@@ -33,6 +33,10 @@ from protocols.kafka.handlers.admin import (
     handle_describe_producers,
 )
 from protocols.kafka.handlers.api_versions import handle_api_versions
+from protocols.kafka.handlers.client_quotas import (
+    handle_alter_client_quotas,
+    handle_describe_client_quotas,
+)
 from protocols.kafka.handlers.configs import (
     handle_alter_configs,
     handle_describe_configs,
@@ -130,6 +134,8 @@ HANDLERS: dict[int, HandlerSpec] = {
         HandlerSpec(21, "DeleteRecords", 0, 2, handle_delete_records),
         HandlerSpec(60, "DescribeCluster", 0, 1, handle_describe_cluster),
         HandlerSpec(61, "DescribeProducers", 0, 0, handle_describe_producers),
+        HandlerSpec(48, "DescribeClientQuotas", 0, 1, handle_describe_client_quotas),
+        HandlerSpec(49, "AlterClientQuotas", 0, 1, handle_alter_client_quotas),
         HandlerSpec(29, "DescribeAcls", 0, 3, handle_describe_acls),
         HandlerSpec(30, "CreateAcls", 0, 3, handle_create_acls),
         HandlerSpec(31, "DeleteAcls", 0, 3, handle_delete_acls),

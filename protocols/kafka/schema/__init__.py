@@ -19,6 +19,7 @@ from types import MappingProxyType
 from . import (
     acls,
     api_versions,
+    client_quotas,
     configs,
     consumer_groups,
     fetch,
@@ -89,6 +90,8 @@ _ALL: tuple[ApiSchema, ...] = (
     leaders.ELECT_LEADERS,
     scram_credentials.DESCRIBE_USER_SCRAM_CREDENTIALS,
     scram_credentials.ALTER_USER_SCRAM_CREDENTIALS,
+    client_quotas.DESCRIBE_CLIENT_QUOTAS,
+    client_quotas.ALTER_CLIENT_QUOTAS,
     transactions_admin.DESCRIBE_TRANSACTIONS,
     transactions_admin.LIST_TRANSACTIONS,
 )
