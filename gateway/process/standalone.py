@@ -24,6 +24,7 @@ import trio
 
 from gateway.admin.api import AdminContext, LocalBookie, serve_admin_api, watch_bookie
 from gateway.admin.metrics import BrokerMetrics
+from gateway.config.listen_errors import naming_listener
 from gateway.config.settings import Config
 from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.coordinator.transaction_store import LedgerTransactionStore
@@ -128,18 +129,21 @@ async def run_standalone(
             storage = await stack.enter_async_context(
                 open_bookie_storage(storage_config, active_ledgers)
             )
-            await bookie_nursery.start(
-                partial(
-                    serve_bookie,
-                    storage,
-                    store,
-                    config.storage.bookie_host,
-                    config.storage.bookie_port + index,
-                    bookie_id=f"standalone-bookie-{index}",
-                    secret=bookie_secret,
-                    ssl_context=bookie_tls.server_context(),
+            bookie_address = f"{config.storage.bookie_host}:{config.storage.bookie_port + index}"
+            with naming_listener(f"bookie {index}", bookie_address, "storage.bookie_port",
+                                 "--bookie-port"):
+                await bookie_nursery.start(
+                    partial(
+                        serve_bookie,
+                        storage,
+                        store,
+                        config.storage.bookie_host,
+                        config.storage.bookie_port + index,
+                        bookie_id=f"standalone-bookie-{index}",
+                        secret=bookie_secret,
+                        ssl_context=bookie_tls.server_context(),
+                    )
                 )
-            )
             local_bookies.append(watch_bookie(
                 f"standalone-bookie-{index}",
                 f"{config.storage.bookie_host}:{config.storage.bookie_port + index}", storage))
@@ -233,14 +237,18 @@ async def run_standalone(
         # Catch signals from here on, so that a SIGTERM right after "ready" is a clean stop.
         signals = stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
         async with trio.open_nursery() as servers:
-            await servers.start(partial(serve_kafka, broker, bind_host, bind_port,
-                                        ssl_context=security.ssl_context,
-                                        sasl_mechanisms=security.sasl_mechanisms,
-                                        ssl_principal=security.ssl_principal))
+            with naming_listener("Kafka listener", config.kafka.listener, "kafka.listener",
+                                 "--kafka-listener"):
+                await servers.start(partial(serve_kafka, broker, bind_host, bind_port,
+                                            ssl_context=security.ssl_context,
+                                            sasl_mechanisms=security.sasl_mechanisms,
+                                            ssl_principal=security.ssl_principal))
             if rocketmq is not None:
                 await rocketmq.serve(servers)
             admin.ready = True
-            admin_port = await servers.start(serve_admin_api, admin, config.admin.listener)
+            with naming_listener("admin API", config.admin.listener, "admin.listener",
+                                 "--admin-listener"):
+                admin_port = await servers.start(serve_admin_api, admin, config.admin.listener)
             log.info(
                 "ledgerwire standalone ready",
                 extra={

@@ -16,6 +16,7 @@ from typing import cast
 
 import trio
 
+from gateway.config.listen_errors import naming_listener
 from gateway.config.settings import RocketMQConfig, parse_host_port
 from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.rocketmq.grpc_backend import GrpcBackend, guard_for_grpc
@@ -48,16 +49,22 @@ class RocketMQSide:
         """Start the listeners in `servers` (each returns once it accepts)."""
         rb_host, rb_port = parse_host_port(self.config.broker_listener)
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
-        await servers.start(partial(serve_rocketmq_broker, self.broker, rb_host, rb_port,
-                                    acl=self.acl))
-        await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host, ns_port,
-                                    guard=self.acl))
+        with naming_listener("RocketMQ broker", self.config.broker_listener,
+                             "rocketmq.broker_listener", "--rocketmq-broker-listener"):
+            await servers.start(partial(serve_rocketmq_broker, self.broker, rb_host, rb_port,
+                                        acl=self.acl))
+        with naming_listener("RocketMQ name server", self.config.name_server_listener,
+                             "rocketmq.name_server_listener", "--rocketmq-name-server-listener"):
+            await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
+                                        ns_port, guard=self.acl))
         if self.grpc is not None:
             g_host, g_port = parse_host_port(self.config.grpc_listener)
             guard = self.grpc.guard
-            await servers.start(partial(
-                serve_rocketmq_grpc, self.grpc, g_host, g_port,
-                authenticate=lambda meta, conn: principal_of(meta, conn, guard)))
+            with naming_listener("RocketMQ 5 gRPC listener", self.config.grpc_listener,
+                                 "rocketmq.grpc_listener", "--rocketmq-grpc-listener"):
+                await servers.start(partial(
+                    serve_rocketmq_grpc, self.grpc, g_host, g_port,
+                    authenticate=lambda meta, conn: principal_of(meta, conn, guard)))
 
 
 async def build_rocketmq(

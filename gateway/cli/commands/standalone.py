@@ -8,6 +8,7 @@ from pathlib import Path
 
 import trio
 
+from gateway.config.listen_errors import config_error_of
 from gateway.config.settings import exposed_secrets_warning, load_config
 from gateway.process.logging_setup import setup_logging
 
@@ -158,7 +159,14 @@ def run(args: argparse.Namespace) -> int:
         trio.run(run_standalone, config)
     except KeyboardInterrupt:
         pass
-    except (OSError, ValueError) as exc:  # also unreadable secrets or TLS files
+    # also unreadable secrets or TLS files (ValueError)
+    except (OSError, ValueError, BaseExceptionGroup) as exc:
+        named = config_error_of(exc)  # a listener that could not bind says what to change
+        if named is not None:
+            logging.getLogger("ledgerwire").error("cannot start: %s", named)
+            return 1
+        if isinstance(exc, BaseExceptionGroup):
+            raise
         logging.getLogger("ledgerwire").error("cannot start: %s", exc)
         return 1
     return 0
