@@ -1,8 +1,8 @@
 """A consumer group's coordinator moves to another broker and its members notice nothing.
 
 A real cluster (ZooKeeper, 3 bookies, 2 brokers as processes); two confluent-kafka consumers
-(classic protocol, and KIP-848) in a stable group; the broker coordinating the group is
-stopped (SIGTERM) or killed (SIGKILL). The survivor takes the coordinator partition, loads
+(classic protocol, and KIP-848) or two Java consumers with their defaults in a stable group;
+the broker coordinating the group is stopped (SIGTERM) or killed (SIGKILL). The survivor takes the coordinator partition, loads
 the group from its ledger, and the members' heartbeats and commits go on with the generation
 or member epoch they hold: no partition revoked or lost, no commit failed, nothing read
 twice. Without durable group state the new coordinator answers UNKNOWN_MEMBER_ID and every
@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
+from gateway.cluster.broker_registry import ClusterLayout
+from gateway.cluster.ownership import GROUP_TOPIC, bundle_of, coordinator_partition
 from tests.cluster.cluster_processes import Cluster
 from tests.support.group_members import Member, create_topic, produce_numbered, wait_for
 
@@ -26,28 +27,32 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PARTITIONS = 4
 
 
-def coordinator_of(bootstrap: str, group: str) -> int:
-    described = AdminClient({"bootstrap.servers": bootstrap}).describe_consumer_groups([group])
-    return int(described[group].result(30).coordinator.id)
+def coordinator_of(cluster: Cluster, group: str) -> int | None:
+    """The broker owning the group's coordinator partition (cluster init's default layout)."""
+    partition = coordinator_partition(group, ClusterLayout().group_partitions)
+    return cluster.bundle_owners().get(bundle_of(GROUP_TOPIC, partition, cluster.bundles))
 
 
 def values_seen(members: list[Member]) -> collections.Counter[str]:
     return collections.Counter(v for m in members for v in m.values())
 
 
-@pytest.mark.parametrize(("protocol", "how"), [
-    ("classic", "sigterm"), ("consumer", "sigterm"), ("classic", "kill-9"),
+@pytest.mark.parametrize(("client", "protocol", "how"), [
+    ("confluent-kafka", "classic", "sigterm"),
+    ("confluent-kafka", "consumer", "sigterm"),
+    ("confluent-kafka", "classic", "kill-9"),
+    ("java", "classic", "sigterm"),  # Java's defaults: with two brokers it never rebootstraps
 ])
 def test_members_carry_on_when_their_coordinator_moves(
-    tmp_path: Path, protocol: str, how: str
+    tmp_path: Path, client: str, protocol: str, how: str
 ) -> None:
-    topic = group = f"move-{protocol}-{how}"
+    topic = group = f"move-{client}-{protocol}-{how}"
     # Broker-side KIP-848 heartbeats every second, so members notice the move promptly.
     with Cluster(tmp_path / "cluster", bookies=3, brokers=2, broker_args=[
             "--group-consumer-heartbeat-interval-ms", "1000"]) as cluster:
         create_topic(cluster.bootstrap, topic, PARTITIONS)
         bootstrap = cluster.bootstrap
-        members = [Member("confluent-kafka", bootstrap, topic, group, protocol=protocol,
+        members = [Member(client, bootstrap, topic, group, protocol=protocol,
                           session_timeout_ms=45_000, heartbeat_interval_ms=1000)
                    for _ in range(2)]
         try:
@@ -60,7 +65,8 @@ def test_members_carry_on_when_their_coordinator_moves(
             owned_before = [m.partitions for m in members]
             events_before = [len(m.assignment_events()) for m in members]
 
-            victim = coordinator_of(bootstrap, group)
+            victim = coordinator_of(cluster, group)
+            assert victim is not None
             survivor = next(i for i in cluster.brokers if i != victim)
             if how == "sigterm":
                 cluster.brokers[victim].stop()
@@ -68,7 +74,7 @@ def test_members_carry_on_when_their_coordinator_moves(
                 cluster.brokers[victim].kill()
             cluster.wait_all_bundles_owned(timeout_s=90, by={survivor})
             survivor_bootstrap = f"127.0.0.1:{cluster.broker_ports[survivor]}"
-            assert coordinator_of(survivor_bootstrap, group) == survivor
+            assert coordinator_of(cluster, group) == survivor
 
             sent |= produce_numbered(survivor_bootstrap, topic, PARTITIONS, 200, 200)
             wait_for(lambda: sent <= set(values_seen(members)), 90, "consumed after the move",
