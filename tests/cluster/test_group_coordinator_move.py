@@ -4,9 +4,9 @@ A real cluster (ZooKeeper, 3 bookies, 2 brokers as processes); two confluent-kaf
 (classic protocol, and KIP-848) or two Java consumers with their defaults in a stable group;
 the broker coordinating the group is stopped (SIGTERM) or killed (SIGKILL). The survivor
 takes the coordinator partition, loads the group from its ledger, and the members'
-heartbeats and commits go on with the generation or member epoch they hold: no partition revoked or lost, no commit failed, nothing read
-twice. Without durable group state the new coordinator answers UNKNOWN_MEMBER_ID and every
-member rejoins.
+heartbeats and commits go on with the generation or member epoch they hold: no partition
+revoked or lost, no commit failed, nothing read twice. Without durable group state the new
+coordinator answers UNKNOWN_MEMBER_ID and every member rejoins.
 """
 
 from __future__ import annotations
