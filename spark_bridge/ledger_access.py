@@ -38,6 +38,7 @@ import trio
 
 from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.protocol import ReadEntryRequest, ReadEntryResponse
+from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookie_client import check_status
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.client.entry_format import decode_entry
@@ -145,8 +146,9 @@ class LedgerAccess:
                 return
             try:
                 secret = BookieSecret.load(file=self.spec.bookie_secret_file)
-                async with BookKeeper(store, timeout_s=self.timeout_s,
-                                      bookie_secret=secret) as bk, \
+                tls = BookieTls(*self.spec.bookie_tls)
+                async with BookKeeper(store, timeout_s=self.timeout_s, bookie_secret=secret,
+                                      bookie_tls=tls) as bk, \
                         trio.open_nursery() as nursery:  # fmt: skip
                     self._store, self._bk, self._nursery = store, bk, nursery
                     self._stop = trio.Event()

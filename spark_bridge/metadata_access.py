@@ -19,6 +19,7 @@ never keep a kazoo session open longer than the caller's `with` block.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from ledger_backend.metadata.sqlite_tree import DB_FILE
 
 METADATA_OPTION = "ledgerwire.metadata"
 BOOKIE_SECRET_FILE_OPTION = "ledgerwire.bookieSecretFile"
+BOOKIE_TLS_OPTIONS = ("ledgerwire.bookieTlsCertFile", "ledgerwire.bookieTlsKeyFile",
+                      "ledgerwire.bookieTlsCaFile")  # as storage.bookie_tls_* of the cluster
 
 
 @dataclass(frozen=True)
@@ -42,17 +45,22 @@ class ConnectionSpec:
     metadata_url: str          # "zk://..." or "embedded-ro:<metadata dir>" (open_store URLs)
     bookie_dirs: tuple[str, ...] = ()
     bookie_secret_file: str | None = None  # the cluster's bookie secret: reads authenticate
+    bookie_tls: tuple[str, str, str] = ("", "", "")  # certificate, key, CA: TLS to bookies
 
     @property
     def is_embedded(self) -> bool:
         return self.metadata_url.startswith(READONLY_URL_PREFIX)
 
 
-def resolve_connection(value: str | None, bookie_secret_file: str | None = None
+def resolve_connection(value: str | None, options: Mapping[str, str] | None = None
                        ) -> ConnectionSpec:  # fmt: skip
-    """Turn the options' values into a ConnectionSpec; ValueError names the option."""
+    """Turn the metadata option's value, and the bookie security options in `options` (names
+    lower-cased, as Spark matches them), into a ConnectionSpec; ValueError names the option."""
     spec = _resolve_metadata(value)
-    return replace(spec, bookie_secret_file=bookie_secret_file) if bookie_secret_file else spec
+    lowered = {k.lower(): v for k, v in (options or {}).items()}
+    tls = tuple(lowered.get(name.lower(), "") for name in BOOKIE_TLS_OPTIONS)
+    return replace(spec, bookie_secret_file=lowered.get(BOOKIE_SECRET_FILE_OPTION.lower()),
+                   bookie_tls=(tls[0], tls[1], tls[2]))
 
 
 def _resolve_metadata(value: str | None) -> ConnectionSpec:
@@ -105,7 +113,7 @@ async def open_readonly_store(spec: ConnectionSpec) -> MetadataStore:
 
 
 __all__ = [
-    "BOOKIE_SECRET_FILE_OPTION", "METADATA_OPTION", "ConnectionSpec", "ReadOnlyEmbeddedStore",
-    "ReadOnlyStoreError",
+    "BOOKIE_SECRET_FILE_OPTION", "BOOKIE_TLS_OPTIONS", "METADATA_OPTION", "ConnectionSpec",
+    "ReadOnlyEmbeddedStore", "ReadOnlyStoreError",
     "open_embedded_sync", "open_readonly_store", "resolve_connection",
 ]

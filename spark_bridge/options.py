@@ -11,6 +11,7 @@ A job that used Spark's Kafka source changes only the format name and the connec
   ledgerwire.metadata                               standalone data dir or zk://host:port/chroot
   ledgerwire.readFrom                               auto (default) | bookies | files
   ledgerwire.bookieSecretFile                       file holding the cluster's bookie secret
+  ledgerwire.bookieTls{Cert,Key,Ca}File             TLS to bookies (as storage.bookie_tls_*)
   ledgerwire.namespace                              managed-ledger namespace (public/default)
   ledgerwire.tailRead                               quorum (default) | lac: how far to read the
                                                     open ledger (see ledger_access.py)
@@ -30,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from spark_bridge.metadata_access import (
-    BOOKIE_SECRET_FILE_OPTION,
     METADATA_OPTION,
     ConnectionSpec,
     resolve_connection,
@@ -184,8 +184,7 @@ def parse_reader_options(options: Mapping[str, str], *, streaming: bool = False
                          ) -> ReaderOptions:  # fmt: skip
     opts = _lower(options)
     try:
-        spec = resolve_connection(opts.get(METADATA_OPTION.lower()),
-                                  opts.get(BOOKIE_SECRET_FILE_OPTION.lower()))
+        spec = resolve_connection(opts.get(METADATA_OPTION.lower()), opts)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
     chosen = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in opts]

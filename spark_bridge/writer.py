@@ -46,7 +46,6 @@ from pyspark.sql.types import StructType
 
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.metadata_access import (
-    BOOKIE_SECRET_FILE_OPTION,
     METADATA_OPTION,
     ConnectionSpec,
     resolve_connection,
@@ -164,8 +163,7 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 raise OptionError(f"option 'ledgerwire.backfillId'={self.backfill_id!r}: must be "
                                   "non-empty and contain no ':'")
             try:
-                self.spec = resolve_connection(lowered.get(METADATA_OPTION.lower()),
-                                               lowered.get(BOOKIE_SECRET_FILE_OPTION.lower()))
+                self.spec = resolve_connection(lowered.get(METADATA_OPTION.lower()), lowered)
             except ValueError as exc:
                 raise OptionError(f"{exc} (needed to resume a backfill)") from None
             if self.default_topic is None:

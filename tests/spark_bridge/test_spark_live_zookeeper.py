@@ -135,7 +135,7 @@ def test_quorum_tail_rule_goes_one_past_the_lac(live: LiveLog) -> None:
     from spark_bridge.metadata_access import resolve_connection
     from spark_bridge.topic_layout import partition_layout
 
-    spec = resolve_connection(live.url, str(live.secret_file))
+    spec = resolve_connection(live.url, {"ledgerwire.bookieSecretFile": str(live.secret_file)})
     with LedgerAccess(spec, "bookies", tail="lac") as lac_reader, \
             LedgerAccess(spec, "bookies", tail="quorum") as quorum_reader:  # fmt: skip
         by_lac = partition_layout(lac_reader, "live", 0)

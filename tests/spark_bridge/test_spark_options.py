@@ -35,6 +35,15 @@ def test_defaults_match_sparks_kafka_source(standalone_dir: str) -> None:
     assert [Path(d).name for d in opts.spec.bookie_dirs] == ["0", "1"]
 
 
+def test_bookie_security_options_reach_the_connection(standalone_dir: str) -> None:
+    opts = _parse(standalone_dir, subscribe="a", **{
+        "ledgerwire.bookieSecretFile": "/s", "ledgerwire.BOOKIETLSCAFILE": "/ca.pem",
+        "ledgerwire.bookieTlsCertFile": "/c.pem", "ledgerwire.bookieTlsKeyFile": "/k.pem"})
+    assert opts.spec.bookie_secret_file == "/s"
+    assert opts.spec.bookie_tls == ("/c.pem", "/k.pem", "/ca.pem")
+    assert _parse(standalone_dir, subscribe="a").spec.bookie_tls == ("", "", "")
+
+
 def test_option_names_are_case_insensitive(standalone_dir: str) -> None:
     opts = _parse(standalone_dir, SUBSCRIBE="a", minpartitions="4", IncludeHeaders="TRUE")
     assert opts.min_partitions == 4 and opts.include_headers
