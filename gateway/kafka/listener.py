@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from gateway.kafka.admission import ConnectionLimits, ConnectionRefused
 from gateway.kafka.broker import CloseConnection, KafkaBroker
 from ledger_backend.faults import log_failure
 from protocols.kafka.acl_model import ANONYMOUS
@@ -409,9 +410,8 @@ class _KafkaServer:
         self.ssl_principal = ssl_principal
         self.drain_timeout_s = drain_timeout_s
         self.connections: set[_Connection] = set()
-        self.open_connections = 0  # admitted, TLS handshakes included
-        self.per_ip: dict[str, int] = {}
-        self.refused_connections = 0
+        self.limits = ConnectionLimits(broker.config.max_connections,
+                                       broker.config.max_connections_per_ip)
         self._closing = trio.Event()
 
     async def run_connections(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -429,38 +429,17 @@ class _KafkaServer:
     def begin_drain(self) -> None:
         self._closing.set()
 
-    def _admit(self, host: str) -> str | None:
-        """Why a new connection from `host` is refused (max.connections, ...per.ip), or None."""
-        config = self.broker.config
-        if config.max_connections and self.open_connections >= config.max_connections:
-            return f"max_connections={config.max_connections} reached"
-        if config.max_connections_per_ip and \
-                self.per_ip.get(host, 0) >= config.max_connections_per_ip:
-            return f"max_connections_per_ip={config.max_connections_per_ip} reached for {host}"
-        return None
-
     async def serve_connection(self, stream: trio.SocketStream) -> None:
         if self._closing.is_set():
             await stream.aclose()
             return
         host = _peer_name(stream).rpartition(":")[0]
-        refusal = self._admit(host)
-        if refusal is not None:
-            self.refused_connections += 1
-            log.info("connection refused: %s", refusal, extra={"client": host})
-            await trio.aclose_forcefully(stream)
-            return
-        self.open_connections += 1
-        self.per_ip[host] = self.per_ip.get(host, 0) + 1
         try:
-            await self._serve_admitted(stream)
-        finally:
-            self.open_connections -= 1
-            left = self.per_ip[host] - 1
-            if left:
-                self.per_ip[host] = left
-            else:
-                del self.per_ip[host]
+            with self.limits.admitted(host):
+                await self._serve_admitted(stream)
+        except ConnectionRefused as exc:
+            log.info("connection refused: %s", exc, extra={"client": host})
+            await trio.aclose_forcefully(stream)
 
     async def _serve_admitted(self, stream: trio.SocketStream) -> None:
         served: trio.abc.Stream = stream

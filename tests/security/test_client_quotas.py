@@ -1,16 +1,20 @@
 """Kafka client quotas on a real standalone: AlterClientQuotas/DescribeClientQuotas over the
 wire, and a confluent-kafka producer held to a 1 MB/s producer_byte_rate quota on its client
 id: 16 MB take about 16 s (the first ~10 MB may burst, as Kafka's 11-second window allows),
-and librdkafka reports the throttle through throttle_cb."""
+and librdkafka reports the throttle through throttle_cb.  A consumer_byte_rate quota throttles
+Fetch answers the same way: throttle_time_ms, and the connection is not read meanwhile."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import pytest
+import trio
 from confluent_kafka import Producer
 
+from protocols.kafka.record_batch import build_batch
 from tests.kafka_server.kafka_wire_client import WireClient
 from tests.support.standalone import Standalone
 
@@ -78,3 +82,44 @@ async def test_producer_byte_rate_quota_throttles_confluent_kafka(
     assert 0.5 * QUOTA < steady < 1.3 * QUOTA
     # Kafka's 11-second window lets one first burst through, never more
     assert overall < 1.7 * QUOTA and TOTAL <= 1.1 * QUOTA * (ended - started + 11)
+
+
+async def test_consumer_byte_rate_quota_throttles_fetches(standalone: Standalone) -> None:
+    admin = await WireClient.connect(standalone.kafka_port)
+    try:
+        made = await admin.request(19, 5, {"topics": [
+            {"name": "quota-f", "num_partitions": 1, "replication_factor": 1}]})
+        assert made["topics"][0]["error_code"] == 0
+        chunk = os.urandom(1_000_000)
+        for _ in range(16):
+            sent = await admin.request(0, 9, {"acks": -1, "timeout_ms": 30000, "topic_data": [
+                {"name": "quota-f", "partition_data": [
+                    {"index": 0, "records": build_batch([(None, chunk)])}]}]}, timeout_s=60)
+            assert sent["responses"][0]["partition_responses"][0]["error_code"] == 0
+        quota = await admin.request(49, 1, alter([("client-id", "slow-reader")],
+                                                 "consumer_byte_rate", QUOTA))
+        assert quota["entries"][0]["error_code"] == 0
+    finally:
+        await admin.aclose()
+    reader = WireClient(await trio.open_tcp_stream("127.0.0.1", standalone.kafka_port),
+                        client_id="slow-reader")
+    try:
+        offset, throttled_ms = 0, 0
+        started = time.monotonic()
+        while offset < 16 and not throttled_ms:
+            answer = await reader.request(1, 12, {"max_wait_ms": 0, "max_bytes": 1_100_000,
+                                                  "topics": [{"topic": "quota-f", "partitions": [
+                                                      {"partition": 0, "fetch_offset": offset,
+                                                       "partition_max_bytes": 1_100_000}]}]})
+            assert answer["responses"][0]["partitions"][0]["records"]
+            throttled_ms = answer["throttle_time_ms"]
+            offset += 1
+        assert throttled_ms > 0, "16 MB read at once without a throttle"
+        before = time.monotonic()
+        await reader.request(18, 3, {"client_software_name": "t",
+                                     "client_software_version": "1"})
+        waited = time.monotonic() - before
+        assert waited >= 0.8 * throttled_ms / 1000  # the connection was not read meanwhile
+        assert 10 * 1_000_000 <= offset * 1_000_000 <= (time.monotonic() - started + 11) * QUOTA
+    finally:
+        await reader.aclose()
