@@ -2,13 +2,14 @@
 CONSUMER_SEND_MSG_BACK (36).
 
 A commit-log offset (message_id.py) names topic hash, queue and queue offset, so a message is
-found by reading that one offset.  QUERY_MESSAGE scans each queue of the topic from the first
-offset at or after beginTimestamp up to a bound (there is no key index).  A message sent back
-by a consumer goes to %RETRY%<group> with delay level 3 + reconsume times (or the level the
-consumer asked for), and to %DLQ%<group> once it was reconsumed max times (the group's
-retryMaxTimes with the client's maxReconsumeTimes, see `max_reconsume_times`); a group whose
-stored retryQueueNums is 0 has no retry queue, so its send-backs are dropped (Java answers
-SUCCESS too).
+found by reading that one offset.  QUERY_MESSAGE (queryMessage by key; viewMessage and
+queryMessageByUniqKey by a client message id, flagged `_UNIQUE_KEY_QUERY`) looks the key up in
+each queue's key index (message_index.py: KEYS words and UNIQ_KEY), then reads just the hits.
+A message sent back by a consumer goes to %RETRY%<group> with delay level 3 + reconsume times
+(or the level the consumer asked for), and to %DLQ%<group> once it was reconsumed max times
+(the group's retryMaxTimes with the client's maxReconsumeTimes, see `max_reconsume_times`);
+a group whose stored retryQueueNums is 0 has no retry queue, so its send-backs are dropped
+(Java answers SUCCESS too).
 
 This module must never change an existing message.
 """
@@ -35,9 +36,9 @@ from protocols.rocketmq.handlers.subscription_groups import stored_config
 from protocols.rocketmq.headers import ext_int, ext_required
 from protocols.rocketmq.message_encoding import (
     PROPERTY_DELAY,
-    PROPERTY_KEYS,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
     MessageMeta,
     encode_stored_message,
     from_record,
@@ -49,9 +50,9 @@ from protocols.rocketmq.message_id import (
     offset_message_id,
     topic_hash,
 )
+from protocols.rocketmq.message_index import find_offsets
 from protocols.rocketmq.topic_names import dlq_topic, from_storage, retry_topic, to_storage
 
-QUERY_SCAN_LIMIT = 100_000
 CLIENT_SENDS_MAX_RECONSUME_TIMES = 121  # MQVersion.Version.V3_4_9.ordinal()
 
 
@@ -98,29 +99,26 @@ async def handle_query_message(broker: BrokerLike, conn: ConnectionLike,
     topic, key = ext_required(ext, "topic"), ext_required(ext, "key")
     max_num = max(1, min(ext_int(ext, "maxNum", 32), 64))
     begin, end = ext_int(ext, "beginTimestamp", 0), ext_int(ext, "endTimestamp", 2**62)
+    unique = ext.get("_UNIQUE_KEY_QUERY") == "true"  # a client message id (UNIQ_KEY)
     info = await find_topic(broker, topic)
     found: list[bytes] = []
     for queue_id in range(info.partitions):
         plog = await get_queue(broker, topic, queue_id)
         try:
-            start_at = await plog.offset_for_timestamp(begin)
+            offsets = await find_offsets(plog, key, begin, end, records_of)
+            for offset in offsets[:max_num - len(found)]:
+                record = await read_one(broker, topic, queue_id, offset)
+                _, props, _ = from_record(record)
+                if unique and props.get(PROPERTY_UNIQ_KEY) != key:
+                    continue  # a KEYS word equal to the id is not the message it names
+                found.append(encode_stored_message(
+                    stored_message(broker, to_storage(topic), queue_id, record)))
         except KafkaProtocolError as exc:
             raise StorageError(str(exc)) from exc
-        offset = start_at[0] if start_at is not None else plog.high_watermark
-        scanned = 0
-        while offset < plog.high_watermark and scanned < QUERY_SCAN_LIMIT and len(found) < max_num:
-            records = records_of(await plog.read(offset, 1 << 20), offset)
-            if not records:
-                break
-            for record in records:
-                scanned += 1
-                offset = record.offset + 1
-                if not begin <= record.timestamp <= end:
-                    continue
-                _, props, _ = from_record(record)
-                if key in props.get(PROPERTY_KEYS, "").split(" "):
-                    found.append(encode_stored_message(
-                        stored_message(broker, to_storage(topic), queue_id, record)))
+        except QueryNotFoundError:
+            continue  # trimmed by retention since it was indexed
+        if len(found) >= max_num:
+            break
     if not found:
         raise QueryNotFoundError(f"can not find message, maybe time range not correct: {key}")
     now = int(time.time() * 1000)
