@@ -9,6 +9,7 @@ prints entries/s, MB/s and p50/p99 add latency.
 
     python benchmarks/bench_bookie.py                      # 1 KB and 64 KB, both configs
     python benchmarks/bench_bookie.py --sizes 65536 --configs 1 --bytes 512MiB --window 64
+    python benchmarks/bench_bookie.py --security tls       # none | secret | tls (+ secret)
 
 Measured 2026-11-21 on the 2-core dev VM (shared with other jobs, so +-30%), fsync on,
 window 256, each case on fresh bookies:
@@ -38,6 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -78,15 +80,18 @@ def parse_bytes(text: str) -> int:
 # --- the bookie subprocess ------------------------------------------------------------------
 
 
-async def serve_one_bookie(data_dir: Path, fsync: bool) -> None:
+async def serve_one_bookie(data_dir: Path, fsync: bool, security: Path | None) -> None:
     from ledger_backend.bookie.server import serve_bookie
     from ledger_backend.bookie.storage import open_bookie_storage
     from ledger_backend.bookie.storage_api import BookieStorageConfig
 
     config = BookieStorageConfig(data_dir, fsync=fsync)
+    secret, tls = _security(security)
     with trio.open_signal_receiver(signal.SIGTERM) as signals:
         async with open_bookie_storage(config) as storage, trio.open_nursery() as nursery:
-            address = await nursery.start(serve_bookie, storage, None, "127.0.0.1", 0)
+            address = await nursery.start(functools.partial(
+                serve_bookie, storage, None, "127.0.0.1", 0, secret=secret,
+                ssl_context=tls.server_context() if tls else None))
             print(f"BOOKIE {address}", flush=True)
             started_wall, started_cpu = time.perf_counter(), os.times()
             async for _ in signals:
@@ -105,8 +110,40 @@ async def serve_one_bookie(data_dir: Path, fsync: bool) -> None:
             print(f"STATS {json.dumps(stats)}", flush=True)
 
 
+def _security(directory: Path | None) -> tuple[Any, Any]:
+    """(BookieSecret, BookieTls) from a directory made by _make_security (None, None: off)."""
+    from ledger_backend.bookie.auth import BookieSecret
+    from ledger_backend.bookie.tls import BookieTls
+
+    if directory is None:
+        return None, None
+    secret = BookieSecret.load(file=directory / "secret")
+    cert = directory / "cert.pem"
+    tls = BookieTls(str(cert), str(directory / "key.pem"), str(cert)) if cert.exists() else None
+    return secret, tls
+
+
+def _make_security(directory: Path, kind: str) -> Path | None:
+    """A bookie secret (and, for "tls", a self-signed certificate for 127.0.0.1)."""
+    if kind == "none":
+        return None
+    directory.mkdir()
+    (directory / "secret").write_text("bench-bookie-secret-0123456789\n")
+    (directory / "secret").chmod(0o600)
+    if kind == "tls":
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(directory / "key.pem"),
+             "-out", str(directory / "cert.pem"), "-days", "2", "-subj", "/CN=localhost",
+             "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    return directory
+
+
 class BookieProcesses:
-    def __init__(self, count: int, base_dir: Path, fsync: bool) -> None:
+    def __init__(self, count: int, base_dir: Path, fsync: bool,
+                 security: Path | None = None) -> None:  # fmt: skip
         self.procs: list[subprocess.Popen[str]] = []
         self.addresses: list[str] = []
         for i in range(count):
@@ -115,6 +152,8 @@ class BookieProcesses:
             cmd = [sys.executable, __file__, "--serve-bookie", str(data_dir)]
             if not fsync:
                 cmd.append("--no-fsync")
+            if security is not None:
+                cmd += ["--security-dir", str(security)]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
             self.procs.append(proc)
         for proc in self.procs:
@@ -144,7 +183,7 @@ class BookieProcesses:
 
 async def run_case(
     addresses: list[str], ensemble: tuple[int, int, int], entry_bytes: int, total_bytes: int,
-    window: int, label: str,
+    window: int, label: str, security: Path | None = None,
 ) -> Result:  # fmt: skip
     from ledger_backend.client.bookkeeper import BookKeeper
     from ledger_backend.client.ledger_metadata import AVAILABLE_BOOKIES_PATH
@@ -156,7 +195,8 @@ async def run_case(
     entries = max(window * 4, total_bytes // entry_bytes)
     payload = os.urandom(entry_bytes)
     latencies: list[float] = []
-    async with BookKeeper(store, timeout_s=30) as bk:
+    secret, tls = _security(security)
+    async with BookKeeper(store, timeout_s=30, bookie_secret=secret, bookie_tls=tls) as bk:
         # warm-up ledger: connections, caches, JIT-less Python paths
         warm = await bk.create_ledger(*ensemble)
         for _ in range(min(200, entries)):
@@ -201,6 +241,9 @@ def main() -> None:
     parser.add_argument("--max-entries", type=int, default=100_000)
     parser.add_argument("--window", type=int, default=256, help="appends in flight")
     parser.add_argument("--profile", action="store_true", help="cProfile the client process")
+    parser.add_argument("--security", choices=("none", "secret", "tls"), default="none",
+                        help="bookie connections: open, shared-secret handshake, or TLS + it")
+    parser.add_argument("--security-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     fsync = not args.no_fsync
     if args.serve_bookie is not None:
@@ -210,25 +253,28 @@ def main() -> None:
 
             profiler = cProfile.Profile()
             try:
-                profiler.runcall(trio.run, serve_one_bookie, args.serve_bookie, fsync)
+                profiler.runcall(trio.run, serve_one_bookie, args.serve_bookie, fsync,
+                                 args.security_dir)
             finally:
                 profiler.dump_stats(f"{profile_to}.{os.getpid()}")
         else:
-            trio.run(serve_one_bookie, args.serve_bookie, fsync)
+            trio.run(serve_one_bookie, args.serve_bookie, fsync, args.security_dir)
         return
     total_bytes = parse_bytes(args.bytes)
     print(f"bookies in subprocesses, fsync={'on' if fsync else 'off'}, window={args.window}, "
-          f"cpus={os.cpu_count()}")  # fmt: skip
+          f"security={args.security}, cpus={os.cpu_count()}")  # fmt: skip
     for config in args.configs.split(","):
         count, quorum = {"1": (1, (1, 1, 1)), "3": (3, (3, 2, 2))}[config]
         for size in (int(s) for s in args.sizes.split(",")):
             case_bytes = min(total_bytes, args.max_entries * size)
             label = f"{count} bookie(s) E/Qw/Qa={quorum} {size // 1024}KB"
             with tempfile.TemporaryDirectory(prefix="bench-bookie-") as tmp:
-                bookies = BookieProcesses(count, Path(tmp), fsync)  # fresh bookies per case
+                security = _make_security(Path(tmp) / "security", args.security)
+                bookies = BookieProcesses(count, Path(tmp), fsync, security)  # fresh per case
                 try:
                     case = functools.partial(run_case, bookies.addresses, quorum, size,
-                                             case_bytes, args.window, label)  # fmt: skip
+                                             case_bytes, args.window, label,
+                                             security)  # fmt: skip
                     client_cpu = os.times()
                     if args.profile:
                         import cProfile
