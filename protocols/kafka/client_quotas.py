@@ -10,9 +10,9 @@ specific entity that sets the key, in Kafka's order:
     client-id=C   client-id=<default>
 
 and is metered per that entity (clients sharing an entity share its rate).  Enforced keys:
-`producer_byte_rate` (Produce request bytes) and `consumer_byte_rate` (Fetch answer bytes).
-Kafka's `request_percentage` and `controller_mutation_rate` are refused, not silently stored:
-ledgerwire does not enforce them.
+`producer_byte_rate` (Produce request bytes), `consumer_byte_rate` (Fetch answer bytes) and
+`controller_mutation_rate` (partitions created or deleted, handlers/mutation_quota.py).
+Kafka's `request_percentage` is refused, not silently stored: ledgerwire does not enforce it.
 
 The meter is Kafka's: samples of `SAMPLE_S` seconds over `SAMPLES` samples; when the measured
 rate exceeds the quota the client is throttled for (rate - quota) / quota * window, the time
@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 USER, CLIENT_ID = "user", "client-id"
 ENTITY_TYPES = (USER, CLIENT_ID)
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE = "producer_byte_rate", "consumer_byte_rate"
-ENFORCED_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE})
-KNOWN_UNENFORCED_KEYS = frozenset({"request_percentage", "controller_mutation_rate"})
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+ENFORCED_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE})
+KNOWN_UNENFORCED_KEYS = frozenset({"request_percentage"})
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 SAMPLES, SAMPLE_S = 11, 1.0
 

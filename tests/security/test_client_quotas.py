@@ -2,7 +2,9 @@
 wire, and a confluent-kafka producer held to a 1 MB/s producer_byte_rate quota on its client
 id: 16 MB take about 16 s (the first ~10 MB may burst, as Kafka's 11-second window allows),
 and librdkafka reports the throttle through throttle_cb.  A consumer_byte_rate quota throttles
-Fetch answers the same way: throttle_time_ms, and the connection is not read meanwhile."""
+Fetch answers the same way: throttle_time_ms, and the connection is not read meanwhile.  A
+controller_mutation_rate quota refuses CreateTopics/CreatePartitions with
+THROTTLING_QUOTA_EXCEEDED once a flood of partitions has put the client over it."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 import trio
 from confluent_kafka import Producer
 
+from protocols.kafka.errors import ErrorCode
 from protocols.kafka.record_batch import build_batch
 from tests.kafka_server.kafka_wire_client import WireClient
 from tests.support.standalone import Standalone
@@ -123,3 +126,28 @@ async def test_consumer_byte_rate_quota_throttles_fetches(standalone: Standalone
         assert 10 * 1_000_000 <= offset * 1_000_000 <= (time.monotonic() - started + 11) * QUOTA
     finally:
         await reader.aclose()
+
+
+async def test_controller_mutation_rate_refuses_a_partition_flood(
+        standalone: Standalone) -> None:
+    client = await WireClient.connect(standalone.kafka_port)
+    try:
+        quota = await client.request(49, 1, alter([("user", None)], "controller_mutation_rate",
+                                                  100.0))
+        assert quota["entries"][0]["error_code"] == 0
+
+        def create(name: str, partitions: int) -> dict[str, Any]:
+            return {"topics": [{"name": name, "num_partitions": partitions,
+                                "replication_factor": 1}], "timeout_ms": 30000}
+
+        first = await client.request(19, 7, create("flood-1", 1500), timeout_s=60)
+        assert first["topics"][0]["error_code"] == 0  # under the quota when asked: accepted
+        second = await client.request(19, 7, create("flood-2", 1500), timeout_s=60)
+        assert second["topics"][0]["error_code"] == int(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+        grown = await client.request(37, 3, {"topics": [
+            {"name": "flood-1", "count": 3000, "assignments": None}], "timeout_ms": 30000})
+        assert grown["results"][0]["error_code"] == int(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+        listed = await client.request(3, 12, {"topics": None})
+        assert "flood-2" not in {t["name"] for t in listed["topics"]}
+    finally:
+        await client.aclose()

@@ -9,7 +9,8 @@ accepted for their partition count only.  `validate_only` checks everything and 
 Authorisation: CREATE on the cluster or the topic, DELETE on the topic, ALTER on the topic for
 CreatePartitions (TOPIC_AUTHORIZATION_FAILED per topic otherwise).  A created topic's partition
 count and configs are shown only with DESCRIBE_CONFIGS on it (else topic_config_error_code says
-TOPIC_AUTHORIZATION_FAILED), as Kafka's KafkaApis.
+TOPIC_AUTHORIZATION_FAILED), as Kafka's KafkaApis.  The partitions created or deleted count
+against the client's controller_mutation_rate quota (handlers/mutation_quota.py).
 
 This module must never touch partition data: it only asks the topic service.
 """
@@ -43,6 +44,7 @@ from protocols.kafka.errors import (
 )
 from protocols.kafka.handlers.configs import topic_config_values, validate_topic_configs
 from protocols.kafka.handlers.error_responses import ZERO_UUID, error_code_of, error_message_of
+from protocols.kafka.handlers.mutation_quota import admit_mutation
 from protocols.kafka.handlers.topic_lookup import topic_by_id, validate_topic_name
 
 REPLICATION_FACTOR_SHOWN = 1
@@ -50,7 +52,8 @@ REPLICATION_FACTOR_SHOWN = 1
 MAX_PARTITIONS_PER_TOPIC = 10_000
 
 
-async def _create_one(ctx: RequestContext, t: dict[str, Any], validate_only: bool) -> dict:
+async def _create_one(ctx: RequestContext, header: RequestHeader, t: dict[str, Any],
+                      validate_only: bool) -> dict:
     name: str = t.get("name") or ""
     result: dict[str, Any] = {"name": name, "topic_id": ZERO_UUID, "error_code": 0,
                               "error_message": None, "topic_config_error_code": 0,
@@ -89,6 +92,7 @@ async def _create_one(ctx: RequestContext, t: dict[str, Any], validate_only: boo
         if name in ctx.topics.topics():
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
         if not validate_only:
+            admit_mutation(ctx, header, partitions)
             await ctx.topics.create_topic(name, partitions, configs or None)
             info = ctx.topics.topics().get(name)
             if info is not None:
@@ -126,11 +130,12 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeader, body:
                                          f"multiple entries for topic {name}",
                         "num_partitions": -1, "replication_factor": -1, "configs": None})
             continue
-        out.append(await _create_one(ctx, t, validate_only))
+        out.append(await _create_one(ctx, header, t, validate_only))
     return {"throttle_time_ms": 0, "topics": out}
 
 
-async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> dict:
+async def _delete_one(ctx: RequestContext, header: RequestHeader, name: str | None,
+                      topic_id: Any) -> dict:
     result: dict[str, Any] = {"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": 0,
                               "error_message": None}
     try:
@@ -149,6 +154,7 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> d
             result["topic_id"] = info.topic_id
         if not ctx.authorize(OP_DELETE, RES_TOPIC, name):
             raise TopicAuthorizationFailedError(f"not authorized to delete topic {name}")
+        admit_mutation(ctx, header, info.partitions)
         await ctx.topics.delete_topic(name)
     except Exception as exc:  # noqa: BLE001 - becomes this topic's error code
         result.update(error_code=error_code_of(exc), error_message=error_message_of(exc))
@@ -161,10 +167,11 @@ async def handle_delete_topics(ctx: RequestContext, header: RequestHeader, body:
     else:
         items = [(n, None) for n in body.get("topic_names") or []]
     return {"throttle_time_ms": 0,
-            "responses": [await _delete_one(ctx, n, i) for n, i in items]}
+            "responses": [await _delete_one(ctx, header, n, i) for n, i in items]}
 
 
-async def _grow_one(ctx: RequestContext, t: dict[str, Any], validate_only: bool) -> dict:
+async def _grow_one(ctx: RequestContext, header: RequestHeader, t: dict[str, Any],
+                    validate_only: bool) -> dict:
     name: str = t.get("name") or ""
     result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
     try:
@@ -192,6 +199,7 @@ async def _grow_one(ctx: RequestContext, t: dict[str, Any], validate_only: bool)
                 f"{len(assignments)} assignments provided."
             )
         if not validate_only:
+            admit_mutation(ctx, header, count - info.partitions)
             await ctx.topics.create_partitions(name, count)
     except Exception as exc:  # noqa: BLE001 - becomes this topic's error code
         result.update(error_code=error_code_of(exc), error_message=error_message_of(exc))
@@ -202,4 +210,5 @@ async def handle_create_partitions(ctx: RequestContext, header: RequestHeader,
                                    body: dict) -> dict:
     validate_only = bool(body.get("validate_only", False))
     return {"throttle_time_ms": 0,
-            "results": [await _grow_one(ctx, t, validate_only) for t in body.get("topics") or []]}
+            "results": [await _grow_one(ctx, header, t, validate_only)
+                        for t in body.get("topics") or []]}
