@@ -1,11 +1,11 @@
-"""The admin operations over a running broker, as JSON, and the routes that expose them.
+"""The admin operations over a running broker, as JSON.
 
 `AdminContext` holds the components a process has (metadata store, topic service, namespace
-registry, group coordinator, bookie storages, broker metrics); `build_router` maps the HTTP
-endpoints (listed in README, "Admin HTTP API") onto the operations here and in
-gateway/admin/groups.py.  The CLI (`ledgerwire admin ...`, gateway/cli/admin/) calls these
-endpoints; nothing else changes cluster state behind the topic service's or the namespace
-registry's back.
+registry, group coordinator, bookie storages, broker metrics); gateway/admin/routes.py maps the
+HTTP endpoints (listed in README, "Admin HTTP API") onto the operations here and in
+gateway/admin/groups.py, and the console (gateway/admin/console/) shows them.  The CLI
+(`ledgerwire admin ...`, gateway/cli/admin/) calls these endpoints; nothing else changes
+cluster state behind the topic service's or the namespace registry's back.
 
 This module must never touch the Kafka listener or a partition's ledgers directly: topics go
 through TopicService, groups through the coordinator, namespaces through NamespaceRegistry.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +24,12 @@ from typing import Any
 import trio
 
 from gateway.admin import groups as admin_groups
-from gateway.admin.http_server import HttpError, HttpRequest, HttpResponse, Router
+from gateway.admin.http_server import HttpError, HttpRequest
 from gateway.admin.metrics import (
     BookieGauges,
     BrokerMetrics,
     Histogram,
     MetricsSnapshot,
-    render_metrics,
 )
 from gateway.topics.namespaces import NamespaceError, NamespaceRegistry
 from ledger_backend.autorecovery.under_replication import list_underreplicated
@@ -68,6 +68,8 @@ class AdminContext:
     bookie_lister: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
     broker_lister: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
     owner_of: Callable[[str, int], int | None] | None = None
+    tokens: Any = None  # gateway.security.admin_tokens.TokenStore (the /admin/v1/tokens API)
+    started_at: float = field(default_factory=time.time)
 
     def is_ready(self) -> bool:
         return self.ready and (self.ready_check is None or self.ready_check())
@@ -224,7 +226,8 @@ async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
         under = len(await list_underreplicated(ctx.store))
     except MetadataError:
         under = 0
-    return MetricsSnapshot(ctx.broker_metrics, partitions, lag, bookies, under)
+    return MetricsSnapshot(ctx.broker_metrics, partitions, lag, bookies, under,
+                           started_at=ctx.started_at)
 
 
 async def run_retention(ctx: AdminContext) -> dict[str, Any]:
@@ -235,131 +238,49 @@ async def run_retention(ctx: AdminContext) -> dict[str, Any]:
     return dict(result.to_json())
 
 
-# --- routes -------------------------------------------------------------------------------------
+# --- helpers the routes and the console share ------------------------------------------------
 
-def _wrap(fn: Callable[[HttpRequest], Awaitable[Any]],
-          status: int = 200) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
-    async def handler(request: HttpRequest) -> HttpResponse:
-        try:
-            result = await fn(request)
-        except NamespaceError as exc:
-            raise HttpError(exc.status, str(exc)) from exc
-        except UnknownTopicOrPartitionError as exc:
-            raise HttpError(404, exc.message or "unknown topic") from exc
-        except KafkaProtocolError as exc:
-            raise HttpError(409 if "EXISTS" in exc.code.name else 400,
-                            f"{exc.code.name}: {exc.message}") from exc
-        return HttpResponse.json(result, status)
-    return handler
+async def broker_rows(ctx: AdminContext) -> list[dict[str, Any]]:
+    if ctx.broker_lister is not None:
+        return await ctx.broker_lister()
+    return [{"broker_id": ctx.broker_id, "kafka": ctx.kafka_address, "state": "owning",
+             "partitions_open": len(ctx.topics.open_partitions())}]
 
 
-def _body(request: HttpRequest) -> dict[str, Any]:
+async def translate_errors(action: Awaitable[Any]) -> Any:
+    """Await `action`, turning the services' refusals into HTTP errors."""
+    try:
+        return await action
+    except NamespaceError as exc:
+        raise HttpError(exc.status, str(exc)) from exc
+    except UnknownTopicOrPartitionError as exc:
+        raise HttpError(404, exc.message or "unknown topic") from exc
+    except KafkaProtocolError as exc:
+        raise HttpError(409 if "EXISTS" in exc.code.name else 400,
+                        f"{exc.code.name}: {exc.message}") from exc
+
+
+async def create_topic_checked(ctx: AdminContext, name: str,
+                               body: dict[str, Any]) -> dict[str, Any]:
+    return dict(await translate_errors(create_topic(ctx, name, body)))
+
+
+async def delete_topic_checked(ctx: AdminContext, name: str) -> dict[str, Any]:
+    await translate_errors(ctx.topics.delete_topic(name))
+    return {"deleted": name}
+
+
+def coordinator_of(ctx: AdminContext) -> Any:
+    if ctx.coordinator is None:
+        raise HttpError(503, "no group coordinator in this process")
+    return ctx.coordinator
+
+
+def body_object(request: HttpRequest) -> dict[str, Any]:
     body = request.json()
     if not isinstance(body, dict):
         raise HttpError(400, "body must be a JSON object")
     return body
-
-
-def build_router(ctx: AdminContext) -> Router:
-    r = Router()
-    ns = ctx.namespaces
-    v1 = "/admin/v1"
-
-    async def health(_: HttpRequest) -> HttpResponse:
-        return HttpResponse.json({"status": "ok"})
-
-    async def ready(_: HttpRequest) -> HttpResponse:
-        ready = ctx.is_ready()
-        return HttpResponse.json({"ready": ready}, 200 if ready else 503)
-
-    async def metrics(_: HttpRequest) -> HttpResponse:
-        return HttpResponse.text(render_metrics(await metrics_snapshot(ctx)),
-                                 "text/plain; version=0.0.4; charset=utf-8")
-
-    async def delete_topic(q: HttpRequest) -> dict[str, Any]:
-        await ctx.topics.delete_topic(q.params["topic"])
-        return {"deleted": q.params["topic"]}
-
-    async def delete_namespace(q: HttpRequest) -> dict[str, Any]:
-        full = f"{q.params['tenant']}/{q.params['namespace']}"
-        await ns.delete_namespace(full, [t["topic"] for t in list_topics(ctx, full)])
-        return {"deleted": full}
-
-    async def brokers(_: HttpRequest) -> list[dict[str, Any]]:
-        if ctx.broker_lister is not None:
-            return await ctx.broker_lister()
-        return [{"broker_id": ctx.broker_id, "kafka": ctx.kafka_address, "state": "owning",
-                 "partitions_open": len(ctx.topics.open_partitions())}]
-
-    def coordinator() -> Any:
-        if ctx.coordinator is None:
-            raise HttpError(503, "no group coordinator in this process")
-        return ctx.coordinator
-
-    routes: list[tuple[str, str, Callable[[HttpRequest], Awaitable[Any]], int]] = [
-        ("GET", "/tenants", lambda q: _const(ns.tenants()), 200),
-        ("PUT", "/tenants/{tenant}", lambda q: _created(
-            ns.create_tenant(q.params["tenant"], _body(q).get("allowed_principals")),
-            {"tenant": q.params["tenant"]}), 201),
-        ("DELETE", "/tenants/{tenant}", lambda q: _created(
-            ns.delete_tenant(q.params["tenant"]), {"deleted": q.params["tenant"]}), 200),
-        ("GET", "/namespaces", lambda q: _const(ns.namespaces(q.arg("tenant"))), 200),
-        ("PUT", "/namespaces/{tenant}/{namespace}", lambda q: _created(
-            ns.create_namespace(f"{q.params['tenant']}/{q.params['namespace']}",
-                                _body(q).get("policies")),
-            {"namespace": f"{q.params['tenant']}/{q.params['namespace']}"}), 201),
-        ("GET", "/namespaces/{tenant}/{namespace}", lambda q: _describe_ns(ctx, q), 200),
-        ("DELETE", "/namespaces/{tenant}/{namespace}", delete_namespace, 200),
-        ("GET", "/namespaces/{tenant}/{namespace}/policies", lambda q: _const(
-            ns.policies(f"{q.params['tenant']}/{q.params['namespace']}").to_json()), 200),
-        ("POST", "/namespaces/{tenant}/{namespace}/policies", lambda q: _policies_set(ctx, q),
-         200),
-        ("GET", "/topics", lambda q: _const(list_topics(
-            ctx, q.arg("namespace"), q.arg("include_internal", "false") == "true")), 200),
-        ("GET", "/topics/{topic}", lambda q: describe_topic(ctx, q.params["topic"]), 200),
-        ("PUT", "/topics/{topic}", lambda q: create_topic(ctx, q.params["topic"], _body(q)), 201),
-        ("DELETE", "/topics/{topic}", delete_topic, 200),
-        ("POST", "/topics/{topic}/compact", lambda q: compact_topic(ctx, q.params["topic"]), 200),
-        ("GET", "/topics/{topic}/compaction", lambda q: _const(ctx.topics.compaction.status(
-            q.params["topic"])), 200),
-        ("GET", "/groups", lambda q: _const(admin_groups.list_groups(coordinator())), 200),
-        ("GET", "/groups/{group}", lambda q: admin_groups.describe_group(
-            coordinator(), ctx.topics, q.params["group"]), 200),
-        ("POST", "/groups/{group}/reset-offsets", lambda q: admin_groups.reset_offsets(
-            coordinator(), ctx.topics, q.params["group"], _body(q)), 200),
-        ("GET", "/bookies", lambda q: bookie_rows(ctx), 200),
-        ("POST", "/bookies/gc", lambda q: garbage_collect(ctx), 200),
-        ("GET", "/brokers", brokers, 200),
-        ("POST", "/retention/run", lambda q: run_retention(ctx), 200),
-    ]
-    for method, path, fn, status in routes:
-        r.add(method, v1 + path, _wrap(fn, status))
-    r.add("GET", "/health", health)
-    r.add("GET", "/ready", ready)
-    r.add("GET", "/metrics", metrics)
-    return r
-
-
-async def _const(value: Any) -> Any:
-    return value
-
-
-async def _created(action: Awaitable[Any], answer: Any) -> Any:
-    await action
-    return answer
-
-
-async def _describe_ns(ctx: AdminContext, q: HttpRequest) -> dict[str, Any]:
-    full = f"{q.params['tenant']}/{q.params['namespace']}"
-    return {"namespace": full, "policies": ctx.namespaces.policies(full).to_json(),
-            "topics": [t["topic"] for t in list_topics(ctx, full)]}
-
-
-async def _policies_set(ctx: AdminContext, q: HttpRequest) -> dict[str, Any]:
-    full = f"{q.params['tenant']}/{q.params['namespace']}"
-    policies = await ctx.namespaces.set_policies(full, _body(q))
-    await ctx.topics.reapply_configs()
-    return policies.to_json()
 
 
 def watch_bookie(bookie_id: str, address: str, storage: Any) -> LocalBookie:
@@ -369,26 +290,3 @@ def watch_bookie(bookie_id: str, address: str, storage: Any) -> LocalBookie:
     if journal is not None:
         journal.fsync_observer = hist.observe
     return LocalBookie(bookie_id, address, storage, hist)
-
-
-async def serve_admin_api(ctx: AdminContext, listener: str, *,
-                          task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve the admin API on `listener` ("host:port"; "" = not at all) until cancelled.
-
-    A port already in use is logged and the process runs on without the admin API: the broker's
-    data path matters more than its dashboard.
-    """
-    from gateway.admin.http_server import serve_admin_http
-    from gateway.config.settings import parse_host_port
-
-    if not listener:
-        task_status.started(None)
-        return
-    host, port = parse_host_port(listener)
-    ctx.broker_metrics.topic_names_by_id = lambda topic_id: next(
-        (n for n, i in ctx.topics.topics().items() if i.topic_id == topic_id), None)
-    try:
-        await serve_admin_http(build_router(ctx), host, port, task_status=task_status)
-    except OSError as exc:
-        _log.error("admin HTTP API not started: cannot listen on %s: %s", listener, exc)
-        task_status.started(None)

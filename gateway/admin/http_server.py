@@ -1,42 +1,57 @@
-"""A small HTTP/1.1 server on Trio for the admin API and /metrics (no framework).
+"""The admin listener: hypercorn serving an ASGI application on Trio, with the admin limits.
 
-One task per connection; keep-alive is honoured (HTTP/1.1 default, `Connection: close` ends
-it).  Limits keep a bad or slow client from costing more than a little memory and one task:
-the request head may be at most MAX_HEAD_BYTES, a body at most MAX_BODY_BYTES (checked from
-Content-Length *before* reading it; chunked bodies are refused with 411), each request must
-arrive within REQUEST_TIMEOUT_S, and an idle keep-alive connection is closed after
-IDLE_TIMEOUT_S.  A malformed request gets a 400 and the connection is closed.
+Why these libraries: hypercorn is the maintained ASGI server with a native Trio worker (the
+broker is one Trio program; an asyncio server would need a second event loop), it speaks
+HTTP/1.1 (h11) and HTTP/2 (h2) with their header-size limits and keep-alive handling, and TLS
+comes from the same `ssl.SSLContext` the Kafka listener uses.  The application is Starlette
+(gateway/admin/app.py), which runs on Trio through anyio.  Nothing here parses HTTP by hand.
 
-Routing: `Router.add(method, "/admin/v1/topics/{topic}", handler)`; a handler is
-`async (HttpRequest) -> HttpResponse`.  A handler raising `HttpError` answers its status with a
-JSON {"error": ...}; any other exception is logged and answered 500.
+Limits (README, "Admin HTTP API"): a request head over MAX_HEAD_BYTES is answered 431 (h11's
+incomplete-event limit); a body over MAX_BODY_BYTES 413 -- from Content-Length before reading,
+or while reading an HTTP/2 body; a chunked HTTP/1.1 body 411; a malformed request 400 (h11).
+A head must arrive within REQUEST_TIMEOUT_S of connecting or of the previous answer (also the
+keep-alive idle limit), each read within REQUEST_TIMEOUT_S, a whole body within
+REQUEST_TIMEOUT_S (else 408), and at most MAX_CONNECTIONS connections are served at once (the
+rest wait in the listen backlog).  hypercorn has no connection limit of its own, so `serve`
+runs hypercorn's per-connection server (`hypercorn.trio.tcp_server.TCPServer`) under a
+`trio.CapacityLimiter`; the hypercorn version range is pinned in pyproject.toml for this.
 
-This module must never import protocol or storage code: it only moves bytes and calls handlers.
+`HttpRequest`/`HttpResponse`/`HttpError` are what admin handlers see: plain data, so handlers
+are tested without a server.
+
+This module must never import protocol or storage code: it only moves requests to handlers.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import ssl
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from functools import partial
+from typing import Any, cast
+from urllib.parse import parse_qs
 
 import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import wrap_app
 
 log = logging.getLogger("ledgerwire.admin.http")
 
 MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 1 << 20
 REQUEST_TIMEOUT_S = 10.0
-IDLE_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 256
-_REASONS = {200: "OK", 201: "Created", 204: "No Content", 400: "Bad Request",
-            404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-            409: "Conflict", 411: "Length Required", 413: "Payload Too Large",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            503: "Service Unavailable"}
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class HttpError(Exception):
@@ -54,6 +69,10 @@ class HttpRequest:
     headers: dict[str, str]
     body: bytes
     params: dict[str, str] = field(default_factory=dict)
+    client: str = ""
+    identity: Any = None  # gateway.admin.auth.Identity, set before the handler runs
+    raw_target: str = ""  # path and query as sent
+    scheme: str = "http"
 
     def json(self) -> Any:
         if not self.body:
@@ -67,12 +86,25 @@ class HttpRequest:
         values = self.query.get(name)
         return values[-1] if values else default
 
+    def form(self) -> dict[str, str]:
+        """An application/x-www-form-urlencoded body (the console's forms); {} otherwise."""
+        content_type = self.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/x-www-form-urlencoded" or not self.body:
+            return {}
+        try:
+            pairs = parse_qs(self.body.decode("utf-8"), keep_blank_values=True,
+                             max_num_fields=100, strict_parsing=True)
+        except (UnicodeDecodeError, ValueError):
+            raise HttpError(400, "the form is not URL-encoded UTF-8") from None
+        return {k: v[-1] for k, v in pairs.items()}
+
 
 @dataclass
 class HttpResponse:
     status: int = 200
     body: bytes = b""
     content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def json(cls, value: Any, status: int = 200) -> HttpResponse:
@@ -84,188 +116,108 @@ class HttpResponse:
         return cls(status, text.encode(), content_type)
 
 
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+def error_body(status: int, message: str) -> bytes:
+    return json.dumps({"error": message}).encode() + b"\n"
 
 
-class Router:
-    def __init__(self) -> None:
-        self._routes: list[tuple[str, list[str], Handler]] = []
-
-    def add(self, method: str, pattern: str, handler: Handler) -> None:
-        self._routes.append((method.upper(), pattern.strip("/").split("/"), handler))
-
-    def routes(self) -> list[tuple[str, str]]:
-        return [(m, "/" + "/".join(parts)) for m, parts, _ in self._routes]
-
-    def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
-        segments = [unquote(s) for s in path.strip("/").split("/")]
-        path_known = False
-        for route_method, parts, handler in self._routes:
-            if len(parts) != len(segments):
-                continue
-            params: dict[str, str] = {}
-            for part, seg in zip(parts, segments, strict=True):
-                if part.startswith("{") and part.endswith("}"):
-                    if not seg:
-                        break
-                    params[part[1:-1]] = seg
-                elif part != seg:
-                    break
-            else:
-                path_known = True
-                if route_method == method:
-                    return handler, params
-        if path_known:
-            raise HttpError(405, f"{method} not allowed on {path}")
-        raise HttpError(404, f"no such endpoint: {path}")
+async def _send_error(send: Send, status: int, message: str) -> None:
+    body = error_body(status, message)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
 
 
-class _Reader:
-    """Reads a request head and body from a stream with the limits above."""
+class BodyLimits:
+    """ASGI middleware: refuse chunked and oversize bodies, bound the time a body may take."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self._stream = stream
-        self._buffer = bytearray()
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
-    async def head(self) -> bytes | None:
-        """The bytes up to the blank line, or None when the peer closed before sending any."""
-        while True:
-            end = self._buffer.find(b"\r\n\r\n")
-            if end >= 0:
-                head = bytes(self._buffer[:end])
-                del self._buffer[:end + 4]
-                return head
-            if len(self._buffer) > MAX_HEAD_BYTES:
-                raise HttpError(431, "request head too large")
-            data = await self._stream.receive_some(65536)
-            if not data:
-                if self._buffer:
-                    raise HttpError(400, "connection closed inside a request head")
-                return None
-            self._buffer += data
-
-    async def body(self, length: int) -> bytes:
-        while len(self._buffer) < length:
-            data = await self._stream.receive_some(65536)
-            if not data:
-                raise HttpError(400, "connection closed inside a request body")
-            self._buffer += data
-        body = bytes(self._buffer[:length])
-        del self._buffer[:length]
-        return body
-
-
-def parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
-        raise HttpError(400, "undecodable head") from None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise HttpError(400, "bad request line")
-    method, target, version = parts
-    if not method.isalpha() or not target.startswith("/"):
-        raise HttpError(400, "bad request line")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise HttpError(400, f"bad header line {line[:40]!r}")
-        headers[name.lower()] = value.strip()
-    return method.upper(), target, version, headers
-
-
-def encode_response(resp: HttpResponse, keep_alive: bool, head_only: bool = False) -> bytes:
-    reason = _REASONS.get(resp.status, "Status")
-    head = (f"HTTP/1.1 {resp.status} {reason}\r\n"
-            f"Content-Type: {resp.content_type}\r\n"
-            f"Content-Length: {len(resp.body)}\r\n"
-            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
-    return head.encode("latin-1") + (b"" if head_only else resp.body)
-
-
-def _error(status: int, message: str) -> HttpResponse:
-    return HttpResponse.json({"error": message}, status)
-
-
-async def _read_request(reader: _Reader) -> tuple[HttpRequest, bool] | None:
-    head = await reader.head()
-    if head is None:
-        return None
-    method, target, version, headers = parse_head(head)
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        raise HttpError(411, "chunked bodies are not accepted; send Content-Length")
-    try:
-        length = int(headers.get("content-length", "0"))
-    except ValueError:
-        raise HttpError(400, "bad Content-Length") from None
-    if length < 0:
-        raise HttpError(400, "bad Content-Length")
-    if length > MAX_BODY_BYTES:
-        raise HttpError(413, f"body over {MAX_BODY_BYTES} bytes")
-    body = await reader.body(length)
-    url = urlsplit(target)
-    connection = headers.get("connection", "").lower()
-    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return HttpRequest(method, url.path, parse_qs(url.query), headers, body), keep_alive
-
-
-async def _handle_connection(router: Router, stream: trio.SocketStream) -> None:
-    reader = _Reader(stream)
-    try:
-        async with stream:
-            first = True
-            while True:
-                timeout = REQUEST_TIMEOUT_S if first else IDLE_TIMEOUT_S
-                first = False
-                request_and_keep: tuple[HttpRequest, bool] | None = None
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = -1
+        for name, value in scope.get("headers", ()):
+            if name == b"transfer-encoding" and b"chunked" in value.lower():
+                await _send_error(send, 411, "chunked bodies are not accepted; "
+                                             "send Content-Length")
+                return
+            if name == b"content-length":
                 try:
-                    with trio.fail_after(timeout):
-                        request_and_keep = await _read_request(reader)
-                except HttpError as exc:
-                    await stream.send_all(encode_response(_error(exc.status, exc.message), False))
-                    return
-                except trio.TooSlowError:
-                    return
-                if request_and_keep is None:
-                    return
-                request, keep_alive = request_and_keep
-                response = await _dispatch(router, request)
-                with trio.fail_after(REQUEST_TIMEOUT_S):
-                    await stream.send_all(encode_response(response, keep_alive,
-                                                          request.method == "HEAD"))
-                if not keep_alive:
-                    return
-    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
-        pass
+                    length = int(value)
+                except ValueError:
+                    length = -2
+        if length == -2 or length < -1:
+            await _send_error(send, 400, "bad Content-Length")
+            return
+        if length > MAX_BODY_BYTES:
+            await _send_error(send, 413, f"body over {MAX_BODY_BYTES} bytes")
+            return
+        received = 0
+        deadline = trio.current_time() + REQUEST_TIMEOUT_S
+
+        async def bounded_receive() -> Message:
+            nonlocal received
+            with trio.move_on_at(deadline) as scope_:
+                message = await receive()
+            if scope_.cancelled_caught:
+                raise HttpError(408, "the request body took too long")
+            if message.get("type") == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY_BYTES:
+                    raise HttpError(413, f"body over {MAX_BODY_BYTES} bytes")
+            return message
+
+        await self.app(scope, bounded_receive, send)
 
 
-async def _dispatch(router: Router, request: HttpRequest) -> HttpResponse:
-    method = "GET" if request.method == "HEAD" else request.method
-    try:
-        handler, params = router.match(method, request.path)
-        request.params = params
-        return await handler(request)
-    except HttpError as exc:
-        return _error(exc.status, exc.message)
-    except Exception as exc:  # a handler bug answers 500 and the server keeps going
-        log.exception("admin request failed", extra={"path": request.path})
-        return _error(500, f"{type(exc).__name__}: {exc}")
+def hypercorn_config() -> HypercornConfig:
+    config = HypercornConfig()
+    config.h11_max_incomplete_size = MAX_HEAD_BYTES
+    config.h2_max_header_list_size = MAX_HEAD_BYTES
+    config.keep_alive_timeout = REQUEST_TIMEOUT_S
+    config.read_timeout = int(REQUEST_TIMEOUT_S)
+    config.ssl_handshake_timeout = REQUEST_TIMEOUT_S
+    config.graceful_timeout = 2.0
+    config.include_server_header = False
+    config.accesslog = None
+    config.errorlog = log
+    return config
 
 
-async def serve_admin_http(router: Router, host: str, port: int, *,
-                           task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve until cancelled; `task_status.started(bound port)`."""
-    listeners = await trio.open_tcp_listeners(port, host=host or None)
+def admin_ssl_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+    """A server context for the admin listener from the Kafka listener's certificate settings
+    (a context of its own: ALPN offers h2 and http/1.1 here, not on the Kafka port)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    return context
+
+
+async def serve(app: ASGIApp, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
+                task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve `app` until cancelled; `task_status.started(bound port)`."""
+    config = hypercorn_config()
+    wrapped = wrap_app(cast(Any, BodyLimits(app)), config.wsgi_max_body_size, "asgi")
+    context = WorkerContext(None)
+    listeners: list[Any] = list(await trio.open_tcp_listeners(port, host=host or None))
     bound = listeners[0].socket.getsockname()[1]
+    if ssl_context is not None:
+        listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True)
+                     for listener in listeners]
     limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
 
-    async def limited(stream: trio.SocketStream) -> None:
+    async def connection(stream: trio.abc.Stream) -> None:
         async with limiter:
-            await _handle_connection(router, stream)
+            await TCPServer(wrapped, config, context, ConnectionState({}),
+                            cast(Any, stream)).run()
 
     async with trio.open_nursery() as nursery:
         task_status.started(bound)
-        log.info("admin http listening", extra={"admin": f"{host}:{bound}"})
-        await trio.serve_listeners(limited, listeners, handler_nursery=nursery)
+        log.info("admin http listening", extra={
+            "admin": f"{'https' if ssl_context else 'http'}://{host}:{bound}"})
+        await trio.serve_listeners(partial(connection), listeners, handler_nursery=nursery)

@@ -1,11 +1,16 @@
-"""Prometheus text-format metrics, pulled from the components when /metrics is scraped.
+"""Broker metrics, pulled from the components when /metrics is scraped, exposed through
+prometheus_client.
 
 Nothing here is global: the components keep plain counters (a bookie's read cache hits and
 misses, its disk usage, a partition's high watermark, a group's committed offsets) and the two
 places that need timing get an observer object passed in -- `BrokerMetrics.observe_request`
 (set as `KafkaBroker.request_observer`) and a `Histogram.observe` (set as a bookie journal's
-`fsync_observer`).  `render_metrics` reads them all and writes the exposition format
-(https://prometheus.io/docs/instrumenting/exposition_formats/, text 0.0.4).
+`fsync_observer`); both stay plain integer arithmetic on the request path.  A scrape builds a
+`SnapshotCollector` (a prometheus_client custom collector) over one snapshot, and
+prometheus_client writes the exposition: the Prometheus text format 0.0.4, or OpenMetrics 1.0
+when the scraper's Accept header asks for it.  Why prometheus_client: it is the Prometheus
+project's own Python client, so names, escaping, histogram buckets and both formats are
+written the way Prometheus parses them, and nothing here writes the format by hand.
 
 This module must never block, open sockets, or change the components it reads.
 """
@@ -15,9 +20,13 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                      2.5, 5.0, 10.0)
@@ -160,6 +169,7 @@ class MetricsSnapshot:
 
 
 def _fmt(value: float) -> str:
+    """A bucket bound as Prometheus writes it ("0.25", "5", "+Inf")."""
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     if float(value).is_integer() and abs(value) < 1e15:
@@ -167,88 +177,74 @@ def _fmt(value: float) -> str:
     return repr(float(value))
 
 
-def _labels(labels: Mapping[str, Any]) -> str:
-    if not labels:
-        return ""
-    parts = []
-    for k, v in labels.items():
-        text = str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-        parts.append(f'{k}="{text}"')
-    return "{" + ",".join(parts) + "}"
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(self, name: str, kind: str, help_text: str) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
-
-    def sample(self, name: str, labels: Mapping[str, Any], value: float) -> None:
-        self.lines.append(f"{name}{_labels(labels)} {_fmt(value)}")
-
-    def histogram(self, name: str, labels: Mapping[str, Any], hist: Histogram) -> None:
-        for bound, cumulative in hist.cumulative():
-            self.sample(f"{name}_bucket", {**labels, "le": bound}, cumulative)
-        self.sample(f"{name}_sum", labels, hist.sum)
-        self.sample(f"{name}_count", labels, hist.count)
-
-
 def _ratio(hits: int, misses: int) -> float:
     return hits / (hits + misses) if hits + misses else 0.0
 
 
-def render_metrics(snap: MetricsSnapshot) -> str:
-    """The Prometheus text exposition of one snapshot."""
-    w = _Writer()
-    traffic = sorted(snap.broker.traffic.items())
-    for metric, attr, help_text in (
-        ("ledgerwire_topic_produce_bytes_total", "produce_bytes", "bytes produced to a topic"),
-        ("ledgerwire_topic_produce_messages_total", "produce_messages", "records produced"),
-        ("ledgerwire_topic_fetch_bytes_total", "fetch_bytes", "bytes fetched from a topic"),
-        ("ledgerwire_topic_fetch_messages_total", "fetch_messages", "records fetched"),
-    ):
-        w.family(metric, "counter", help_text)
-        for topic, t in traffic:
-            w.sample(metric, {"topic": topic}, getattr(t, attr))
-    w.family("ledgerwire_request_latency_seconds", "histogram",
-             "Kafka request handling time per API")
-    for api, hist in sorted(snap.broker.api_latency.items()):
-        w.histogram("ledgerwire_request_latency_seconds", {"api": api}, hist)
-    w.family("ledgerwire_consumer_group_lag", "gauge",
-             "log end offset minus the group's committed offset")
-    for group, topic, partition, lag in snap.group_lag:
-        w.sample("ledgerwire_consumer_group_lag",
-                 {"group": group, "topic": topic, "partition": partition}, lag)
-    _partition_families(w, snap.partitions)
-    _bookie_families(w, snap.bookies)
-    w.family("ledgerwire_under_replicated_ledgers", "gauge",
-             "ledgers marked under-replicated by the auditor")
-    w.sample("ledgerwire_under_replicated_ledgers", {}, snap.under_replicated_ledgers)
-    w.family("ledgerwire_cache_hit_ratio", "gauge", "hits / (hits + misses) per cache")
-    hits = sum(b.read_cache_hits for b in snap.bookies)
-    misses = sum(b.read_cache_misses for b in snap.bookies)
-    w.sample("ledgerwire_cache_hit_ratio", {"cache": "bookie_read"}, _ratio(hits, misses))
-    w.family("ledgerwire_start_time_seconds", "gauge", "process start, unix seconds")
-    w.sample("ledgerwire_start_time_seconds", {}, snap.started_at)
-    return "\n".join(w.lines) + "\n"
+def _histogram(family: HistogramMetricFamily, labels: list[str], hist: Histogram) -> None:
+    family.add_metric(labels, [(bound, float(n)) for bound, n in hist.cumulative()], hist.sum)
 
 
-def _partition_families(w: _Writer, partitions: Iterable[dict[str, Any]]) -> None:
-    rows = list(partitions)
+class SnapshotCollector:
+    """A prometheus_client collector over one snapshot (a fresh one per scrape)."""
+
+    def __init__(self, snap: MetricsSnapshot) -> None:
+        self.snap = snap
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snap
+        traffic = sorted(snap.broker.traffic.items())
+        for metric, attr, help_text in (
+            ("ledgerwire_topic_produce_bytes", "produce_bytes", "bytes produced to a topic"),
+            ("ledgerwire_topic_produce_messages", "produce_messages", "records produced"),
+            ("ledgerwire_topic_fetch_bytes", "fetch_bytes", "bytes fetched from a topic"),
+            ("ledgerwire_topic_fetch_messages", "fetch_messages", "records fetched"),
+        ):
+            counter = CounterMetricFamily(metric, help_text, labels=["topic"])
+            for topic, t in traffic:
+                counter.add_metric([topic], getattr(t, attr))
+            yield counter
+        latency = HistogramMetricFamily("ledgerwire_request_latency_seconds",
+                                        "Kafka request handling time per API", labels=["api"])
+        for api, hist in sorted(snap.broker.api_latency.items()):
+            _histogram(latency, [api], hist)
+        yield latency
+        lag = GaugeMetricFamily("ledgerwire_consumer_group_lag",
+                                "log end offset minus the group's committed offset",
+                                labels=["group", "topic", "partition"])
+        for group, topic, partition, value in snap.group_lag:
+            lag.add_metric([group, topic, str(partition)], value)
+        yield lag
+        yield from _partition_families(snap.partitions)
+        yield from _bookie_families(snap.bookies)
+        yield GaugeMetricFamily("ledgerwire_under_replicated_ledgers",
+                                "ledgers marked under-replicated by the auditor",
+                                value=snap.under_replicated_ledgers)
+        ratio = GaugeMetricFamily("ledgerwire_cache_hit_ratio", "hits / (hits + misses) per cache",
+                                  labels=["cache"])
+        ratio.add_metric(["bookie_read"], _ratio(sum(b.read_cache_hits for b in snap.bookies),
+                                                 sum(b.read_cache_misses for b in snap.bookies)))
+        yield ratio
+        yield GaugeMetricFamily("ledgerwire_start_time_seconds", "process start, unix seconds",
+                                value=snap.started_at)
+
+
+def _partition_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
     for metric, key, help_text in (
         ("ledgerwire_partition_ledgers", "ledgers", "ledgers in a partition's managed ledger"),
         ("ledgerwire_partition_size_bytes", "bytes", "stored bytes of a partition"),
         ("ledgerwire_partition_log_end_offset", "log_end", "high watermark"),
         ("ledgerwire_partition_log_start_offset", "log_start", "first offset still stored"),
     ):
-        w.family(metric, "gauge", help_text)
+        gauge = GaugeMetricFamily(metric, help_text, labels=["topic", "partition"])
         for row in rows:
-            w.sample(metric, {"topic": row["topic"], "partition": row["partition"]}, row[key])
-    w.family("ledgerwire_ledgers", "gauge", "ledgers held by the partitions open here")
-    w.sample("ledgerwire_ledgers", {}, sum(r["ledgers"] for r in rows))
+            gauge.add_metric([row["topic"], str(row["partition"])], row[key])
+        yield gauge
+    yield GaugeMetricFamily("ledgerwire_ledgers", "ledgers held by the partitions open here",
+                            value=sum(r["ledgers"] for r in rows))
     compacted = [r for r in rows if r.get("compaction")]
+    if not compacted:
+        return
     for metric, key, help_text in (
         ("ledgerwire_compaction_bytes_before", "bytes_before", "bytes of the last pass' input"),
         ("ledgerwire_compaction_bytes_after", "bytes_after", "bytes of the last pass' output"),
@@ -259,37 +255,54 @@ def _partition_families(w: _Writer, partitions: Iterable[dict[str, Any]]) -> Non
         ("ledgerwire_compaction_lag_offsets", "lag", "offsets above the compaction point"),
         ("ledgerwire_compaction_passes", "passes", "compaction passes that rewrote ledgers"),
     ):
-        if not compacted:
-            break
-        w.family(metric, "gauge", help_text)
+        gauge = GaugeMetricFamily(metric, help_text, labels=["topic", "partition"])
         for row in compacted:
-            w.sample(metric, {"topic": row["topic"], "partition": row["partition"]},
-                     row["compaction"][key])
+            gauge.add_metric([row["topic"], str(row["partition"])], row["compaction"][key])
+        yield gauge
 
 
-def _bookie_families(w: _Writer, bookies: Sequence[BookieGauges]) -> None:
-    w.family("ledgerwire_bookie_disk_used_bytes", "gauge", "used bytes of a bookie's filesystem")
-    for b in bookies:
-        w.sample("ledgerwire_bookie_disk_used_bytes", {"bookie": b.bookie_id}, b.disk_used_bytes)
-    w.family("ledgerwire_bookie_disk_total_bytes", "gauge", "size of a bookie's filesystem")
-    for b in bookies:
-        w.sample("ledgerwire_bookie_disk_total_bytes", {"bookie": b.bookie_id},
-                 b.disk_total_bytes)
-    w.family("ledgerwire_bookie_read_only", "gauge", "1 when the bookie refuses writes")
-    for b in bookies:
-        w.sample("ledgerwire_bookie_read_only", {"bookie": b.bookie_id},
-                 1 if b.state == "read-only" else 0)
-    w.family("ledgerwire_bookie_read_cache_hits_total", "counter", "bookie read cache hits")
-    for b in bookies:
-        w.sample("ledgerwire_bookie_read_cache_hits_total", {"bookie": b.bookie_id},
-                 b.read_cache_hits)
-    w.family("ledgerwire_bookie_read_cache_misses_total", "counter", "bookie read cache misses")
-    for b in bookies:
-        w.sample("ledgerwire_bookie_read_cache_misses_total", {"bookie": b.bookie_id},
-                 b.read_cache_misses)
-    w.family("ledgerwire_journal_fsync_seconds", "histogram",
-             "bookie journal group write + fsync time")
+def _bookie_families(bookies: Sequence[BookieGauges]) -> Iterator[Metric]:
+    def per_bookie(cls: Any, name: str, help_text: str, value: Any) -> Metric:
+        family = cls(name, help_text, labels=["bookie"])
+        for b in bookies:
+            family.add_metric([b.bookie_id], value(b))
+        return family
+
+    yield per_bookie(GaugeMetricFamily, "ledgerwire_bookie_disk_used_bytes",
+                     "used bytes of a bookie's filesystem", lambda b: b.disk_used_bytes)
+    yield per_bookie(GaugeMetricFamily, "ledgerwire_bookie_disk_total_bytes",
+                     "size of a bookie's filesystem", lambda b: b.disk_total_bytes)
+    yield per_bookie(GaugeMetricFamily, "ledgerwire_bookie_read_only",
+                     "1 when the bookie refuses writes",
+                     lambda b: 1 if b.state == "read-only" else 0)
+    yield per_bookie(CounterMetricFamily, "ledgerwire_bookie_read_cache_hits",
+                     "bookie read cache hits", lambda b: b.read_cache_hits)
+    yield per_bookie(CounterMetricFamily, "ledgerwire_bookie_read_cache_misses",
+                     "bookie read cache misses", lambda b: b.read_cache_misses)
+    fsync = HistogramMetricFamily("ledgerwire_journal_fsync_seconds",
+                                  "bookie journal group write + fsync time", labels=["bookie"])
     for b in bookies:
         if b.journal_fsync is not None:
-            w.histogram("ledgerwire_journal_fsync_seconds", {"bookie": b.bookie_id},
-                        b.journal_fsync)
+            _histogram(fsync, [b.bookie_id], b.journal_fsync)
+    yield fsync
+
+
+def render_metrics(snap: MetricsSnapshot, accept: str = "") -> tuple[bytes, str]:
+    """(body, content type) of one snapshot: OpenMetrics when the scraper's Accept header asks
+    for it, else the Prometheus text format 0.0.4 (prometheus_client's negotiation)."""
+    encoder, content_type = choose_encoder(accept)
+    return encoder(SnapshotCollector(snap)), content_type
+
+
+def traffic_totals(broker: BrokerMetrics) -> dict[str, Any]:
+    """The console's live charts: the same counters as /metrics, summed, as JSON."""
+    totals = TopicTraffic()
+    for t in broker.traffic.values():
+        totals.produce_bytes += t.produce_bytes
+        totals.produce_messages += t.produce_messages
+        totals.fetch_bytes += t.fetch_bytes
+        totals.fetch_messages += t.fetch_messages
+    latency = {api: {"count": h.count, "sum": h.sum} for api, h in broker.api_latency.items()}
+    return {"produce_bytes": totals.produce_bytes, "produce_messages": totals.produce_messages,
+            "fetch_bytes": totals.fetch_bytes, "fetch_messages": totals.fetch_messages,
+            "latency": latency}

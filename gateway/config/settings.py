@@ -8,6 +8,7 @@ it never opens sockets or files other than the TOML file it is given.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,8 +113,15 @@ class RetentionConfig:
 
 @dataclass
 class AdminConfig:
-    listener: str = "0.0.0.0:8080"  # admin HTTP API, /health, /ready, /metrics; "" = off
+    # admin HTTP API, console, /health, /ready, /metrics; "" = off.  "auto": 0.0.0.0:8080 when
+    # admin authentication is on, else 127.0.0.1:8080 (loopback only)
+    listener: str = "auto"
     default_namespace: str = "public/default"  # where a Kafka topic without a mapping lives
+    # HTTP Basic (SASL/SCRAM users) or Bearer (admin tokens), ACLs as for Kafka.  "auto": on
+    # unless the Kafka listener is PLAINTEXT and no users are configured
+    authentication: str = "auto"  # auto | on | off
+    metrics_authentication: bool = True  # false: /metrics answers without credentials
+    tls: str = "auto"  # auto: HTTPS when the Kafka listener uses TLS (its certificate) | on | off
 
 
 @dataclass
@@ -228,8 +236,44 @@ class Config:
             raise ConfigError("log.format must be 'json' or 'text'")
         self._validate_security()
         self._validate_rocketmq_acl()
-        if self.admin.listener:
-            parse_host_port(self.admin.listener)
+        self._validate_admin()
+
+    def admin_authentication(self) -> bool:
+        """Is the admin surface authenticated? (See AdminConfig.authentication.)"""
+        if self.admin.authentication == "auto":
+            return (self.kafka.security_protocol != "PLAINTEXT" or bool(self.security.users)
+                    or bool(self.security.users_file))
+        return self.admin.authentication == "on"
+
+    def admin_listener(self) -> str:
+        """The admin listener to bind ("" = none), with "auto" resolved."""
+        if self.admin.listener == "auto":
+            return "0.0.0.0:8080" if self.admin_authentication() else "127.0.0.1:8080"
+        return self.admin.listener
+
+    def admin_tls(self) -> bool:
+        if self.admin.tls == "auto":
+            return self.kafka.security_protocol in ("SSL", "SASL_SSL")
+        return self.admin.tls == "on"
+
+    def _validate_admin(self) -> None:
+        admin = self.admin
+        if admin.authentication not in ("auto", "on", "off"):
+            raise ConfigError("admin.authentication must be auto, on or off")
+        if admin.tls not in ("auto", "on", "off"):
+            raise ConfigError("admin.tls must be auto, on or off")
+        if self.admin_tls() and not (self.kafka.ssl_certfile and self.kafka.ssl_keyfile):
+            raise ConfigError("admin.tls needs kafka.ssl_certfile and kafka.ssl_keyfile")
+        listener = self.admin_listener()
+        if not listener:
+            return
+        host, _ = parse_host_port(listener)
+        if (not self.admin_authentication() and self.kafka.security_protocol != "PLAINTEXT"
+                and not is_loopback(host)):
+            raise ConfigError(
+                f"admin.authentication is off on a {self.kafka.security_protocol} broker: the "
+                f"admin listener {listener} would let anyone who reaches it change the cluster; "
+                "bind it to 127.0.0.1 or turn admin.authentication on")
 
     def _validate_security(self) -> None:
         k = self.kafka
@@ -294,6 +338,16 @@ class Config:
             "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         )
         return adv_host, self.kafka.advertised_port or port
+
+
+def is_loopback(host: str) -> bool:
+    """Does `host` name only this machine (127.0.0.0/8, ::1, localhost)?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _apply_table(target: Any, table: dict[str, Any], where: str) -> None:

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 
 import trio
 
-from gateway.admin.api import serve_admin_api
+from gateway.admin.listener import admin_auth, admin_tls, announce
+from gateway.admin.routes import serve_admin_api
 from gateway.cluster.broker_registry import ClusterLayout, init_cluster
 from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService, bundle_of
 from gateway.config.settings import Config
@@ -326,7 +327,11 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                 background.start_soon(rocketmq.run)
             admin.kafka_address = f"{adv_host}:{broker.advertised_port}"
             # Up before registration, so that /ready says 503 while the broker joins.
-            admin_port = await servers.start(serve_admin_api, admin, config.admin.listener)
+            auth = admin_auth(config, store, security.kafka.credentials, security.authorizer)
+            admin_port = await servers.start(partial(
+                serve_admin_api, admin, config.admin_listener(), auth,
+                ssl_context=admin_tls(config)))
+            announce(config, auth, admin_port)
             owner_scope = trio.CancelScope()
 
             async def run_ownership(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

@@ -44,6 +44,7 @@ from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService
 from gateway.cluster.peer_client import PeerSecurity, peer_security_from_config
 from gateway.config.settings import Config
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+from gateway.security.admin_tokens import TokenStore
 from gateway.security.setup import KafkaSecurity, setup_kafka_security
 from gateway.security.tenant_authorizer import TenantAuthorizer
 from gateway.topics.backlog_quota import BacklogQuotas
@@ -394,7 +395,8 @@ def build_admin(config: Config, store: MetadataStore, topics: Any,
                                   namespaces)
     admin = AdminContext(store, owned, namespaces, groups, BrokerMetrics(), [],
                          config.kafka.broker_id, kafka_address,
-                         retention=RetentionPolicies(owned, namespaces, groups, scope=scope))
+                         retention=RetentionPolicies(owned, namespaces, groups, scope=scope),
+                         tokens=TokenStore(store))
     # Backlog quotas: checked on owned partitions only, counting groups coordinated anywhere
     # (the scope's committed floors); the produce/send handlers ask the real topic service.
     quotas = BacklogQuotas(owned, namespaces, groups, scope=scope)

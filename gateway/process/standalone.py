@@ -22,8 +22,10 @@ from typing import Any
 
 import trio
 
-from gateway.admin.api import AdminContext, LocalBookie, serve_admin_api, watch_bookie
+from gateway.admin.api import AdminContext, LocalBookie, watch_bookie
+from gateway.admin.listener import admin_auth, admin_tls, announce
 from gateway.admin.metrics import BrokerMetrics
+from gateway.admin.routes import serve_admin_api
 from gateway.config.listen_errors import naming_listener
 from gateway.config.settings import Config
 from gateway.coordinator.offset_store import LedgerOffsetStore
@@ -32,6 +34,7 @@ from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
 from gateway.rocketmq.setup import build_rocketmq
+from gateway.security.admin_tokens import TokenStore
 from gateway.security.quota_store import QuotaStore
 from gateway.security.setup import setup_kafka_security
 from gateway.security.tenant_authorizer import TenantAuthorizer
@@ -222,7 +225,8 @@ async def run_standalone(
         broker.request_observer = broker_metrics.observe_request
         admin = AdminContext(store, topics, namespaces, coordinator, broker_metrics,
                              local_bookies, config.kafka.broker_id, f"{adv_host}:{adv_port}",
-                             retention=RetentionPolicies(topics, namespaces, coordinator))
+                             retention=RetentionPolicies(topics, namespaces, coordinator),
+                             tokens=TokenStore(store))
         background.start_soon(admin.retention.run)
         backlog_quotas = BacklogQuotas(topics, namespaces, coordinator)
         topics.backlog_quotas = backlog_quotas  # the produce/send handlers ask it
@@ -246,9 +250,14 @@ async def run_standalone(
             if rocketmq is not None:
                 await rocketmq.serve(servers)
             admin.ready = True
-            with naming_listener("admin API", config.admin.listener, "admin.listener",
+            auth = admin_auth(config, store, security.credentials,
+                              TenantAuthorizer(security.authorizer, namespaces))
+            with naming_listener("admin API", config.admin_listener(), "admin.listener",
                                  "--admin-listener"):
-                admin_port = await servers.start(serve_admin_api, admin, config.admin.listener)
+                admin_port = await servers.start(partial(
+                    serve_admin_api, admin, config.admin_listener(), auth,
+                    ssl_context=admin_tls(config)))
+            announce(config, auth, admin_port)
             log.info(
                 "ledgerwire standalone ready",
                 extra={

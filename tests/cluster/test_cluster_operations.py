@@ -9,6 +9,7 @@ Traffic comes from confluent-kafka; /metrics is parsed with prometheus_client's 
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
@@ -173,9 +174,16 @@ async def test_keep_running_restarts_a_failed_loop(autojump_clock: Any) -> None:
 # --- a real cluster ---------------------------------------------------------------------------
 
 def http(cluster: Cluster, node_id: int, method: str, path: str,
-         body: Any = None) -> tuple[int, Any]:
+         body: Any = None, *, user: str | None = USER,
+         password: str = PASSWORD) -> tuple[int, Any]:
+    """An admin API call, by default as the super user (user=None: no credentials)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(cluster.admin_url(node_id) + path, data=data, method=method)
+    headers = {}
+    if user is not None:
+        pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {pair}"
+    request = urllib.request.Request(cluster.admin_url(node_id) + path, data=data, method=method,
+                                     headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             status, payload, ctype = response.status, response.read(), \
@@ -264,6 +272,27 @@ def test_health_ready_brokers_and_bookies_on_both_brokers(cluster: Cluster) -> N
         bookies = ok(cluster, node_id, "GET", "/admin/v1/bookies")
         assert sorted(b["bookie"] for b in bookies) == bookie_ids
         assert all(b["state"] == "available" for b in bookies)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_cluster_brokers_refuse_admin_calls_without_the_shared_credentials(
+        cluster: Cluster) -> None:
+    """Each broker's admin listener checks the users kept in ZooKeeper, as its Kafka listener
+    does: no credentials or a wrong password get 401 on every kind of route, the shared super
+    user passes on both brokers."""
+    routes = [("GET", "/admin/v1/topics"), ("GET", "/admin/v1/brokers"),
+              ("GET", "/admin/v1/groups"), ("GET", "/admin/v1/tenants"),
+              ("PUT", "/admin/v1/topics/anon-topic"), ("DELETE", "/admin/v1/topics/anon-topic"),
+              ("POST", "/admin/v1/retention/run"), ("POST", "/admin/v1/bookies/gc"),
+              ("GET", "/metrics"), ("GET", "/"), ("GET", "/console/topics")]
+    for node_id in (1, 2):
+        for method, path in routes:
+            body = {} if method in ("PUT", "POST") else None
+            assert http(cluster, node_id, method, path, body, user=None)[0] == 401, path
+            assert http(cluster, node_id, method, path, body, password="wrong")[0] == 401, path
+        assert http(cluster, node_id, "GET", "/health", user=None)[0] == 200
+        assert http(cluster, node_id, "GET", "/admin/v1/brokers")[0] == 200
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """Fixtures for operations tests: an in-process admin stack (memory store, MemoryBookKeeper,
-topic service with a namespace registry, a group coordinator) and its admin HTTP server."""
+topic service with a namespace registry, a group coordinator) and its admin HTTP server
+(unauthenticated, as a PLAINTEXT broker serves it on loopback)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from gateway.admin.api import AdminContext, build_router
-from gateway.admin.http_server import serve_admin_http
+from gateway.admin.api import AdminContext
+from gateway.admin.auth import AdminAuth
+from gateway.admin.http_server import serve
+from gateway.admin.routes import build_admin_app
 from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.topics.namespaces import NamespaceRegistry
 from gateway.topics.retention_policies import RetentionPolicies
@@ -55,6 +58,7 @@ async def ops() -> AsyncIterator[OpsStack]:
 @pytest.fixture
 async def admin_port(ops: OpsStack) -> AsyncIterator[int]:
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(serve_admin_http, build_router(ops.admin), "127.0.0.1", 0)
+        app = build_admin_app(ops.admin, AdminAuth(required=False))  # as on a PLAINTEXT broker
+        port = await nursery.start(serve, app, "127.0.0.1", 0)
         yield port
         nursery.cancel_scope.cancel()

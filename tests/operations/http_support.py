@@ -22,9 +22,11 @@ async def exchange(port: int, raw: bytes, *, read_timeout_s: float = 5.0) -> byt
                 out += data
 
 
-async def request(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+async def request(port: int, method: str, path: str, body: Any = None,
+                  headers: dict[str, str] | None = None) -> tuple[int, Any]:
     payload = json.dumps(body).encode() if body is not None else b""
-    raw = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    raw = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}"
            f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
     answer = await exchange(port, raw)
     head, _, content = answer.partition(b"\r\n\r\n")

@@ -61,7 +61,9 @@ def test_rendered_text_parses_and_reflects_traffic() -> None:
         [BookieGauges("b0", "read-write", 100, 1000, 3, 1, fsync)],
         under_replicated_ledgers=2,
     )
-    got = samples(render_metrics(snap))
+    body, content_type = render_metrics(snap)
+    assert content_type.startswith("text/plain; version=0.0.4")
+    got = samples(body.decode())
     weird = (("topic", 'we"ird'),)
     assert got[("ledgerwire_topic_produce_messages_total", weird)] == 4  # failed partition not
     assert got[("ledgerwire_topic_produce_bytes_total", weird)] == len(batch(4))
@@ -78,3 +80,23 @@ def test_rendered_text_parses_and_reflects_traffic() -> None:
     assert got[("ledgerwire_journal_fsync_seconds_count", (("bookie", "b0"),))] == 1
     assert got[("ledgerwire_cache_hit_ratio", (("cache", "bookie_read"),))] == 0.75
     assert got[("ledgerwire_under_replicated_ledgers", ())] == 2
+
+
+def test_openmetrics_by_content_negotiation() -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+
+    metrics = BrokerMetrics()
+    metrics.observe_request("Produce", 0.003, {"topic_data": [{"name": "t", "partition_data": [
+        {"index": 0, "records": batch(2)}]}]}, {"responses": []})
+    snap = MetricsSnapshot(metrics, [], [], [], 0, started_at=1.5)
+    body, content_type = render_metrics(
+        snap, "application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5")
+    assert content_type.startswith("application/openmetrics-text")
+    text = body.decode()
+    assert text.endswith("# EOF\n")
+    families = {f.name: f for f in om_parse(text)}
+    produced = families["ledgerwire_topic_produce_messages"]
+    assert produced.type == "counter" and produced.samples[0].value == 2
+    assert families["ledgerwire_start_time_seconds"].samples[0].value == 1.5
+    plain, plain_type = render_metrics(snap, "")
+    assert plain_type.startswith("text/plain; version=0.0.4") and b"# EOF" not in plain

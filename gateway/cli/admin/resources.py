@@ -11,8 +11,10 @@
     admin bookies    list | gc
     admin brokers    list
     admin policies   get T/NS | set T/NS k=v...
+    admin tokens     list | create User:NAME [--ttl S] [--description D] | revoke ID
 
-Every one takes --admin-url and --json (print the API's JSON instead of a table).
+Every one takes --admin-url, --json (print the API's JSON instead of a table) and the
+credentials: --user/--password or --token (or $LEDGERWIRE_ADMIN_USER, _PASSWORD, _TOKEN).
 
 This module must never reach the metadata store or a broker other than through the admin API.
 """
@@ -25,7 +27,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from gateway.cli.admin.http_client import AdminRequestError, admin_url, call, path
+from gateway.cli.admin.http_client import (
+    AdminCredentials,
+    AdminRequestError,
+    admin_url,
+    call,
+    path,
+)
 from gateway.cli.admin.tables import key_values, table
 
 RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -39,6 +47,8 @@ RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "bookies": ("bookies: list (state, disk use), gc", ("list", "gc")),
     "brokers": ("brokers: list", ("list",)),
     "policies": ("namespace policies: get, set", ("get", "set")),
+    "tokens": ("admin API tokens: list, create PRINCIPAL, revoke ID",
+               ("list", "create", "revoke")),
 }
 
 
@@ -75,6 +85,7 @@ def add_resource_parsers(sub: Any) -> None:
                                            "(default $LEDGERWIRE_ADMIN_URL or "
                                            "http://127.0.0.1:8080)")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        add_credential_arguments(p)
         p.set_defaults(admin_resource=resource)
         if resource == "tenants":
             p.add_argument("--allowed-principal", action="append", metavar="User:NAME")
@@ -88,6 +99,9 @@ def add_resource_parsers(sub: Any) -> None:
             p.add_argument("--include-internal", action="store_true",
                            help="list: also RocketMQ's system topics (schedule, "
                                 "transaction, retry)")
+        if resource == "tokens":
+            p.add_argument("--ttl", type=int, default=0, help="seconds (0: never expires)")
+            p.add_argument("--description", default="")
         if resource == "groups":
             p.add_argument("--topic")
             p.add_argument("--partitions", help="comma-separated (default: all)")
@@ -96,6 +110,20 @@ def add_resource_parsers(sub: Any) -> None:
             target.add_argument("--to-latest", action="store_true")
             target.add_argument("--to-timestamp", type=int, metavar="MS")
             target.add_argument("--to-offset", type=int, metavar="N")
+
+
+def add_credential_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--user", help="admin user (a SASL/SCRAM user; default "
+                                  "$LEDGERWIRE_ADMIN_USER)")
+    p.add_argument("--password", help="its password (default $LEDGERWIRE_ADMIN_PASSWORD; "
+                                      "prefer the variable: flags show in ps)")
+    p.add_argument("--token", help="an admin token instead (default $LEDGERWIRE_ADMIN_TOKEN)")
+    p.add_argument("--cafile", help="CA certificate for an https admin URL "
+                                    "(default $LEDGERWIRE_ADMIN_CAFILE)")
+
+
+def credentials_of(args: argparse.Namespace) -> AdminCredentials:
+    return AdminCredentials(args.user, args.password, args.token, args.cafile)
 
 
 def _need_name(args: argparse.Namespace) -> str:
@@ -182,6 +210,15 @@ def _request(args: argparse.Namespace) -> tuple[str, str, Any, Callable[[Any], s
     if r == "brokers":
         return "GET", path("brokers"), None, lambda d: table(
             d, ["broker_id", "kafka", "state", "partitions_open"])
+    if r == "tokens":
+        if a == "list":
+            return "GET", path("tokens"), None, lambda d: table(
+                d, ["id", "principal", "created_ms", "expires_ms", "description"])
+        if a == "create":
+            return "POST", path("tokens"), {"principal": _need_name(args), "ttl_s": args.ttl,
+                                            "description": args.description}, \
+                lambda d: f"{d['token']}\n(token {d['id']} for {d['principal']}: shown only now)"
+        return "DELETE", path("tokens", _need_name(args)), None, done
     tenant, namespace = _ns_segments(_need_name(args))
     target = path("namespaces", tenant, namespace, "policies")
     if a == "get":
@@ -228,7 +265,8 @@ def _topic_table(doc: dict[str, Any]) -> str:
 def run_resource(args: argparse.Namespace) -> int:
     method, target, body, render = _request(args)
     try:
-        result = call(admin_url(args.admin_url), method, target, body)
+        result = call(admin_url(args.admin_url), method, target, body,
+                      credentials=credentials_of(args))
     except AdminRequestError as exc:
         print(f"ledgerwire admin: {exc}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 COMMAND_MODULES: list[str] = [
     "gateway.cli.commands.standalone",
     "gateway.cli.commands.users",
+    "gateway.cli.commands.tokens",
     "gateway.cli.commands.broker",
     "gateway.cli.commands.bookie",
     "gateway.cli.commands.cluster",

@@ -102,7 +102,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         "--admin-listener",
         dest="admin.listener",
         metavar="HOST:PORT",
-        help="admin HTTP API and /metrics (default 0.0.0.0:8080; '' = off)",
+        help="admin API, console and /metrics (default 'auto': 0.0.0.0:8080 when "
+             "authenticated, else 127.0.0.1:8080; '' = off)",
     )
     p.add_argument("--log-level", dest="log.level", metavar="LEVEL")
     p.add_argument("--log-format", dest="log.format", choices=["json", "text"])
