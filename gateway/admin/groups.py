@@ -11,6 +11,7 @@ This module must never change a group other than through the group coordinator.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from gateway.admin.http_server import HttpError
@@ -40,6 +41,54 @@ def list_groups(coordinator: Any) -> list[dict[str, Any]]:
     return out
 
 
+def decode_assignment(data: bytes) -> list[dict[str, Any]]:
+    """The topic partitions of a classic consumer's assignment (ConsumerProtocolAssignment:
+    int16 version, then [topic string, [int32 partition]]); [] when it is not one."""
+    try:
+        pos = 2
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out = []
+        for _ in range(max(0, min(count, 10_000))):
+            (length,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = data[pos:pos + length].decode("utf-8")
+            pos += length
+            (n,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            partitions = list(struct.unpack_from(f">{max(0, min(n, 100_000))}i", data, pos))
+            pos += 4 * len(partitions)
+            out.append({"topic": topic, "partitions": sorted(partitions)})
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def member_details(coordinator: Any, group_id: str) -> list[dict[str, Any]]:
+    """Members of a group with their client, host and assigned partitions."""
+    if coordinator.consumer_groups.owns(group_id):
+        group = coordinator.consumer_groups.described(group_id)
+        if group is None:
+            return []
+        rows = []
+        for m in group.members.values():
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in m.assigned:
+                by_topic.setdefault(topic, []).append(partition)
+            rows.append({"member_id": m.member_id, "client_id": m.client_id,
+                         "client_host": m.client_host,
+                         "assignment": [{"topic": t, "partitions": sorted(p)}
+                                        for t, p in sorted(by_topic.items())]})
+        return rows
+    classic = coordinator.describe(group_id)
+    if classic is None:
+        return []
+    return [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+             "assignment": decode_assignment(m.assignment)
+             if (classic.protocol_type or "") == "consumer" else []}
+            for m in classic.members.values()]
+
+
 async def _log_end(topics: Any, topic: str, partition: int) -> tuple[int | None, int | None]:
     try:
         plog = await topics.partition(topic, partition)
@@ -61,7 +110,7 @@ async def describe_group(coordinator: Any, topics: Any, group_id: str) -> dict[s
                            "committed_offset": offset.offset, "log_start_offset": start,
                            "log_end_offset": end, "lag": lag})
     return {"group": group_id, "state": state, "members": members, "protocol_type": protocol,
-            "partitions": partitions,
+            "partitions": partitions, "member_details": member_details(coordinator, group_id),
             "total_lag": sum(p["lag"] or 0 for p in partitions)}
 
 

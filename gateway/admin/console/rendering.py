@@ -99,6 +99,7 @@ class Pages:
         return HttpResponse(status, body.encode(), "text/html; charset=utf-8",
                             {**(headers or {}), "content-security-policy": (
                                 "default-src 'self'; img-src 'self' data:; "
+                                "style-src 'self' 'unsafe-inline'; "
                                 "frame-ancestors 'none'; form-action 'self'")})
 
     def error(self, q: HttpRequest, status: int, message: str) -> HttpResponse:

@@ -80,12 +80,21 @@ function startLagRefresh() {
         row.querySelector(".lag-bar span").style.width = (100 * (p.lag || 0) / max).toFixed(1) + "%";
         row.querySelector(".lag-value").textContent = p.lag === null ? "–" : String(p.lag);
       }
+      const show = (v) => (v === null || v === undefined ? "–" : String(v));
+      for (const p of group.partitions) {
+        const tr = document.querySelector(`tr.lag-table-row[data-topic="${CSS.escape(p.topic)}"][data-partition="${p.partition}"]`);
+        if (!tr) continue;
+        tr.querySelector(".committed-cell").textContent = show(p.committed_offset);
+        tr.querySelector(".end-cell").textContent = show(p.log_end_offset);
+        tr.querySelector(".lag-cell").textContent = show(p.lag);
+      }
       const total = document.getElementById("total-lag");
       if (total) total.textContent = String(group.total_lag);
       const state = document.getElementById("group-state");
       if (state) state.textContent = group.state;
     } catch (e) { /* try again next tick */ }
   }
+  tick();
   setInterval(tick, 2000);
 }
 
