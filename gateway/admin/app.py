@@ -27,14 +27,13 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Route
 
 from gateway.admin.auth import (
     SESSION_COOKIE,
@@ -176,15 +175,13 @@ def _check_csrf(q: HttpRequest, identity: Identity, *, fresh: bool) -> None:
 
 
 def build_app(routes: Sequence[AdminRoute], auth: AdminAuth, *,
-              error_page: ErrorPage | None = None,
-              mounts: Sequence[BaseRoute] = ()) -> Starlette:
+              error_page: ErrorPage | None = None) -> Starlette:
     """The Starlette application over `routes` (see the module doc)."""
     endpoints = Endpoints(auth, error_page)
     starlette_routes: list[BaseRoute] = []
     for route in routes:
         starlette_routes.append(Route(route.path, endpoints.endpoint(route),
                                       methods=[route.method], name=None))
-    starlette_routes.extend(mounts)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -196,6 +193,3 @@ def build_app(routes: Sequence[AdminRoute], auth: AdminAuth, *,
 
     return Starlette(routes=starlette_routes, exception_handlers={HTTPException: not_found})
 
-
-def mounted(path: str, app: Any, name: str) -> Mount:
-    return Mount(path, app=app, name=name)

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from typing import Any
 
 import trio
 from starlette.applications import Starlette
-from starlette.staticfiles import StaticFiles
 
 from gateway.admin import api, groups
 from gateway.admin.api import AdminContext, body_object, coordinator_of, translate_errors
-from gateway.admin.app import AdminRoute, build_app, fixed, mounted
+from gateway.admin.app import AdminRoute, build_app, fixed
 from gateway.admin.auth import (
     CLUSTER_ALTER,
     CLUSTER_DESCRIBE,
@@ -221,11 +219,8 @@ def build_admin_app(ctx: AdminContext, auth: AdminAuth) -> Starlette:
     pages = Pages(ctx.broker_id, login_required=auth.required)
     console = ConsolePages(ctx, auth, pages)
     actions = ConsoleActions(ctx, pages)
-    static_dir = resources.files("gateway.admin.console") / "static"
-    static = StaticFiles(directory=str(static_dir))
     return build_app([*api_routes(ctx, auth), *console.routes(), *actions.routes()], auth,
-                     error_page=pages.error, mounts=[mounted("/console/static", static,
-                                                             "static")])
+                     error_page=pages.error)
 
 
 async def serve_admin_api(ctx: AdminContext, listener: str, auth: AdminAuth, *,

@@ -35,7 +35,8 @@ from tests.operations.http_support import exchange, request
 from tests.operations.ops_stack import OpsStack, batch
 
 USERS = {"root": "root-secret", "alice": "alice-secret", "bob": "bob-secret"}
-PUBLIC = {("GET", "/health"), ("GET", "/ready"), ("GET", "/login"), ("POST", "/login")}
+PUBLIC = {("GET", "/health"), ("GET", "/ready"), ("GET", "/login"), ("POST", "/login"),
+          ("GET", "/console/static/seen")}  # the console's CSS and JS
 
 
 def basic(user: str, password: str) -> dict[str, str]:

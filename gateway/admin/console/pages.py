@@ -13,6 +13,7 @@ anything (gateway/admin/console/actions.py does, after a confirmation), or show 
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any
 
 from gateway.admin import api, groups
@@ -45,6 +46,9 @@ from ledger_backend.autorecovery.under_replication import list_underreplicated
 from ledger_backend.metadata.store import MetadataError
 
 ANY_PRINCIPAL = Access(((),), what="a login")  # lists filter what each principal may see
+_STATIC = {name: ((resources.files("gateway.admin.console") / "static" / name).read_bytes(), kind)
+           for name, kind in (("console.css", "text/css; charset=utf-8"),
+                              ("console.js", "text/javascript; charset=utf-8"))}
 _LOGIN_FAILED = "Wrong user name or password."
 
 
@@ -79,7 +83,16 @@ class ConsolePages:
             console("GET", "/console/data/traffic", self.traffic, fixed(CLUSTER_DESCRIBE)),
             console("GET", "/console/data/groups/{group}", self.group_data,
                     lambda q: describe_group(q.params["group"])),
+            console("GET", "/console/static/{name}", self.static, fixed(PUBLIC)),
         ]
+
+    async def static(self, q: HttpRequest) -> HttpResponse:
+        """The console's CSS and JavaScript (read once from the package; nothing else)."""
+        found = _STATIC.get(q.params["name"])
+        if found is None:
+            raise HttpError(404, "no such asset")
+        body, content_type = found
+        return HttpResponse(200, body, content_type, {"cache-control": "max-age=300"})
 
     # --- login ------------------------------------------------------------------------------
 
