@@ -13,6 +13,7 @@ from types import ModuleType
 
 from gateway.cli.commands import COMMAND_MODULES
 from gateway.config.settings import ConfigError
+from ledger_backend.metadata.store import MetadataError
 
 
 def _commands() -> list[ModuleType]:
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ledgerwire: {exc}", file=sys.stderr)
         return 2
+    except MetadataError as exc:  # e.g. ZooKeeper refused this identity: one line, no trace
+        print(f"ledgerwire: metadata store: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

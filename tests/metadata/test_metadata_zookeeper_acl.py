@@ -6,6 +6,8 @@ change ACLs, users or ownership. `secure_tree()` does the same to an existing op
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from ledger_backend.metadata import MetadataError, open_store
 from ledger_backend.metadata.zk_url import DigestIdentity, parse_zk_url, redact, zk_identity
 from tests.support.zookeeper import ZooKeeperServer
 
+REPO = Path(__file__).resolve().parents[2]
 CREDENTIALS = "/ledgerwire/users/alice"  # what gateway/security stores: SCRAM salts and keys
 ACLS = "/ledgerwire/acls"
 OWNER = "/ledgerwire/ownership/bundle-0"
@@ -153,3 +156,23 @@ async def test_secure_tree_closes_an_existing_open_cluster(
         await store.close()
     _assert_locked(kazoo_client, chroot)
     assert kazoo_client.get(chroot + "/outside-the-project")  # not the project's: left alone
+
+
+def _ledgerwire(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)  # fmt: skip
+
+
+@pytest.mark.integration
+def test_cluster_secure_command_closes_an_initialised_cluster(zk: ZooKeeperServer) -> None:
+    chroot = f"/cli-{uuid.uuid4().hex[:8]}"
+    open_url = f"zk://{zk.connect_string}{chroot}"
+    assert _ledgerwire("cluster", "init", "--metadata", open_url).returncode == 0
+    secured = _ledgerwire("cluster", "secure", "--metadata", _secured_url(zk, chroot))
+    assert secured.returncode == 0, secured.stderr
+    assert int(secured.stdout.split()[0]) > 5  # chroot, /ledgerwire, cluster layout, ...
+    refused = _ledgerwire("cluster", "status", "--metadata", open_url)
+    assert refused.returncode == 1
+    assert "refused access" in refused.stderr and "Traceback" not in refused.stderr
+    status = _ledgerwire("cluster", "status", "--metadata", _secured_url(zk, chroot))
+    assert status.returncode == 0 and '"initialised": true' in status.stdout
