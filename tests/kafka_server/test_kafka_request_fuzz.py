@@ -20,10 +20,55 @@ NAMES = st.sampled_from(["fz", "fz", "nope", "", "bad name", "x" * 300])
 
 
 @st.composite
+def admin_requests(draw: st.DrawFn, name: str) -> tuple[int, int, dict]:
+    """The issue-14 APIs: topic ids, transactions, log dirs, elections, SCRAM, broker configs."""
+    which = draw(st.sampled_from(["by_id", "list_txn", "describe_txn", "log_dirs", "elect",
+                                  "scram_describe", "scram_alter", "broker_configs"]))
+    if which == "by_id":
+        return 3, draw(st.integers(10, 12)), {
+            "topics": [{"name": draw(st.sampled_from(["", name])),
+                        "topic_id": draw(st.sampled_from([uuid.UUID(int=0), uuid.uuid4()]))}],
+            "include_topic_authorized_operations": draw(st.booleans()),
+            "include_cluster_authorized_operations": draw(st.booleans())}
+    if which == "list_txn":
+        return 66, draw(st.integers(0, 1)), {
+            "state_filters": draw(st.lists(st.sampled_from(["Ongoing", "Dead", "", "??"]),
+                                           max_size=3)),
+            "producer_id_filters": draw(st.lists(INT64, max_size=2)),
+            "duration_filter": draw(INT64)}
+    if which == "describe_txn":
+        return 65, 0, {"transactional_ids": [name]}
+    if which == "log_dirs":
+        return 35, draw(st.integers(0, 4)), {"topics": draw(st.one_of(st.none(), st.just(
+            [{"topic": name, "partitions": [draw(SMALL), draw(INT32)]}])))}
+    if which == "elect":
+        return 43, draw(st.integers(0, 2)), {
+            "election_type": draw(st.integers(-2, 3)), "timeout_ms": 1000,
+            "topic_partitions": draw(st.one_of(st.none(), st.just(
+                [{"topic": name, "partitions": [draw(SMALL)]}])))}
+    if which == "scram_describe":
+        return 50, 0, {"users": draw(st.one_of(st.none(), st.lists(
+            st.fixed_dictionaries({"name": NAMES}), max_size=3)))}
+    if which == "scram_alter":
+        return 51, 0, {"deletions": [{"name": name, "mechanism": draw(st.integers(-1, 3))}],
+                       "upsertions": [{"name": draw(NAMES), "mechanism": draw(st.integers(-1, 3)),
+                                       "iterations": draw(INT32),
+                                       "salt": draw(st.binary(max_size=8)),
+                                       "salted_password": draw(st.binary(max_size=8))}]}
+    return 44, draw(st.integers(0, 1)), {"validate_only": draw(st.booleans()), "resources": [
+        {"resource_type": 4, "resource_name": draw(st.sampled_from(["", "1", "x", "-1"])),
+         "configs": [{"name": draw(st.sampled_from(["message.max.bytes", "broker.id", name])),
+                      "config_operation": draw(st.integers(-1, 4)),
+                      "value": draw(st.sampled_from(["1", "-5", "x", None]))}]}]}
+
+
+@st.composite
 def requests(draw: st.DrawFn) -> tuple[int, int, dict]:
     kind = draw(st.sampled_from(["fetch", "list_offsets", "metadata", "create", "epoch",
-                                 "configs", "produce", "partitions", "delete"]))
+                                 "configs", "produce", "partitions", "delete", "admin"]))
     name = draw(NAMES)
+    if kind == "admin":
+        return draw(admin_requests(name))
     if kind == "fetch":
         version = draw(st.integers(4, 16))
         return 1, version, {
@@ -107,4 +152,10 @@ async def _answer_all(batch: list[tuple[int, int, dict]]) -> None:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(requests(), min_size=1, max_size=6))
 def test_hostile_field_values_get_answers(batch: list[tuple[int, int, dict]]) -> None:
+    trio.run(_answer_all, batch)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(NAMES.flatmap(admin_requests), min_size=1, max_size=8))
+def test_hostile_admin_requests_get_answers(batch: list[tuple[int, int, dict]]) -> None:
     trio.run(_answer_all, batch)
