@@ -10,7 +10,8 @@ How a pass goes (Kafka's LogCleaner rules, ledgerwire's storage):
 2. The pass runs when the dirty part (ledgers ending at or past the partition's cleaned_through
    checkpoint) is at least min.cleanable.dirty.ratio of the range, or its oldest ledger is
    older than max.compaction.lag.ms, or it is forced (admin).
-3. Pass 1 reads the range and builds the latest offset per key; pass 2 reads it again and
+3. Pass 1 reads the range and builds the latest offset per key (of the dirty ledgers only:
+   the clean ones hold each key once already); pass 2 reads the whole range again and
    filters each batch (protocols/kafka/batch_compaction.py: the record rules). Decoding and
    re-encoding run in trio.to_thread; reads are paced to `max_bytes_per_s`.
 4. Filtered ledgers are grouped into new ledgers of at most the segment size (small ones are
@@ -83,7 +84,7 @@ class CompactionResult:
     bytes_after: int = 0
     records_before: int = 0
     records_after: int = 0
-    keys: int = 0
+    keys: int = 0  # keyed records left in the compacted range (one per key)
     tombstones_removed: int = 0
     aborted_removed: int = 0
     markers_removed: int = 0
@@ -169,10 +170,12 @@ async def compact_partition(plog: Any, settings: CompactionSettings, *, force: b
     progress.total_bytes, progress.done_bytes = 2 * total, 0
     plan = CompactionPlan()
     progress.phase = "indexing keys"
+    cleaned = plog.cleaned_through
     for span in spans:
+        clean = span.end_offset <= cleaned  # compacted before: keys unique, not mapped again
         async for chunk in _chunks(ml, span.info, pacer, progress):
             datas = [e.data for e in chunk]
-            await trio.to_thread.run_sync(_observe_all, plan, datas)
+            await trio.to_thread.run_sync(_observe_all, plan, datas, clean)
     progress.phase = "filtering"
     for span in spans:
         async for chunk in _chunks(ml, span.info, pacer, progress):
@@ -187,7 +190,7 @@ async def compact_partition(plog: Any, settings: CompactionSettings, *, force: b
     runs = _group(spans, limit)
     result.ran = True
     stats = plan.stats
-    result.keys = len(plan.latest)
+    result.keys = stats.keys_out
     result.records_before, result.records_after = stats.records_in, stats.records_out
     result.tombstones_removed = stats.tombstones_removed
     result.aborted_removed = stats.aborted_removed
@@ -225,9 +228,9 @@ def _finish(result: CompactionResult) -> CompactionResult:
     return result
 
 
-def _observe_all(plan: CompactionPlan, datas: list[bytes]) -> None:
+def _observe_all(plan: CompactionPlan, datas: list[bytes], clean: bool) -> None:
     for data in datas:
-        plan.observe(data)
+        plan.observe(data, clean=clean)
 
 
 def _filter_all(plan: CompactionPlan, chunk: list[Entry], expired: bool) -> list[bytes | None]:

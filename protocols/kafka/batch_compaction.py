@@ -3,7 +3,8 @@
 Kafka's rules (LogCleaner), applied to the batches of a partition's cleanable range, which
 the caller feeds twice in offset order:
 
-1. `CompactionPlan.observe(batch)` builds the map key -> offset of its latest record. Records
+1. `CompactionPlan.observe(batch)` builds the map key -> offset of its latest record (a
+   batch compacted by an earlier pass is observed `clean`: only its header counts). Records
    of a transaction count only once its COMMIT marker is seen; an ABORT marker marks the
    transaction's batches aborted; a transaction whose marker is not in the range is
    undecided (its records neither count nor get removed).
@@ -144,6 +145,7 @@ class CompactionStats:
     aborted_removed: int = 0
     keyless_removed: int = 0
     markers_removed: int = 0
+    keys_out: int = 0  # surviving keyed records: below the point, one per key
 
 
 @dataclass
@@ -162,7 +164,10 @@ class CompactionPlan:
 
     # --- pass 1 -----------------------------------------------------------------------------
 
-    def observe(self, batch: bytes) -> None:
+    def observe(self, batch: bytes, *, clean: bool = False) -> None:
+        """`clean`: the batch lies below the last pass' compaction point, so its keys are
+        unique there and need not be mapped (Kafka maps the dirty section only); a clean
+        record survives unless the map holds a newer record of its key."""
         header = parse_header(batch)
         if header.producer_id >= 0:
             self._last_batch_of[header.producer_id] = header.base_offset
@@ -170,7 +175,7 @@ class CompactionPlan:
             self._close_txn(header.producer_id,
                             aborted=_control_type(header, batch) == CONTROL_ABORT)
             return
-        if header.records_count == 0:
+        if header.records_count == 0 or (clean and not header.is_transactional):
             return
         keys = [(r.key, header.base_offset + r.offset_delta)
                 for r in iter_raw_records(_payload(header, batch), header.records_count)
@@ -221,17 +226,20 @@ class CompactionPlan:
         if header.base_offset in self._undecided:
             if header.is_transactional:
                 self._txn_survivors[header.producer_id] = True
+            stats.keys_out += header.records_count
             return self._kept(batch, header.records_count)
         aborted = header.base_offset in self._aborted
         payload = _payload(header, batch) if header.records_count else b""
         records = list(iter_raw_records(payload, header.records_count))
         kept: list[RawRecord] = []
+        base = header.base_offset
         for record in records:
             if aborted:
                 stats.aborted_removed += 1
             elif record.key is None:
                 stats.keyless_removed += 1
-            elif self.latest.get(record.key) != header.base_offset + record.offset_delta:
+            elif self.latest.get(record.key, base + record.offset_delta) != (
+                    base + record.offset_delta):
                 pass  # a newer record of the key survives
             elif record.is_tombstone and expired:
                 stats.tombstones_removed += 1
@@ -239,6 +247,7 @@ class CompactionPlan:
                 kept.append(record)
         if kept and header.is_transactional:
             self._txn_survivors[header.producer_id] = True
+        stats.keys_out += len(kept)
         if len(kept) == len(records):
             return self._kept(batch, len(records))
         if not kept and not is_last:
