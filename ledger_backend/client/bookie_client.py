@@ -6,9 +6,9 @@ stay in call order); a lone request on an idle connected socket is written by `s
 (non-blocking, the rest left to the writer). One task per connection connects (with a timeout),
 writes queued frames in batches, reads responses and hands each to its request's callback;
 every request carries a deadline and a sweeper fails expired ones with BKTimeoutError. With a
-bookie secret, each new connection first runs the AUTH handshake (bookie/auth.py); a bookie that
-refuses it, or cannot prove the secret itself, fails the requests with BookieUnavailableError.
-With an SSL context (bookie/tls.py) connections are TLS, and `submit` never writes itself.
+bookie secret and/or an SSL context each new connection first runs the TLS and AUTH handshakes
+(bookie_connect.py); a bookie that refuses them fails the requests with BookieUnavailableError.
+Past TLS, `submit` never writes to the socket itself.
 When the connection breaks, every request in flight fails with BookieUnavailableError and the next
 request reconnects.
 
@@ -37,10 +37,9 @@ import outcome
 import trio
 
 from ledger_backend.bookie import local_bookies
-from ledger_backend.bookie.auth import BookieAuthError, BookieSecret, ClientHandshake
+from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
-    AuthResponse,
     FrameDecoder,
     ProtocolError,
     ReadEntryRequest,
@@ -50,6 +49,7 @@ from ledger_backend.bookie.protocol import (
     Status,
     encode,
 )
+from ledger_backend.client.bookie_connect import open_bookie_stream
 from ledger_backend.client.errors import BKTimeoutError, BookieUnavailableError, LedgerError
 
 log = logging.getLogger(__name__)
@@ -200,37 +200,13 @@ class BookieConnection:
     async def _connect_loop(self) -> None:
         while not self._closed and self._in_flight:
             try:
-                with trio.fail_after(self._timeout_s):
-                    tcp = await trio.open_tcp_stream(self._host, self._port)
-            except (OSError, trio.TooSlowError) as exc:
-                self._fail_all(BookieUnavailableError(f"cannot connect to {self.address}: {exc}"))
+                stream, decoder = await open_bookie_stream(
+                    self.address, self._host, self._port, timeout_s=self._timeout_s,
+                    max_frame_bytes=self._max_frame_bytes, ssl_context=self._ssl_context,
+                    secret=self._secret)  # fmt: skip
+            except BookieUnavailableError as exc:
+                self._fail_all(exc)
                 return
-            stream: trio.abc.Stream = tcp
-            if self._ssl_context is not None:
-                stream = trio.SSLStream(tcp, self._ssl_context, server_hostname=self._host)
-                try:
-                    with trio.fail_after(self._timeout_s):
-                        await stream.do_handshake()
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
-                        trio.TooSlowError) as exc:  # fmt: skip
-                    log.warning("bookie %s: TLS handshake failed: %s", self.address,
-                                exc.__cause__ or exc)  # fmt: skip
-                    await trio.aclose_forcefully(tcp)
-                    self._fail_all(BookieUnavailableError(
-                        f"TLS handshake with bookie {self.address} failed: {exc}"))
-                    return
-            decoder = FrameDecoder(self._max_frame_bytes, accept="responses")
-            if self._secret is not None:
-                try:
-                    with trio.fail_after(self._timeout_s):
-                        await self._authenticate(stream, decoder, self._secret)
-                except (BookieAuthError, OSError, ProtocolError, trio.BrokenResourceError,
-                        trio.ClosedResourceError, trio.TooSlowError) as exc:  # fmt: skip
-                    log.warning("bookie %s: authentication failed: %s", self.address, exc)
-                    await trio.aclose_forcefully(stream)
-                    self._fail_all(BookieUnavailableError(
-                        f"cannot authenticate to bookie {self.address}: {exc}"))
-                    return
             # each task handles its own I/O errors (a nursery would wrap them in a group)
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_loop, stream, nursery.cancel_scope)
@@ -276,28 +252,6 @@ class BookieConnection:
     async def _send(self, stream: trio.abc.Stream, batch: list[bytes]) -> None:
         with trio.fail_after(self._timeout_s):
             await stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
-
-    @staticmethod
-    async def _authenticate(stream: trio.abc.Stream, decoder: FrameDecoder,
-                            secret: BookieSecret) -> None:  # fmt: skip
-        """The AUTH handshake, before any request is written (BookieAuthError if refused)."""
-        handshake = ClientHandshake(secret)
-
-        async def exchange(request: Request) -> AuthResponse:
-            await stream.send_all(encode(request))
-            while True:
-                data = await stream.receive_some(_RECEIVE_BYTES)
-                if not data:
-                    raise BookieAuthError("the bookie closed the connection")
-                messages = decoder.feed(data)
-                if messages:
-                    break
-            if len(messages) != 1 or type(messages[0]) is not AuthResponse:
-                raise BookieAuthError(f"unexpected answer to AUTH: {messages!r:.200}")
-            return messages[0]
-
-        answer = await exchange(handshake.hello())
-        handshake.finish(await exchange(handshake.prove(answer)))
 
     async def _read_loop(self, stream: trio.abc.Stream, decoder: FrameDecoder) -> None:
         """Dispatch responses until the connection ends (EOF, error or a bad frame)."""
