@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -140,6 +141,17 @@ def produce_orders(server: Standalone) -> None:
     assert producer.flush(30) == 0
 
 
+def produce_for(server: Standalone, seconds: float) -> None:
+    """Background traffic for the overview's charts, to a topic of its own."""
+    producer = Producer(kafka_config(server, acks="all", **{"linger.ms": 5}))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for _ in range(50):
+            producer.produce("chart-traffic", value=b"x" * 100)
+        producer.flush(10)
+        time.sleep(0.05)
+
+
 def consume(server: Standalone, count: int) -> None:
     """Read `count` more records as group GROUP and commit where it got to on both partitions
     (a partition it did not reach yet: where it stands, so lag counts it), then leave."""
@@ -178,7 +190,10 @@ def test_console_in_a_real_browser(server: Standalone, browser: Browser) -> None
     b.wait_for("the overview", lambda: b.all("#under-replicated"))
     b.loaded("overview")
     assert "Bookies" in b.text() and "Live traffic" in b.text()
-    time.sleep(4.5)  # two chart samples
+    traffic = threading.Thread(target=produce_for, args=(server, 7.0))
+    traffic.start()  # the live charts draw it: a few samples of produce rate and latency
+    time.sleep(7.5)
+    traffic.join()
     b.shot("02-overview")
 
     # the topic the producer wrote, found by search
@@ -220,6 +235,21 @@ def test_console_in_a_real_browser(server: Standalone, browser: Browser) -> None
     consume(server, MESSAGES - 10)
     b.wait_for("the lag to fall to 0 (auto-refresh)", lambda: b.find("#total-lag").text == "0")
     b.shot("08-group-caught-up")
+
+    # a live member and its assignment
+    member = Consumer(kafka_config(server, **{"group.id": GROUP, "client.id": "console-probe",
+                                              "enable.auto.commit": False}))
+    member.subscribe([TOPIC])
+    try:
+        deadline = time.monotonic() + 60
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.5)
+        b.get(f"/console/groups/{GROUP}")
+        b.wait_for("the member", lambda: "console-probe" in b.find("#members").text)
+        assert "orders [0, 1]" in b.find("#members").text
+        b.shot("08b-group-member")
+    finally:
+        member.close()
 
     # create a topic through the form, with a confirmation, then delete it
     b.get("/console/topics")
