@@ -32,17 +32,21 @@ from ledger_backend.bookie.protocol import (
     AuthResponse,
     BookieAddress,
     BookieInfoRequest,
+    FrameDecoder,
     Message,
+    ProtocolError,
     ReadEntryRequest,
     ReadEntryResponse,
     ReadLacRequest,
     Status,
+    encode,
 )
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.client.errors import LedgerError
 from ledger_backend.metadata import open_store
 from tests.bookie_server.bookie_wire_client import RawBookieClient
+from tests.bookie_server.test_bookie_protocol import requests as protocol_requests
 
 SECRET = BookieSecret(b"cluster-secret-0123456789")
 OTHER = BookieSecret(b"another-secret-0123456789")
@@ -252,3 +256,43 @@ async def test_ledger_clients_authenticate_and_recover_through_secured_bookies()
             with pytest.raises(LedgerError):
                 handle = await anonymous.open_ledger(writer.ledger_id, recovery=False)
                 await handle.read(0, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=300), st.builds(encode, protocol_requests)),
+                min_size=1, max_size=6))
+def test_nothing_sent_before_authentication_reaches_the_storage(chunks: list[bytes]) -> None:
+    """Garbage and well-formed requests (adds, fences, reads) on an unauthenticated connection:
+    the bookie answers at most refusals and handshake steps, changes nothing, keeps serving."""
+
+    async def main() -> None:
+        storage = MemoryBookieStorage()
+        await storage.add_entry(7, 0, -1, b"record")
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(lambda task_status: serve_bookie(
+                storage, None, "127.0.0.1", 0, secret=SECRET, auth_timeout_s=1.0,
+                task_status=task_status))  # fmt: skip
+            stream = await trio.open_tcp_stream(address.host, address.port)
+            decoder = FrameDecoder(accept="responses")
+            answers: list[Message] = []
+            with trio.move_on_after(0.5):
+                try:
+                    for chunk in chunks:
+                        await stream.send_all(chunk)
+                    while data := await stream.receive_some(1 << 16):
+                        answers += decoder.feed(data)
+                except (trio.BrokenResourceError, ProtocolError):
+                    pass
+            await trio.aclose_forcefully(stream)
+            for answer in answers:
+                assert isinstance(answer, AuthResponse) or (
+                    getattr(answer, "status", None) is Status.UNAUTHORIZED), answer
+            assert storage.last_entry_id(7) == 0 and not storage.is_fenced(7)
+            assert storage.ledger_ids() == [7]
+            good = RawBookieClient(await trio.open_tcp_stream(address.host, address.port))
+            await _authenticate(good, SECRET)
+            assert (await good.request(ReadEntryRequest(1, 7, 0))).body == b"record"  # type: ignore[union-attr]
+            await trio.aclose_forcefully(good.stream)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
