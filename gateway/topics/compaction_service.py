@@ -76,7 +76,10 @@ class CompactionService:
         """Passes forever (start it in the broker's background nursery)."""
         while True:
             await trio.sleep(self.interval_s)
-            await self.run_once()
+            try:
+                await self.run_once()
+            except Exception:  # a background pass must never take the broker down
+                log.warning("compaction pass failed", exc_info=True)
 
     async def run_once(self) -> list[CompactionResult]:
         results = []
