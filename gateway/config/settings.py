@@ -53,6 +53,7 @@ class KafkaConfig:
     max_frame_bytes: int = 100 * 1024 * 1024
     sasl_max_receive_bytes: int = 512 * 1024  # sasl.server.max.receive.size: frames before login
     failed_authentication_delay_ms: int = 100  # connection.failed.authentication.delay.ms
+    connections_max_reauth_ms: int = 0  # KIP-368: clients re-authenticate within this (0: no)
     max_connections: int = 0  # max.connections (0: no limit)
     max_connections_per_ip: int = 0  # max.connections.per.ip (0: no limit)
     fetch_max_bytes: int = 55 * 1024 * 1024  # fetch.max.bytes: the broker's cap on an answer

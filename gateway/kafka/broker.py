@@ -64,6 +64,7 @@ class KafkaBrokerConfig:
     # Before SASL authentication a frame may be at most this big (sasl.server.max.receive.size)
     max_pre_auth_frame_bytes: int = 512 * 1024
     failed_authentication_delay_s: float = 0.1  # connection.failed.authentication.delay.ms
+    connections_max_reauth_ms: int = 0  # KIP-368: a SASL login's lifetime (0: forever)
     max_connections: int = 0  # max.connections (0: no limit)
     max_connections_per_ip: int = 0  # max.connections.per.ip (0: no limit)
     # A Fetch answer holds at most this much record data (fetch.max.bytes), and one

@@ -59,7 +59,7 @@ from protocols.kafka.errors import (
 )
 from protocols.kafka.framing import FrameReader
 from protocols.kafka.handlers.sasl import authenticate_token
-from protocols.kafka.sasl import SaslSession, SaslState
+from protocols.kafka.sasl import SASL_HANDSHAKE, SaslSession, SaslState
 from protocols.kafka.ssl_principal import (
     CertificateIdentity,
     NoMatchingRuleError,
@@ -123,6 +123,10 @@ async def _sendmsg_all(sock: trio.socket.SocketType, buffers: list[Any]) -> None
                 break
             sent -= size
             start += 1
+
+
+def _api_key_of(frame: bytes) -> int:
+    return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
 
 
 def _peer_name(stream: trio.abc.Stream) -> str:
@@ -234,7 +238,14 @@ class _Connection:
             if not data:
                 return  # the client closed its side; pending answers still go out
             for frame in reader.feed(data):
-                if session is not None and not session.authenticated:
+                # Served inline: a login, and a re-authentication (KIP-368) once it starts.
+                inline = session is not None and (
+                    not session.authenticated or _api_key_of(frame) == SASL_HANDSHAKE)
+                if session is not None and not inline and \
+                        session.expired(trio.current_time()):
+                    raise CloseConnection("the SASL session expired without "
+                                          "re-authentication (connections_max_reauth_ms)")
+                if session is not None and inline:
                     await self._authenticate_step(ctx, session, frame, send)
                     if session.failed:
                         return  # the answer (if any) still goes out, then the connection closes

@@ -224,6 +224,7 @@ def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerCon
         max_frame_bytes=k.max_frame_bytes,
         max_pre_auth_frame_bytes=k.sasl_max_receive_bytes,
         failed_authentication_delay_s=k.failed_authentication_delay_ms / 1000,
+        connections_max_reauth_ms=k.connections_max_reauth_ms,
         max_connections=k.max_connections,
         max_connections_per_ip=k.max_connections_per_ip,
         fetch_max_bytes=k.fetch_max_bytes, drain_timeout_s=k.shutdown_grace_s,

@@ -209,6 +209,7 @@ async def run_standalone(
                 max_frame_bytes=config.kafka.max_frame_bytes,
                 max_pre_auth_frame_bytes=config.kafka.sasl_max_receive_bytes,
                 failed_authentication_delay_s=config.kafka.failed_authentication_delay_ms / 1000,
+                connections_max_reauth_ms=config.kafka.connections_max_reauth_ms,
                 max_connections=config.kafka.max_connections,
                 max_connections_per_ip=config.kafka.max_connections_per_ip,
                 fetch_max_bytes=config.kafka.fetch_max_bytes,

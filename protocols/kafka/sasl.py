@@ -7,7 +7,13 @@ the whole truth of which request may come when:
     AWAIT_TOKEN     --SaslAuthenticate(PLAIN ok)------> AUTHENTICATED
     AWAIT_TOKEN     --SaslAuthenticate(SCRAM first)---> AWAIT_SCRAM_FINAL
     AWAIT_SCRAM_FINAL --SaslAuthenticate(proof ok)----> AUTHENTICATED
+    AUTHENTICATED   --SaslHandshake v1+ (re-authentication, KIP-368, when the session has
+                      a lifetime)----------------------> AWAIT_TOKEN
     any failure ------------------------------------> FAILED (the connection is closed)
+
+Re-authentication (Kafka's connections.max.reauth.ms) keeps the principal while it runs and
+must end with the same one; a session past `expires_at` may only re-authenticate (the
+listener closes a connection that sends anything else).
 
 ApiVersions is allowed before the handshake (clients ask it first); any other request before
 AUTHENTICATED, a second handshake, or any input in FAILED is refused (`allows` is False) and
@@ -178,6 +184,10 @@ class SaslSession:
         self._client_first_bare = ""
         self._server_first = ""
         self._nonce = ""
+        # KIP-368: when the login ends (monotonic seconds; None: never) and whether the
+        # session may re-authenticate; set by whoever answers SaslAuthenticate.
+        self.expires_at: float | None = None
+        self.reauthenticating = False
 
     @property
     def authenticated(self) -> bool:
@@ -190,8 +200,13 @@ class SaslSession:
     def allows(self, api_key: int) -> bool:
         """May a request of `api_key` be served now?  False means: close the connection."""
         if self.state is SaslState.AUTHENTICATED:
-            return api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE)
+            if api_key == SASL_HANDSHAKE:  # re-authentication, only for a session with an end
+                return self.expires_at is not None
+            return api_key != SASL_AUTHENTICATE
         return api_key in _TRANSITIONS[self.state]
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     def _require(self, api_key: int) -> None:
         if not self.allows(api_key):
@@ -201,6 +216,11 @@ class SaslSession:
 
     def handshake(self, mechanism: str, version: int) -> None:
         self._require(SASL_HANDSHAKE)
+        if self.state is SaslState.AUTHENTICATED:
+            if version == 0:  # raw tokens cannot follow requests on a live connection
+                self.state = SaslState.FAILED
+                raise IllegalSaslStateError("re-authentication needs SaslHandshake v1+")
+            self.reauthenticating = True
         if mechanism not in self.enabled_mechanisms:
             self.state = SaslState.FAILED
             raise UnsupportedSaslMechanismError(
@@ -277,7 +297,8 @@ class SaslSession:
         if credential is None or credential.mechanism != self.mechanism:
             raise _failed(self.mechanism)
         self._credential = credential
-        self.principal = None
+        if not self.reauthenticating:
+            self.principal = None
         self._user = user
         self._gs2_header = f"{gs2_flag},{authzid},"
         self._client_first_bare = bare
@@ -316,6 +337,10 @@ class SaslSession:
         return f"v={_b64(server_signature)}".encode()
 
     def _succeed(self, user: str) -> None:
+        if self.reauthenticating and self.principal != f"User:{user}":
+            raise SaslAuthenticationFailedError(
+                f"re-authentication as User:{user} on a connection of {self.principal}")
         self.principal = f"User:{user}"
         self.state = SaslState.AUTHENTICATED
+        self.reauthenticating = False
         self._credential = None

@@ -80,5 +80,12 @@ async def handle_sasl_authenticate(ctx: RequestContext, header: RequestHeader,
     except KafkaProtocolError as exc:
         return {"error_code": int(exc.code), "error_message": exc.message,
                 "auth_bytes": b"", "session_lifetime_ms": 0}
+    lifetime_ms = 0
+    session = _session(ctx)
+    reauth_ms = int(getattr(ctx.broker.config, "connections_max_reauth_ms", 0) or 0)
+    if session.authenticated and reauth_ms > 0 and header.api_version >= 1:
+        # KIP-368: the client must log in again within this time (v0 clients cannot)
+        lifetime_ms = reauth_ms
+        session.expires_at = trio.current_time() + reauth_ms / 1000
     return {"error_code": int(ErrorCode.NONE), "error_message": None, "auth_bytes": reply,
-            "session_lifetime_ms": 0}
+            "session_lifetime_ms": lifetime_ms}
