@@ -27,7 +27,7 @@ from protocols.kafka.acl_model import (
 from protocols.kafka.errors import ErrorCode
 from protocols.kafka.record_batch import build_batch
 from tests.kafka_server.kafka_wire_client import WireClient
-from tests.support.secured_standalone import login, secured_standalone
+from tests.support.secured_standalone import login, running, secured_standalone
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -233,12 +233,8 @@ PROBES: dict[int, list[tuple[int, dict[str, Any], Check]]] = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    standalone = secured_standalone(tmp_path_factory.mktemp("every-api"))
-    standalone.start()
-    try:
+    with running(secured_standalone(tmp_path_factory.mktemp("every-api"))) as standalone:
         yield standalone
-    finally:
-        standalone.stop()
 
 
 async def prepare_victims(admin: WireClient) -> None:

@@ -22,7 +22,7 @@ import trio
 
 from protocols.kafka.record_batch import build_batch
 from tests.kafka_server.kafka_wire_client import WireClient
-from tests.support.secured_standalone import login, sasl_plain, secured_standalone
+from tests.support.secured_standalone import login, running, sasl_plain, secured_standalone
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -35,11 +35,8 @@ MIB = 1 << 20
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     standalone = secured_standalone(tmp_path_factory.mktemp("bounds"),
                                     extra_kafka=f"max_connections_per_ip = {PER_IP}\n")
-    standalone.start()
-    try:
+    with running(standalone):
         yield standalone
-    finally:
-        standalone.stop()
 
 
 def rss_bytes(server: Standalone) -> int:

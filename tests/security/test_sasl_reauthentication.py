@@ -17,7 +17,7 @@ import trio
 from confluent_kafka import Producer
 
 from tests.kafka_server.kafka_wire_client import ConnectionClosed, WireClient
-from tests.support.secured_standalone import PASSWORDS, sasl_plain, secured_standalone
+from tests.support.secured_standalone import PASSWORDS, running, sasl_plain, secured_standalone
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,11 +29,8 @@ LIFETIME_MS = 1500
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     standalone = secured_standalone(tmp_path_factory.mktemp("reauth"),
                                     extra_kafka=f"connections_max_reauth_ms = {LIFETIME_MS}\n")
-    standalone.start()
-    try:
+    with running(standalone):
         yield standalone
-    finally:
-        standalone.stop()
 
 
 async def metadata(client: WireClient) -> dict:

@@ -8,6 +8,8 @@ of the server.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,16 @@ def secured_standalone(directory: Path, extra: str = "", extra_kafka: str = "") 
     directory.mkdir(parents=True, exist_ok=True)
     config = secured_config(directory, extra, extra_kafka)
     return Standalone(directory / "data", extra_args=["--config", str(config)])
+
+
+@contextmanager
+def running(standalone: Standalone) -> Iterator[Standalone]:
+    """Start it, and stop it however the block ends (a module fixture's body)."""
+    standalone.start()
+    try:
+        yield standalone
+    finally:
+        standalone.stop()
 
 
 async def login(port: int, user: str, password: str | None = None) -> WireClient:
