@@ -33,6 +33,8 @@ SAMPLE_BODIES: dict[int, dict] = {
     37: {"topics": [{"name": "t"}]},
     35: {"topics": None},
     43: {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [3]}]},
+    48: {"components": [{"entity_type": "user", "match_type": 0, "match": "u"}]},
+    49: {"entries": [{"entity": [{"entity_type": "user", "entity_name": "u"}], "ops": []}]},
     50: {"users": [{"name": "u"}]},
     51: {"deletions": [{"name": "u", "mechanism": 1}], "upsertions": []},
     65: {"transactional_ids": ["x"]},

@@ -80,6 +80,12 @@ def _alter_scram(version: int, body: dict, code: int, message: str | None) -> di
         {"user": u, "error_code": code, "error_message": message} for u in users]}
 
 
+def _alter_client_quotas(version: int, body: dict, code: int, message: str | None) -> dict:
+    return {"throttle_time_ms": 0, "entries": [
+        {"error_code": code, "error_message": message, "entity": entry.get("entity") or []}
+        for entry in body.get("entries") or []]}
+
+
 ADMIN_ERROR_BUILDERS: dict[int, Callable[[int, dict, int, str | None], dict]] = {
     33: _alter_configs,
     44: _alter_configs,
@@ -89,6 +95,7 @@ ADMIN_ERROR_BUILDERS: dict[int, Callable[[int, dict, int, str | None], dict]] = 
     31: _delete_acls,
     35: _describe_log_dirs,
     43: _elect_leaders,
+    49: _alter_client_quotas,
     51: _alter_scram,
     65: _describe_transactions,
 }
