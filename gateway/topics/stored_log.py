@@ -25,11 +25,15 @@ class StoredLog(Protocol):
 
     name: str
     ledger: Any  # ledger_backend's ManagedLedger (or a twin in tests)
-    config: ReplayConfig
-    offset_index: OffsetHints
     read_hints: dict[int, Position]  # next offset -> the entry holding it
     high_watermark: int
     log_start_offset: int
+
+    @property
+    def config(self) -> ReplayConfig: ...
+
+    @property
+    def offset_index(self) -> OffsetHints: ...
 
     async def locate(self, offset: int) -> Position | None:
         """The entry holding `offset` (or the first after it), None when no longer stored."""
