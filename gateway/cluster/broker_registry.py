@@ -96,15 +96,25 @@ def endpoint_to_bytes(endpoint: BrokerEndpoint, extra: Mapping[str, Any] | None 
 
 
 def endpoint_from_bytes(data: bytes) -> BrokerEndpoint:
-    doc = json.loads(data)
+    return endpoint_from_doc(json.loads(data))
+
+
+def endpoint_from_doc(doc: Mapping[str, Any]) -> BrokerEndpoint:
     return BrokerEndpoint(int(doc["node_id"]), str(doc["host"]), int(doc["port"]),
                           doc.get("rack"))
 
 
 async def register_broker(store: MetadataStore, me: BrokerEndpoint, *,
-                          wait_s: float = 60.0, extra: Mapping[str, Any] | None = None) -> None:
-    """Create this broker's ephemeral live node, waiting out a stale one of the same id."""
+                          wait_s: float = 60.0, extra: Mapping[str, Any] | None = None,
+                          replace: bool = False) -> None:
+    """Create this broker's ephemeral live node, waiting out a stale one of the same id; with
+    `replace`, rewrite the node this session holds (e.g. to say it is leaving)."""
     path = f"{LIVE_BROKERS_PATH}/{me.node_id}"
+    if replace:
+        _, stat = await store.get(path)
+        await store.set(path, endpoint_to_bytes(me, extra), stat.version)
+        return
+    waiting = False
     with trio.move_on_after(wait_s):
         while True:
             try:
@@ -114,8 +124,10 @@ async def register_broker(store: MetadataStore, me: BrokerEndpoint, *,
                                                      "advertised": f"{me.host}:{me.port}"})
                 return
             except NodeExistsError:
-                log.warning("broker id %d is still registered (previous session?); waiting",
-                            me.node_id)
+                if not waiting:  # one line, not one per try
+                    waiting = True
+                    log.warning("broker id %d is still registered (previous session?); "
+                                "waiting for it to expire", me.node_id)
                 await trio.sleep(0.5)
     raise BrokerRegistrationError(f"broker id {me.node_id} stayed registered for {wait_s} s")
 

@@ -15,6 +15,13 @@ broker joining or leaving moves only the bundles it wins or held (about 1/n of t
 keeps ledger recoveries few.
 
 Acquiring a bundle is creating its node; the target broker does it when the node is absent.
+Ownership is sticky: an owner keeps a bundle whose target became another broker (a broker
+joined or came back after a crash) until that broker has been live for `handback_delay_s`, then
+hands such bundles over one per round, gracefully; so a failover moves each bundle once, and a
+restarted broker gets its share back only by this load-balancing hand-off, not by pulling. A
+draining or leaving (SIGTERM) owner hands everything over at once. A broker answers where a
+bundle lives only after its first reconcile (before that it knows no other broker and would
+send every client to itself).
 Releasing (a broker joined, or `admin drain`) is: stop answering for the bundle, run the
 release hook (close its partition logs and coordinators, so ledgers are closed cleanly and
 the next owner needs no recovery), then delete the node.  A dead owner's nodes vanish with its
@@ -47,9 +54,10 @@ from gateway.cluster.broker_registry import (
     LIVE_BROKERS_PATH,
     ClusterLayout,
     deregister_broker,
+    endpoint_from_doc,
     read_bundle_owners,
     read_draining,
-    read_live_brokers,
+    read_live_registrations,
     register_broker,
 )
 from ledger_backend.faults import log_failure
@@ -70,6 +78,7 @@ GROUP_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
 LEASE_FRACTION = 0.6
 RECONCILE_INTERVAL_S = 2.0
+HANDBACK_DELAY_S = 15.0  # a (re)joined broker must be live this long before bundles move to it
 
 BundleHook = Callable[[int], Awaitable[None]]
 
@@ -116,7 +125,8 @@ class OwnershipService:
     def __init__(self, store: MetadataStore, layout: ClusterLayout, me: BrokerEndpoint, *,
                  session_timeout_s: float, on_acquired: BundleHook | None = None,
                  on_releasing: BundleHook | None = None,
-                 clock: Callable[[], float] = trio.current_time) -> None:
+                 clock: Callable[[], float] = trio.current_time,
+                 handback_delay_s: float = HANDBACK_DELAY_S) -> None:
         self._store = store
         self.layout = layout
         self.me = me
@@ -124,7 +134,10 @@ class OwnershipService:
         self._on_acquired = on_acquired
         self._on_releasing = on_releasing
         self._clock = clock
+        self._handback_delay_s = handback_delay_s
         self._live: dict[int, BrokerEndpoint] = {me.node_id: me}
+        self._live_since: dict[int, float] = {}  # node id -> when this broker first saw it live
+        self._reconciled = False  # no answer about other brokers' bundles before the first
         self._draining: set[int] = set()
         self._owners: dict[int, int] = {}  # bundle -> owner node id (last read)
         self._owned: set[int] = set()  # bundles whose node this session holds
@@ -149,6 +162,8 @@ class OwnershipService:
     def _owner_of_bundle(self, bundle: int) -> BrokerEndpoint | None:
         if bundle in self._owned:
             return self.me
+        if not self._reconciled:
+            return None  # not registered yet: every guess would name this broker
         owner = self._owners.get(bundle)
         if owner is None or owner == self.me.node_id:
             target = target_broker(bundle, eligible_brokers(set(self._live), self._draining))
@@ -216,10 +231,18 @@ class OwnershipService:
             await self._reconcile_loop()
 
     async def stop(self) -> None:
-        """Graceful: release every bundle (hooks close ledgers), then deregister."""
+        """Graceful: say this broker is leaving (so the others take each bundle the moment it
+        is released), release every bundle (hooks close ledgers), then deregister."""
         self._stopping = True
-        for bundle in sorted(self._owned):
-            await self._release(bundle)
+        self._draining = self._draining | {self.me.node_id}  # point clients at the others
+        try:
+            await register_broker(self._store, self.me, replace=True,
+                                  extra={**self.registration_extra, "leaving": True})
+        except MetadataError:
+            log_failure(log, "could not announce that broker %d is leaving", self.me.node_id)
+        while self._owned:  # (a round already under way may still finish an acquisition)
+            for bundle in sorted(self._owned):
+                await self._release(bundle)
         try:
             await deregister_broker(self._store, self.me.node_id)
         except MetadataError:
@@ -311,11 +334,16 @@ class OwnershipService:
                 self._dirty.set()
 
     async def _reconcile(self) -> None:
-        self._live = await read_live_brokers(self._store)
-        self._draining = await read_draining(self._store)
+        registrations = await read_live_registrations(self._store)
+        self._live = {i: endpoint_from_doc(doc) for i, doc in registrations.items()}
+        leaving = {i for i, doc in registrations.items() if doc.get("leaving")}
+        self._draining = await read_draining(self._store) | leaving
         self._owners = await read_bundle_owners(self._store)
+        now = self._clock()
+        self._live_since = {i: self._live_since.get(i, now) for i in self._live}
         eligible = eligible_brokers(set(self._live), self._draining)
         me = self.me.node_id
+        handed_back = False
         for bundle in range(self.layout.bundles):
             target = target_broker(bundle, eligible)
             owner = self._owners.get(bundle)
@@ -325,17 +353,26 @@ class OwnershipService:
                     self._ready.discard(bundle)
                     await self._run_hook(self._on_releasing, bundle)
                 elif target is not None and target != me and target in self._live:
-                    await self._release(bundle)
+                    if me in self._draining or self._handback_delay_s <= 0:
+                        await self._release(bundle)
+                    elif (not handed_back
+                          and now - self._live_since[target] >= self._handback_delay_s):
+                        handed_back = True  # one per round: each hand-off is a short pause
+                        await self._release(bundle)
+                        self._dirty.set()
             elif owner is None and target == me and self.lease_valid():
                 await self._acquire(bundle)
             elif owner == me and self.lease_valid():
                 # created by a call whose answer we lost: this session holds it
                 self._owned.add(bundle)
                 await self._finish_acquire(bundle)
+        self._reconciled = True
         old, self.changed = self.changed, trio.Event()
         old.set()
 
     async def _acquire(self, bundle: int) -> None:
+        if self._stopping:
+            return  # a round that started before stop() must not take bundles back
         data = json.dumps({"node_id": self.me.node_id}).encode()
         try:
             await self._store.create(f"{BUNDLES_PATH}/{bundle}", data, ephemeral=True)

@@ -32,6 +32,7 @@ import trio
 
 from gateway.admin.listener import admin_auth, admin_tls, announce
 from gateway.admin.routes import serve_admin_api
+from gateway.cluster.bookie_capacity import watch_capacity
 from gateway.cluster.broker_registry import ClusterLayout, init_cluster
 from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService, bundle_of
 from gateway.config.settings import Config
@@ -291,6 +292,9 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             ),
         )
         hooks.ownership, hooks.groups = ownership, groups
+        # what `cluster status` compares the live bookies with (a spare bookie or not)
+        ownership.registration_extra["ensemble_size"] = config.storage.ensemble_size
+        background.start_soon(watch_capacity, store, config.storage.ensemble_size)
         stack.push_async_callback(groups.stop_all)
         rocketmq: ClusterRocketMQ | None = None
         if config.rocketmq.enabled:  # one RocketMQ broker per bundle (gateway/rocketmq/cluster.py)
@@ -323,8 +327,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                                         sasl_mechanisms=security.kafka.sasl_mechanisms,
                                         ssl_principal=security.kafka.ssl_principal))
             ownership.me = BrokerEndpoint(k.broker_id, adv_host, broker.advertised_port)
-            if rocketmq is not None:
-                await rocketmq.serve(servers)
+            if rocketmq is not None:  # bundle ports now; its name server once registered
+                await rocketmq.serve(servers, name_server=False)
                 background.start_soon(rocketmq.run)
             admin.kafka_address = f"{adv_host}:{broker.advertised_port}"
             # Up before registration, so that /ready says 503 while the broker joins.
@@ -345,6 +349,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
 
             await background.start(run_ownership)
             ownership_running = True
+            if rocketmq is not None:  # routes only from a broker that knows the others
+                await rocketmq.serve_name_server(servers)
             await start_ops_background(admin, retention_scope, background)
             admin.ready = True
             log.info("ledgerwire broker ready", extra={
@@ -358,9 +364,13 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                 async for signum in signals:
                     log.info("shutting down", extra={"signal": signal.Signals(signum).name})
                     break
+            # Hand the bundles off while the listeners still answer: what is in flight
+            # completes, later requests hear NOT_LEADER_OR_FOLLOWER / "not served here" and
+            # go to the new owner at once; only then close the connections.
+            admin.ready = False
+            owner_scope.cancel()
+            with trio.CancelScope(shield=True), trio.move_on_after(30):
+                await ownership.stop()
+            log.info("bundles released; closing")
             servers.cancel_scope.cancel()
-        owner_scope.cancel()
-        with trio.CancelScope(shield=True), trio.move_on_after(30):
-            await ownership.stop()
-        log.info("bundles released; closing")
     log.info("ledgerwire broker stopped")

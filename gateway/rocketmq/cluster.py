@@ -464,11 +464,18 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
 
     # --- running -----------------------------------------------------------------------------
 
-    async def serve(self, servers: trio.Nursery) -> None:
-        """Bind every bundle's port and the name server (each returns once it accepts)."""
+    async def serve(self, servers: trio.Nursery, *, name_server: bool = True) -> None:
+        """Bind every bundle's port and (unless told not to) the name server; each returns
+        once it accepts."""
         for broker in self.brokers:
             await servers.start(partial(serve_rocketmq_broker, broker, self.bind_host,
                                         self.base_port + broker.bundle, acl=self.acl))
+        if name_server:
+            await self.serve_name_server(servers)
+
+    async def serve_name_server(self, servers: trio.Nursery) -> None:
+        """Serve routes (the cluster broker calls it once registered: a broker that does not
+        know the others yet would route every queue to itself)."""
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
         ns = await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
                                          ns_port, guard=self.acl))

@@ -1,6 +1,8 @@
 """Bundle ownership on the in-memory metadata store (two sessions = two brokers): every bundle
 gets exactly one owner, a drained broker gives all its bundles away, a joining broker takes
-about its share, and a broker whose session ends loses its bundles to the survivor."""
+about its share, and a broker whose session ends loses its bundles to the survivor.  Ownership
+is sticky: a broker that comes back gets its share only after the hand-back delay, one bundle
+at a time; a stopping broker hands every bundle to the others at once."""
 
 from __future__ import annotations
 
@@ -49,8 +51,9 @@ def test_consecutive_partitions_land_in_consecutive_bundles() -> None:
 
 
 class Broker:
-    def __init__(self, node_id: int, name: str) -> None:
+    def __init__(self, node_id: int, name: str, handback_delay_s: float = 0.0) -> None:
         self.node_id = node_id
+        self.handback_delay_s = handback_delay_s
         self.name = name
         self.acquired: list[int] = []
         self.released: list[int] = []
@@ -70,7 +73,8 @@ class Broker:
 
         self.service = OwnershipService(
             self.store, LAYOUT, BrokerEndpoint(self.node_id, "127.0.0.1", 9000 + self.node_id),
-            session_timeout_s=10.0, on_acquired=acquired, on_releasing=released)
+            session_timeout_s=10.0, on_acquired=acquired, on_releasing=released,
+            handback_delay_s=self.handback_delay_s)
         try:
             with self.scope:
                 await self.service.run(task_status=task_status)
@@ -128,3 +132,45 @@ async def test_two_brokers_share_drain_and_take_over() -> None:
         assert two.service.owned_bundles() == set(range(16))
         nursery.cancel_scope.cancel()
     await admin.close()
+
+
+@pytest.mark.slow
+async def test_a_returning_broker_gets_bundles_back_only_by_a_delayed_hand_off() -> None:
+    name = f"own-{next(_names)}"
+    admin = await open_store(f"memory:{name}")
+    one, two = Broker(1, name, handback_delay_s=3.0), Broker(2, name, handback_delay_s=3.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(one.run)
+        await wait_owners(admin, {1})
+        assert one.service is not None
+        await nursery.start(two.run)  # joins (or comes back after a crash)
+        joined = trio.current_time()
+        await trio.sleep(1.5)
+        # nothing pulled back yet: every bundle moved at most once so far
+        assert set((await read_bundle_owners(admin)).values()) == {1}
+        assert one.released == []
+        await wait_owners(admin, {1, 2}, timeout_s=30)
+        assert trio.current_time() - joined >= 3.0
+        # the hand-back moves exactly the bundles rendezvous gives broker 2, each once
+        expected = {b: target_broker(b, [1, 2]) for b in range(16)}
+        with trio.fail_after(30):
+            while await read_bundle_owners(admin) != expected:  # noqa: ASYNC110 - polls a store
+                await trio.sleep(0.05)
+        assert sorted(one.released) == sorted(b for b, o in expected.items() if o == 2)
+
+        # a stopping broker hands everything over at once, to a broker it need not wait for
+        assert two.service is not None
+        with trio.fail_after(10):
+            await two.service.stop()
+        await wait_owners(admin, {1})
+        nursery.cancel_scope.cancel()
+    await admin.close()
+
+
+async def test_no_owner_is_named_before_the_first_reconcile() -> None:
+    store = await open_store(f"memory:own-{next(_names)}")
+    await init_cluster(store, LAYOUT)
+    service = OwnershipService(store, LAYOUT, BrokerEndpoint(1, "127.0.0.1", 9001),
+                               session_timeout_s=10.0)
+    assert service.bundle_owner(3) is None  # not "myself": routes wait for registration
+    await store.close()
