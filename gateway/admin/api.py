@@ -31,6 +31,7 @@ from gateway.admin.metrics import (
     Histogram,
     MetricsSnapshot,
 )
+from gateway.cluster.bookie_capacity import BookieCapacity, read_capacity
 from gateway.topics.namespaces import NamespaceError, NamespaceRegistry
 from ledger_backend.autorecovery.under_replication import list_underreplicated
 from ledger_backend.client.ledger_metadata import LedgerMetadata, ledger_path
@@ -226,8 +227,21 @@ async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
         under = len(await list_underreplicated(ctx.store))
     except MetadataError:
         under = 0
+    try:
+        capacity: BookieCapacity | None = await bookie_capacity(ctx)
+    except MetadataError:
+        capacity = None
     return MetricsSnapshot(ctx.broker_metrics, partitions, lag, bookies, under,
-                           started_at=ctx.started_at)
+                           started_at=ctx.started_at, capacity=capacity)
+
+
+async def bookie_capacity(ctx: AdminContext) -> BookieCapacity:
+    """Live bookies against the broker's ensemble size (gateway/cluster/bookie_capacity.py)."""
+    return await read_capacity(ctx.store, ctx.topics.config.ensemble_size)
+
+
+async def bookie_capacity_json(ctx: AdminContext) -> dict[str, object]:
+    return (await bookie_capacity(ctx)).to_json()
 
 
 async def run_retention(ctx: AdminContext) -> dict[str, Any]:

@@ -166,6 +166,7 @@ class MetricsSnapshot:
     bookies: list[BookieGauges]
     under_replicated_ledgers: int
     started_at: float = field(default_factory=time.time)
+    capacity: Any = None  # gateway.cluster.bookie_capacity.BookieCapacity, if known
 
 
 def _fmt(value: float) -> str:
@@ -220,6 +221,13 @@ class SnapshotCollector:
         yield GaugeMetricFamily("ledgerwire_under_replicated_ledgers",
                                 "ledgers marked under-replicated by the auditor",
                                 value=snap.under_replicated_ledgers)
+        if snap.capacity is not None:
+            yield GaugeMetricFamily("ledgerwire_live_bookies", "bookies registered as available",
+                                    value=snap.capacity.live_bookies)
+            yield GaugeMetricFamily(
+                "ledgerwire_spare_bookies",
+                "live bookies minus the ensemble size (<= 0: a lost bookie cannot be replaced)",
+                value=snap.capacity.spare_bookies)
         ratio = GaugeMetricFamily("ledgerwire_cache_hit_ratio", "hits / (hits + misses) per cache",
                                   labels=["cache"])
         ratio.add_metric(["bookie_read"], _ratio(sum(b.read_cache_hits for b in snap.bookies),

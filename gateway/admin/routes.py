@@ -192,6 +192,8 @@ def api_routes(ctx: AdminContext, auth: AdminAuth) -> list[AdminRoute]:
             coordinator_of(ctx), ctx.topics, q.params["group"], body_object(q)), 200,
          _reset_access),
         ("GET", "/bookies", lambda q: api.bookie_rows(ctx), 200, fixed(CLUSTER_DESCRIBE)),
+        ("GET", "/bookies/capacity", lambda q: api.bookie_capacity_json(ctx), 200,
+         fixed(CLUSTER_DESCRIBE)),
         ("POST", "/bookies/gc", lambda q: api.garbage_collect(ctx), 200, fixed(CLUSTER_ALTER)),
         ("GET", "/brokers", lambda q: api.broker_rows(ctx), 200, fixed(CLUSTER_DESCRIBE)),
         ("POST", "/retention/run", lambda q: api.run_retention(ctx), 200, fixed(CLUSTER_ALTER)),

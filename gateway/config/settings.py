@@ -201,6 +201,24 @@ class SecurityConfig:
 
 
 @dataclass
+class ClusterConfig:
+    # The ZooKeeper session a cluster broker asks for (`--zk-session-timeout`): how long a
+    # dead broker keeps its bundles before another takes over, and the base of its ownership
+    # lease.  A `?session_timeout_s=N` in the --metadata URL wins over it.
+    zk_session_timeout_s: float = 10.0
+
+
+def metadata_url_with_session_timeout(url: str, session_timeout_s: float | None) -> str:
+    """`url` with `session_timeout_s` as its ZooKeeper session timeout, unless the URL names
+    one already (or is not a ZooKeeper URL, or no timeout is given)."""
+    if session_timeout_s is None or not url.startswith("zk://") or "session_timeout_s=" in url:
+        return url
+    if session_timeout_s <= 0:
+        raise ConfigError("the ZooKeeper session timeout must be > 0 seconds")
+    return f"{url}{'&' if '?' in url else '?'}session_timeout_s={session_timeout_s:g}"
+
+
+@dataclass
 class Config:
     data_dir: Path = Path("./data")
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
@@ -210,6 +228,7 @@ class Config:
     security: SecurityConfig = field(default_factory=SecurityConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     rocketmq: RocketMQConfig = field(default_factory=RocketMQConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def validate(self) -> None:
         s = self.storage

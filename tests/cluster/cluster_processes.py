@@ -185,7 +185,6 @@ class Cluster:
         port = free_port()
         args = ["bookie", "--metadata", self.metadata_url, "--data-dir",
                 str(self.base / f"bookie-{index}"), "--port", str(port),
-                "--bookie-id", f"127.0.0.1:{port}",
                 "--lost-bookie-delay", str(self.lost_bookie_delay_s),
                 "--open-ledger-grace", str(self.open_ledger_grace_s),
                 "--audit-interval", "1", *self.secret_args]

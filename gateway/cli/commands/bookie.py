@@ -10,6 +10,8 @@ from pathlib import Path
 
 import trio
 
+from gateway.config.settings import metadata_url_with_session_timeout
+
 NAME = "bookie"
 HELP = "one bookie: journal, entry logs and index, registered in the metadata store"
 
@@ -24,10 +26,12 @@ def add_autorecovery_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata", required=True, help="zk://host:port/chroot")
+    parser.add_argument("--zk-session-timeout", type=float, metavar="S",
+                        help="ZooKeeper session timeout: how soon a dead bookie is seen as gone "
+                             "(default 10; a ?session_timeout_s=N in --metadata wins)")
     parser.add_argument("--data-dir", type=Path, help="journal, entry logs, index and cookie")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=3181)
-    parser.add_argument("--bookie-id", help='stable identity (default "advertised-host:port")')
     parser.add_argument("--advertised-host")
     parser.add_argument("--storage", choices=("disk", "memory"), default="disk")
     parser.add_argument("--unsafe-no-fsync", action="store_true")
@@ -88,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     if args.storage == "disk" and args.data_dir is None:
         print("ledgerwire bookie: --data-dir is required with --storage disk", file=sys.stderr)
         return 2
+    # A bookie is known by its advertised address: ledger ensembles name it so, and its
+    # cookie binds the data directory to it (there is no separate --bookie-id).
+    args.bookie_id = None
+    args.metadata = metadata_url_with_session_timeout(args.metadata, args.zk_session_timeout)
     if args.max_frame_bytes is None:
         args.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
     logging.basicConfig(level=args.log_level.upper(),

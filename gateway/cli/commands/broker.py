@@ -13,6 +13,7 @@ from gateway.cli.commands.standalone import (
     config_from_args,
     warn_about_exposed_secrets,
 )
+from gateway.config.settings import metadata_url_with_session_timeout
 from gateway.process.logging_setup import setup_logging
 
 NAME = "broker"
@@ -40,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--metadata", required=True,
                         help="zk://host:port[,host:port]/chroot[?session_timeout_s=N]")
+    parser.add_argument("--zk-session-timeout", dest="cluster.zk_session_timeout_s",
+                        type=float, metavar="S",
+                        help="ZooKeeper session timeout: how soon a dead broker's bundles move "
+                             "(config [cluster] zk_session_timeout_s; default 10)")
     parser.add_argument("--broker-id", dest="kafka.broker_id", type=int, required=True,
                         metavar="N", help="this broker's node id (unique in the cluster)")
     add_cluster_layout_arguments(parser)
@@ -65,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     from gateway.process.cluster_broker import run_broker
 
     try:
-        trio.run(run_broker, config, args.metadata, layout_from_args(args))
+        metadata = metadata_url_with_session_timeout(args.metadata,
+                                                     config.cluster.zk_session_timeout_s)
+        trio.run(run_broker, config, metadata, layout_from_args(args))
     except KeyboardInterrupt:
         pass
     except (OSError, ValueError) as exc:  # also unreadable secrets or TLS files

@@ -30,12 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def cluster_status(store: Any) -> dict[str, Any]:
+    from gateway.cluster.bookie_capacity import BookieCapacity
     from gateway.cluster.broker_registry import (
         CLUSTER_PATH,
         ClusterLayout,
         read_bundle_owners,
         read_draining,
         read_live_brokers,
+        read_live_registrations,
     )
     from ledger_backend.autorecovery.under_replication import list_underreplicated
     from ledger_backend.client.ledger_metadata import AVAILABLE_BOOKIES_PATH
@@ -50,6 +52,10 @@ async def cluster_status(store: Any) -> dict[str, Any]:
     except NoNodeError:
         bookies = []
     live = await read_live_brokers(store)
+    registrations = await read_live_registrations(store)
+    sizes = [int(doc["ensemble_size"]) for doc in registrations.values()
+             if isinstance(doc.get("ensemble_size"), int)]
+    capacity = BookieCapacity(len(bookies), max(sizes)).to_json() if sizes else None
     return {
         "initialised": True,
         "layout": json.loads(layout.to_bytes()),
@@ -58,6 +64,8 @@ async def cluster_status(store: Any) -> dict[str, Any]:
         "bundle_owners": {str(b): o for b, o in sorted((await read_bundle_owners(store)).items())},
         "bookies": bookies,
         "underreplicated_ledgers": await list_underreplicated(store),
+        # live bookies against the largest ensemble a live broker writes with (None: no broker)
+        "bookie_capacity": capacity,
     }
 
 
@@ -78,7 +86,11 @@ async def _main(args: argparse.Namespace) -> int:
         elif args.action == "secure":
             return await _secure(store)
         else:
-            print(json.dumps(await cluster_status(store), indent=2))
+            status = await cluster_status(store)
+            print(json.dumps(status, indent=2))
+            warning = (status.get("bookie_capacity") or {}).get("warning")
+            if warning:
+                print(f"warning: {warning}", file=sys.stderr)
     finally:
         await store.close()
     return 0
