@@ -264,7 +264,8 @@ def run_topology(name: str, base: Path, trials: int, rng: random.Random,
                  batch: int) -> tuple[list[TrialResult], bool]:  # fmt: skip
     results: list[TrialResult] = []
     with Cluster(base / name, bookies=TOPOLOGIES[name], brokers=2, partitions=PARTITIONS,
-                 lost_bookie_delay_s=5.0, open_ledger_grace_s=10.0) as cluster:
+                 lost_bookie_delay_s=5.0, open_ledger_grace_s=10.0,
+                 handback_delay_s=None) as cluster:  # the brokers' own hand-back delay
         try:
             for index in range(trials):
                 result = trial(cluster, name, index, FAULTS[index % len(FAULTS)], rng, batch)

@@ -206,6 +206,9 @@ class ClusterConfig:
     # dead broker keeps its bundles before another takes over, and the base of its ownership
     # lease.  A `?session_timeout_s=N` in the --metadata URL wins over it.
     zk_session_timeout_s: float = 10.0
+    # How long a broker that joined or came back must be live before owners hand it bundles
+    # (one per round, gracefully); 0 hands them over at once (`--handback-delay`).
+    handback_delay_s: float = 15.0
 
 
 def metadata_url_with_session_timeout(url: str, session_timeout_s: float | None) -> str:

@@ -283,7 +283,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         # The endpoint is completed once the listener knows its port (advertised port 0).
         ownership = OwnershipService(store, layout, BrokerEndpoint(k.broker_id, adv_host, 0),
                                      session_timeout_s=session_timeout_of(metadata_url),
-                                     on_acquired=hooks.acquired, on_releasing=hooks.releasing)
+                                     on_acquired=hooks.acquired, on_releasing=hooks.releasing,
+                                     handback_delay_s=config.cluster.handback_delay_s)
         groups = ClusterGroupCoordinator(
             factory, system_ledger_config(config), ownership, background,
             CoordinatorConfig(

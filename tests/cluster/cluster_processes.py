@@ -119,7 +119,8 @@ class Cluster:
                  partitions: int = 6, bundles: int = 16, lost_bookie_delay_s: float = 2.0,
                  open_ledger_grace_s: float = 4.0, autorecovery: bool = True,
                  fsync: bool = False, broker_args: list[str] | None = None,
-                 rocketmq: bool = False, secure: bool = False) -> None:
+                 rocketmq: bool = False, secure: bool = False,
+                 handback_delay_s: float | None = 0.0) -> None:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
         self.secure = secure
@@ -145,6 +146,10 @@ class Cluster:
         self.broker_ports: dict[int, int] = {}
         self.admin_ports: dict[int, int] = {}  # each broker's admin HTTP API (/health, ...)
         self.broker_args = list(broker_args or [])  # extra `ledgerwire broker` arguments
+        # 0: a joining broker gets its share at once (what most tests expect); None: the
+        # broker's default delayed hand-back (gateway/cluster/ownership.py)
+        if handback_delay_s is not None:
+            self.broker_args += ["--handback-delay", str(handback_delay_s)]
         self._n_bookies = bookies
         self._n_brokers = brokers
         # RocketMQ (off unless asked: a broker binds `bundles` ports for it)

@@ -45,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         type=float, metavar="S",
                         help="ZooKeeper session timeout: how soon a dead broker's bundles move "
                              "(config [cluster] zk_session_timeout_s; default 10)")
+    parser.add_argument("--handback-delay", dest="cluster.handback_delay_s", type=float,
+                        metavar="S", help="seconds a (re)joined broker must be live before it "
+                        "is handed its bundles (config [cluster] handback_delay_s; default 15)")
     parser.add_argument("--broker-id", dest="kafka.broker_id", type=int, required=True,
                         metavar="N", help="this broker's node id (unique in the cluster)")
     add_cluster_layout_arguments(parser)
