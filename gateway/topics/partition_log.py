@@ -49,7 +49,7 @@ from gateway.topics.partition_reads import read_stored
 from gateway.topics.partition_timestamps import TimestampSearch
 from gateway.topics.producer_state import ProducerStateManager
 from gateway.topics.tail_cache import BatchTailCache
-from ledger_backend.faults import log_failure
+from ledger_backend.faults import StorageFault, log_failure, storage_fault_of
 from ledger_backend.managed_ledger.types import (
     InvalidPositionError,
     ManagedLedgerFencedError,
@@ -62,6 +62,7 @@ from protocols.kafka.errors import (
     KafkaProtocolError,
     KafkaStorageError,
     MessageTooLargeError,
+    NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
@@ -331,6 +332,9 @@ class PartitionLog:
             self._fail(exc)
             if isinstance(exc, ManagedLedgerFencedError):
                 raise NotLeaderOrFollowerError(f"{self.name} is owned elsewhere now") from exc
+            if storage_fault_of(exc) is StorageFault.UNAVAILABLE:  # outcome unknown: retry
+                raise NotEnoughReplicasAfterAppendError(
+                    f"{self.name}: append not acknowledged: {exc!r}") from exc
             if isinstance(exc, Exception):
                 raise KafkaStorageError(f"{self.name}: append failed: {exc!r}") from exc
             raise
@@ -339,7 +343,8 @@ class PartitionLog:
             # below this batch, so neither the high watermark nor a producer snapshot may move
             # past it. Fail this batch too; the client retries on a fresh log, where the
             # producer state rebuilt from the log decides what is a duplicate.
-            raise KafkaStorageError(f"{self.name}: an earlier append failed") from self._failure
+            raise NotEnoughReplicasAfterAppendError(
+                f"{self.name}: an earlier append failed") from self._failure
         self.offset_index.record_append(position, base, last)
         if not header.is_control:
             self._timestamps.on_append(header, base)

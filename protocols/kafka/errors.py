@@ -345,6 +345,14 @@ class NotEnoughReplicasError(KafkaProtocolError):
 
 
 @_register
+class NotEnoughReplicasAfterAppendError(KafkaProtocolError):
+    """The batch may be stored but is not acknowledged (a retry with the same producer
+    sequence is answered from the producer state, not stored again)."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+@_register
 class InvalidRequiredAcksError(KafkaProtocolError):
     code = ErrorCode.INVALID_REQUIRED_ACKS
 
