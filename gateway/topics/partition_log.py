@@ -132,6 +132,7 @@ class PartitionLog:
         self._data_event = trio.Event()
         self._failure: BaseException | None = None
         self._closed = False
+        self._closing = False  # close() started: no new append may take an offset
         self._batches_since_snapshot = 0
         self._snapshot_running = False
         self._pending_snapshot: tuple[int, dict[str, object]] | None = None
@@ -233,7 +234,7 @@ class PartitionLog:
         return self._closed
 
     def _check_usable(self) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             raise NotLeaderOrFollowerError(f"{self.name} is closed")
         if self._failure is not None:
             raise NotLeaderOrFollowerError(f"{self.name} failed: {self._failure!r}")
@@ -535,6 +536,10 @@ class PartitionLog:
         """Snapshot producer state (if everything is durable) and close the managed ledger."""
         if self._closed:
             return
+        # From here no append starts (it would take an offset while the final snapshot is
+        # written, then meet a closing ledger: its producer sequence would be remembered here
+        # but stored nowhere); those already under way finish or fail on their own.
+        self._closing = True
         try:
             if self._failure is None and (self._batches_since_snapshot or self._pending_snapshot):
                 with trio.CancelScope(shield=True):
