@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 
 import trio
 
+from ledger_backend.faults import log_failure
 from ledger_backend.metadata.store import (
     BadVersionError,
     MetadataError,
@@ -116,12 +117,24 @@ class QuotaStore:
         return meter.throttle_s(quota, now)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Reload whenever the node changes (start in the broker's background nursery)."""
-        async with self._store.watch(QUOTAS_PATH) as watcher:
-            await self.load()
-            task_status.started()
-            async for _event in watcher:
-                try:
+        """Reload whenever the node changes (start in the broker's background nursery); a lost
+        ZooKeeper session ends the watch, which is then set up again (never the broker's end)."""
+        started = False
+        while True:
+            try:
+                async with self._store.watch(QUOTAS_PATH) as watcher:
                     await self.load()
-                except (MetadataError, ValueError):
-                    log.warning("reloading client quotas failed", exc_info=True)
+                    if not started:
+                        started = True
+                        task_status.started()
+                    async for _event in watcher:
+                        try:
+                            await self.load()
+                        except (MetadataError, ValueError):
+                            log_failure(log, "reloading client quotas failed")
+                return
+            except MetadataError:
+                if not started:
+                    raise
+                log_failure(log, "client quota watch ended; watching again")
+                await trio.sleep(1.0)
