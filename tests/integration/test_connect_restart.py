@@ -18,7 +18,6 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,17 +106,6 @@ class Worker:
         return f"<ConnectWorker rc {self.proc.poll()} last {self.lines[-3:]} stderr {tail!r}>"
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Standalone]:
-    server = Standalone(tmp_path / "data")
-    server.start()
-    try:
-        yield server
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.stop()
-
-
 def payloads(bootstrap: str) -> set[str]:
     """Every line the connector wrote to the topic so far (JsonConverter envelopes)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
@@ -150,8 +138,9 @@ def joined_member_ids(server: Standalone) -> list[str]:
 
 
 def test_connector_keeps_running_through_a_broker_restart(
-    server: Standalone, tmp_path: Path
+    standalone: Standalone, tmp_path: Path
 ) -> None:
+    server = standalone
     source = tmp_path / "source.txt"
     source.write_text("")
     worker = Worker(tmp_path, server.bootstrap, source)
