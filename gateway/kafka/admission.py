@@ -1,16 +1,35 @@
-"""Which new Kafka connections a listener admits: Kafka's max.connections and
-max.connections.per.ip, counted from accept to close (TLS handshakes included).
+"""Which new Kafka connections a listener admits, and as whom.
 
-`ConnectionLimits.admitted(host)` is a context manager: it refuses (ConnectionRefused, with
-the reason) or counts the connection until the block ends.  A limit of 0 means none.
+- Kafka's max.connections and max.connections.per.ip, counted from accept to close (TLS
+  handshakes included): `ConnectionLimits.admitted(host)` is a context manager that refuses
+  (ConnectionRefused, with the reason) or counts the connection until the block ends.  A limit
+  of 0 means none.
+- TLS: `tls_handshake` completes the server side of the handshake within
+  `TLS_HANDSHAKE_TIMEOUT_S`; `certificate_identity` names an SSL listener's client by its
+  certificate (protocols/kafka/ssl_principal.py), User:ANONYMOUS without one.
 
-This module must never touch a socket: the listener closes what is refused.
+This module must never read or write Kafka frames: the listener serves what is admitted and
+closes what is refused.
 """
 
 from __future__ import annotations
 
+import logging
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import trio
+
+from protocols.kafka.acl_model import ANONYMOUS
+from protocols.kafka.ssl_principal import (
+    CertificateIdentity,
+    NoMatchingRuleError,
+    SslPrincipalMapper,
+)
+
+log = logging.getLogger("ledgerwire.kafka.listener")
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class ConnectionRefused(Exception):
@@ -50,3 +69,30 @@ class ConnectionLimits:
                 self.per_ip[host] = left
             else:
                 del self.per_ip[host]
+
+
+async def tls_handshake(stream: trio.SocketStream, context: ssl.SSLContext,
+                        peer: str) -> trio.SSLStream[trio.SocketStream] | None:
+    """The TLS stream once its handshake is done, or None (logged; `stream` closed)."""
+    tls = trio.SSLStream(stream, context, server_side=True)
+    try:
+        with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+            await tls.do_handshake()
+    except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        log.info("TLS handshake failed", extra={"client": peer, "error": repr(exc)})
+        await trio.aclose_forcefully(stream)
+        return None
+    return tls
+
+
+def certificate_identity(tls: trio.SSLStream[trio.SocketStream], mapper: SslPrincipalMapper,
+                         peer: str) -> CertificateIdentity | None:
+    """The client's principal by its certificate; None when no mapping rule names it (then
+    the client is refused, as Kafka fails the authentication)."""
+    certificate = tls.getpeercert()
+    try:
+        principal = mapper.principal(certificate["subject"]) if certificate else ANONYMOUS
+    except NoMatchingRuleError as exc:
+        log.warning("TLS client refused: %s", exc, extra={"client": peer})
+        return None
+    return CertificateIdentity(principal)

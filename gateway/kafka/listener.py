@@ -20,8 +20,9 @@ timeout are watched by one per-connection watchdog task that looks every quarter
 shorter timeout (so a timeout fires between 1x and 1.25x its value), not by a cancel scope
 around every receive and send.
 
-Security: with an `ssl_context` every connection is wrapped in a `trio.SSLStream` (server
-side; the TLS handshake must finish within `TLS_HANDSHAKE_TIMEOUT_S`).  With
+Security: connections past the listener's limits are refused, and with an `ssl_context` every
+connection is wrapped in a `trio.SSLStream` (gateway/kafka/admission.py: limits, handshake, the
+certificate's principal on an SSL listener).  With
 `sasl_mechanisms` every connection carries a `SaslSession` (protocols/kafka/sasl.py) in its
 context: until it is authenticated, frames are served one at a time, in the read loop (the
 session's state decides what the next frame may be), only ApiVersions / SaslHandshake /
@@ -47,10 +48,14 @@ from typing import Any, NamedTuple
 
 import trio
 
-from gateway.kafka.admission import ConnectionLimits, ConnectionRefused
+from gateway.kafka.admission import (
+    ConnectionLimits,
+    ConnectionRefused,
+    certificate_identity,
+    tls_handshake,
+)
 from gateway.kafka.broker import CloseConnection, KafkaBroker
 from ledger_backend.faults import log_failure
-from protocols.kafka.acl_model import ANONYMOUS
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
     KafkaProtocolError,
@@ -62,7 +67,6 @@ from protocols.kafka.handlers.sasl import authenticate_token
 from protocols.kafka.sasl import SASL_HANDSHAKE, SaslSession, SaslState
 from protocols.kafka.ssl_principal import (
     CertificateIdentity,
-    NoMatchingRuleError,
     SslPrincipalMapper,
 )
 
@@ -76,7 +80,6 @@ _TLS_SEND_BYTES = 1 << 20
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_BACKOFF_S = 0.1
 FETCH_API_KEY = 1
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class ListenAddress(NamedTuple):
@@ -454,28 +457,20 @@ class _KafkaServer:
 
     async def _serve_admitted(self, stream: trio.SocketStream) -> None:
         served: trio.abc.Stream = stream
+        identity = None
         if self.ssl_context is not None:
-            tls = trio.SSLStream(stream, self.ssl_context, server_side=True)
-            try:
-                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
-                    await tls.do_handshake()
-            except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                log.info("TLS handshake failed", extra={"client": _peer_name(stream),
-                                                        "error": repr(exc)})
-                await trio.aclose_forcefully(stream)
+            peer = _peer_name(stream)
+            tls = await tls_handshake(stream, self.ssl_context, peer)
+            if tls is None:
                 return
+            if self.ssl_principal is not None:
+                identity = certificate_identity(tls, self.ssl_principal, peer)
+                if identity is None:
+                    await trio.aclose_forcefully(tls)
+                    return
             served = tls
         connection = _Connection(self, served)
-        if self.ssl_principal is not None and isinstance(served, trio.SSLStream):
-            certificate = served.getpeercert()
-            try:
-                principal = (self.ssl_principal.principal(certificate["subject"])
-                             if certificate else ANONYMOUS)
-            except NoMatchingRuleError as exc:
-                log.warning("TLS client refused: %s", exc, extra={"client": connection.peer})
-                await trio.aclose_forcefully(served)
-                return
-            connection.identity = CertificateIdentity(principal)
+        connection.identity = identity
         self.connections.add(connection)
         log.debug("connection accepted", extra={"client": connection.peer})
         try:
