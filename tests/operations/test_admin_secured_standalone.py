@@ -141,3 +141,27 @@ def test_sasl_ssl_standalone_serves_the_admin_api_over_https(tmp_path: Path) -> 
         assert listed.returncode == 0, listed.stderr
     finally:
         server.stop()
+
+
+def test_tokens_cli_on_a_stopped_standalones_store(tmp_path: Path) -> None:
+    """`ledgerwire tokens create|list|revoke --metadata DATA_DIR`: the token is printed once,
+    the store keeps only its hash, and a revoked id is gone."""
+    def tokens(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gateway", "tokens", *args, "--metadata",
+                               str(tmp_path / "data")], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+
+    made = tokens("create", "User:alice", "--ttl", "3600", "--description", "ci")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert token.startswith("lwt_") and "shown only now" in made.stderr
+    token_id = token.split("_")[1]
+    listed = tokens("list")
+    assert listed.returncode == 0 and token_id in listed.stdout and "User:alice" in listed.stdout
+    assert token.split("_", 2)[2] not in listed.stdout
+    stored = b"".join(p.read_bytes() for p in (tmp_path / "data").rglob("*") if p.is_file())
+    assert token.split("_", 2)[2].encode() not in stored  # only the SHA-256 is kept
+    assert tokens("create", "alice").returncode == 1  # not User:NAME
+    assert tokens("revoke", token_id).returncode == 0
+    assert token_id not in tokens("list").stdout
+    assert tokens("revoke", token_id).returncode == 1
