@@ -1,0 +1,152 @@
+"""Reading entry ranges of offloaded ledgers: footer, index, then only the blocks needed.
+
+Indexes (small) and decoded blocks are kept in one LRU cache bounded in bytes. A missing
+object, an unreachable store or a corrupt part (bad magic, version or CRC) raises
+OffloadedReadError naming the object and logs ONE warning line per failing read; a reader
+never returns a byte it could not verify. This module never writes to the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import trio
+
+from ledger_backend.offload.object_format import (
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    BlockRef,
+    ObjectFormatError,
+    ObjectIndex,
+    decode_block,
+    decode_footer,
+    decode_header,
+    decode_index,
+)
+from ledger_backend.offload.offloader import Offloader, OffloadError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_BYTES = 64 << 20
+
+
+class OffloadedReadError(OffloadError):
+    """An offloaded ledger could not be read (missing, unreachable or corrupt object)."""
+
+
+@dataclass(frozen=True)
+class OffloadLocation:
+    """Where one ledger's object lives, as its metadata records it."""
+
+    driver: str
+    key: str
+    size: int
+
+
+class OffloadedReader:
+    """Range reads of offloaded ledgers through a byte-bounded LRU cache."""
+
+    def __init__(
+        self, offloaders: dict[str, Offloader], cache_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
+        self._offloaders = offloaders
+        self._cache_bytes = cache_bytes
+        self._cache: OrderedDict[tuple[str, int], tuple[object, int]] = OrderedDict()
+        self._used = 0
+        self._locks: dict[str, trio.Lock] = {}
+        self.errors = 0
+
+    def _offloader(self, where: OffloadLocation) -> Offloader:
+        offloader = self._offloaders.get(where.driver)
+        if offloader is None:
+            raise OffloadedReadError(
+                f"object {where.key!r}: driver {where.driver!r} is not configured "
+                f"(configured: {sorted(self._offloaders) or 'none'})"
+            )
+        return offloader
+
+    def _get(self, key: tuple[str, int]) -> object | None:
+        item = self._cache.get(key)
+        if item is None:
+            return None
+        self._cache.move_to_end(key)
+        return item[0]
+
+    def _put(self, key: tuple[str, int], value: object, size: int) -> None:
+        if key in self._cache or size > self._cache_bytes:
+            return
+        self._cache[key] = (value, size)
+        self._used += size
+        while self._used > self._cache_bytes and self._cache:
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._used -= dropped
+
+    def drop(self, key: str) -> None:
+        for cache_key in [k for k in self._cache if k[0] == key]:
+            _, size = self._cache.pop(cache_key)
+            self._used -= size
+
+    async def read(
+        self, where: OffloadLocation, ledger_id: int, first: int, last: int
+    ) -> list[bytes]:
+        """Entries first..last of the ledger stored at `where` (see the module docstring)."""
+        try:
+            offloader = self._offloader(where)
+            index = await self._index(offloader, where, ledger_id)
+            out: list[bytes] = []
+            for ref in index.blocks_for(first, last):
+                entries = await self._block(offloader, where, ref)
+                lo = max(first, ref.first_entry) - ref.first_entry
+                hi = min(last, ref.last_entry) - ref.first_entry
+                out.extend(entries[lo : hi + 1])
+            return out
+        except (OffloadError, ObjectFormatError, ValueError) as exc:
+            self.errors += 1
+            log.warning(
+                "offloaded ledger %d: reading entries %d..%d of object %r (%s) failed: %s",
+                ledger_id, first, last, where.key, where.driver, exc,
+            )
+            if isinstance(exc, OffloadedReadError):
+                raise
+            raise OffloadedReadError(
+                f"offloaded ledger {ledger_id}: object {where.key!r}: {exc}"
+            ) from exc
+
+    async def _index(
+        self, offloader: Offloader, where: OffloadLocation, ledger_id: int
+    ) -> ObjectIndex:
+        cached = self._get((where.key, -1))
+        if isinstance(cached, ObjectIndex):
+            return cached
+        lock = self._locks.setdefault(where.key, trio.Lock())
+        async with lock:
+            cached = self._get((where.key, -1))
+            if isinstance(cached, ObjectIndex):
+                return cached
+            if where.size < HEADER_SIZE + FOOTER_SIZE:
+                raise ObjectFormatError(f"recorded size {where.size} is too small")
+            head = await offloader.get_range(where.key, 0, HEADER_SIZE)
+            if decode_header(head) != ledger_id:
+                raise ObjectFormatError(f"object holds another ledger than {ledger_id}")
+            tail = await offloader.get_range(where.key, where.size - FOOTER_SIZE, FOOTER_SIZE)
+            index_offset, index_length, entries, data_bytes = decode_footer(tail)
+            if index_offset + index_length + FOOTER_SIZE != where.size:
+                raise ObjectFormatError("footer does not match the recorded object size")
+            raw = await offloader.get_range(where.key, index_offset, index_length)
+            index = decode_index(raw, ledger_id, entries, data_bytes, index_offset)
+            self._put((where.key, -1), index, len(raw) + 64)
+            self._locks.pop(where.key, None)
+            return index
+
+    async def _block(
+        self, offloader: Offloader, where: OffloadLocation, ref: BlockRef
+    ) -> list[bytes]:
+        cached = self._get((where.key, ref.offset))
+        if isinstance(cached, list):
+            return cached
+        raw = await offloader.get_range(where.key, ref.offset, ref.length)
+        entries = decode_block(raw, ref)
+        self._put((where.key, ref.offset), entries, ref.length + 32 * ref.count)
+        return entries

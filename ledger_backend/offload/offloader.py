@@ -1,0 +1,54 @@
+"""The Offloader interface (where offloaded ledger objects are kept) and its errors.
+
+An offloader stores opaque objects under keys. Its one durability promise: after `put`
+returns, `get_range` of that key returns exactly the bytes put; before that, a reader sees
+either no object or (never) a partial one -- uploads are atomic. Drivers: filesystem.py (a
+directory) and object_store.py (S3/GCS/Azure through obstore). This module holds the
+interface and the errors only: it must never do I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class OffloadError(Exception):
+    """Root of the offload errors."""
+
+
+class ObjectMissingError(OffloadError):
+    """No object under that key (deleted, or never completely written)."""
+
+
+class ObjectStoreUnavailableError(OffloadError):
+    """The object store could not be reached or refused the request (try again later)."""
+
+
+class Offloader(Protocol):
+    """One place offloaded objects live (see the module docstring for the promise)."""
+
+    @property
+    def driver(self) -> str:
+        """The driver name recorded in ledger metadata ("filesystem", "s3", ...)."""
+        ...
+
+    @property
+    def location(self) -> str:
+        """A human-readable location (directory, bucket/prefix) for logs and status."""
+        ...
+
+    async def put(self, key: str, data: bytes) -> None:
+        """Store `data` under `key` atomically and durably."""
+        ...
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        """`length` bytes of `key` from `start` (fewer only at the end of the object)."""
+        ...
+
+    async def size(self, key: str) -> int:
+        """The object's size in bytes; ObjectMissingError if there is none."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Delete the object (no error if it is already gone)."""
+        ...

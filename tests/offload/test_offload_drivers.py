@@ -1,0 +1,107 @@
+"""The offload object format and both drivers (a directory; S3 against moto's real server)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger_backend.offload import (
+    FilesystemOffloader,
+    ObjectFormatError,
+    ObjectMissingError,
+    OffloadedReader,
+    OffloadedReadError,
+    Offloader,
+    OffloadLocation,
+)
+from ledger_backend.offload.object_format import decode_whole, encode_object
+from ledger_backend.offload.object_store import ObjectStoreOffloader
+from tests.offload.moto_server import moto_s3
+
+
+@given(
+    st.lists(st.binary(max_size=300), max_size=60),
+    st.integers(min_value=1, max_value=2000),
+)
+@settings(max_examples=60, deadline=None)
+def test_object_round_trips(entries: list[bytes], block_bytes: int) -> None:
+    data = encode_object(7, entries, block_bytes)
+    index, back = decode_whole(data)
+    assert back == entries and index.entries == len(entries) and index.ledger_id == 7
+
+
+@given(st.data())
+@settings(max_examples=80, deadline=None)
+def test_any_flipped_byte_is_detected(data: st.DataObject) -> None:
+    entries = [bytes([i]) * (i * 7 % 50 + 1) for i in range(40)]
+    obj = bytearray(encode_object(3, entries, 200))
+    pos = data.draw(st.integers(min_value=0, max_value=len(obj) - 1))
+    obj[pos] ^= data.draw(st.integers(min_value=1, max_value=255))
+    with pytest.raises(ObjectFormatError):
+        decode_whole(bytes(obj))
+
+
+async def _exercise(offloader: Offloader) -> None:
+    rng = random.Random(5)
+    entries = [rng.randbytes(rng.randrange(0, 3000)) for _ in range(500)]
+    obj = encode_object(42, entries, block_bytes=16 << 10)
+    await offloader.put("ml/42-a.lwo", obj)
+    assert await offloader.size("ml/42-a.lwo") == len(obj)
+    where = OffloadLocation(offloader.driver, "ml/42-a.lwo", len(obj))
+    reader = OffloadedReader({offloader.driver: offloader}, cache_bytes=64 << 10)
+    for first, last in [(0, 0), (0, 499), (123, 321), (499, 499), (250, 260)]:
+        assert await reader.read(where, 42, first, last) == entries[first : last + 1]
+    with pytest.raises(OffloadedReadError):
+        await reader.read(where, 42, 0, 500)
+    with pytest.raises(OffloadedReadError, match="42-b"):
+        await reader.read(OffloadLocation(offloader.driver, "ml/42-b.lwo", len(obj)), 42, 0, 1)
+    with pytest.raises(ObjectMissingError):
+        await offloader.size("ml/none.lwo")
+    # a corrupted copy under another key is reported, never served
+    bad = bytearray(obj)
+    bad[len(obj) // 2] ^= 0xFF
+    await offloader.put("ml/42-bad.lwo", bytes(bad))
+    cold = OffloadedReader({offloader.driver: offloader})
+    with pytest.raises(OffloadedReadError, match="42-bad.lwo"):
+        await cold.read(OffloadLocation(offloader.driver, "ml/42-bad.lwo", len(obj)), 42, 0, 499)
+    await offloader.delete("ml/42-a.lwo")
+    await offloader.delete("ml/42-a.lwo")
+    with pytest.raises(ObjectMissingError):
+        await offloader.size("ml/42-a.lwo")
+
+
+def test_filesystem_driver(tmp_path: Path) -> None:
+    offloader = FilesystemOffloader(tmp_path / "objects")
+    trio.run(_exercise, offloader)
+    assert not list((tmp_path / "objects").rglob("*.tmp-*"))
+    with pytest.raises(ValueError):
+        trio.run(offloader.put, "../escape", b"x")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    with moto_s3("ledgers") as endpoint:
+        yield endpoint
+
+
+def test_s3_driver_against_moto_server(s3_endpoint: str) -> None:
+    offloader = ObjectStoreOffloader.s3(
+        "ledgers", prefix="tiered", endpoint=s3_endpoint,
+        access_key_id="test", secret_access_key="test",
+    )
+    trio.run(_exercise, offloader)
+
+
+def test_s3_driver_reports_a_missing_bucket(s3_endpoint: str) -> None:
+    offloader = ObjectStoreOffloader.s3(
+        "no-such-bucket", endpoint=s3_endpoint, access_key_id="test", secret_access_key="test"
+    )
+    with pytest.raises(Exception) as info:
+        trio.run(offloader.put, "k", b"data")
+    assert "test" not in str(info.value).replace("no-such-bucket", "")
