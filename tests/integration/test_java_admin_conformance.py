@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from base64 import urlsafe_b64encode
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tests.support.standalone import Standalone
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def admin(server: Standalone, op: str, **named: object) -> JavaRun:
+def admin(server: Standalone, op: str, **named: Any) -> JavaRun:
     return run_java("KafkaAdmin", bootstrap=server.bootstrap, op=op, **named)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -21,7 +22,7 @@ from tests.support.standalone import REPO
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def java_admin(bootstrap: str, user: str, op: str, **named: object) -> JavaRun:
+def java_admin(bootstrap: str, user: str, op: str, **named: Any) -> JavaRun:
     jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
             f'username="{user}" password="{PASSWORDS[user]}";')
     return run_java("KafkaAdmin", bootstrap=bootstrap, op=op, kafka={
