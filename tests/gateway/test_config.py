@@ -48,6 +48,9 @@ def test_flags_override_file_which_overrides_defaults(tmp_path: Path) -> None:
         "[kafka]\nunknown_setting = 1\n",
         '[kafka]\nauto_create_topics = "yes"\n',
         '[kafka]\nlistener = "nowhere"\n',
+        '[kafka]\nssl_client_auth = "sometimes"\n',
+        '[kafka]\nssl_client_auth = "required"\n',  # without ssl_cafile
+        '[kafka]\nssl_principal_mapping_rules = ["RULE:no-slashes"]\n',
     ],
 )
 def test_bad_configuration_is_refused(tmp_path: Path, text: str) -> None:
@@ -63,3 +66,16 @@ def test_parse_host_port_forms() -> None:
     assert parse_host_port("[::1]:9094") == ("::1", 9094)
     with pytest.raises(ConfigError):
         parse_host_port("host:99999")
+
+
+def test_secured_means_sasl_or_authorization(tmp_path: Path) -> None:
+    """What makes RocketMQ demand signatures: Kafka SASL, or ACLs on (auto: any listener but
+    PLAINTEXT)."""
+    assert not load_config(None).secured
+    for text, secured in [('[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\n', True),
+                          ('[security]\nauthorization = "on"\n', True),
+                          ('[security]\nauthorization = "off"\n', False)]:
+        toml = tmp_path / "s.toml"
+        toml.write_text(text)
+        assert load_config(toml).secured is secured, text
+    assert load_config(None).security.authorization_enabled("SSL")
