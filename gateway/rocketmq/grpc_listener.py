@@ -125,6 +125,9 @@ class _Connection:
                 return
             for event in events:
                 self._on_event(event)
+            if self.h2.goaway_received and not self.calls:
+                await self._flush_now()
+                return  # the client said GOAWAY and its last call ended
             self.changed()
 
     async def _flush_now(self) -> None:

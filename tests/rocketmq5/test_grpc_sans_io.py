@@ -89,3 +89,19 @@ def test_bad_receipt_handles_are_refused(text: str) -> None:
         parse_receipt_handle(text)
     except RpcFailure:
         pass
+
+
+def test_a_client_that_said_goaway_may_still_finish_its_open_stream() -> None:
+    """grpc-js closes a channel with GOAWAY and then half-closes its Telemetry stream in the
+    same write; h2 alone would refuse that frame (it follows a GOAWAY)."""
+    server = GrpcServerConnection(max_message_bytes=1024)
+    client = _client()
+    client.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                            (":path", "/apache.rocketmq.v2.MessagingService/Telemetry"),
+                            ("content-type", "application/grpc")])
+    client.send_data(1, frame(b"settings"))
+    assert [type(e) for e in server.receive(client.data_to_send())] == [CallStarted, CallMessage]
+    goaway = b"\x00\x00\x08\x07\x00\x00\x00\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x00\x00\x00"
+    client.end_stream(1)
+    events = server.receive(goaway + client.data_to_send())
+    assert [type(e) for e in events] == [CallHalfClosed] and server.goaway_received

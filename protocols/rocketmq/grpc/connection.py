@@ -32,6 +32,10 @@ import h2.settings
 from protocols.rocketmq.grpc.framing import GrpcError, GrpcStatus, MessageReader, frame
 
 MAX_HEADER_LIST_BYTES = 16 * 1024
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+FRAME_HEADER = 9
+GOAWAY = 0x7
+MAX_FRAME_BYTES = 16384  # h2's default SETTINGS_MAX_FRAME_SIZE, which this server keeps
 INITIAL_WINDOW_BYTES = 1024 * 1024
 
 
@@ -87,6 +91,9 @@ class GrpcServerConnection:
         )
         self._max_message = max_message_bytes
         self._streams: dict[int, _Stream] = {}
+        self._inbound = bytearray()
+        self._preface_left = len(PREFACE)
+        self.goaway_received = False
         self._h2.local_settings = h2.settings.Settings(
             client=False,
             initial_values={
@@ -100,7 +107,7 @@ class GrpcServerConnection:
     # ---- input --------------------------------------------------------------------------
     def receive(self, data: bytes) -> list[CallEvent]:
         try:
-            events = self._h2.receive_data(data)
+            events = self._h2.receive_data(self._without_goaway(data))
         except h2.exceptions.ProtocolError as exc:
             raise ProtocolViolation(str(exc)) from exc
         out: list[CallEvent] = []
@@ -123,6 +130,40 @@ class GrpcServerConnection:
             elif isinstance(event, h2.events.WindowUpdated):
                 self._flush_all()
         return out
+
+    def _without_goaway(self, data: bytes) -> bytes:
+        """The bytes for h2, with a client's GOAWAY frames taken out.
+
+        HTTP/2 lets a client that sent GOAWAY finish its open streams (a RocketMQ client's
+        Telemetry stream half-closes right after it), but h2 refuses every frame after one;
+        so GOAWAY is noted here (no new calls are expected, the listener closes the
+        connection once the open ones ended) and never reaches h2.  Frames are cut at their
+        9-byte headers; one longer than our SETTINGS_MAX_FRAME_SIZE is h2's to refuse."""
+        self._inbound += data
+        passed = bytearray()
+        if self._preface_left:
+            take = min(self._preface_left, len(self._inbound))
+            passed += self._inbound[:take]
+            del self._inbound[:take]
+            self._preface_left -= take
+        while len(self._inbound) >= FRAME_HEADER:
+            length = int.from_bytes(self._inbound[:3], "big")
+            if length > MAX_FRAME_BYTES:
+                passed += self._inbound  # h2 refuses it with FRAME_SIZE_ERROR
+                self._inbound.clear()
+                break
+            if len(self._inbound) < FRAME_HEADER + length:
+                break
+            if self._inbound[3] == GOAWAY:
+                self.goaway_received = True
+            else:
+                passed += self._inbound[:FRAME_HEADER + length]
+            del self._inbound[:FRAME_HEADER + length]
+        return bytes(passed)
+
+    @property
+    def open_calls(self) -> int:
+        return len(self._streams)
 
     def _on_request(self, event: h2.events.RequestReceived, out: list[CallEvent]) -> None:
         headers: dict[str, str] = {str(k): str(v) for k, v in event.headers or ()}
