@@ -11,6 +11,7 @@ import pytest
 import trio
 import trio.testing
 
+from protocols.kafka.consumer_group_coordinator import ConsumerGroupConfig
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.group_coordinator import (
     ALLOWED_TRANSITIONS,
@@ -178,6 +179,26 @@ async def test_sessions_expire_at_their_own_deadline_and_the_group_empties_at_on
         assert group.state is GroupState.EMPTY
         await coordinator.delete_group("g")
         assert "g" not in coordinator.groups
+        nursery.cancel_scope.cancel()
+
+
+async def test_kip848_members_expire_at_their_own_deadline(autojump_clock: object) -> None:
+    """The coordinator's expiry task also ends KIP-848 sessions at their deadline."""
+    async with trio.open_nursery() as nursery:
+        coordinator = GroupCoordinator(MemoryOffsetStore(), CoordinatorConfig(
+            consumer_groups=ConsumerGroupConfig(session_timeout_s=10.0)))
+        await nursery.start(coordinator.run)
+        await trio.sleep(0.41)
+        coordinator.consumer_groups.heartbeat(
+            group_id="g848", member_id="m", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30_000, subscribed_topic_names=["t"],
+            subscribed_topic_regex=None, server_assignor=None, owned=None, client_id="c",
+            client_host="/127.0.0.1", topics={"t": 2})
+        beat = trio.current_time()
+        await trio.sleep_until(beat + 10.0 - 0.01)
+        assert "m" in coordinator.consumer_groups.groups["g848"].members
+        await trio.sleep_until(beat + 10.0 + 0.01)
+        assert coordinator.consumer_groups.groups["g848"].members == {}
         nursery.cancel_scope.cancel()
 
 
