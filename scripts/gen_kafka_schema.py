@@ -84,6 +84,16 @@ SHARE_FAMILIES: dict[str, list[tuple[int, str]]] = {
     ],
 }
 
+# Fields real clients send that the stored specs lack: (stem, "request"/"response") -> [(the
+# field it follows, the spec-style field)].  kafka-clients 4.3.0's ShareFetch v2 carries
+# IsRenewAck (KIP-1222) after ShareAcquireMode (seen on the wire; the stored spec predates it).
+EXTRA_FIELDS: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
+    ("ShareFetch", "request"): [
+        ("ShareAcquireMode",
+         {"name": "IsRenewAck", "type": "bool", "versions": "2+", "default": "false"}),
+    ],
+}
+
 QUIRKS: dict[int, dict[str, Any]] = {
     18: {
         "response_header_v0_always": True,
@@ -201,6 +211,9 @@ def render_api(api_key: int, stem: str, spec_dir: Path) -> tuple[str, str]:
             value_text = repr(value)
         parts.append(f"    {name}={value_text},\n")
     for label, message in (("request", request), ("response", response)):
+        for after, extra in EXTRA_FIELDS.get((stem, label), []):
+            names = [f["name"] for f in message["fields"]]
+            message["fields"].insert(names.index(after) + 1, extra)
         structs = {s["name"]: s for s in message.get("commonStructs", [])}
         parts.append(f"    {label}=(\n{render_fields(message['fields'], structs, 8)}    ),\n")
     parts.append(")\n")

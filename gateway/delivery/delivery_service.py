@@ -32,7 +32,12 @@ from gateway.delivery.delivery_state import (
     DeliverySettings,
     RecordState,
 )
-from gateway.delivery.state_log import DeliveryStateLog, SettingsFor, state_ledger_name
+from gateway.delivery.state_log import (
+    STATE_LEDGER_PREFIX,
+    DeliveryStateLog,
+    SettingsFor,
+    state_ledger_name,
+)
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 
 log = logging.getLogger(__name__)
@@ -80,14 +85,12 @@ class DeliveryService:
         *,
         settings_for: SettingsFor | None = None,
         clock: Clock = wall_clock_ms,
-        ledger_name: Callable[[str, int], str] = state_ledger_name,
         snapshot_every: int = 1_000,
     ) -> None:
         self._factory = factory
         self._config = config
         self._settings_for: SettingsFor = settings_for or (lambda _group: DeliverySettings())
         self.clock = clock
-        self._ledger_name = ledger_name
         self._snapshot_every = snapshot_every
         self._partitions: dict[tuple[str, int], _TopicPartitionState] = {}
         self._opening: dict[tuple[str, int], trio.Lock] = {}
@@ -105,7 +108,7 @@ class DeliveryService:
                 log_ = DeliveryStateLog(
                     self._factory,
                     self._config,
-                    ledger_name=self._ledger_name(topic, partition),
+                    ledger_name=state_ledger_name(topic, partition),
                     settings_for=self._settings_for,
                     snapshot_every=self._snapshot_every,
                 )
@@ -248,6 +251,26 @@ class DeliveryService:
             current.count(RecordState.ACKNOWLEDGED),
             current.count(RecordState.ARCHIVED),
         )
+
+    async def end_offset(self, group: str, topic: str, partition: int) -> int | None:
+        """Where the group's never-delivered records start here (None: no state yet)."""
+        current = (await self._state(topic, partition)).log.groups.get(group)
+        return None if current is None else current.end_offset
+
+    async def load_existing(self, is_local: Callable[[str, int], bool] | None = None) -> int:
+        """Load every persisted state log (of the partitions `is_local` accepts), so listings
+        after a restart show every group; how many were loaded."""
+        loaded = 0
+        for name in await self._factory.list_names():
+            if not name.startswith(STATE_LEDGER_PREFIX):
+                continue
+            topic, _, number = name[len(STATE_LEDGER_PREFIX):].rpartition("-")
+            if not topic or not number.isdigit():
+                continue
+            if is_local is None or is_local(topic, int(number)):
+                await self._state(topic, int(number))
+                loaded += 1
+        return loaded
 
     def loaded_groups(self) -> dict[str, list[tuple[str, int]]]:
         """group -> the loaded topic partitions where it has state."""

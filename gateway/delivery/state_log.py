@@ -29,8 +29,11 @@ FORMAT_VERSION: Final = 1
 SettingsFor = Callable[[str], DeliverySettings]
 
 
+STATE_LEDGER_PREFIX: Final = "__system/delivery/"
+
+
 def state_ledger_name(topic: str, partition: int) -> str:
-    return f"__system/delivery/{topic}-{partition}"
+    return f"{STATE_LEDGER_PREFIX}{topic}-{partition}"
 
 
 class DeliveryStateLog(CompactedLog):

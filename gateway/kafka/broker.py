@@ -77,14 +77,16 @@ class KafkaBrokerConfig:
     drain_timeout_s: float = 10.0  # graceful shutdown: time given to in-flight requests
 
 
-def _advertised_ranges(with_groups: bool,
-                       with_transactions: bool = False) -> dict[int, tuple[int, int]]:
+def _advertised_ranges(with_groups: bool, with_transactions: bool = False,
+                       with_share_groups: bool = False) -> dict[int, tuple[int, int]]:
     ranges: dict[int, tuple[int, int]] = {}
     for key, spec in HANDLERS.items():
         schema = SCHEMAS.get(key)
         if schema is None or (spec.needs_group_coordinator and not with_groups):
             continue
         if spec.needs_transaction_coordinator and not with_transactions:
+            continue
+        if spec.needs_share_groups and not with_share_groups:
             continue
         low = max(spec.min_version, schema.min_version)
         high = min(spec.max_version, schema.max_version)
@@ -98,7 +100,8 @@ class KafkaBroker:
 
     def __init__(self, topic_service: TopicServiceApi, config: KafkaBrokerConfig | None = None,
                  *, group_coordinator: Any = None, transaction_coordinator: Any = None,
-                 authorizer: Any = None, credentials: Any = None, quotas: Any = None) -> None:
+                 authorizer: Any = None, credentials: Any = None, quotas: Any = None,
+                 share_groups: Any = None) -> None:
         self.topic_service = topic_service
         self.config = config if config is not None else KafkaBrokerConfig()
         self._static_config = self.config
@@ -118,8 +121,11 @@ class KafkaBroker:
         self.credentials = credentials
         # gateway.security.quota_store.QuotaStore (client quotas; None: no quotas)
         self.quotas = quotas
+        # gateway.kafka.share_groups.ShareGroups; the share-group APIs are served only with it
+        self.share_groups = share_groups
         self._versions = _advertised_ranges(group_coordinator is not None,
-                                            transaction_coordinator is not None)
+                                            transaction_coordinator is not None,
+                                            share_groups is not None)
         # gateway.admin.metrics.BrokerMetrics.observe_request(api name, seconds, body, response)
         self.request_observer: Callable[[str, float, dict, dict | None], None] | None = None
 

@@ -30,9 +30,12 @@ from gateway.config.listen_errors import naming_listener
 from gateway.config.settings import Config
 from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.coordinator.transaction_store import LedgerTransactionStore
+from gateway.delivery.delivery_service import DeliveryService
+from gateway.delivery.group_configs import ShareGroupConfigs
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
+from gateway.kafka.share_groups import ShareGroups
 from gateway.rocketmq.setup import build_rocketmq
 from gateway.security.admin_tokens import TokenStore
 from gateway.security.quota_store import QuotaStore
@@ -164,6 +167,12 @@ async def run_standalone(
         stack.push_async_callback(offset_store.close)
         transaction_store = LedgerTransactionStore(factory, system_ledger_config(config))
         stack.push_async_callback(transaction_store.close)
+        share_groups = ShareGroups(
+            lambda settings_for: DeliveryService(factory, system_ledger_config(config),
+                                                 settings_for=settings_for),
+            ShareGroupConfigs(store),
+        )
+        stack.push_async_callback(share_groups.close)
 
         # Background work stops before the logs it writes to are closed.
         background = await stack.enter_async_context(trio.open_nursery())
@@ -186,6 +195,7 @@ async def run_standalone(
         await background.start(coordinator.run)
         transactions = TransactionCoordinator(transaction_store, topics, coordinator)
         await background.start(transactions.run)
+        await background.start(share_groups.run)
         security = await setup_kafka_security(config, store)
         await background.start(security.acls.run)
         quotas = QuotaStore(store)
@@ -220,6 +230,7 @@ async def run_standalone(
             authorizer=authorizer,
             credentials=security.credentials,
             quotas=quotas,
+            share_groups=share_groups,
         )
         await background.start(serve_dynamic_configs, store, broker, topics)
         broker_metrics = BrokerMetrics()

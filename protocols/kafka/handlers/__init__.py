@@ -8,7 +8,8 @@ through `error_responses.whole_request_error` (the one place exceptions become r
 The version ranges here are what each handler implements; the broker intersects them with the
 codec's schema table and advertises the result in ApiVersions, and nothing else.  Specs marked
 `needs_group_coordinator` are served and advertised only when the broker was given a group
-coordinator, `needs_transaction_coordinator` only with a transaction coordinator.  Requests
+coordinator, `needs_transaction_coordinator` only with a transaction coordinator,
+`needs_share_groups` only with share groups.  Requests
 of one connection run concurrently under Kafka's ordering rules (`request_order`).
 
 This module must never import gateway/ or do I/O.
@@ -75,6 +76,16 @@ from protocols.kafka.handlers.scram_admin import (
     handle_alter_user_scram_credentials,
     handle_describe_user_scram_credentials,
 )
+from protocols.kafka.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
+from protocols.kafka.handlers.share_groups import (
+    handle_share_group_describe,
+    handle_share_group_heartbeat,
+)
+from protocols.kafka.handlers.share_offsets import (
+    handle_alter_share_group_offsets,
+    handle_delete_share_group_offsets,
+    handle_describe_share_group_offsets,
+)
 from protocols.kafka.handlers.topics_admin import (
     handle_create_partitions,
     handle_create_topics,
@@ -109,6 +120,8 @@ class HandlerSpec:
     needs_group_coordinator: bool = False
     # Served (and advertised) only when the broker has a transaction coordinator.
     needs_transaction_coordinator: bool = False
+    # Served (and advertised) only when the broker has share groups (`broker.share_groups`).
+    needs_share_groups: bool = False
 
 
 HANDLERS: dict[int, HandlerSpec] = {
@@ -179,6 +192,20 @@ HANDLERS: dict[int, HandlerSpec] = {
         # KIP-848 consumer groups (protocols.kafka.consumer_group_coordinator).
         HandlerSpec(68, "ConsumerGroupHeartbeat", 0, 1, handle_consumer_group_heartbeat, True),
         HandlerSpec(69, "ConsumerGroupDescribe", 0, 0, handle_consumer_group_describe, True),
+        # KIP-932 share groups (protocols.kafka.share_group_coordinator, gateway/delivery).
+        HandlerSpec(76, "ShareGroupHeartbeat", 1, 1, handle_share_group_heartbeat,
+                    needs_share_groups=True),
+        HandlerSpec(77, "ShareGroupDescribe", 1, 1, handle_share_group_describe,
+                    needs_share_groups=True),
+        HandlerSpec(78, "ShareFetch", 1, 2, handle_share_fetch, needs_share_groups=True),
+        HandlerSpec(79, "ShareAcknowledge", 1, 2, handle_share_acknowledge,
+                    needs_share_groups=True),
+        HandlerSpec(90, "DescribeShareGroupOffsets", 0, 0, handle_describe_share_group_offsets,
+                    needs_share_groups=True),
+        HandlerSpec(91, "AlterShareGroupOffsets", 0, 0, handle_alter_share_group_offsets,
+                    needs_share_groups=True),
+        HandlerSpec(92, "DeleteShareGroupOffsets", 0, 0, handle_delete_share_group_offsets,
+                    needs_share_groups=True),
     )
 }
 

@@ -1,4 +1,5 @@
-"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44): topic configs.
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44): topic configs (and
+group configs, through handlers/share_configs.py).
 
 `TOPIC_CONFIGS` is the catalog of topic-level configs this broker knows: name, type and
 default (Kafka's names and defaults; retention and message size defaults come from the broker
@@ -33,6 +34,7 @@ from protocols.kafka.acl_model import (
     OP_ALTER_CONFIGS,
     OP_DESCRIBE_CONFIGS,
     RES_CLUSTER,
+    RES_GROUP,
     RES_TOPIC,
 )
 from protocols.kafka.broker_api import BrokerSettings, RequestContext
@@ -45,15 +47,18 @@ from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
     ClusterAuthorizationFailedError,
     ErrorCode,
+    GroupAuthorizationFailedError,
     InvalidConfigError,
     InvalidRequestError,
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 from protocols.kafka.handlers.error_responses import error_code_of, error_message_of
+from protocols.kafka.handlers.share_configs import alter_group_configs, group_config_values
 
 # ConfigResource.Type
 RESOURCE_TOPIC = 2
+RESOURCE_GROUP = 32
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
 
@@ -280,6 +285,8 @@ async def handle_describe_configs(ctx: RequestContext, header: RequestHeader, bo
                 read_only = True
             elif rtype == RESOURCE_BROKER_LOGGER:
                 values, read_only = [], True
+            elif rtype == RESOURCE_GROUP:
+                values, read_only = await group_config_values(ctx, rname), False
             else:
                 raise InvalidRequestError(f"Unsupported resource type {rtype}")
             wanted = None if keys is None else set(keys)
@@ -313,6 +320,9 @@ def _authorize_resource(ctx: RequestContext, operation: int, rtype: int, rname: 
     elif rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
         if not ctx.authorize(operation, RES_CLUSTER, CLUSTER_NAME):
             raise ClusterAuthorizationFailedError("not authorized to access the cluster")
+    elif rtype == RESOURCE_GROUP:
+        if not ctx.authorize(operation, RES_GROUP, rname):
+            raise GroupAuthorizationFailedError(f"not authorized to access group {rname}")
 
 
 _STATIC_BROKER_NAMES = {"advertised.listeners", "auto.create.topics.enable", "broker.id",
@@ -432,6 +442,12 @@ async def _alter_resources(ctx: RequestContext, body: dict,
             if rtype == RESOURCE_BROKER_LOGGER:
                 raise InvalidConfigError("broker log levels are set in the broker's "
                                          "configuration (--log-level)")
+            if rtype == RESOURCE_GROUP:
+                await alter_group_configs(ctx, rname, list(resource.get("configs") or []),
+                                          incremental=make_update is _incremental,
+                                          validate_only=validate_only)
+                responses.append(out)
+                continue
             if rtype != RESOURCE_TOPIC:
                 raise InvalidRequestError(f"Unsupported resource type {rtype}")
             if rname not in ctx.topics.topics():

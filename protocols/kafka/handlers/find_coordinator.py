@@ -11,16 +11,31 @@ This module must never keep group or transaction state: that belongs to the coor
 
 from __future__ import annotations
 
-from protocols.kafka.acl_model import OP_DESCRIBE, RES_GROUP, RES_TRANSACTIONAL_ID
+from protocols.kafka.acl_model import (
+    CLUSTER_NAME,
+    OP_CLUSTER_ACTION,
+    OP_DESCRIBE,
+    RES_CLUSTER,
+    RES_GROUP,
+    RES_TRANSACTIONAL_ID,
+)
 from protocols.kafka.broker_api import RequestContext, ownership_of
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode
 
 TRANSACTION_KEY = 1
+SHARE_KEY = 2  # "group:topicId:partition", the share-partition state's coordinator (KIP-932)
 
 
 def _refused(ctx: RequestContext, key_type: int, key: str) -> int:
-    """DESCRIBE on the group (key type 0) or the transactional id (1); 0 when allowed."""
+    """DESCRIBE on the group (key type 0) or the transactional id (1), CLUSTER_ACTION for a
+    share-state key (2: only brokers ask); 0 when allowed."""
+    if key_type == SHARE_KEY:
+        if ctx.authorize(OP_CLUSTER_ACTION, RES_CLUSTER, CLUSTER_NAME):
+            return 0
+        return int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    if key_type not in (0, TRANSACTION_KEY):
+        return int(ErrorCode.INVALID_REQUEST)
     if key_type == TRANSACTION_KEY:
         if ctx.authorize(OP_DESCRIBE, RES_TRANSACTIONAL_ID, key):
             return 0
@@ -38,7 +53,14 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
     if ownership is None:
         return {"node_id": ctx.broker.config.broker_id, "host": ctx.broker.advertised_host,
                 "port": ctx.broker.advertised_port, "error_code": 0, "error_message": None}
-    owner = ownership.coordinator_owner(key_type, key)
+    if key_type == SHARE_KEY:  # share-partition state lives with the topic partition's owner
+        head, _, partition = key.rpartition(":")
+        topic_id = head.rpartition(":")[2]
+        info = next((i for i in ctx.topics.topics().values() if str(i.topic_id) == topic_id), None)
+        owner = (ownership.owner_of(info.name, int(partition))
+                 if info is not None and partition.isdigit() else None)
+    else:
+        owner = ownership.coordinator_owner(key_type, key)
     if owner is None:
         return {"node_id": -1, "host": "", "port": -1,
                 "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,

@@ -220,6 +220,20 @@ async def handle_list_groups(ctx: RequestContext, header: RequestHeader, body: d
              "protocol_type": (group.protocol_type if group is not None else None) or "consumer",
              "group_state": state, "group_type": "classic"}
         )
+    share_groups = getattr(ctx.broker, "share_groups", None)
+    share_ids = await share_groups.group_ids() if share_groups is not None else []
+    for group_id in share_ids:
+        if not every_group and not ctx.authorize(OP_DESCRIBE, RES_GROUP, group_id):
+            continue
+        assert share_groups is not None
+        share_group = share_groups.coordinator.groups.get(group_id)
+        state = share_group.state if share_group is not None else "Empty"
+        if (wanted_states and state.lower() not in wanted_states) or (
+            wanted_types and "share" not in wanted_types
+        ):
+            continue
+        listed.append({"group_id": group_id, "protocol_type": "share", "group_state": state,
+                       "group_type": "share"})
     return {"throttle_time_ms": 0, "error_code": 0, "groups": listed}
 
 
@@ -229,8 +243,12 @@ async def handle_delete_groups(ctx: RequestContext, header: RequestHeader, body:
         if denied := group_denied_code(ctx, OP_DELETE, group_id):
             results.append({"group_id": group_id, "error_code": denied})
             continue
+        share_groups = getattr(ctx.broker, "share_groups", None)
         try:
-            await ctx.broker.group_coordinator.delete_group(group_id)
+            if share_groups is not None and group_id in await share_groups.group_ids():
+                await share_groups.delete_group(group_id)
+            else:
+                await ctx.broker.group_coordinator.delete_group(group_id)
             code = 0
         except KafkaProtocolError as exc:
             code = int(exc.code)

@@ -122,6 +122,7 @@ SHARE_FETCH = ApiSchema(
         F("MaxRecords", "int32", "1+"),
         F("BatchSize", "int32", "1+"),
         F("ShareAcquireMode", "int8", "2+"),
+        F("IsRenewAck", "bool", "2+", default=False),
         F(
             "Topics",
             "[]FetchTopic",

@@ -1,0 +1,196 @@
+"""Kafka share groups in the broker process: the object the share-group handlers reach as
+`broker.share_groups` (the shape protocols/kafka/share_api.ShareGroupsApi declares).
+
+It puts together the membership coordinator and the share sessions (protocols/kafka), the
+group configs (gateway/delivery/group_configs.py) and the per-record delivery engine
+(gateway/delivery/delivery_service.py), and maps the engine's answers to Kafka's error codes.
+`run` expires silent members and releases the records of every member that left.
+
+This module must never decide delivery itself, nor reveal anything the engine has not made
+durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from gateway.delivery.delivery_service import DeliveryService
+from gateway.delivery.delivery_state import AckBatch, AckError, DeliverySettings
+from gateway.delivery.group_configs import ShareGroupConfigs
+from protocols.kafka.errors import ErrorCode, NonEmptyGroupError
+from protocols.kafka.share_api import (
+    ShareGroupSettings,
+    SharePartitionState,
+    share_settings,
+    validate_share_config,
+)
+from protocols.kafka.share_group_coordinator import ShareGroupConfig, ShareGroupCoordinator
+from protocols.kafka.share_sessions import ShareSessionCache
+
+log = logging.getLogger("ledgerwire.kafka.share_groups")
+
+EXPIRY_INTERVAL_S = 1.0
+_ACK_CODES = {
+    AckError.NONE: ErrorCode.NONE,
+    AckError.INVALID_RECORD_STATE: ErrorCode.INVALID_RECORD_STATE,
+    AckError.INVALID_REQUEST: ErrorCode.INVALID_REQUEST,
+}
+
+
+class ShareGroups:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        delivery_for: Callable[[Callable[[str], DeliverySettings]], DeliveryService],
+        configs: ShareGroupConfigs,
+        config: ShareGroupConfig | None = None,
+        *,
+        is_local: Callable[[str, int], bool] | None = None,
+    ) -> None:
+        self.configs = configs
+        self._is_local = is_local
+        self.delivery = delivery_for(self._delivery_settings)
+        self.coordinator = ShareGroupCoordinator(config, self._left)
+        self.sessions = ShareSessionCache()
+        self._leavers_in, self._leavers_out = trio.open_memory_channel[tuple[str, str]](10_000)
+
+    # ---- settings -----------------------------------------------------------------------
+    def settings(self, group_id: str) -> ShareGroupSettings:
+        return share_settings(self.configs.cached(group_id))
+
+    def _delivery_settings(self, group_id: str) -> DeliverySettings:
+        s = self.settings(group_id)
+        return DeliverySettings(lock_duration_ms=s.record_lock_duration_ms,
+                                delivery_count_limit=s.delivery_count_limit)
+
+    async def alter_configs(self, group_id: str, configs: dict[str, str | None], *,
+                            validate_only: bool) -> None:
+        for name, value in configs.items():
+            validate_share_config(name, value)
+        if validate_only:
+            return
+
+        def change(current: dict[str, str]) -> dict[str, str]:
+            for name, value in configs.items():
+                if value is None:
+                    current.pop(name, None)
+                else:
+                    current[name] = value
+            return current
+
+        await self.configs.update(group_id, change)
+
+    async def describe_configs(self, group_id: str) -> dict[str, str]:
+        await self.configs.refresh()
+        return dict(self.configs.cached(group_id))
+
+    # ---- delivery -----------------------------------------------------------------------
+    async def acquire(self, group_id: str, topic: str, partition: int, member_id: str,
+                      max_records: int, *, fetchable_end: int, log_start: int,
+                      start_at: int) -> Sequence[Any]:
+        await self._known(group_id)
+        return await self.delivery.acquire(group_id, topic, partition, member_id, max_records,
+                                           fetchable_end=fetchable_end, log_start=log_start,
+                                           start_at=start_at)
+
+    async def acknowledge(self, group_id: str, topic: str, partition: int, member_id: str,
+                          batches: Sequence[tuple[int, int, tuple[int, ...]]]
+                          ) -> tuple[int, str | None]:
+        result = await self.delivery.acknowledge(
+            group_id, topic, partition, member_id,
+            [AckBatch(first, last, types) for first, last, types in batches])
+        return int(_ACK_CODES[result.error]), result.message
+
+    async def end_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        return await self.delivery.end_offset(group_id, topic, partition)
+
+    async def wait_for_change(self, topic: str, partition: int, group_id: str,
+                              timeout_ms: int) -> None:
+        await self.delivery.wait_for_change(topic, partition, group_id, timeout_ms)
+
+    async def release_member(self, group_id: str, member_id: str) -> None:
+        released = await self.delivery.release_holder(group_id, member_id)
+        if released:
+            log.info("share group member's records released",
+                     extra={"group": group_id, "member": member_id, "records": released})
+
+    # ---- admin --------------------------------------------------------------------------
+    async def state(self, group_id: str, topic: str,
+                    partition: int) -> SharePartitionState | None:
+        view = await self.delivery.view(group_id, topic, partition)
+        if view is None:
+            return None
+        return SharePartitionState(view.start_offset, view.end_offset,
+                                   view.acquired + view.available, view.archived)
+
+    async def alter_start(self, group_id: str, topic: str, partition: int, offset: int) -> None:
+        self._require_empty(group_id)
+        await self._known(group_id)
+        await self.delivery.reset_start(group_id, topic, partition, offset)
+
+    async def forget(self, group_id: str, topic: str, partition: int) -> None:
+        self._require_empty(group_id)
+        await self.delivery.forget(group_id, topic, partition)
+
+    async def known_partitions(self, group_id: str) -> list[tuple[str, int]]:
+        return sorted(self.delivery.loaded_groups().get(group_id, []))
+
+    async def group_ids(self) -> list[str]:
+        await self.configs.refresh()
+        ids = set(self.coordinator.groups) | set(self.configs.groups())
+        ids |= set(self.delivery.loaded_groups())
+        return sorted(ids)
+
+    async def delete_group(self, group_id: str) -> None:
+        self._require_empty(group_id)
+        for topic, partition in await self.known_partitions(group_id):
+            await self.delivery.forget(group_id, topic, partition)
+        await self.configs.delete(group_id)
+        self.coordinator.groups.pop(group_id, None)
+        self.sessions.drop_group(group_id)
+
+    def _require_empty(self, group_id: str) -> None:
+        group = self.coordinator.groups.get(group_id)
+        if group is not None and group.members:
+            raise NonEmptyGroupError(f"share group {group_id} has members")
+
+    async def _known(self, group_id: str) -> None:
+        """Record the group durably on first use (so ListGroups shows it after a restart)."""
+        if group_id not in self.configs.groups():
+            await self.configs.update(group_id, lambda current: current)
+
+    # ---- housekeeping -------------------------------------------------------------------
+    def _left(self, group_id: str, member_id: str) -> None:
+        try:
+            self._leavers_in.send_nowait((group_id, member_id))
+        except trio.WouldBlock:
+            log.warning("share group %s: too many members leaving at once; %s's records "
+                        "come back when their locks expire", group_id, member_id)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Expire silent members and release what every member that left holds."""
+        await self.configs.reload()
+        await self.delivery.load_existing(self._is_local)
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._expire_loop)
+            async for group_id, member_id in self._leavers_out:
+                self.sessions.close(group_id, member_id)
+                try:
+                    await self.release_member(group_id, member_id)
+                except Exception as exc:  # noqa: BLE001 - the locks expire anyway
+                    log.warning("share group %s: releasing %s's records failed: %s",
+                                group_id, member_id, exc)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await trio.sleep(EXPIRY_INTERVAL_S)
+            self.coordinator.expire(trio.current_time() * 1000)
+
+    async def close(self) -> None:
+        await self.delivery.close()

@@ -1,0 +1,135 @@
+"""KIP-932 share groups with Apache Kafka's Java client 4.3 (KafkaShareConsumer and Admin)
+against `ledgerwire standalone`: several consumers share one partition and accept every record
+exactly once; released records come back with a higher delivery count, rejected ones never; a
+consumer killed while it holds records loses them to the others after the lock duration; the
+delivery-count limit archives; read_committed skips aborted transactions; the admin calls.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.support.java_clients import parse_lines, run_java, start_java
+from tests.support.standalone import Standalone
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+EARLIEST = "share.auto.offset.reset=earliest"
+
+
+def produce(server: Standalone, topic: str, count: int, partitions: int = 1) -> None:
+    if partitions > 1:
+        run_java("KafkaAdmin", bootstrap=server.bootstrap, op="create_topics", topics=topic,
+                 partitions=partitions)
+    run = run_java("KafkaProduce", bootstrap=server.bootstrap, topic=topic, count=count)
+    assert run.one("done")["count"] == count
+
+
+def share_consume(server: Standalone, topic: str, group: str, count: int,
+                  configs: str = EARLIEST, timeout_ms: int = 60_000, **named: Any) -> list[dict]:
+    run = run_java("KafkaShareConsume", bootstrap=server.bootstrap, topic=topic, group=group,
+                   count=count, timeout_ms=timeout_ms, group_configs=configs,
+                   timeout=timeout_ms / 1000 + 90, **named)
+    assert run.one("done")
+    for commit in run.events("commit"):
+        assert commit["errors"] == [], run.stdout
+    return run.events("record")
+
+
+def start_share_consumer(server: Standalone, topic: str, group: str, count: int,
+                         configs: str = EARLIEST, timeout_ms: int = 60_000,
+                         **named: Any) -> subprocess.Popen[str]:
+    return start_java("KafkaShareConsume", bootstrap=server.bootstrap, topic=topic, group=group,
+                      count=count, timeout_ms=timeout_ms, group_configs=configs, **named)
+
+
+def finish(proc: subprocess.Popen[str], timeout_s: float = 150) -> list[dict]:
+    out, err = proc.communicate(timeout=timeout_s)
+    assert proc.returncode == 0, err[-4000:]
+    return parse_lines(out)
+
+
+def test_three_consumers_accept_every_record_exactly_once(module_standalone: Standalone) -> None:
+    topic, group = "share-three", "share-three-g"
+    produce(module_standalone, topic, 1)  # the topic exists before the consumers subscribe
+    procs = [start_share_consumer(module_standalone, topic, group, 301, timeout_ms=30_000,
+                                  sleep_ms=100, kafka={"max.poll.records": "10"})
+             for _ in range(3)]
+    for proc in procs:  # every consumer subscribed before the records arrive
+        assert proc.stdout is not None and '"ready"' in proc.stdout.readline()
+    time.sleep(5)
+    produce(module_standalone, topic, 300)
+    outputs = [finish(p) for p in procs]
+    accepted = Counter(r["offset"] for out in outputs for r in out
+                       if r.get("event") == "record" and r["action"] == "accept")
+    assert sorted(accepted) == list(range(301))
+    assert set(accepted.values()) == {1}, "no record accepted twice"
+    busy = [sum(1 for r in out if r.get("event") == "record") for out in outputs]
+    assert sum(1 for b in busy if b) >= 2, f"records shared between consumers: {busy}"
+
+
+def test_release_comes_back_and_reject_never(module_standalone: Standalone) -> None:
+    topic, group = "share-ack-types", "share-ack-types-g"
+    produce(module_standalone, topic, 10)
+    records = share_consume(module_standalone, topic, group, 9, release="3,4", reject="7")
+    by_offset: dict[int, list[tuple[int, str]]] = {}
+    for r in records:
+        by_offset.setdefault(r["offset"], []).append((r["delivery_count"], r["action"]))
+    assert by_offset[3] == [(1, "release"), (2, "accept")]
+    assert by_offset[4] == [(1, "release"), (2, "accept")]
+    assert by_offset[7] == [(1, "reject")]
+    assert all(v == [(1, "accept")] for o, v in by_offset.items() if o not in (3, 4, 7))
+    assert sorted(by_offset) == list(range(10))
+
+
+def test_killed_consumer_records_go_to_others_after_the_lock(
+    module_standalone: Standalone,
+) -> None:
+    topic, group = "share-kill", "share-kill-g"
+    configs = f"{EARLIEST};share.record.lock.duration.ms=3000"
+    produce(module_standalone, topic, 20)
+    holder = start_share_consumer(module_standalone, topic, group, 1, configs=configs,
+                                  hold="true", timeout_ms=120_000)
+    assert holder.stdout is not None
+    held = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not held:
+        line = holder.stdout.readline()
+        if '"record"' in line:
+            held.append(line)
+    assert held, "the holder got records"
+    holder.kill()
+    holder.wait()
+    started = time.monotonic()
+    records = share_consume(module_standalone, topic, group, 20, configs=configs,
+                            timeout_ms=60_000)
+    accepted = [r for r in records if r["action"] == "accept"]
+    assert sorted(r["offset"] for r in accepted) == list(range(20))
+    assert any(r["delivery_count"] == 2 for r in accepted), "the held records were redelivered"
+    assert time.monotonic() - started >= 2.0, "not before the lock expired"
+
+
+def test_delivery_count_limit_archives(module_standalone: Standalone) -> None:
+    topic, group = "share-limit", "share-limit-g"
+    configs = f"{EARLIEST};share.delivery.count.limit=3"
+    produce(module_standalone, topic, 5)
+    records = share_consume(module_standalone, topic, group, 4, configs=configs,
+                            release="2", release_all="true", timeout_ms=20_000)
+    deliveries = [r["delivery_count"] for r in records if r["offset"] == 2]
+    assert deliveries == [1, 2, 3]
+    assert sorted(r["offset"] for r in records if r["action"] == "accept") == [0, 1, 3, 4]
+
+
+def test_read_committed_skips_aborted(module_standalone: Standalone) -> None:
+    topic, group = "share-txn", "share-txn-g"
+    run_java("KafkaTransactions", bootstrap=module_standalone.bootstrap, topic=topic,
+             transactional_id="share-txn-1", committed=7, aborted=4)
+    configs = f"{EARLIEST};share.isolation.level=read_committed"
+    records = share_consume(module_standalone, topic, group, 7, configs=configs,
+                            timeout_ms=20_000)
+    assert sorted(r["value"] for r in records) == sorted(f"committed-{i}" for i in range(7))
