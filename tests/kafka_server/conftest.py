@@ -18,8 +18,11 @@ import trio
 
 from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.coordinator.transaction_store import LedgerTransactionStore
+from gateway.delivery.delivery_service import DeliveryService
+from gateway.delivery.group_configs import ShareGroupConfigs
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.listener import serve_kafka
+from gateway.kafka.share_groups import ShareGroups
 from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
@@ -67,8 +70,12 @@ async def running_stack(**broker_options: Any) -> AsyncIterator[KafkaStack]:
             transactions = TransactionCoordinator(
                 LedgerTransactionStore(factory), topics, coordinator
             )
+            share_groups = ShareGroups(
+                lambda settings_for: DeliveryService(factory, settings_for=settings_for),
+                ShareGroupConfigs(store),
+            )
             broker = KafkaBroker(topics, config, group_coordinator=coordinator,
-                                 transaction_coordinator=transactions)
+                                 transaction_coordinator=transactions, share_groups=share_groups)
             try:
                 server_scope = trio.CancelScope()
 
@@ -79,12 +86,14 @@ async def running_stack(**broker_options: Any) -> AsyncIterator[KafkaStack]:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(coordinator.run)
                     await nursery.start(transactions.run)
+                    await nursery.start(share_groups.run)
                     address = await nursery.start(run_server)
                     yield KafkaStack(broker, topics, address.port, server_scope)
                     server_scope.cancel()
                     nursery.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
+                    await share_groups.close()
                     await topics.close()
     finally:
         with trio.CancelScope(shield=True):

@@ -228,6 +228,24 @@ PROBES: dict[int, list[tuple[int, dict[str, Any], Check]]] = {
               "topic_partitions": []}, refused(TOPIC_DENIED))],
     69: [(0, {"group_ids": [GROUP]}, refused(GROUP_DENIED)),
          (0, {"group_ids": [GROUP_848]}, refused(TOPIC_DENIED))],
+    # KIP-932 share groups
+    76: [(1, {"group_id": GROUP, "member_id": "m1", "member_epoch": 0, "rack_id": None,
+              "subscribed_topic_names": [SECRET]}, refused(GROUP_DENIED)),
+         (1, {"group_id": "mallory-share", "member_id": "m1", "member_epoch": 0,
+              "rack_id": None, "subscribed_topic_names": [SECRET]}, refused(TOPIC_DENIED))],
+    77: [(1, {"group_ids": [GROUP], "include_authorized_operations": False},
+          refused(GROUP_DENIED))],
+    78: [(1, {"group_id": GROUP, "member_id": "m1", "share_session_epoch": 0, "max_wait_ms": 0,
+              "min_bytes": 1, "max_bytes": 1000, "max_records": 10, "batch_size": 10,
+              "topics": [], "forgotten_topics_data": []}, refused(GROUP_DENIED))],
+    79: [(1, {"group_id": GROUP, "member_id": "m1", "share_session_epoch": 1, "topics": []},
+          refused(GROUP_DENIED))],
+    90: [(0, {"groups": [{"group_id": GROUP, "topics": None}]}, refused(GROUP_DENIED))],
+    91: [(0, {"group_id": GROUP, "topics": [{"topic_name": SECRET, "partitions": [
+        {"partition_index": 0, "start_offset": 0}]}]}, refused(GROUP_DENIED)),
+         (0, {"group_id": "mallory-share", "topics": [{"topic_name": SECRET, "partitions": [
+             {"partition_index": 0, "start_offset": 0}]}]}, refused(TOPIC_DENIED))],
+    92: [(0, {"group_id": GROUP, "topics": [{"topic_name": SECRET}]}, refused(GROUP_DENIED))],
 }
 
 

@@ -3,7 +3,7 @@ ShareGroupDescribe (key 77), answered from the broker's ShareGroupCoordinator.
 
 The wire names topics by id, the coordinator by name; this module translates.  A member that
 leaves (epoch -1) has the records it holds released.  ACLs as Kafka checks them: READ on the
-group to heartbeat, DESCRIBE on the group to describe it.
+group and DESCRIBE on every subscribed topic to heartbeat, DESCRIBE on the group to describe it.
 
 This module must never keep group state.
 """
@@ -19,7 +19,11 @@ from protocols.kafka.acl_model import OP_DESCRIBE, OP_READ
 from protocols.kafka.broker_api import RequestContext
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
-from protocols.kafka.handlers.authorization import group_denied_code, require_group
+from protocols.kafka.handlers.authorization import (
+    group_denied_code,
+    require_group,
+    require_topic,
+)
 from protocols.kafka.share_api import ShareGroupsApi
 
 NO_OPERATIONS = -(2**31)
@@ -58,6 +62,8 @@ async def handle_share_group_heartbeat(
     member_id = body.get("member_id") or ""
     try:
         require_group(ctx, OP_READ, group_id)
+        for topic in body.get("subscribed_topic_names") or []:
+            require_topic(ctx, OP_DESCRIBE, topic)
         member, _ = share.coordinator.heartbeat(
             group_id=group_id,
             member_id=member_id,

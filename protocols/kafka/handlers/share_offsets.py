@@ -25,10 +25,10 @@ from protocols.kafka.handlers.share_groups import share_groups_of
 
 
 def _topic_code(ctx: RequestContext, operation: int, name: str) -> int:
+    if not ctx.authorize(operation, RES_TOPIC, name):  # before existence: reveal nothing
+        return int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     if name not in ctx.topics.topics():
         return int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if not ctx.authorize(operation, RES_TOPIC, name):
-        return int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     return 0
 
 

@@ -1,0 +1,162 @@
+"""Share groups on the wire (raw Kafka protocol against a broker with the delivery engine):
+heartbeat and assignment, ShareFetch with session epochs, piggybacked and separate
+acknowledgements, release and redelivery, session close releasing held records, the offsets
+admin APIs, group configs, and bad acknowledgements answered with error codes (hypothesis)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocols.kafka.errors import ErrorCode
+from tests.kafka_server.conftest import KafkaStack, running_stack
+from tests.kafka_server.kafka_wire_client import WireClient
+from tests.kafka_server.test_kafka_handlers_wire import create_topic, kv_batch, produce
+
+HEARTBEAT, DESCRIBE, FETCH, ACK = 76, 77, 78, 79
+DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 90, 91, 92
+INCREMENTAL_ALTER_CONFIGS, LIST_GROUPS = 44, 16
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+
+
+async def set_configs(client: WireClient, group: str, **configs: str) -> None:
+    answer = await client.request(INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": 32, "resource_name": group, "configs": [
+            {"name": k.replace("_", "."), "config_operation": 0, "value": v}
+            for k, v in configs.items()]}], "validate_only": False})
+    assert answer["responses"][0]["error_code"] == 0, answer
+
+
+def fetch_body(group: str, member: str, epoch: int, topic_id: uuid.UUID | None,
+               acks: list[tuple[int, int, list[int]]] | None = None,
+               max_records: int = 100, version: int = 1) -> dict[str, Any]:
+    topics = []
+    if topic_id is not None:
+        topics = [{"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                   "acknowledgement_batches": [
+                       {"first_offset": a, "last_offset": b, "acknowledge_types": t}
+                       for a, b, t in acks or []]}]}]
+    return {"group_id": group, "member_id": member, "share_session_epoch": epoch,
+            "max_wait_ms": 200, "min_bytes": 1, "max_bytes": 1 << 20,
+            "max_records": max_records, "batch_size": max_records, "share_acquire_mode": 0,
+            "is_renew_ack": False, "topics": topics, "forgotten_topics_data": []}
+
+
+def acquired(answer: dict[str, Any]) -> list[tuple[int, int, int]]:
+    assert answer["error_code"] == 0, answer
+    return [(a["first_offset"], a["last_offset"], a["delivery_count"])
+            for t in answer["responses"] for p in t["partitions"]
+            for a in p["acquired_records"]]
+
+
+async def ready_topic(stack: KafkaStack, client: WireClient, topic: str, group: str,
+                      count: int) -> uuid.UUID:
+    await create_topic(client, topic)
+    answer = await produce(client, topic, 0, kv_batch(topic, count))
+    assert answer["error_code"] == 0
+    await set_configs(client, group, share_auto_offset_reset="earliest",
+                      share_delivery_count_limit="2")
+    return stack.topics.topics()[topic].topic_id
+
+
+async def test_share_fetch_acknowledge_release_and_close(stack: KafkaStack) -> None:
+    async with await stack.client() as client:
+        topic_id = await ready_topic(stack, client, "sw", "swg", 6)
+        joined = await client.request(HEARTBEAT, 1, {
+            "group_id": "swg", "member_id": "m1", "member_epoch": 0, "rack_id": None,
+            "subscribed_topic_names": ["sw"]})
+        assert joined["error_code"] == 0 and joined["member_epoch"] >= 1, joined
+        assert joined["assignment"]["topic_partitions"] == [
+            {"topic_id": topic_id, "partitions": [0]}]
+
+        first = await client.request(FETCH, 2, fetch_body("swg", "m1", 0, topic_id,
+                                                          max_records=4, version=2))
+        assert acquired(first) == [(0, 3, 1)]
+        assert first["acquisition_lock_timeout_ms"] == 30_000
+        assert first["responses"][0]["partitions"][0]["records"]
+        # piggybacked: accept 0-1, release 2, reject 3; then the next records
+        second = await client.request(FETCH, 1, fetch_body(
+            "swg", "m1", 1, topic_id, acks=[(0, 3, [ACCEPT, ACCEPT, RELEASE, REJECT])]))
+        part = second["responses"][0]["partitions"][0]
+        assert part["acknowledge_error_code"] == 0, part
+        assert acquired(second) == [(2, 2, 2), (4, 5, 1)]
+        wrong = await client.request(FETCH, 1, fetch_body("swg", "m1", 7, topic_id))
+        assert wrong["error_code"] == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        again = await client.request(ACK, 1, {
+            "group_id": "swg", "member_id": "m1", "share_session_epoch": 2, "topics": [
+                {"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                 "acknowledgement_batches": [
+                     {"first_offset": 2, "last_offset": 2, "acknowledge_types": [RELEASE]},
+                     {"first_offset": 4, "last_offset": 4, "acknowledge_types": [ACCEPT]}]}]}]})
+        assert again["responses"][0]["partitions"][0]["error_code"] == 0, again
+        twice = await client.request(ACK, 1, {
+            "group_id": "swg", "member_id": "m1", "share_session_epoch": 3, "topics": [
+                {"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                 "acknowledgement_batches": [
+                     {"first_offset": 4, "last_offset": 4, "acknowledge_types": [ACCEPT]}]}]}]})
+        assert twice["responses"][0]["partitions"][0]["error_code"] == (
+            ErrorCode.INVALID_RECORD_STATE)
+        # closing the session releases offset 5 (still held); offset 2 hit the limit (2)
+        closed = await client.request(FETCH, 1, fetch_body("swg", "m1", -1, None))
+        assert closed["error_code"] == 0
+        other = await client.request(FETCH, 1, fetch_body("swg", "m2", 0, topic_id))
+        assert acquired(other) == [(5, 5, 2)]
+
+        offsets = await client.request(DESCRIBE_OFFSETS, 0, {"groups": [
+            {"group_id": "swg", "topics": None}]})
+        [described] = offsets["groups"][0]["topics"]
+        assert described["topic_name"] == "sw"
+        assert described["partitions"][0]["start_offset"] == 5
+        listed = await client.request(LIST_GROUPS, 5, {"states_filter": [],
+                                                       "types_filter": ["share"]})
+        assert [g["group_id"] for g in listed["groups"]] == ["swg"]
+        desc = await client.request(DESCRIBE, 1, {"group_ids": ["swg", "nope"],
+                                                  "include_authorized_operations": False})
+        assert desc["groups"][0]["members"][0]["member_id"] == "m1"
+        assert desc["groups"][1]["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
+        busy = await client.request(ALTER_OFFSETS, 0, {"group_id": "swg", "topics": [
+            {"topic_name": "sw", "partitions": [{"partition_index": 0, "start_offset": 0}]}]})
+        assert busy["responses"][0]["partitions"][0]["error_code"] == ErrorCode.NON_EMPTY_GROUP
+        left = await client.request(HEARTBEAT, 1, {
+            "group_id": "swg", "member_id": "m1", "member_epoch": -1, "rack_id": None,
+            "subscribed_topic_names": None})
+        assert left["member_epoch"] == -1
+        reset = await client.request(ALTER_OFFSETS, 0, {"group_id": "swg", "topics": [
+            {"topic_name": "sw", "partitions": [{"partition_index": 0, "start_offset": 1}]}]})
+        assert reset["responses"][0]["partitions"][0]["error_code"] == 0, reset
+        third = await client.request(FETCH, 1, fetch_body("swg", "m3", 0, topic_id))
+        assert acquired(third) == [(1, 5, 1)]
+        deleted = await client.request(DELETE_OFFSETS, 0, {"group_id": "swg",
+                                                           "topics": [{"topic_name": "sw"}]})
+        assert deleted["responses"][0]["error_code"] == 0, deleted
+
+
+async def test_bad_group_configs_are_refused(stack: KafkaStack) -> None:
+    async with await stack.client() as client:
+        for name, value in (("share.delivery.count.limit", "1"),
+                            ("share.auto.offset.reset", "by_duration:PT1H"),
+                            ("no.such.config", "1")):
+            answer = await client.request(INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+                "resource_type": 32, "resource_name": "g", "configs": [
+                    {"name": name, "config_operation": 0, "value": value}]}],
+                "validate_only": False})
+            assert answer["responses"][0]["error_code"] == ErrorCode.INVALID_CONFIG
+
+
+batch = st.tuples(st.integers(-5, 20), st.integers(-5, 20),
+                  st.lists(st.integers(-2, 6), min_size=0, max_size=4))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(acks=st.lists(batch, max_size=4))
+async def test_any_acknowledgement_gets_an_answer(acks: list) -> None:
+    async with running_stack() as stack, await stack.client() as client:
+        topic_id = await ready_topic(stack, client, "fz", "fzg", 8)
+        await client.request(FETCH, 1, fetch_body("fzg", "m", 0, topic_id, max_records=5))
+        answer = await client.request(FETCH, 1, fetch_body("fzg", "m", 1, topic_id, acks=acks))
+        assert answer["error_code"] == 0
+        code = answer["responses"][0]["partitions"][0]["acknowledge_error_code"]
+        assert code in (0, ErrorCode.INVALID_RECORD_STATE, ErrorCode.INVALID_REQUEST)
