@@ -54,8 +54,8 @@ class ShareSessionCache:
             if key not in self._sessions and len(self._sessions) >= self.max_sessions:
                 raise ShareSessionError(ErrorCode.SHARE_SESSION_LIMIT_REACHED,
                                         "too many share sessions")
-            session = self._sessions[key] = ShareSession(group_id, member_id)
-            return session
+            opened = self._sessions[key] = ShareSession(group_id, member_id)
+            return opened
         session = self._sessions.get(key)
         if session is None:
             raise ShareSessionError(ErrorCode.SHARE_SESSION_NOT_FOUND,

@@ -54,7 +54,11 @@ def test_kill_9_mid_work_loses_nothing_and_redelivers_nothing_accepted(tmp_path)
             server.start()
         consumer.wait(timeout=300)
         reader.join(timeout=10)
-        assert consumer.returncode == 0
+        stdout.close()
+        assert consumer.stderr is not None
+        errors = consumer.stderr.read()
+        consumer.stderr.close()
+        assert consumer.returncode == 0, errors[-4000:]
     finally:
         if server.proc is not None and server.proc.poll() is None:
             server.stop()

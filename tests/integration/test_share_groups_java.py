@@ -56,9 +56,11 @@ def finish(proc: subprocess.Popen[str], timeout_s: float = 150) -> list[dict]:
 
 def test_three_consumers_accept_every_record_exactly_once(module_standalone: Standalone) -> None:
     topic, group = "share-three", "share-three-g"
-    produce(module_standalone, topic, 1)  # the topic exists before the consumers subscribe
-    procs = [start_share_consumer(module_standalone, topic, group, 301, timeout_ms=30_000,
-                                  sleep_ms=100, kafka={"max.poll.records": "10"})
+    run_java("KafkaAdmin", bootstrap=module_standalone.bootstrap, op="create_topics",
+             topics=topic, partitions=1)  # the topic exists before the consumers subscribe
+    procs = [start_share_consumer(module_standalone, topic, group, 300, timeout_ms=120_000,
+                                  idle_ms=10_000, sleep_ms=100,
+                                  kafka={"max.poll.records": "10"})
              for _ in range(3)]
     for proc in procs:  # every consumer subscribed before the records arrive
         assert proc.stdout is not None and '"ready"' in proc.stdout.readline()
@@ -67,7 +69,7 @@ def test_three_consumers_accept_every_record_exactly_once(module_standalone: Sta
     outputs = [finish(p) for p in procs]
     accepted = Counter(r["offset"] for out in outputs for r in out
                        if r.get("event") == "record" and r["action"] == "accept")
-    assert sorted(accepted) == list(range(301))
+    assert sorted(accepted) == list(range(300))
     assert set(accepted.values()) == {1}, "no record accepted twice"
     busy = [sum(1 for r in out if r.get("event") == "record") for out in outputs]
     assert sum(1 for b in busy if b) >= 2, f"records shared between consumers: {busy}"
@@ -104,7 +106,7 @@ def test_killed_consumer_records_go_to_others_after_the_lock(
             held.append(line)
     assert held, "the holder got records"
     holder.kill()
-    holder.wait()
+    holder.communicate()
     started = time.monotonic()
     records = share_consume(module_standalone, topic, group, 20, configs=configs,
                             timeout_ms=60_000)
@@ -118,8 +120,8 @@ def test_delivery_count_limit_archives(module_standalone: Standalone) -> None:
     topic, group = "share-limit", "share-limit-g"
     configs = f"{EARLIEST};share.delivery.count.limit=3"
     produce(module_standalone, topic, 5)
-    records = share_consume(module_standalone, topic, group, 4, configs=configs,
-                            release="2", release_all="true", timeout_ms=20_000)
+    records = share_consume(module_standalone, topic, group, 5, configs=configs,
+                            release="2", release_all="true", idle_ms=5_000, timeout_ms=60_000)
     deliveries = [r["delivery_count"] for r in records if r["offset"] == 2]
     assert deliveries == [1, 2, 3]
     assert sorted(r["offset"] for r in records if r["action"] == "accept") == [0, 1, 3, 4]

@@ -27,7 +27,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * every delivery), REJECT for offsets in `reject`, ACCEPT otherwise; with `hold` it acknowledges
  * nothing and keeps polling (a consumer to kill while it holds records); `sleep_ms` pauses after
  * every poll that returned records (a slow consumer). It stops after
- * `count` accepted records or `timeout_ms`. Emits "ready" after subscribing, "record" (offset,
+ * `count` distinct accepted records, after `idle_ms` without records once it had some, or after
+ * `timeout_ms`. Emits "ready" after subscribing, "record" (offset,
  * value, delivery_count, action) per record, "commit" per commitSync with errors, then "done".
  */
 public final class KafkaShareConsume {
@@ -61,14 +62,19 @@ public final class KafkaShareConsume {
         boolean releaseAll = a.flag("release_all", false);
         boolean hold = a.flag("hold", false);
         long sleepMs = a.longValue("sleep_ms", 0);
+        long idleMs = a.longValue("idle_ms", 0);
+        long lastRecord = 0;
         int count = a.integer("count", 10);
         long deadline = System.currentTimeMillis() + a.longValue("timeout_ms", 60_000);
-        int accepted = 0;
+        Set<String> acceptedOnce = new HashSet<>();  // a record accepted again after a failed
+        int accepted = 0;                            // commit counts once
         try (KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(props)) {
             consumer.subscribe(List.of(topic));
             Out.emit("ready", "group", group);
             while (accepted < count && System.currentTimeMillis() < deadline) {
+                if (idleMs > 0 && lastRecord > 0 && System.currentTimeMillis() - lastRecord > idleMs) break;
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                if (!records.isEmpty()) lastRecord = System.currentTimeMillis();
                 if (sleepMs > 0 && !records.isEmpty()) Thread.sleep(sleepMs);
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     int deliveries = r.deliveryCount().map(Short::intValue).orElse(-1);
@@ -80,7 +86,7 @@ public final class KafkaShareConsume {
                             "delivery_count", deliveries, "action", action);
                     if (action.equals("accept")) {
                         consumer.acknowledge(r, AcknowledgeType.ACCEPT);
-                        accepted++;
+                        if (acceptedOnce.add(r.partition() + ":" + r.offset())) accepted++;
                     } else if (action.equals("release")) {
                         consumer.acknowledge(r, AcknowledgeType.RELEASE);
                     } else if (action.equals("reject")) {

@@ -250,12 +250,16 @@ async def _wait_for_any(ctx: RequestContext, share: ShareGroupsApi, group_id: st
         await trio.sleep_forever()
 
 
-async def handle_share_fetch(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
-    share = share_groups_of(ctx)
+def _who(ctx: RequestContext, body: dict) -> tuple[ShareGroupsApi, str, str, int, int]:
+    """(share groups, group id, member id, session epoch, group READ refusal code or 0)."""
     group_id = body.get("group_id") or ""
-    member_id = body.get("member_id") or ""
-    epoch = int(body.get("share_session_epoch", 0))
     denied = group_denied_code(ctx, OP_READ, group_id) if group_id else 0
+    return (share_groups_of(ctx), group_id, body.get("member_id") or "",
+            int(body.get("share_session_epoch", 0)), denied)
+
+
+async def handle_share_fetch(ctx: RequestContext, header: RequestHeader, body: dict) -> dict:
+    share, group_id, member_id, epoch, denied = _who(ctx, body)
     if denied:
         return _top_error(denied, None)
     try:
@@ -316,11 +320,7 @@ async def handle_share_fetch(ctx: RequestContext, header: RequestHeader, body: d
 
 async def handle_share_acknowledge(ctx: RequestContext, header: RequestHeader,
                                    body: dict) -> dict:
-    share = share_groups_of(ctx)
-    group_id = body.get("group_id") or ""
-    member_id = body.get("member_id") or ""
-    epoch = int(body.get("share_session_epoch", 0))
-    denied = group_denied_code(ctx, OP_READ, group_id) if group_id else 0
+    share, group_id, member_id, epoch, denied = _who(ctx, body)
     if denied:
         return _top_error(denied, None)
     try:
