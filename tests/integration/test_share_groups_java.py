@@ -135,3 +135,51 @@ def test_read_committed_skips_aborted(module_standalone: Standalone) -> None:
     records = share_consume(module_standalone, topic, group, 7, configs=configs,
                             timeout_ms=20_000)
     assert sorted(r["value"] for r in records) == sorted(f"committed-{i}" for i in range(7))
+
+
+def admin(server: Standalone, op: str, group: str, **named: Any) -> dict:
+    run = run_java("KafkaShareAdmin", bootstrap=server.bootstrap, op=op, group=group, **named)
+    [event] = run.records
+    return event
+
+
+def test_admin_calls(module_standalone: Standalone) -> None:
+    topic, group = "share-admin", "share-admin-g"
+    produce(module_standalone, topic, 10)
+    holder = start_share_consumer(module_standalone, topic, group, 4, hold="true",
+                                  timeout_ms=120_000)
+    assert holder.stdout is not None and '"ready"' in holder.stdout.readline()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and '"record"' not in holder.stdout.readline():
+        pass
+    described = admin(module_standalone, "describe", group)
+    assert described["state"] == "Stable" and len(described["members"]) == 1
+    assert described["members"][0]["assignment"] == [f"{topic}-0"]
+    refused = admin(module_standalone, "alter_offsets", group, topic=topic, offset=0)
+    assert refused["error"] == "GroupNotEmptyException", refused
+    holder.kill()
+    holder.communicate()
+    listed = admin(module_standalone, "list_offsets", group)
+    assert listed["offsets"] == [{"partition": f"{topic}-0", "start": 0}]
+    deadline = time.monotonic() + 60  # the killed member leaves after the session timeout
+    while time.monotonic() < deadline:
+        altered = admin(module_standalone, "alter_offsets", group, topic=topic, offset=6)
+        if altered.get("ok"):
+            break
+        time.sleep(2)
+    assert altered == {"event": "alter_offsets", "ok": True}
+    assert admin(module_standalone, "list_offsets", group)["offsets"] == [
+        {"partition": f"{topic}-0", "start": 6}]
+    records = share_consume(module_standalone, topic, group, 4, configs="")
+    assert sorted(r["offset"] for r in records) == [6, 7, 8, 9]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        deleted = admin(module_standalone, "delete_offsets", group, topic=topic)
+        if deleted.get("ok"):
+            break
+        time.sleep(2)
+    assert deleted == {"event": "delete_offsets", "ok": True}
+    assert admin(module_standalone, "list_offsets", group)["offsets"] == []
+    assert admin(module_standalone, "delete", group) == {"event": "delete", "ok": True}
+    gone = admin(module_standalone, "describe", group)
+    assert gone.get("error") == "GroupIdNotFoundException" or gone.get("state") == "Dead", gone

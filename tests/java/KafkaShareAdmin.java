@@ -23,7 +23,13 @@ public final class KafkaShareAdmin {
         try (Admin admin = Admin.create(a.kafkaProps())) {
             switch (a.str("op")) {
                 case "describe" -> {
-                    ShareGroupDescription d = admin.describeShareGroups(List.of(group)).all().get().get(group);
+                    ShareGroupDescription d;
+                    try {
+                        d = admin.describeShareGroups(List.of(group)).all().get().get(group);
+                    } catch (ExecutionException e) {
+                        Out.error(e.getCause());
+                        return;
+                    }
                     List<Object> members = new ArrayList<>();
                     for (ShareMemberDescription m : d.members()) {
                         List<Object> parts = new ArrayList<>();

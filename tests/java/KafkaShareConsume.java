@@ -25,10 +25,11 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * incrementalAlterConfigs on the GROUP resource. It then subscribes to `topic` and acknowledges
  * every record it gets: RELEASE for offsets in `release` on their first delivery (`release_all`:
  * every delivery), REJECT for offsets in `reject`, ACCEPT otherwise; with `hold` it acknowledges
- * nothing and keeps polling (a consumer to kill while it holds records); `sleep_ms` pauses after
+ * nothing and sleeps until `timeout_ms` after its first records (a consumer to kill while it
+ * holds records); `sleep_ms` pauses after
  * every poll that returned records (a slow consumer). It stops after
  * `count` distinct accepted records, after `idle_ms` without records once it had some, or after
- * `timeout_ms`. Emits "ready" after subscribing, "record" (offset,
+ * `timeout_ms`; `quiet` leaves out the per-record and error-free commit events (benchmarks). Emits "ready" after subscribing, "record" (offset,
  * value, delivery_count, action) per record, "commit" per commitSync with errors, then "done".
  */
 public final class KafkaShareConsume {
@@ -64,6 +65,8 @@ public final class KafkaShareConsume {
         long sleepMs = a.longValue("sleep_ms", 0);
         long idleMs = a.longValue("idle_ms", 0);
         long lastRecord = 0;
+        long firstRecord = 0;
+        boolean quiet = a.flag("quiet", false);
         int count = a.integer("count", 10);
         long deadline = System.currentTimeMillis() + a.longValue("timeout_ms", 60_000);
         Set<String> acceptedOnce = new HashSet<>();  // a record accepted again after a failed
@@ -74,7 +77,10 @@ public final class KafkaShareConsume {
             while (accepted < count && System.currentTimeMillis() < deadline) {
                 if (idleMs > 0 && lastRecord > 0 && System.currentTimeMillis() - lastRecord > idleMs) break;
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
-                if (!records.isEmpty()) lastRecord = System.currentTimeMillis();
+                if (!records.isEmpty()) {
+                    lastRecord = System.currentTimeMillis();
+                    if (firstRecord == 0) firstRecord = lastRecord;
+                }
                 if (sleepMs > 0 && !records.isEmpty()) Thread.sleep(sleepMs);
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     int deliveries = r.deliveryCount().map(Short::intValue).orElse(-1);
@@ -82,8 +88,10 @@ public final class KafkaShareConsume {
                     if (hold) action = "hold";
                     else if (reject.contains(r.offset())) action = "reject";
                     else if (release.contains(r.offset()) && (releaseAll || deliveries == 1)) action = "release";
-                    Out.emit("record", "offset", r.offset(), "partition", r.partition(), "value", r.value(),
-                            "delivery_count", deliveries, "action", action);
+                    if (!quiet) {
+                        Out.emit("record", "offset", r.offset(), "partition", r.partition(), "value", r.value(),
+                                "delivery_count", deliveries, "action", action);
+                    }
                     if (action.equals("accept")) {
                         consumer.acknowledge(r, AcknowledgeType.ACCEPT);
                         if (acceptedOnce.add(r.partition() + ":" + r.offset())) accepted++;
@@ -93,16 +101,21 @@ public final class KafkaShareConsume {
                         consumer.acknowledge(r, AcknowledgeType.REJECT);
                     }
                 }
-                if (!hold && !records.isEmpty()) {
+                if (hold && !records.isEmpty()) {
+                    // explicit mode forbids polling again before acknowledging: just hold them
+                    Thread.sleep(Math.max(0, deadline - System.currentTimeMillis()));
+                    break;
+                }
+                if (!records.isEmpty()) {
                     Map<TopicIdPartition, Optional<KafkaException>> result = consumer.commitSync();
                     List<Object> errors = new java.util.ArrayList<>();
                     for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : result.entrySet()) {
                         e.getValue().ifPresent(ex -> errors.add(ex.getClass().getSimpleName()));
                     }
-                    Out.emit("commit", "errors", errors);
+                    if (!quiet || !errors.isEmpty()) Out.emit("commit", "errors", errors);
                 }
             }
-            Out.emit("done", "accepted", accepted);
+            Out.emit("done", "accepted", accepted, "first_ms", firstRecord, "last_ms", lastRecord);
         }
     }
 
