@@ -86,11 +86,18 @@ SHARE_FAMILIES: dict[str, list[tuple[int, str]]] = {
 
 # Fields real clients send that the stored specs lack: (stem, "request"/"response") -> [(the
 # field it follows, the spec-style field)].  kafka-clients 4.3.0's ShareFetch v2 carries
-# IsRenewAck (KIP-1222) after ShareAcquireMode (seen on the wire; the stored spec predates it).
+# IsRenewAck (KIP-1222) after ShareAcquireMode (seen on the wire; the stored spec predates it);
+# its AlterShareGroupOffsets response has a top-level ErrorCode and ErrorMessage (the client's
+# AlterShareGroupOffsetsResponseData has them; without them its admin thread dies parsing).
 EXTRA_FIELDS: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
     ("ShareFetch", "request"): [
         ("ShareAcquireMode",
          {"name": "IsRenewAck", "type": "bool", "versions": "2+", "default": "false"}),
+    ],
+    ("AlterShareGroupOffsets", "response"): [
+        ("ThrottleTimeMs", {"name": "ErrorCode", "type": "int16", "versions": "0+"}),
+        ("ErrorCode", {"name": "ErrorMessage", "type": "string", "versions": "0+",
+                       "nullableVersions": "0+", "default": "null"}),
     ],
 }
 

@@ -86,12 +86,15 @@ class DeliveryService:
         settings_for: SettingsFor | None = None,
         clock: Clock = wall_clock_ms,
         snapshot_every: int = 1_000,
+        ledger_prefix: str = STATE_LEDGER_PREFIX,
     ) -> None:
         self._factory = factory
         self._config = config
         self._settings_for: SettingsFor = settings_for or (lambda _group: DeliverySettings())
         self.clock = clock
         self._snapshot_every = snapshot_every
+        # Each front keeps its groups' state logs under its own prefix (its own group names).
+        self._ledger_prefix = ledger_prefix
         self._partitions: dict[tuple[str, int], _TopicPartitionState] = {}
         self._opening: dict[tuple[str, int], trio.Lock] = {}
 
@@ -108,7 +111,7 @@ class DeliveryService:
                 log_ = DeliveryStateLog(
                     self._factory,
                     self._config,
-                    ledger_name=state_ledger_name(topic, partition),
+                    ledger_name=state_ledger_name(topic, partition, self._ledger_prefix),
                     settings_for=self._settings_for,
                     snapshot_every=self._snapshot_every,
                 )
@@ -262,9 +265,9 @@ class DeliveryService:
         after a restart show every group; how many were loaded."""
         loaded = 0
         for name in await self._factory.list_names():
-            if not name.startswith(STATE_LEDGER_PREFIX):
+            if not name.startswith(self._ledger_prefix):
                 continue
-            topic, _, number = name[len(STATE_LEDGER_PREFIX):].rpartition("-")
+            topic, _, number = name[len(self._ledger_prefix):].rpartition("-")
             if not topic or not number.isdigit():
                 continue
             if is_local is None or is_local(topic, int(number)):

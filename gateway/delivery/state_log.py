@@ -32,8 +32,8 @@ SettingsFor = Callable[[str], DeliverySettings]
 STATE_LEDGER_PREFIX: Final = "__system/delivery/"
 
 
-def state_ledger_name(topic: str, partition: int) -> str:
-    return f"{STATE_LEDGER_PREFIX}{topic}-{partition}"
+def state_ledger_name(topic: str, partition: int, prefix: str = STATE_LEDGER_PREFIX) -> str:
+    return f"{prefix}{topic}-{partition}"
 
 
 class DeliveryStateLog(CompactedLog):

@@ -34,6 +34,8 @@ from protocols.kafka.share_sessions import ShareSessionCache
 log = logging.getLogger("ledgerwire.kafka.share_groups")
 
 EXPIRY_INTERVAL_S = 1.0
+# Share groups' state logs, apart from other fronts' (RocketMQ 5 groups are another namespace).
+SHARE_STATE_LEDGER_PREFIX = "__system/delivery/kafka-share/"
 _ACK_CODES = {
     AckError.NONE: ErrorCode.NONE,
     AckError.INVALID_RECORD_STATE: ErrorCode.INVALID_RECORD_STATE,

@@ -35,7 +35,7 @@ from gateway.delivery.group_configs import ShareGroupConfigs
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
-from gateway.kafka.share_groups import ShareGroups
+from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
 from gateway.rocketmq.setup import build_rocketmq
 from gateway.security.admin_tokens import TokenStore
 from gateway.security.quota_store import QuotaStore
@@ -169,7 +169,8 @@ async def run_standalone(
         stack.push_async_callback(transaction_store.close)
         share_groups = ShareGroups(
             lambda settings_for: DeliveryService(factory, system_ledger_config(config),
-                                                 settings_for=settings_for),
+                                                 settings_for=settings_for,
+                                                 ledger_prefix=SHARE_STATE_LEDGER_PREFIX),
             ShareGroupConfigs(store),
         )
         stack.push_async_callback(share_groups.close)

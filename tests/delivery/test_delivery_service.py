@@ -142,3 +142,22 @@ async def test_long_poll_wakes_on_release_and_on_lock_expiry(
     view = await svc.view("g", "t", 0)
     assert view is not None and view.available == 1
     await svc.close()
+
+
+async def test_load_existing_finds_every_group_under_its_prefix(
+    factory: ManagedLedgerFactory,
+) -> None:
+    prefix = "__system/delivery/front-x/"
+    first = DeliveryService(factory, CONFIG, clock=FakeClock(), ledger_prefix=prefix)
+    for partition in (0, 3):
+        await first.acquire("g", "orders-eu", partition, "h", 1, fetchable_end=5, log_start=0,
+                            start_at=0)
+    other = DeliveryService(factory, CONFIG, clock=FakeClock(), ledger_prefix="__other/")
+    await other.acquire("h", "orders-eu", 1, "h", 1, fetchable_end=5, log_start=0, start_at=0)
+    await first.close()
+    await other.close()
+    again = DeliveryService(factory, CONFIG, clock=FakeClock(), ledger_prefix=prefix)
+    assert await again.load_existing() == 2
+    assert {g: sorted(tps) for g, tps in again.loaded_groups().items()} == {
+        "g": [("orders-eu", 0), ("orders-eu", 3)]}
+    await again.close()

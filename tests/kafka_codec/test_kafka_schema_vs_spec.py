@@ -38,8 +38,12 @@ REQUIRED_API_KEYS = {
 SHARE_API_KEYS = {76, 77, 78, 79, 90, 91, 92}
 SHARE_SPEC_DIR = SPEC_DIR.parent / "kafka-share-specs"
 # Fields the table has beyond the stored specs, because real clients send them (the generator's
-# EXTRA_FIELDS): kafka-clients 4.3.0's ShareFetch v2 carries IsRenewAck after ShareAcquireMode.
-EXTRA_FIELDS = {("ShareFetch", "Request"): ("ShareAcquireMode", "IsRenewAck")}
+# EXTRA_FIELDS): kafka-clients 4.3.0's ShareFetch v2 carries IsRenewAck after ShareAcquireMode,
+# and its AlterShareGroupOffsets response a top-level ErrorCode and ErrorMessage.
+EXTRA_FIELDS = {
+    ("ShareFetch", "Request"): ("ShareAcquireMode", ("IsRenewAck",)),
+    ("AlterShareGroupOffsets", "Response"): ("ThrottleTimeMs", ("ErrorCode", "ErrorMessage")),
+}
 
 pytestmark = pytest.mark.skipif(not SPEC_DIR.is_dir(), reason=f"no spec dir at {SPEC_DIR}")
 
@@ -107,10 +111,11 @@ def test_api_matches_spec(api_key: int) -> None:
             assert bool(spec.get("latestVersionUnstable")) == schema.latest_version_unstable
         structs = {s["name"]: s for s in spec.get("commonStructs", [])}
         if (schema.name, direction) in EXTRA_FIELDS:
-            after, extra = EXTRA_FIELDS[(schema.name, direction)]
+            after, extras = EXTRA_FIELDS[(schema.name, direction)]
             names = [f.name for f in fields]
-            assert names[names.index(after) + 1] == extra
-            fields = tuple(f for f in fields if f.name != extra)
+            at = names.index(after) + 1
+            assert tuple(names[at:at + len(extras)]) == extras
+            fields = tuple(f for f in fields if f.name not in extras)
         _compare_fields(fields, spec["fields"], structs, f"{schema.name}{direction}")
 
 

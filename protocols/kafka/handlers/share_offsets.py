@@ -82,6 +82,9 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, header: RequestH
     share = share_groups_of(ctx)
     group_id = body.get("group_id") or ""
     denied = group_denied_code(ctx, OP_READ, group_id)
+    group = share.coordinator.groups.get(group_id)
+    if not denied and group is not None and group.members:
+        denied = int(ErrorCode.NON_EMPTY_GROUP)  # Kafka answers this for the whole request
     responses = []
     for t in body.get("topics") or []:
         name = t.get("topic_name") or ""
@@ -106,7 +109,8 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, header: RequestH
             partitions.append(out)
         responses.append({"topic_name": name, "topic_id": _topic_id(ctx, name),
                           "partitions": partitions})
-    return {"throttle_time_ms": 0, "responses": responses}
+    return {"throttle_time_ms": 0, "error_code": denied, "error_message": None,
+            "responses": responses}
 
 
 async def handle_delete_share_group_offsets(ctx: RequestContext, header: RequestHeader,

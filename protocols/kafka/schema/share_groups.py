@@ -392,6 +392,8 @@ ALTER_SHARE_GROUP_OFFSETS = ApiSchema(
     ),
     response=(
         F("ThrottleTimeMs", "int32", "0+"),
+        F("ErrorCode", "int16", "0+"),
+        F("ErrorMessage", "string", "0+", nullable="0+", default=None),
         F(
             "Responses",
             "[]AlterShareGroupOffsetsResponseTopic",
