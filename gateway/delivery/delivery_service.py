@@ -87,14 +87,18 @@ class DeliveryService:
         clock: Clock = wall_clock_ms,
         snapshot_every: int = 1_000,
         ledger_prefix: str = STATE_LEDGER_PREFIX,
+        ledger_name: Callable[[str, int], str] | None = None,
     ) -> None:
         self._factory = factory
         self._config = config
         self._settings_for: SettingsFor = settings_for or (lambda _group: DeliverySettings())
         self.clock = clock
         self._snapshot_every = snapshot_every
-        # Each front keeps its groups' state logs under its own prefix (its own group names).
+        # Each front keeps its groups' state logs under its own prefix (its own group names);
+        # `ledger_name` names them otherwise (then `load_existing` finds none).
         self._ledger_prefix = ledger_prefix
+        self._ledger_name = ledger_name or (
+            lambda topic, partition: state_ledger_name(topic, partition, ledger_prefix))
         self._partitions: dict[tuple[str, int], _TopicPartitionState] = {}
         self._opening: dict[tuple[str, int], trio.Lock] = {}
 
@@ -111,7 +115,7 @@ class DeliveryService:
                 log_ = DeliveryStateLog(
                     self._factory,
                     self._config,
-                    ledger_name=state_ledger_name(topic, partition, self._ledger_prefix),
+                    ledger_name=self._ledger_name(topic, partition),
                     settings_for=self._settings_for,
                     snapshot_every=self._snapshot_every,
                 )
@@ -264,6 +268,8 @@ class DeliveryService:
         """Load every persisted state log (of the partitions `is_local` accepts), so listings
         after a restart show every group; how many were loaded."""
         loaded = 0
+        if self._ledger_name(" ", 0) != state_ledger_name(" ", 0, self._ledger_prefix):
+            return 0  # custom names: nothing to recognise
         for name in await self._factory.list_names():
             if not name.startswith(self._ledger_prefix):
                 continue
