@@ -219,7 +219,7 @@ class AdminAuth:
 
     def __init__(self, *, required: bool, credentials: CredentialLookup | None = None,
                  tokens: TokenVerifier | None = None, authorizer: AclAuthorizer | None = None,
-                 metrics_public: bool = False) -> None:
+                 metrics_public: bool = False, failed_delay_s: float = 0.0) -> None:
         if required and authorizer is None:
             raise ValueError("authentication without an authorizer")
         self.required = required
@@ -227,6 +227,9 @@ class AdminAuth:
         self.tokens = tokens
         self.authorizer = authorizer
         self.metrics_public = metrics_public or not required
+        # a wrong password or token is answered this much later (the Kafka listener's
+        # connection.failed.authentication.delay.ms): guessing costs the guesser time
+        self.failed_delay_s = failed_delay_s
         self.sessions = SessionTable()
         self._hash_key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, float] = OrderedDict()
@@ -266,11 +269,13 @@ class AdminAuth:
             if pair is None:
                 raise Refused(401, "malformed Basic credentials")
             if not await self.check_password(*pair):
+                await trio.sleep(self.failed_delay_s)
                 raise Refused(401, "wrong user name or password")
             return Identity(f"User:{pair[0]}", "basic")
         if scheme == "bearer":
             principal = await self.tokens.verify(rest.strip()) if self.tokens else None
             if principal is None:
+                await trio.sleep(self.failed_delay_s)
                 raise Refused(401, "unknown, expired or revoked token")
             return Identity(principal, "bearer")
         raise Refused(401, f"unsupported authorization scheme {scheme[:20]!r}")

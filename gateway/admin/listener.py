@@ -32,7 +32,8 @@ def admin_auth(config: Config, store: MetadataStore, credentials: Any,
     """The admin surface's authenticator for this process."""
     return AdminAuth(required=config.admin_authentication(), credentials=credentials,
                      tokens=TokenStore(store), authorizer=authorizer,
-                     metrics_public=not config.admin.metrics_authentication)
+                     metrics_public=not config.admin.metrics_authentication,
+                     failed_delay_s=config.kafka.failed_authentication_delay_ms / 1000)
 
 
 def admin_tls(config: Config) -> ssl.SSLContext | None:

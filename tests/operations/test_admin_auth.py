@@ -57,7 +57,8 @@ async def secured(ops: OpsStack) -> AsyncIterator[dict[str, Any]]:
     tokens = TokenStore(ops.store)
     alice_token, _ = await tokens.create("User:alice", description="test")
     auth = AdminAuth(required=True, credentials=credentials, tokens=tokens,
-                     authorizer=Authorizer(acls, enabled=True, super_users={"User:root"}))
+                     authorizer=Authorizer(acls, enabled=True, super_users={"User:root"}),
+                     failed_delay_s=0.05)
     await ops.topics.create_topic("seen", 1, {})
     await ops.topics.create_topic("hidden", 1, {})
     plog = await ops.topics.partition("seen", 0)
@@ -196,3 +197,13 @@ async def test_console_login_session_and_csrf(secured: dict[str, Any]) -> None:
     assert status == 403
     # and the API never takes the cookie
     assert (await request(port, "GET", "/admin/v1/topics", None, {"Cookie": cookie}))[0] == 401
+
+
+async def test_a_wrong_password_is_answered_late(secured: dict[str, Any]) -> None:
+    secured["auth"].failed_delay_s = 0.3
+    started = trio.current_time()
+    assert (await request(secured["port"], "GET", "/admin/v1/brokers", None,
+                          basic("root", "guess")))[0] == 401
+    assert trio.current_time() - started >= 0.3
+    assert (await request(secured["port"], "GET", "/admin/v1/brokers", None,
+                          basic("root", USERS["root"])))[0] == 200

@@ -16,6 +16,8 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
+import trio
+
 from gateway.admin import api, groups
 from gateway.admin.app import AdminRoute, fixed
 from gateway.admin.auth import (
@@ -109,6 +111,7 @@ class ConsolePages:
         if not self.auth.required:
             return redirect(target)
         if not user or not await self.auth.check_password(user, password):
+            await trio.sleep(self.auth.failed_delay_s)
             log_refusal(401, "console login failed", "POST", "/login", q.client,
                         f"User:{user[:100]}" if user else None)
             return self.pages.render(q, "login.html", status=401, title="Log in", next=target,
