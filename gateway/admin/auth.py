@@ -35,7 +35,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -325,7 +325,3 @@ def log_refusal(status: int, message: str, method: str, path: str, client: str,
     log.warning("admin request refused: %s %s -> %d (%s)", method, path[:200], status, message,
                 extra={"client": client, "principal": principal or "-"})
 
-
-def routes_needing_auth(routes: Sequence[tuple[str, str, Access]]) -> list[tuple[str, str]]:
-    """(method, path) of the routes that are not public (tests walk these)."""
-    return [(m, p) for m, p, a in routes if not a.public]
