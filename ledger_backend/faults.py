@@ -46,6 +46,7 @@ from ledger_backend.metadata.store import (
     MetadataUnavailableError,
     SessionExpiredError,
 )
+from ledger_backend.offload.offloader import ObjectStoreUnavailableError, OffloadedReadError
 
 
 class StorageFault(enum.Enum):
@@ -69,6 +70,8 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     MetadataStoreError,
     SessionExpiredError,
     MetadataUnavailableError,
+    OffloadedReadError,  # a missing/corrupt offloaded object: readers retry, the log names it
+    ObjectStoreUnavailableError,
 )
 
 

@@ -51,6 +51,8 @@ from ledger_backend.metadata.store import (
     NodeExistsError,
     NoNodeError,
 )
+from ledger_backend.offload.object_reader import DEFAULT_CACHE_BYTES, OffloadedReader
+from ledger_backend.offload.offloader import Offloader
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,8 @@ class ManagedLedgerFactory:
         root: str = DEFAULT_ROOT,
         *,
         clock: Callable[[], float] = time.time,
+        offloader: Offloader | None = None,
+        offload_cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if not root.startswith("/") or root.endswith("/") and root != "/":
             raise ValueError(f"root must be an absolute path without a trailing '/': {root!r}")
@@ -79,6 +83,10 @@ class ManagedLedgerFactory:
         self._bk = bk
         self._root = root
         self._clock = clock
+        self.offloader = offloader  # tiered storage for every managed ledger it opens
+        self._offloaded_reader = OffloadedReader(
+            {offloader.driver: offloader} if offloader is not None else {}, offload_cache_bytes
+        )
         self._open: dict[str, ManagedLedger] = {}
         self._name_locks: dict[str, trio.Lock] = {}
 
@@ -195,6 +203,8 @@ class ManagedLedgerFactory:
             cursors=cursors,
             clock=self._clock,
             on_close=self._forget,
+            offloader=self.offloader,
+            offloaded_reader=self._offloaded_reader,
         )
         if node.pending or node.garbage:
             # A rewrite died before its swap (pending) or before deleting what it swapped out

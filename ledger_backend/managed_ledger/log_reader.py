@@ -7,7 +7,9 @@ longer listed is handed to `relocate` (the managed ledger knows where a rewrite 
 which listed ledger follows it); a position before the first listed ledger was trimmed
 (InvalidPositionError). Only acknowledged entries are listed in the records this
 reader sees, so it can never return an unconfirmed entry. Entries come from the tail cache
-when it has them, otherwise from the bookies. This module never writes anything.
+when it has them, otherwise from the bookies -- or, for a ledger whose record says it was
+offloaded, from its object in tiered storage (falling back to the bookies only while they
+still hold the ledger). This module never writes anything.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from ledger_backend.managed_ledger.entry_reader import LedgerReaders
 from ledger_backend.managed_ledger.metadata_format import LedgerRecord
 from ledger_backend.managed_ledger.tail_cache import TailCache
 from ledger_backend.managed_ledger.types import Entry, InvalidPositionError, Position
+from ledger_backend.offload.object_reader import OffloadedReader, OffloadLocation
+from ledger_backend.offload.offloader import OffloadedReadError
 
 _MAX_READ_BATCH = 256
 
@@ -33,12 +37,14 @@ class LogReader:
         cache: TailCache,
         readers: LedgerReaders,
         relocate: Relocate | None = None,
+        offloaded: OffloadedReader | None = None,
     ) -> None:
         self.name = name
         self._records = records
         self._cache = cache
         self._readers = readers
         self._relocate = relocate or self._next_by_order
+        self._offloaded = offloaded or OffloadedReader({})
 
     def _record_index(self, ledger_id: int) -> int | None:
         for index, record in enumerate(self._records()):
@@ -106,7 +112,7 @@ class LogReader:
             if max_bytes is not None and record.entries > 0:
                 average = max(1, record.size // record.entries)
                 count = max(1, min(count, (max_bytes - total) // average + 1))
-            datas = await self._read_range(record.ledger_id, position.entry_id, count)
+            datas = await self._read_range(record, position.entry_id, count)
             for offset, data in enumerate(datas):
                 if max_bytes is not None and result and total + len(data) > max_bytes:
                     return result
@@ -115,7 +121,17 @@ class LogReader:
             position = Position(record.ledger_id, position.entry_id + len(datas))
         return result
 
-    async def _read_range(self, ledger_id: int, first: int, count: int) -> list[bytes]:
+    async def _read_range(self, record: LedgerRecord, first: int, count: int) -> list[bytes]:
+        ledger_id = record.ledger_id
+        offload = record.offload
+        if offload is not None:
+            where = OffloadLocation(offload.driver, offload.key, offload.size)
+            try:
+                return await self._offloaded.read(where, ledger_id, first, first + count - 1)
+            except OffloadedReadError:
+                if offload.bookie_deleted:
+                    raise
+                # the bookies still hold it: serve from there (the object was logged as bad)
         out: list[bytes] = []
         entry_id = first
         last = first + count - 1

@@ -44,8 +44,14 @@ from ledger_backend.managed_ledger.log_reader import LogReader
 from ledger_backend.managed_ledger.metadata_format import (
     LedgerRecord,
     ManagedLedgerNode,
+    OffloadRecord,
     encode_managed_ledger,
     encode_name,
+)
+from ledger_backend.managed_ledger.offloading import (
+    delete_bookie_copies,
+    offload_candidates,
+    offload_ledger,
 )
 from ledger_backend.managed_ledger.retention import ledgers_past_retention
 from ledger_backend.managed_ledger.tail_cache import TailCache
@@ -56,6 +62,7 @@ from ledger_backend.managed_ledger.types import (
     LedgerInfo,
     ManagedLedgerClosedError,
     ManagedLedgerConfig,
+    ManagedLedgerError,
     ManagedLedgerFencedError,
     Position,
 )
@@ -66,6 +73,8 @@ from ledger_backend.metadata.store import (
     NodeExistsError,
     NoNodeError,
 )
+from ledger_backend.offload.object_reader import OffloadedReader
+from ledger_backend.offload.offloader import Offloader, OffloadError
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +115,8 @@ class ManagedLedger:
         cursors: dict[str, Cursor],
         clock: Callable[[], float],
         on_close: Callable[[ManagedLedger], None],
+        offloader: Offloader | None = None,
+        offloaded_reader: OffloadedReader | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -131,8 +142,13 @@ class ManagedLedger:
         self._waiters: deque[trio.Event] = deque()
         self._entries_changed = trio.Event()
         self._cache = TailCache(config.tail_cache_bytes, self._evictable)
+        self.offloader = offloader
+        self._offloaded_reader = offloaded_reader or OffloadedReader(
+            {offloader.driver: offloader} if offloader is not None else {}
+        )
         self._log_reader = LogReader(
-            name, lambda: self._records, self._cache, readers, lambda p: relocate(self, p)
+            name, lambda: self._records, self._cache, readers, lambda p: relocate(self, p),
+            self._offloaded_reader,
         )
         self._fenced_reason: str | None = None
         self._closed = False
@@ -159,7 +175,11 @@ class ManagedLedger:
     def ledgers(self) -> list[LedgerInfo]:
         current = self._current.record
         return [
-            LedgerInfo(r.ledger_id, r.entries, r.size, r.created_ms, r.closed and r is not current)
+            LedgerInfo(
+                r.ledger_id, r.entries, r.size, r.created_ms, r.closed and r is not current,
+                offloaded=r.offload is not None,
+                on_bookies=r.offload is None or not r.offload.bookie_deleted,
+            )
             for r in self._records
         ]
 
@@ -478,8 +498,8 @@ class ManagedLedger:
                 retention_time_s=self.config.retention_time_s,
                 retention_bytes=self.config.retention_bytes,
             )
-            await self._unlist_front_ledgers(doomed)
-        await self._delete_unlisted(doomed)
+            objects = await self._unlist_front_ledgers(doomed)
+        await self._delete_unlisted(doomed, objects)
         return doomed
 
     async def delete_ledgers_before(self, ledger_id: int) -> list[int]:
@@ -496,28 +516,66 @@ class ManagedLedger:
                 ):
                     break
                 doomed.append(record.ledger_id)
-            await self._unlist_front_ledgers(doomed)
-        await self._delete_unlisted(doomed)
+            objects = await self._unlist_front_ledgers(doomed)
+        await self._delete_unlisted(doomed, objects)
         return doomed
 
-    async def _unlist_front_ledgers(self, doomed: list[int]) -> None:
+    async def _unlist_front_ledgers(self, doomed: list[int]) -> list[OffloadRecord]:
         # Caller holds _meta_lock. The list loses them first (CAS); only then are they deleted.
+        # Returns the offloaded objects of the unlisted ledgers (to delete with them).
         if not doomed:
-            return
+            return []
         gone = set(doomed)
         if self._current.record.ledger_id in gone:
             raise AssertionError("refusing to delete the current ledger")
         remaining = [r for r in self._records if r.ledger_id not in gone]
+        objects = [r.offload for r in self._records if r.ledger_id in gone and r.offload]
         await self._write_metadata(remaining)
         self._records = remaining
         self._cache.drop_ledgers(gone)
+        return objects
 
-    async def _delete_unlisted(self, doomed: list[int]) -> None:
+    async def _delete_unlisted(
+        self, doomed: list[int], objects: list[OffloadRecord] | None = None
+    ) -> None:
         for ledger_id in doomed:
             await self._readers.forget(ledger_id)
             await self._delete_ledger_quietly(ledger_id)
+        for obj in objects or []:
+            self._offloaded_reader.drop(obj.key)
+            if self.offloader is None or self.offloader.driver != obj.driver:
+                log.warning("%r: object %r (%s) left behind: driver not configured",
+                            self.name, obj.key, obj.driver)
+                continue
+            try:
+                await self.offloader.delete(obj.key)
+            except OffloadError as exc:
+                log.warning("%r: could not delete object %r: %s", self.name, obj.key, exc)
         if doomed:
             log.info("managed ledger %r trimmed ledgers %s", self.name, doomed)
+
+    # ----------------------------------------------------------------- tiered storage
+
+    def _clock_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def offload(self, keep_bytes: int | None = None) -> list[int]:
+        """Offload closed ledgers (oldest first, never the current one) until at most
+        `keep_bytes` of data stays on bookies only (None: all closed ledgers); returns the
+        ids offloaded now. See offloading.py for the steps and their crash safety."""
+        self._check_writable()
+        if self.offloader is None:
+            raise ManagedLedgerError(f"{self.name!r}: no offloader is configured")
+        done: list[int] = []
+        for record in offload_candidates(self, keep_bytes):
+            await offload_ledger(self, self.offloader, record.ledger_id)
+            done.append(record.ledger_id)
+        return done
+
+    async def delete_offloaded_bookie_copies(self, deletion_lag_s: float) -> list[int]:
+        """Delete the bookie copies of ledgers offloaded at least `deletion_lag_s` ago."""
+        self._check_writable()
+        return await delete_bookie_copies(self, deletion_lag_s)
 
     # ----------------------------------------------------------------- cursors
 

@@ -23,6 +23,12 @@ nodes stay version 1, byte for byte) adds to the managed ledger node:
 - "garbage": ids a swap unlisted and that still have to be deleted.
 
 A version-1 reader refuses a version-2 node instead of misordering it.
+
+Version 3 (written only once a ledger of the node has been offloaded to tiered storage,
+ledger_backend/offload) adds, per offloaded ledger, "offload": {"driver", "key", "size",
+"crc32c", "verified_ms", "bookie_deleted"} -- where the ledger's verified object lives. Once
+"bookie_deleted" is true the bookies no longer hold the ledger: a reader that ignored
+"offload" would find nothing, so older readers must refuse version 3 (they do).
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from ledger_backend.managed_ledger.types import MetadataFormatError, Position
 
 FORMAT_VERSION = 1
 REWRITE_FORMAT_VERSION = 2
-_KNOWN_VERSIONS = (FORMAT_VERSION, REWRITE_FORMAT_VERSION)
+OFFLOAD_FORMAT_VERSION = 3
+_KNOWN_VERSIONS = (FORMAT_VERSION, REWRITE_FORMAT_VERSION, OFFLOAD_FORMAT_VERSION)
 CURSORS_CHILD = "cursors"
 
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -83,6 +90,18 @@ def cursor_path(root: str, name: str, cursor_name: str) -> str:
     return f"{cursors_path(root, name)}/{encode_name(cursor_name)}"
 
 
+@dataclass(frozen=True)
+class OffloadRecord:
+    """Where an offloaded ledger's verified object lives (see version 3 above)."""
+
+    driver: str
+    key: str
+    size: int
+    crc32c: int
+    verified_ms: int
+    bookie_deleted: bool = False
+
+
 @dataclass
 class LedgerRecord:
     """One ledger in a managed ledger's list (mutable, owned by the managed ledger).
@@ -98,6 +117,7 @@ class LedgerRecord:
     created_ms: int
     closed: bool
     replaced: tuple[int, int] | None = None  # (lowest, highest) id a rewrite replaced
+    offload: OffloadRecord | None = None  # set once a verified copy is in tiered storage
 
     @property
     def order_key(self) -> int:
@@ -112,6 +132,10 @@ class ManagedLedgerNode:
     ledgers: list[LedgerRecord]
     pending: list[int] = field(default_factory=list)
     garbage: list[int] = field(default_factory=list)
+
+    @property
+    def offloaded(self) -> bool:
+        return any(r.offload is not None for r in self.ledgers)
 
     @property
     def rewritten(self) -> bool:
@@ -153,17 +177,31 @@ def _encode_record(r: LedgerRecord) -> dict[str, Any]:
     }
     if r.replaced is not None:
         out["replaced"] = list(r.replaced)
+    if r.offload is not None:
+        o = r.offload
+        out["offload"] = {
+            "driver": o.driver,
+            "key": o.key,
+            "size": o.size,
+            "crc32c": o.crc32c,
+            "verified_ms": o.verified_ms,
+            "bookie_deleted": o.bookie_deleted,
+        }
     return out
 
 
 def encode_managed_ledger(node: ManagedLedgerNode) -> bytes:
+    if node.offloaded:
+        version = OFFLOAD_FORMAT_VERSION
+    else:
+        version = REWRITE_FORMAT_VERSION if node.rewritten else FORMAT_VERSION
     obj: dict[str, Any] = {
-        "format": REWRITE_FORMAT_VERSION if node.rewritten else FORMAT_VERSION,
+        "format": version,
         "name": node.name,
         "created_ms": node.created_ms,
         "ledgers": [_encode_record(r) for r in node.ledgers],
     }
-    if node.rewritten:
+    if version > FORMAT_VERSION:
         obj["pending"] = list(node.pending)
         obj["garbage"] = list(node.garbage)
     return json.dumps(obj, separators=(",", ":")).encode("utf-8")
@@ -179,6 +217,20 @@ def _decode_replaced(item: dict[str, Any]) -> tuple[int, int] | None:
     return low, high
 
 
+def _decode_offload(item: dict[str, Any]) -> OffloadRecord | None:
+    raw = item.get("offload")
+    if raw is None:
+        return None
+    return OffloadRecord(
+        driver=str(raw["driver"]),
+        key=str(raw["key"]),
+        size=int(raw["size"]),
+        crc32c=int(raw["crc32c"]),
+        verified_ms=int(raw["verified_ms"]),
+        bookie_deleted=bool(raw["bookie_deleted"]),
+    )
+
+
 def decode_managed_ledger(data: bytes, path: str) -> ManagedLedgerNode:
     obj = _load_json(data, f"managed ledger node {path}")
     try:
@@ -190,6 +242,7 @@ def decode_managed_ledger(data: bytes, path: str) -> ManagedLedgerNode:
                 created_ms=int(item["created_ms"]),
                 closed=bool(item["closed"]),
                 replaced=_decode_replaced(item),
+                offload=_decode_offload(item),
             )
             for item in obj["ledgers"]
         ]

@@ -39,6 +39,8 @@ class LedgerInfo:
     size: int
     created_ms: int
     closed: bool = True
+    offloaded: bool = False  # a verified copy is in tiered storage
+    on_bookies: bool = True  # False once the bookie copy was deleted after offloading
 
 
 @dataclass

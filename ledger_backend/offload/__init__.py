@@ -6,14 +6,11 @@ The managed ledger decides what to offload and records where (managed_ledger/off
 
 from ledger_backend.offload.filesystem import FilesystemOffloader
 from ledger_backend.offload.object_format import ObjectFormatError
-from ledger_backend.offload.object_reader import (
-    OffloadedReader,
-    OffloadedReadError,
-    OffloadLocation,
-)
+from ledger_backend.offload.object_reader import OffloadedReader, OffloadLocation
 from ledger_backend.offload.offloader import (
     ObjectMissingError,
     ObjectStoreUnavailableError,
+    OffloadedReadError,
     Offloader,
     OffloadError,
 )

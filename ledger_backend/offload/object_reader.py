@@ -2,13 +2,14 @@
 
 Indexes (small) and decoded blocks are kept in one LRU cache bounded in bytes. A missing
 object, an unreachable store or a corrupt part (bad magic, version or CRC) raises
-OffloadedReadError naming the object and logs ONE warning line per failing read; a reader
+OffloadedReadError naming the object and logs one rate-limited WARNING line per object; a reader
 never returns a byte it could not verify. This module never writes to the store.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -25,15 +26,11 @@ from ledger_backend.offload.object_format import (
     decode_header,
     decode_index,
 )
-from ledger_backend.offload.offloader import Offloader, OffloadError
+from ledger_backend.offload.offloader import OffloadedReadError, Offloader, OffloadError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_BYTES = 64 << 20
-
-
-class OffloadedReadError(OffloadError):
-    """An offloaded ledger could not be read (missing, unreachable or corrupt object)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +53,15 @@ class OffloadedReader:
         self._cache: OrderedDict[tuple[str, int], tuple[object, int]] = OrderedDict()
         self._used = 0
         self._locks: dict[str, trio.Lock] = {}
+        self._warned: dict[str, float] = {}
         self.errors = 0
+
+    def _warn(self, key: str, message: str, *args: object) -> None:
+        # one line per object per 10 s: a consumer retrying a bad object must not flood the log
+        now = time.monotonic()
+        if now - self._warned.get(key, -1e9) >= 10.0:
+            self._warned[key] = now
+            log.warning(message, *args)
 
     def _offloader(self, where: OffloadLocation) -> Offloader:
         offloader = self._offloaders.get(where.driver)
@@ -104,7 +109,8 @@ class OffloadedReader:
             return out
         except (OffloadError, ObjectFormatError, ValueError) as exc:
             self.errors += 1
-            log.warning(
+            self._warn(
+                where.key,
                 "offloaded ledger %d: reading entries %d..%d of object %r (%s) failed: %s",
                 ledger_id, first, last, where.key, where.driver, exc,
             )

@@ -24,6 +24,11 @@ class ObjectStoreUnavailableError(OffloadError):
     """The object store could not be reached or refused the request (try again later)."""
 
 
+class OffloadedReadError(OffloadError):
+    """An offloaded ledger could not be read (missing, unreachable or corrupt object); the
+    message names the object. Readers get this, never a byte that was not verified."""
+
+
 class Offloader(Protocol):
     """One place offloaded objects live (see the module docstring for the promise)."""
 

@@ -1,0 +1,195 @@
+"""Offloading closed ledgers of a managed ledger to tiered storage, and dropping their
+bookie copies later. The steps for one ledger, in this order, each with a crash point:
+
+  1. the ledger's entries are read from the bookies and encoded (offload/object_format.py);
+  2. the object is put under a FRESH key (ledger id + random suffix), atomically
+                                              -- managed_ledger.offload.after_put
+  3. it is read back whole and compared byte for byte with what was encoded
+                                              -- managed_ledger.offload.after_verify
+  4. ONE compare-and-set of the managed ledger's node records the object's location in the
+     ledger's record ("offload", metadata_format.py version 3)
+                                              -- managed_ledger.offload.after_record
+Later, once `deletion_lag_s` has passed since the verification:
+  5. the bookie copy is deleted               -- managed_ledger.offload.after_bookie_delete
+  6. a CAS marks the record "bookie_deleted".
+
+So the list never names an object that was not completely written and verified: a crash
+before 4 leaves the old record (and at worst an unreferenced object, see "not yet" below);
+a crash between 5 and 6 leaves a record whose bookie copy is gone but whose object serves
+every read (step 5 is simply redone). Only CLOSED ledgers that are not the current one are
+offloaded, oldest first. This module is the managed ledger's friend (like ledger_swap.py): it
+changes `_records` only under `_meta_lock` and through `_write_metadata`.
+
+Not yet: objects orphaned by a crash between 2 and 4 are not swept; a compaction that
+rewrites an offloaded ledger leaves its object behind (trimming does delete objects).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from typing import Any, Protocol
+
+import crc32c
+import trio
+
+from ledger_backend.bookie.crash_points import crash_point
+from ledger_backend.managed_ledger.metadata_format import LedgerRecord, OffloadRecord, encode_name
+from ledger_backend.managed_ledger.types import ManagedLedgerError
+from ledger_backend.offload.object_format import ObjectFormatError, encode_object
+from ledger_backend.offload.offloader import Offloader
+
+log = logging.getLogger(__name__)
+
+OFFLOAD_CRASH_POINTS = (
+    "managed_ledger.offload.after_put",
+    "managed_ledger.offload.after_verify",
+    "managed_ledger.offload.after_record",
+    "managed_ledger.offload.after_bookie_delete",
+)
+
+_READ_CHUNK = 256
+
+
+class ManagedLedger(Protocol):
+    """What this friend module uses of managed_ledger.ManagedLedger."""
+
+    name: str
+    _meta_lock: trio.Lock
+    _records: list[LedgerRecord]
+    _readers: Any  # LedgerReaders
+
+    @property
+    def current_ledger_id(self) -> int: ...
+
+    def _check_writable(self) -> None: ...
+
+    def _clock_ms(self) -> int: ...
+
+    async def _write_metadata(self, records: list[LedgerRecord]) -> None: ...
+
+    async def _delete_ledger_quietly(self, ledger_id: int) -> None: ...
+
+
+class OffloadConflictError(ManagedLedgerError):
+    """The ledger changed under the offload (trimmed, rewritten, offloaded meanwhile)."""
+
+
+def offload_candidates(ml: ManagedLedger, keep_bytes: int | None) -> list[LedgerRecord]:
+    """Closed, not-yet-offloaded ledgers to offload, oldest first, keeping at most
+    `keep_bytes` (None: keep none) of the newest data on bookies. Never the current ledger."""
+    current = ml.current_ledger_id
+    closed = [r for r in ml._records if r.ledger_id != current and r.closed]
+    chosen: list[LedgerRecord] = []
+    on_bookies = sum(r.size for r in ml._records if r.offload is None)
+    for record in closed:
+        if keep_bytes is not None and on_bookies <= keep_bytes:
+            break
+        if record.offload is None and record.entries > 0:
+            chosen.append(record)
+            on_bookies -= record.size
+    return chosen
+
+
+async def offload_ledger(ml: ManagedLedger, offloader: Offloader, ledger_id: int) -> OffloadRecord:
+    """Steps 1-4 for one closed ledger; returns what was recorded."""
+    record = _listed(ml, ledger_id)
+    if not record.closed or record.ledger_id == ml.current_ledger_id:
+        raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} is still open")
+    if record.offload is not None:
+        return record.offload
+    entries: list[bytes] = []
+    for first in range(0, record.entries, _READ_CHUNK):
+        last = min(record.entries, first + _READ_CHUNK) - 1
+        entries.extend(await ml._readers.read(ledger_id, first, last))
+    data = await trio.to_thread.run_sync(encode_object, ledger_id, entries)
+    key = f"{encode_name(ml.name)}/{ledger_id}-{uuid.uuid4().hex[:12]}.lwo"
+    await offloader.put(key, data)
+    crash_point("managed_ledger.offload.after_put")
+    try:
+        await _verify(offloader, key, data)
+    except BaseException:
+        await _delete_object_quietly(offloader, key)
+        raise
+    crash_point("managed_ledger.offload.after_verify")
+    location = OffloadRecord(
+        offloader.driver, key, len(data), crc32c.crc32c(data) & 0xFFFFFFFF, ml._clock_ms()
+    )
+    try:
+        async with ml._meta_lock:
+            ml._check_writable()
+            now = _listed(ml, ledger_id)
+            if now.offload is not None or now.entries != record.entries:
+                raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} changed meanwhile")
+            updated = dataclasses.replace(now, offload=location)
+            records = [updated if r is now else r for r in ml._records]
+            await ml._write_metadata(records)
+            ml._records[:] = records
+    except BaseException:
+        await _delete_object_quietly(offloader, key)
+        raise
+    crash_point("managed_ledger.offload.after_record")
+    log.info(
+        "managed ledger %r: ledger %d offloaded to %s %r (%d bytes)",
+        ml.name, ledger_id, offloader.driver, key, len(data),
+    )
+    return location
+
+
+async def delete_bookie_copies(ml: ManagedLedger, deletion_lag_s: float) -> list[int]:
+    """Steps 5-6 for every offloaded ledger verified at least `deletion_lag_s` ago."""
+    cutoff = ml._clock_ms() - int(deletion_lag_s * 1000)
+    due = [
+        r.ledger_id
+        for r in ml._records
+        if r.offload is not None
+        and not r.offload.bookie_deleted
+        and r.offload.verified_ms <= cutoff
+    ]
+    done: list[int] = []
+    for ledger_id in due:
+        await ml._readers.forget(ledger_id)
+        await ml._delete_ledger_quietly(ledger_id)
+        crash_point("managed_ledger.offload.after_bookie_delete")
+        async with ml._meta_lock:
+            ml._check_writable()
+            try:
+                now = _listed(ml, ledger_id)
+            except OffloadConflictError:
+                continue
+            assert now.offload is not None
+            updated = dataclasses.replace(
+                now, offload=dataclasses.replace(now.offload, bookie_deleted=True)
+            )
+            records = [updated if r is now else r for r in ml._records]
+            await ml._write_metadata(records)
+            ml._records[:] = records
+        done.append(ledger_id)
+    if done:
+        log.info("managed ledger %r: bookie copies of offloaded ledgers %s deleted", ml.name, done)
+    return done
+
+
+def _listed(ml: ManagedLedger, ledger_id: int) -> LedgerRecord:
+    for record in ml._records:
+        if record.ledger_id == ledger_id:
+            return record
+    raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} is not listed")
+
+
+async def _verify(offloader: Offloader, key: str, data: bytes) -> None:
+    """The stored object must equal, byte for byte, what was encoded from the bookies'
+    entries (so its CRCs and index are the ones encode_object computed)."""
+    size = await offloader.size(key)
+    back = await offloader.get_range(key, 0, size) if size else b""
+    if size != len(data) or back != data:
+        raise ObjectFormatError(f"object {key!r} read back differs from what was written")
+
+
+async def _delete_object_quietly(offloader: Offloader, key: str) -> None:
+    with trio.CancelScope(shield=True):
+        try:
+            await offloader.delete(key)
+        except Exception as exc:  # best effort: an unreferenced object harms no reader
+            log.warning("could not delete unreferenced object %r: %r", key, exc)

@@ -1,0 +1,135 @@
+"""Offloading closed ledgers of a managed ledger (memory bookies, a directory offloader):
+reads stay byte-identical before and after the bookie copies go, across a reopen; trimming
+deletes objects; a corrupt object is an error naming it, never wrong bytes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ledger_backend.client.memory import MemoryBookKeeper
+from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
+from ledger_backend.managed_ledger.metadata_format import (
+    decode_managed_ledger,
+    managed_ledger_path,
+)
+from ledger_backend.metadata import MetadataStore, open_store
+from ledger_backend.offload import FilesystemOffloader, OffloadedReadError
+from tests.managed_ledger.ml_test_support import FakeClock
+
+NAME = "public/default/tiered-0"
+CONFIG = ManagedLedgerConfig(max_entries_per_ledger=10, tail_cache_bytes=0)
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[MetadataStore]:
+    s = await open_store("memory:")
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def bk(store: MetadataStore) -> AsyncIterator[MemoryBookKeeper]:
+    async with MemoryBookKeeper(store) as client:
+        yield client
+
+
+def corrupt_object(directory: Path, ledger_id: int) -> Path:
+    """Flip one bit inside the first block of the ledger's object; returns its path."""
+    obj = next(p for p in directory.rglob("*.lwo") if f"/{ledger_id}-" in str(p))
+    raw = bytearray(obj.read_bytes())
+    raw[100] ^= 0x40
+    obj.write_bytes(bytes(raw))
+    return obj
+
+
+def payload(i: int) -> bytes:
+    return (b"entry-%05d-" % i) * (i % 7 + 1)
+
+
+async def test_offload_read_delete_reopen(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    offloader = FilesystemOffloader(tmp_path / "tier")
+    factory = ManagedLedgerFactory(store, bk, clock=clock, offloader=offloader)
+    ml = await factory.open(NAME, CONFIG)
+    for i in range(45):
+        await ml.append(payload(i))
+    current = ml.current_ledger_id
+    done = await ml.offload()
+    assert len(done) == 4 and current not in done
+    assert [i.offloaded for i in ml.ledgers] == [True] * 4 + [False]
+    assert await ml.offload() == []  # idempotent
+    first = ml.first_position
+    assert first is not None
+    assert [e.data for e in await ml.read(first, 100)] == [payload(i) for i in range(45)]
+
+    assert await ml.delete_offloaded_bookie_copies(60) == []  # the lag has not passed
+    clock.advance(61)
+    assert sorted(await ml.delete_offloaded_bookie_copies(60)) == sorted(done)
+    known = set(await bk.list_ledgers())
+    assert not known & set(done)
+    assert [e.data for e in await ml.read(first, 100)] == [payload(i) for i in range(45)]
+    # offloading keeps the newest bytes on bookies when asked to
+    await ml.append(payload(45))
+    await ml.close()
+
+    factory2 = ManagedLedgerFactory(store, bk, clock=clock, offloader=offloader)
+    ml2 = await factory2.open(NAME, CONFIG)
+    assert [e.data for e in await ml2.read(first, 100)] == [payload(i) for i in range(46)]
+    assert await ml2.read_entry(Position(done[2], 3)) == payload(23)
+    path = managed_ledger_path("/ledgerwire/managed-ledgers", NAME)
+    node = decode_managed_ledger((await store.get(path))[0], path)
+    keys = [r.offload.key for r in node.ledgers if r.offload is not None]
+    assert len(keys) == 4 and all((tmp_path / "tier" / k).exists() for k in keys)
+
+    # retention deletes offloaded ledgers' objects too
+    ml2.config.retention_bytes = 1
+    await ml2.trim()
+    assert not any((tmp_path / "tier" / k).exists() for k in keys)
+    await factory2.close()
+
+
+async def test_keep_bytes_leaves_newest_on_bookies(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    factory = ManagedLedgerFactory(store, bk, offloader=FilesystemOffloader(tmp_path))
+    ml = await factory.open(NAME, CONFIG)
+    for _ in range(50):
+        await ml.append(b"x" * 100)
+    done = await ml.offload(keep_bytes=2500)  # 10 entries = 1000 bytes a ledger
+    assert len(done) == 3  # 5000 -> 4000 -> 3000 -> 2000 on bookies
+    await factory.close()
+
+
+async def test_corrupt_object_is_an_error_naming_it(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    factory = ManagedLedgerFactory(store, bk, clock=clock, offloader=FilesystemOffloader(tmp_path))
+    ml = await factory.open(NAME, CONFIG)
+    for i in range(25):
+        await ml.append(payload(i))
+    done = await ml.offload()
+    clock.advance(1)
+    await ml.delete_offloaded_bookie_copies(0)
+    obj = corrupt_object(tmp_path, done[0])
+    first = ml.first_position
+    assert first is not None
+    with caplog.at_level(logging.WARNING), pytest.raises(OffloadedReadError, match=obj.name):
+        await ml.read(first, 5)
+    assert obj.name in caplog.text
+    # the other ledgers still read fine
+    assert [e.data for e in await ml.read(Position(done[1], 0), 10)] == [
+        payload(i) for i in range(10, 20)
+    ]
+    obj.unlink()
+    with pytest.raises(OffloadedReadError, match=obj.name):
+        await ml.read(first, 5)
+    await factory.close()
