@@ -3,7 +3,7 @@
 One principal and one authorizer for every door (DESIGN.md): an admin request is mapped to
 (principal, operation, resource) and the same ACL authorizer the Kafka listener uses decides.
 
-Authentication, when `required` (see `gateway.admin.listener_policy`):
+Authentication, when `required` (decided by gateway/admin/listener.py from the settings):
 - `Authorization: Basic` -- checked against the SCRAM credentials SASL uses
   (gateway/security/credentials.py: the stored SCRAM-SHA-512, else -256, credential's
   StoredKey); the principal is `User:<name>`.  PBKDF2 is slow on purpose, so a successful check

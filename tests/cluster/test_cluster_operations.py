@@ -293,6 +293,12 @@ def test_cluster_brokers_refuse_admin_calls_without_the_shared_credentials(
             assert http(cluster, node_id, method, path, body, password="wrong")[0] == 401, path
         assert http(cluster, node_id, "GET", "/health", user=None)[0] == 200
         assert http(cluster, node_id, "GET", "/admin/v1/brokers")[0] == 200
+        # the console with the shared credentials: this broker's view of the cluster
+        status, page = http(cluster, node_id, "GET", "/")
+        assert status == 200 and "Under-replicated ledgers" in page
+        assert "available" in page  # the bookies registered in ZooKeeper
+        status, page = http(cluster, node_id, "GET", "/console/groups")
+        assert status == 200 and "Consumer groups" in page
 
 
 @pytest.mark.slow
