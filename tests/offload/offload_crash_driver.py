@@ -1,0 +1,98 @@
+"""Crash-test driver for offloading, on a durable bookie, the on-disk store and a directory.
+
+    python -m tests.offload.offload_crash_driver DATA_DIR PORT write|offload|verify
+
+`write` appends 40 entries (8 a ledger) and closes. `offload` offloads every closed ledger and
+deletes the bookie copies with no lag; the test sets LEDGERWIRE_CRASH_AT to kill it (SIGKILL)
+at a step. `verify` opens the managed ledger as a new owner, reads everything and prints one
+JSON line (entries, and per offloaded ledger: its recorded size, the object's size on disk,
+whether the bookies still know it), then offloads and deletes again to finish the job and
+prints a second line the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ledger_backend.bookie.server import serve_bookie
+from ledger_backend.bookie.storage import open_bookie_storage
+from ledger_backend.bookie.storage_api import BookieStorageConfig
+from ledger_backend.client.bookkeeper import BookKeeper
+from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from ledger_backend.managed_ledger.metadata_format import (
+    decode_managed_ledger,
+    managed_ledger_path,
+)
+from ledger_backend.metadata import open_store
+from ledger_backend.offload import FilesystemOffloader
+
+NAME = "public/default/tiered-0"
+ROOT = "/ledgerwire/managed-ledgers"
+ENTRIES = 40
+
+
+def emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def object_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else -1
+
+
+async def main(data_dir: Path, port: int, phase: str) -> None:
+    store = await open_store(str(data_dir / "meta"))
+    config = BookieStorageConfig(data_dir=data_dir / "bookie", flush_interval_s=0.05,
+                                 disk_check_interval_s=3600.0)
+    tier = data_dir / "tier"
+    try:
+        async with open_bookie_storage(config) as storage, trio.open_nursery() as nursery:
+            await nursery.start(serve_bookie, storage, store, "127.0.0.1", port)
+            async with BookKeeper(store, timeout_s=10) as bk:
+                factory = ManagedLedgerFactory(store, bk, offloader=FilesystemOffloader(tier))
+                ml = await factory.open(NAME, ManagedLedgerConfig(max_entries_per_ledger=8))
+                if phase == "write":
+                    for i in range(ENTRIES):
+                        await ml.append(b"entry-%d" % i)
+                elif phase == "offload":
+                    await ml.offload()
+                    await ml.delete_offloaded_bookie_copies(0)
+                    emit("DONE")
+                else:
+                    await report(ml, store, bk, tier)
+                    await ml.offload()
+                    await ml.delete_offloaded_bookie_copies(0)
+                    await report(ml, store, bk, tier)
+                await ml.close()
+            nursery.cancel_scope.cancel()
+    finally:
+        await store.close()
+
+
+async def report(ml: Any, store: Any, bk: Any, tier: Path) -> None:
+    first = ml.first_position
+    datas = [] if first is None else [e.data.decode() for e in await ml.read(first, 10_000)]
+    path = managed_ledger_path(ROOT, NAME)
+    node = decode_managed_ledger((await store.get(path))[0], path)
+    known = set(await bk.list_ledgers())
+    offloaded = [
+        {
+            "ledger": r.ledger_id,
+            "recorded_size": r.offload.size,
+            "object_size": await trio.to_thread.run_sync(object_size, tier / r.offload.key),
+            "bookie_deleted": r.offload.bookie_deleted,
+            "on_bookies": r.ledger_id in known,
+        }
+        for r in node.ledgers
+        if r.offload is not None
+    ]
+    emit(json.dumps({"entries": datas, "offloaded": offloaded, "ledgers": len(node.ledgers)}))
+
+
+if __name__ == "__main__":
+    trio.run(main, Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

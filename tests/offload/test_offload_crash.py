@@ -1,0 +1,81 @@
+"""kill -9 at every step of an offload (real durable bookie, on-disk store, a directory).
+
+After the crash a new owner reads the whole log byte-identical; every ledger recorded as
+offloaded points at a complete object (never a partial one); a ledger whose bookie copy is
+gone is recorded as offloaded. A second offload pass then finishes the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger_backend.managed_ledger.offloading import OFFLOAD_CRASH_POINTS
+from tests.offload.offload_crash_driver import ENTRIES
+
+ROOT_DIR = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run(data_dir: Path, port: int, phase: str, crash_at: str | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("LEDGERWIRE_CRASH_AT", None)
+    if crash_at is not None:
+        env["LEDGERWIRE_CRASH_AT"] = crash_at
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT_DIR), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "tests.offload.offload_crash_driver", str(data_dir),
+         str(port), phase],
+        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT_DIR, check=False,
+    )
+
+
+def check(state: dict[str, Any]) -> None:
+    assert state["entries"] == [f"entry-{i}" for i in range(ENTRIES)]
+    for item in state["offloaded"]:
+        assert item["object_size"] == item["recorded_size"], item  # complete, never partial
+        if item["bookie_deleted"]:
+            assert not item["on_bookies"], item
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("crash_at", [*OFFLOAD_CRASH_POINTS, None])
+def test_an_offload_killed_at_any_step_loses_nothing(tmp_path: Path, crash_at: str | None
+                                                     ) -> None:
+    port = free_port()
+    written = run(tmp_path, port, "write")
+    assert written.returncode == 0, written.stderr[-3000:]
+    offloaded = run(tmp_path, port, "offload", crash_at)
+    if crash_at is None:
+        assert offloaded.returncode == 0 and "DONE" in offloaded.stdout, offloaded.stderr[-3000:]
+    else:
+        assert offloaded.returncode == -signal.SIGKILL, (
+            f"crash point {crash_at} not reached: rc={offloaded.returncode}\n"
+            f"{offloaded.stderr[-3000:]}"
+        )
+    verified = run(tmp_path, port, "verify")
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    after_crash, finished = (json.loads(line) for line in verified.stdout.strip().splitlines())
+    check(after_crash)
+    if crash_at in ("managed_ledger.offload.after_put", "managed_ledger.offload.after_verify"):
+        assert after_crash["offloaded"] == []  # the old state: nothing recorded
+    if crash_at == "managed_ledger.offload.after_bookie_delete":
+        gone = [i for i in after_crash["offloaded"] if not i["on_bookies"]]
+        assert len(gone) == 1 and not gone[0]["bookie_deleted"]  # served from the object
+    check(finished)
+    assert len(finished["offloaded"]) == finished["ledgers"] - 1
+    assert all(i["bookie_deleted"] and not i["on_bookies"] for i in finished["offloaded"])
