@@ -70,6 +70,7 @@ class AdminContext:
     broker_lister: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
     owner_of: Callable[[str, int], int | None] | None = None
     tokens: Any = None  # gateway.security.admin_tokens.TokenStore (the /admin/v1/tokens API)
+    share_groups: Any = None  # gateway.kafka.share_groups.ShareGroups (metrics), if served
     started_at: float = field(default_factory=time.time)
 
     def is_ready(self) -> bool:
@@ -231,8 +232,10 @@ async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
         capacity: BookieCapacity | None = await bookie_capacity(ctx)
     except MetadataError:
         capacity = None
+    shares = ctx.share_groups.delivery.stats() if ctx.share_groups is not None else []
     return MetricsSnapshot(ctx.broker_metrics, partitions, lag, bookies, under,
-                           started_at=ctx.started_at, capacity=capacity)
+                           started_at=ctx.started_at, capacity=capacity,
+                           share_partitions=shares)
 
 
 async def bookie_capacity(ctx: AdminContext) -> BookieCapacity:

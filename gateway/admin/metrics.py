@@ -167,6 +167,8 @@ class MetricsSnapshot:
     under_replicated_ledgers: int
     started_at: float = field(default_factory=time.time)
     capacity: Any = None  # gateway.cluster.bookie_capacity.BookieCapacity, if known
+    # Kafka share groups: (group, topic, partition, gateway.delivery DeliveryStats, in flight)
+    share_partitions: list[tuple[str, str, int, Any, int]] = field(default_factory=list)
 
 
 def _fmt(value: float) -> str:
@@ -217,6 +219,7 @@ class SnapshotCollector:
             lag.add_metric([group, topic, str(partition)], value)
         yield lag
         yield from _partition_families(snap.partitions)
+        yield from _share_families(snap.share_partitions)
         yield from _bookie_families(snap.bookies)
         yield GaugeMetricFamily("ledgerwire_under_replicated_ledgers",
                                 "ledgers marked under-replicated by the auditor",
@@ -235,6 +238,36 @@ class SnapshotCollector:
         yield ratio
         yield GaugeMetricFamily("ledgerwire_start_time_seconds", "process start, unix seconds",
                                 value=snap.started_at)
+
+
+_SHARE_COUNTERS = (  # (metric name suffix, DeliveryStats field, help)
+    ("acquired_records", "acquired", "records acquired by share consumers (every delivery)"),
+    ("redelivered_records", "redelivered",
+     "records acquired again after a release or an expired lock"),
+    ("accepted_records", "accepted", "records acknowledged ACCEPT"),
+    ("released_records", "released", "records acknowledged RELEASE"),
+    ("rejected_records", "rejected", "records acknowledged REJECT"),
+    ("lock_expiries", "lock_expiries", "acquisition locks that expired unacknowledged"),
+    ("limit_archived_records", "archived_by_limit",
+     "records archived after share.delivery.count.limit deliveries"),
+)
+
+
+def _share_families(rows: Sequence[tuple[str, str, int, Any, int]]) -> Iterator[Metric]:
+    """Kafka share groups, per group and partition (counters since the state was loaded)."""
+    for name, attr, help_text in _SHARE_COUNTERS:
+        counter = CounterMetricFamily(f"ledgerwire_share_{name}", help_text,
+                                      labels=["group", "topic", "partition"])
+        for group, topic, partition, stats, _ in rows:
+            counter.add_metric([group, topic, str(partition)], getattr(stats, attr))
+        yield counter
+    in_flight = GaugeMetricFamily("ledgerwire_share_in_flight_records",
+                                  "records between a share group's start and end offsets not "
+                                  "yet acknowledged or archived",
+                                  labels=["group", "topic", "partition"])
+    for group, topic, partition, _, count in rows:
+        in_flight.add_metric([group, topic, str(partition)], count)
+    yield in_flight
 
 
 def _partition_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:

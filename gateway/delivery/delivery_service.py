@@ -30,6 +30,7 @@ from gateway.delivery.delivery_state import (
     AcquiredRange,
     DeliveryPartition,
     DeliverySettings,
+    DeliveryStats,
     RecordState,
 )
 from gateway.delivery.state_log import (
@@ -280,6 +281,13 @@ class DeliveryService:
                 await self._state(topic, int(number))
                 loaded += 1
         return loaded
+
+    def stats(self) -> list[tuple[str, str, int, DeliveryStats, int]]:
+        """(group, topic, partition, counters since load, records in flight) of every loaded
+        state, for metrics."""
+        return [(group, topic, partition, current.stats, current.in_flight())
+                for (topic, partition), state in sorted(self._partitions.items())
+                for group, current in sorted(state.log.groups.items())]
 
     def loaded_groups(self) -> dict[str, list[tuple[str, int]]]:
         """group -> the loaded topic partitions where it has state."""

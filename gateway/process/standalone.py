@@ -239,7 +239,7 @@ async def run_standalone(
         admin = AdminContext(store, topics, namespaces, coordinator, broker_metrics,
                              local_bookies, config.kafka.broker_id, f"{adv_host}:{adv_port}",
                              retention=RetentionPolicies(topics, namespaces, coordinator),
-                             tokens=TokenStore(store))
+                             tokens=TokenStore(store), share_groups=share_groups)
         background.start_soon(admin.retention.run)
         backlog_quotas = BacklogQuotas(topics, namespaces, coordinator)
         topics.backlog_quotas = backlog_quotas  # the produce/send handlers ask it

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -87,6 +88,13 @@ def test_release_comes_back_and_reject_never(module_standalone: Standalone) -> N
     assert by_offset[7] == [(1, "reject")]
     assert all(v == [(1, "accept")] for o, v in by_offset.items() if o not in (3, 4, 7))
     assert sorted(by_offset) == list(range(10))
+    with urllib.request.urlopen(f"http://127.0.0.1:{module_standalone.admin_port}/metrics",
+                                timeout=30) as answer:
+        metrics = answer.read().decode()
+    labels = f'group="{group}",partition="0",topic="{topic}"'
+    assert f"ledgerwire_share_released_records_total{{{labels}}} 2.0" in metrics
+    assert f"ledgerwire_share_rejected_records_total{{{labels}}} 1.0" in metrics
+    assert f"ledgerwire_share_redelivered_records_total{{{labels}}} 2.0" in metrics
 
 
 def test_killed_consumer_records_go_to_others_after_the_lock(

@@ -100,3 +100,20 @@ def test_openmetrics_by_content_negotiation() -> None:
     assert families["ledgerwire_start_time_seconds"].samples[0].value == 1.5
     plain, plain_type = render_metrics(snap, "")
     assert plain_type.startswith("text/plain; version=0.0.4") and b"# EOF" not in plain
+
+
+def test_share_group_counters() -> None:
+    from gateway.delivery.delivery_state import DeliveryStats
+
+    stats = DeliveryStats(acquired=7, redelivered=2, accepted=4, released=1, rejected=1,
+                          lock_expiries=1, archived_by_limit=1)
+    snap = MetricsSnapshot(BrokerMetrics(), [], [], [], 0,
+                           share_partitions=[("g", "orders", 0, stats, 2)])
+    body, _ = render_metrics(snap)
+    got = samples(body.decode())
+    labels = (("group", "g"), ("partition", "0"), ("topic", "orders"))
+    assert got[("ledgerwire_share_acquired_records_total", labels)] == 7
+    assert got[("ledgerwire_share_redelivered_records_total", labels)] == 2
+    assert got[("ledgerwire_share_lock_expiries_total", labels)] == 1
+    assert got[("ledgerwire_share_limit_archived_records_total", labels)] == 1
+    assert got[("ledgerwire_share_in_flight_records", labels)] == 2
