@@ -104,6 +104,10 @@ class StorageConfig:
     bookie_tls_certfile: str = ""
     bookie_tls_keyfile: str = ""
     bookie_tls_cafile: str = ""
+    # Ledgers this process creates get this password (first line of the file): bookies then
+    # take their adds, fencing reads and recovery adds only with its master key. Brokers and
+    # auto-recovery (`--ledger-password-file`) need the same one. Empty: no password.
+    ledger_password_file: str = ""
 
 
 @dataclass

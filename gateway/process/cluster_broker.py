@@ -48,7 +48,11 @@ from gateway.process.cluster_services import (
     setup_security,
     start_ops_background,
 )
-from gateway.process.standalone import system_ledger_config, topic_service_config
+from gateway.process.standalone import (
+    ledger_password,
+    system_ledger_config,
+    topic_service_config,
+)
 from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.security.quota_store import QuotaStore
 from gateway.topics.quorums import QuorumPolicyFactory
@@ -247,7 +251,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         bookie_tls = BookieTls(config.storage.bookie_tls_certfile,
                                config.storage.bookie_tls_keyfile, config.storage.bookie_tls_cafile)
         bookkeeper = await stack.enter_async_context(
-            BookKeeper(store, bookie_secret=bookie_secret, bookie_tls=bookie_tls))
+            BookKeeper(store, bookie_secret=bookie_secret, bookie_tls=bookie_tls,
+                       ledger_password=ledger_password(config)))
         factory = ManagedLedgerFactory(store, bookkeeper)
         ts_config = topic_service_config(config)
         topics_holder: list[TopicService] = []

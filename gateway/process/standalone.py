@@ -54,7 +54,7 @@ from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata import open_store
-from ledger_backend.secret_files import make_private_dir
+from ledger_backend.secret_files import make_private_dir, read_secret_file
 from protocols.kafka.consumer_group_coordinator import ConsumerGroupConfig
 from protocols.kafka.group_coordinator import CoordinatorConfig, GroupCoordinator
 from protocols.kafka.transaction_coordinator import TransactionCoordinator
@@ -105,6 +105,12 @@ def topic_service_config(config: Config) -> TopicServiceConfig:
     )
 
 
+def ledger_password(config: Config) -> bytes | None:
+    """storage.ledger_password_file's password (a WARNING if others can read the file)."""
+    path = config.storage.ledger_password_file
+    return read_secret_file(path, "ledger password").encode() if path else None
+
+
 async def run_standalone(
     config: Config, *, task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -121,7 +127,7 @@ async def run_standalone(
 
         bookkeeper = await stack.enter_async_context(
             BookKeeper(store, local_bookies=True, bookie_secret=bookie_secret,
-                       bookie_tls=bookie_tls))
+                       bookie_tls=bookie_tls, ledger_password=ledger_password(config)))
 
         async def active_ledgers() -> set[int]:
             return set(await bookkeeper.list_ledgers())

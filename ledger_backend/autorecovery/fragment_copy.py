@@ -92,10 +92,10 @@ async def _read_surviving(ctx: ClientContext, ledger_id: int, metadata: LedgerMe
 
 
 async def _store_on(ctx: ClientContext, bookie: str, ledger_id: int, entry_id: int,
-                    body: bytes) -> None:
+                    body: bytes, key: bytes) -> None:  # fmt: skip
     decoded = decode_entry(body, ledger_id=ledger_id, entry_id=entry_id)
     response = await ctx.pool.connection(bookie).request(
-        lambda rid: AddEntryRequest(rid, ledger_id, entry_id, decoded.lac, True, body))
+        lambda rid: AddEntryRequest(rid, ledger_id, entry_id, decoded.lac, True, body, key))
     if not (isinstance(response, AddEntryResponse) and response.status is Status.OK):
         raise LedgerRecoveryError(
             f"ledger {ledger_id} entry {entry_id}: {bookie} refused the copy: "
@@ -113,6 +113,7 @@ async def copy_fragment(ctx: ClientContext, ledger_id: int, metadata: LedgerMeta
             for j, bookie in replacements.items() if j in metadata.write_set(e)]
     limiter = trio.CapacityLimiter(_PARALLEL_COPIES)
     errors: list[LedgerError] = []
+    key = ctx.master_key(metadata)  # recovery adds present the ledger's key
 
     async def copy(entry_id: int, bookie: str) -> None:
         async with limiter:
@@ -120,7 +121,7 @@ async def copy_fragment(ctx: ClientContext, ledger_id: int, metadata: LedgerMeta
                 return
             try:
                 body = await _read_surviving(ctx, ledger_id, metadata, entry_id, lost)
-                await _store_on(ctx, bookie, ledger_id, entry_id, body)
+                await _store_on(ctx, bookie, ledger_id, entry_id, body, key)
             except LedgerError as exc:
                 errors.append(exc)
 

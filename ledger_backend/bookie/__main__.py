@@ -34,6 +34,7 @@ from ledger_backend.bookie.storage_api import BookieStorage, BookieStorageConfig
 from ledger_backend.bookie.tls import BookieTls, add_tls_arguments
 from ledger_backend.metadata import open_store
 from ledger_backend.metadata.store import MetadataStore, NoNodeError
+from ledger_backend.secret_files import read_secret_file
 
 logger = logging.getLogger("ledger_backend.bookie")
 
@@ -81,6 +82,18 @@ def add_bookie_security_arguments(parser: argparse.ArgumentParser) -> None:
              "clients must authenticate with it",
     )  # fmt: skip
     add_tls_arguments(parser)
+    parser.add_argument(
+        "--ledger-password-file", type=Path, metavar="PATH",
+        help="file whose first line is the ledger password (storage.ledger_password_file): "
+             "auto-recovery presents its ledgers' master keys",
+    )  # fmt: skip
+
+
+def ledger_password(args: argparse.Namespace) -> bytes | None:
+    """The --ledger-password-file's password (a WARNING if others can read the file)."""
+    if not args.ledger_password_file:
+        return None
+    return read_secret_file(args.ledger_password_file, "ledger password").encode()
 
 
 def _active_ledgers(store: MetadataStore) -> Callable[[], Awaitable[set[int]]]:

@@ -34,6 +34,8 @@ PROTOCOL_VERSION: Final = 1
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 _RESPONSE_BIT: Final = 0x80
 _FLAG_SET: Final = 0x01
+_FLAG_MASTER_KEY: Final = 0x02  # a 32-byte ledger master key follows the fixed fields
+MASTER_KEY_LENGTH: Final = 32
 
 
 class ProtocolError(Exception):
@@ -76,6 +78,7 @@ class AddEntryRequest:
     lac: int
     recovery: bool
     body: bytes
+    master_key: bytes = b""  # the ledger's master key (bookie/master_key.py), or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,7 @@ class ReadEntryRequest:
     fence: bool = False
     wait_for_lac_above: int = -1
     timeout_ms: int = 0
+    master_key: bytes = b""  # checked when fencing (bookie/master_key.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,11 +253,12 @@ def encode(msg: Message) -> bytes:
     try:
         if type(msg) is AddEntryRequest:
             body = msg.body
+            key = _master_key(msg.master_key)
             return _ADD_REQ_FRAME.pack(
-                _ADD_REQ_FRAME.size - 4 + len(body), PROTOCOL_VERSION, _ADD_REQ_OP,
+                _ADD_REQ_FRAME.size - 4 + len(key) + len(body), PROTOCOL_VERSION, _ADD_REQ_OP,
                 msg.request_id, msg.ledger_id, msg.entry_id, msg.lac,
-                _FLAG_SET if msg.recovery else 0,
-            ) + body  # fmt: skip
+                (_FLAG_SET if msg.recovery else 0) | (_FLAG_MASTER_KEY if key else 0),
+            ) + key + body  # fmt: skip
         if type(msg) is ReadEntryResponse:
             body = msg.body
             return _READ_RESP_FRAME.pack(
@@ -266,11 +271,13 @@ def encode(msg: Message) -> bytes:
                 msg.request_id, msg.status, msg.ledger_id, msg.entry_id,
             )  # fmt: skip
         if type(msg) is ReadEntryRequest:
+            key = _master_key(msg.master_key)
             return _READ_REQ_FRAME.pack(
-                _READ_REQ_FRAME.size - 4, PROTOCOL_VERSION, _READ_REQ_OP,
-                msg.request_id, msg.ledger_id, msg.entry_id, _FLAG_SET if msg.fence else 0,
+                _READ_REQ_FRAME.size - 4 + len(key), PROTOCOL_VERSION, _READ_REQ_OP,
+                msg.request_id, msg.ledger_id, msg.entry_id,
+                (_FLAG_SET if msg.fence else 0) | (_FLAG_MASTER_KEY if key else 0),
                 msg.wait_for_lac_above, msg.timeout_ms,
-            )  # fmt: skip
+            ) + key  # fmt: skip
         if type(msg) is ReadLacRequest:
             return _LAC_REQ_FRAME.pack(
                 _LAC_REQ_FRAME.size - 4, PROTOCOL_VERSION, _LAC_REQ_OP,
@@ -320,6 +327,19 @@ def encode(msg: Message) -> bytes:
 # --- decoding ---------------------------------------------------------------------------
 
 
+def _master_key(key: bytes) -> bytes:
+    if key and len(key) != MASTER_KEY_LENGTH:
+        raise ProtocolError(f"a master key has {MASTER_KEY_LENGTH} bytes, not {len(key)}")
+    return key
+
+
+def _flags(value: int, what: str) -> tuple[bool, bool]:
+    """(the op's own flag, master key present) from a flags byte."""
+    if value & ~(_FLAG_SET | _FLAG_MASTER_KEY):
+        raise ProtocolError(f"unknown {what} flag bits {value:#04x}")
+    return bool(value & _FLAG_SET), bool(value & _FLAG_MASTER_KEY)
+
+
 def _status(value: int) -> Status:
     try:
         return _STATUS_BY_VALUE[value]
@@ -357,15 +377,22 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> Message:
     fields = payload[2:]
     if op == _ADD_REQ_OP:
         rid, ledger, entry, lac, flags = _at_least(_ADD_REQ, fields, op)
-        return AddEntryRequest(
-            rid, ledger, entry, lac, _flag(flags, "recovery"), bytes(fields[_ADD_REQ.size :])
-        )
+        recovery, keyed = _flags(flags, "recovery")
+        start = _ADD_REQ.size + (MASTER_KEY_LENGTH if keyed else 0)
+        if len(fields) < start:
+            raise ProtocolError(f"op {op:#04x}: master key flagged but missing")
+        key = bytes(fields[_ADD_REQ.size : start])
+        return AddEntryRequest(rid, ledger, entry, lac, recovery, bytes(fields[start:]), key)
     if op == _ADD_RESP_OP:
         rid, status, ledger, entry = _exact(_ADD_RESP, fields, op)
         return AddEntryResponse(rid, _status(status), ledger, entry)
     if op == _READ_REQ_OP:
-        rid, ledger, entry, flags, wait_above, timeout_ms = _exact(_READ_REQ, fields, op)
-        return ReadEntryRequest(rid, ledger, entry, _flag(flags, "fence"), wait_above, timeout_ms)
+        rid, ledger, entry, flags, wait_above, timeout_ms = _at_least(_READ_REQ, fields, op)
+        fence, keyed = _flags(flags, "fence")
+        if len(fields) != _READ_REQ.size + (MASTER_KEY_LENGTH if keyed else 0):
+            raise ProtocolError(f"op {op:#04x}: {len(fields)} field bytes")
+        key = bytes(fields[_READ_REQ.size :])
+        return ReadEntryRequest(rid, ledger, entry, fence, wait_above, timeout_ms, key)
     if op == _READ_RESP_OP:
         rid, status, ledger, entry, lac = _at_least(_READ_RESP, fields, op)
         return ReadEntryResponse(

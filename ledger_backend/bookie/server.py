@@ -14,9 +14,12 @@ ephemeral node at /ledgerwire/bookies/available/<host:port> (registration.py). S
 (cancelling serve_bookie) stops accepting, stops reading, lets in-flight requests finish for
 ``drain_timeout_s``, then cancels the rest.
 
+Adds and fencing reads of a ledger with a password must carry its master key (ledger_keys.py;
+checked when the bookie has a metadata store).
+
 This module must never run a request of an unauthenticated connection to a bookie with a
-secret, never acknowledge an add before ``storage.add_entry`` returned (that is the
-journal fsync), and never closes the storage: its owner (``open_bookie_storage``) does.
+secret, never acknowledge an add before ``storage.add_entry`` returned (that is the journal
+fsync), and never closes the storage: its owner (``open_bookie_storage``) does.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ledger_backend.bookie.auth import (
     BookieSecret,
     refusal,
 )
+from ledger_backend.bookie.ledger_keys import LedgerKeys
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     AddEntryRequest,
@@ -124,6 +128,7 @@ async def serve_bookie(
         secret=secret,
         auth_timeout_s=auth_timeout_s,
         ssl_context=ssl_context,
+        keys=LedgerKeys(store) if store is not None else None,
     )
     registration: Registration | None = None
     if store is not None:
@@ -229,8 +234,10 @@ class _BookieServer:
         secret: BookieSecret | None = None,
         auth_timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
+        keys: LedgerKeys | None = None,
     ) -> None:
         self.storage = storage
+        self._keys = keys  # ledger master keys checked against metadata (ledger_keys.py)
         self._ssl_context = ssl_context
         self._secret = secret
         self._auth_timeout_s = auth_timeout_s
@@ -441,8 +448,13 @@ class _BookieServer:
     # --- requests -----------------------------------------------------------------------
 
     async def _add_entry(self, req: AddEntryRequest) -> AddEntryResponse:
+        refused = None
+        if req.ledger_id >= 0 and self._keys is not None:
+            refused = await self._keys.refusal(req.ledger_id, req.master_key)
         if req.ledger_id < 0 or req.entry_id < 0:
             status = Status.BAD_REQUEST
+        elif refused is not None:
+            status = refused
         else:
             try:
                 await self.storage.add_entry(
@@ -459,6 +471,11 @@ class _BookieServer:
         if ledger_id < 0 or entry_id < -1 or (entry_id == -1 and not (req.fence or long_poll)):
             return ReadEntryResponse(req.request_id, Status.BAD_REQUEST, ledger_id, entry_id, -1)
         lac = -1
+        if req.fence and self._keys is not None:
+            refused = await self._keys.refusal(ledger_id, req.master_key)
+            if refused is not None:
+                return ReadEntryResponse(req.request_id, refused, ledger_id, entry_id,
+                                         self._lac_or_none(ledger_id))  # fmt: skip
         try:
             if req.fence:  # recovery reads fence too (the fix for BookKeeper issue 2614)
                 lac = await self.storage.fence(ledger_id)

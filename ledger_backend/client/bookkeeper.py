@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ledger_backend.bookie.auth import BookieSecret
+from ledger_backend.bookie.master_key import derive_master_key, master_key_hash, new_salt
 from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
 from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookie_client import BookieClientPool
@@ -54,8 +55,10 @@ class BookKeeper:
         explicit_lac_delay_s: float = 0.2,
         bookie_secret: BookieSecret | None = None,
         bookie_tls: BookieTls | None = None,
+        ledger_password: bytes | None = None,
     ) -> None:
         self._store = store
+        self._ledger_password = ledger_password  # new ledgers get it; recovery presents it
         self._bookie_secret = bookie_secret  # authenticates every TCP bookie connection
         self._bookie_tls = bookie_tls.client_context() if bookie_tls else None
         self.explicit_lac_delay_s = explicit_lac_delay_s  # 0: readers trail by one entry
@@ -75,7 +78,7 @@ class BookKeeper:
                                 secret=self._bookie_secret,
                                 ssl_context=self._bookie_tls)  # fmt: skip
         self._ctx = ClientContext(self._store, pool, self._placement, nursery, self.timeout_s,
-                                  self.explicit_lac_delay_s)
+                                  self.explicit_lac_delay_s, self._ledger_password)
         return self
 
     async def __aexit__(
@@ -122,6 +125,10 @@ class BookKeeper:
             ctime_ms=int(time.time() * 1000),
             custom_metadata=dict(custom_metadata or {}),
         )
+        if self._ledger_password is not None:
+            salt = new_salt()
+            key = derive_master_key(self._ledger_password, salt)
+            metadata = metadata.replace(password_salt=salt, password_hash=master_key_hash(key))
         version = await ctx.create_metadata(ledger_id, metadata)
         return WriteHandle(ctx, ledger_id, metadata, version)
 

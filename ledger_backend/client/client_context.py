@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
+from ledger_backend.bookie.master_key import derive_master_key
 from ledger_backend.client.bookie_client import BookieClientPool
 from ledger_backend.client.errors import (
     BKTimeoutError,
@@ -50,6 +51,15 @@ class ClientContext:
     # A writer whose adds paused this long sends its LAC to the bookies (0: never), so that
     # readers of the open ledger see the last entry (see WriteHandle).
     explicit_lac_delay_s: float = 0.2
+    # the password of ledgers this client creates, and recovers (bookie/master_key.py)
+    ledger_password: bytes | None = None
+
+    def master_key(self, metadata: LedgerMetadata) -> bytes:
+        """The key this client sends for `metadata`'s ledger on adds and fencing reads: b""
+        for a ledger without a password (or a client without one: the bookie refuses)."""
+        if not metadata.password_hash or self.ledger_password is None:
+            return b""
+        return derive_master_key(self.ledger_password, metadata.password_salt)
 
     async def _bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run a store call within the client timeout. Errors a caller handles (no node, node

@@ -68,6 +68,10 @@ class LedgerMetadata:
     digest_type: str = DIGEST_TYPE_CRC32C
     ctime_ms: int = 0
     custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
+    # a ledger with a password (bookie/master_key.py): hex salt and hex SHA-256 of its master
+    # key; empty for ledgers without one (and for every ledger written before they existed)
+    password_salt: str = ""
+    password_hash: str = ""
 
     def __post_init__(self) -> None:
         validate_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
@@ -133,6 +137,9 @@ class LedgerMetadata:
                 for key, value in sorted(self.custom_metadata.items())
             },
         }
+        if self.password_hash:
+            doc["password_salt"] = self.password_salt
+            doc["password_hash"] = self.password_hash
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode("utf-8")
 
     @classmethod
@@ -164,6 +171,8 @@ class LedgerMetadata:
                     str(k): base64.b64decode(v, validate=True)
                     for k, v in doc.get("custom_metadata", {}).items()
                 },
+                password_salt=str(doc.get("password_salt", "")),
+                password_hash=str(doc.get("password_hash", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, LedgerMetadataError):

@@ -50,7 +50,9 @@ async def read_entry_from_bookies(
     for bookie in bookies:
         try:
             response = await ctx.pool.connection(bookie).request(
-                lambda rid: ReadEntryRequest(rid, ledger_id, entry_id, fence)
+                lambda rid: ReadEntryRequest(rid, ledger_id, entry_id, fence,
+                                             master_key=ctx.master_key(metadata) if fence
+                                             else b"")
             )
             check_status(response, bookie)
             assert isinstance(response, ReadEntryResponse)

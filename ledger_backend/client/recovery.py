@@ -126,6 +126,7 @@ async def fence_last_fragment(ctx: ClientContext, ledger_id: int, metadata: Ledg
     """Fence the last fragment's bookies; return the highest LAC they report and the ensemble
     indexes that answered."""
     first_entry, ensemble = metadata.ensembles[-1]
+    key = ctx.master_key(metadata)
     answered: set[int] = set()
     lacs: list[int] = [first_entry - 1]
     failures: list[str] = []
@@ -133,7 +134,7 @@ async def fence_last_fragment(ctx: ClientContext, ledger_id: int, metadata: Ledg
     async def fence(index: int, bookie: str) -> None:
         try:
             response = await ctx.pool.connection(bookie).request(
-                lambda rid: ReadEntryRequest(rid, ledger_id, -1, True)
+                lambda rid: ReadEntryRequest(rid, ledger_id, -1, True, master_key=key)
             )
         except LedgerError as exc:
             failures.append(f"{bookie}: {exc}")
@@ -199,6 +200,7 @@ async def _recovery_read(
 ) -> bytes | None:
     """The stored bytes of `entry_id` if any bookie has it, None if enough say it is absent."""
     bookies = metadata.write_set_bookies(entry_id)
+    key = ctx.master_key(metadata)
     needed_negative = metadata.write_quorum - metadata.ack_quorum + 1
     negative = 0
     problems: list[str] = []
@@ -210,7 +212,7 @@ async def _recovery_read(
             nonlocal negative
             try:
                 response = await ctx.pool.connection(bookie).request(
-                    lambda rid: ReadEntryRequest(rid, ledger_id, entry_id, True)
+                    lambda rid: ReadEntryRequest(rid, ledger_id, entry_id, True, master_key=key)
                 )
             except LedgerError as exc:
                 problems.append(f"{bookie}: {exc}")
@@ -248,13 +250,14 @@ async def _rewrite_entry(
 ) -> None:  # fmt: skip
     """Recovery-add a recovered entry to its whole write set; Qa must store it."""
     bookies = metadata.write_set_bookies(entry_id)
+    key = ctx.master_key(metadata)
     stored_ok: list[str] = []
     problems: list[str] = []
 
     async def add(bookie: str) -> None:
         try:
             response: Response = await ctx.pool.connection(bookie).request(
-                lambda rid: AddEntryRequest(rid, ledger_id, entry_id, lac, True, stored)
+                lambda rid: AddEntryRequest(rid, ledger_id, entry_id, lac, True, stored, key)
             )
         except LedgerError as exc:
             problems.append(f"{bookie}: {exc}")

@@ -83,6 +83,7 @@ class WriteHandle:
         self.ledger_id = ledger_id
         self._metadata = metadata
         self._version = version
+        self._master_key = ctx.master_key(metadata)  # sent with every add
         self._next_entry_id = 0
         self._lac = -1
         self._length = 0
@@ -226,7 +227,7 @@ class WriteHandle:
 
     def _add_request(self, add: _PendingAdd, request_id: int) -> AddEntryRequest:
         return AddEntryRequest(request_id, self.ledger_id, add.entry_id, add.lac_sent, False,
-                               add.body)  # fmt: skip
+                               add.body, self._master_key)  # fmt: skip
 
     def _on_add_response(
         self, add: _PendingAdd, index: int, bookie: str, outcome: Response | LedgerError

@@ -38,10 +38,11 @@ ids = st.integers(-1, 2**63 - 1)
 u32 = st.integers(0, 2**32 - 1)
 statuses = st.sampled_from(Status)
 bodies = st.binary(max_size=300)
+master_keys = st.one_of(st.just(b""), st.binary(min_size=32, max_size=32))
 
 requests = st.one_of(
-    st.builds(AddEntryRequest, u64, ids, ids, ids, st.booleans(), bodies),
-    st.builds(ReadEntryRequest, u64, ids, ids, st.booleans(), i64, u32),
+    st.builds(AddEntryRequest, u64, ids, ids, ids, st.booleans(), bodies, master_keys),
+    st.builds(ReadEntryRequest, u64, ids, ids, st.booleans(), i64, u32, master_keys),
     st.builds(ReadLacRequest, u64, ids),
     st.builds(WriteLacRequest, u64, ids, ids),
     st.builds(BookieInfoRequest, u64),

@@ -5,7 +5,6 @@ file on the bookie, clients without a certificate get nothing."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,8 @@ import pytest
 from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookkeeper import BookKeeper
-from ledger_backend.client.errors import LedgerError
 from ledger_backend.metadata import open_store
-from tests.ledger_client.bookie_cluster import running_bookies
+from tests.ledger_client.bookie_cluster import assert_refused, running_bookies
 
 SECRET = BookieSecret(b"tls-cluster-secret-0123456")
 
@@ -50,37 +48,26 @@ async def _write_then_read(writer_tls: BookieTls, reader_tls: BookieTls | None,
             return await reader.read(0, reader.last_add_confirmed)
 
 
-async def _refused(attempt: Awaitable[object]) -> None:
-    """The attempt fails with a LedgerError (the bookie nursery may wrap it in a group)."""
-    try:
-        await attempt
-    except BaseException as exc:  # noqa: BLE001 - inspected below
-        errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
-        assert all(isinstance(e, LedgerError) for e in errors), errors
-        return
-    raise AssertionError("the attempt succeeded")
-
-
 async def test_ledgers_work_over_tls_and_plaintext_clients_get_nothing(tmp_path: Path) -> None:
     tls = _self_signed(tmp_path / "pki")
     client = BookieTls(cafile=tls.cafile)  # trusts the bookies, presents no certificate
     got = await _write_then_read(client, client, tls, mutual=False)
     assert got[:4] == [b"over tls %d" % i for i in range(4)]
-    await _refused(_write_then_read(client, None, tls, mutual=False))  # plaintext reader
+    await assert_refused(_write_then_read(client, None, tls, mutual=False))  # plaintext reader
 
 
 async def test_a_client_that_does_not_trust_the_bookie_gets_nothing(tmp_path: Path) -> None:
     tls = _self_signed(tmp_path / "pki")
     stranger = _self_signed(tmp_path / "other")
-    await _refused(_write_then_read(BookieTls(cafile=tls.cafile), BookieTls(cafile=stranger.cafile),
-                               tls, mutual=False))  # fmt: skip
+    trusting, distrusting = BookieTls(cafile=tls.cafile), BookieTls(cafile=stranger.cafile)
+    await assert_refused(_write_then_read(trusting, distrusting, tls, mutual=False))
 
 
 async def test_mutual_tls_requires_a_client_certificate(tmp_path: Path) -> None:
     tls = _self_signed(tmp_path / "pki")
     got = await _write_then_read(tls, tls, tls, mutual=True)  # presents the CA's own cert
     assert got[0] == b"over tls 0"
-    await _refused(_write_then_read(tls, BookieTls(cafile=tls.cafile), tls, mutual=True))
+    await assert_refused(_write_then_read(tls, BookieTls(cafile=tls.cafile), tls, mutual=True))
 
 
 def test_tls_files_are_checked_up_front(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 `ledgerwire bookie` and `ledgerwire broker` subprocesses, each with its own log file.
 
 `secure=True` runs it as a locked-down cluster: every bookie and broker has the cluster's bookie
-secret (bookies refuse unauthenticated connections) and the metadata URL names a ZooKeeper
-digest identity in an auth_file (every znode closed to other clients).
+secret (bookies refuse unauthenticated connections) and a ledger password (brokers' ledgers take
+adds, fences and recovery adds only with its key; the bookies' auto-recovery has it too), and
+the metadata URL names a ZooKeeper digest identity in an auth_file (every znode closed to
+other clients).
 
 Synchronous (plain subprocess), so pytest fixtures, confluent-kafka code and the benchmark
 scripts can all drive it.  Processes can be SIGKILLed, SIGSTOPped and SIGCONTed by the tests.
@@ -126,9 +128,11 @@ class Cluster:
         self.secure = secure
         self.bookie_secret_file = base / "bookie.secret"
         self.zk_auth_file = base / "zk.auth"
+        self.ledger_password_file = base / "ledger.password"
         if secure:
             for path, text in ((self.bookie_secret_file, f"bookie-{os.urandom(12).hex()}"),
-                               (self.zk_auth_file, f"ledgerwire:{os.urandom(12).hex()}")):
+                               (self.zk_auth_file, f"ledgerwire:{os.urandom(12).hex()}"),
+                               (self.ledger_password_file, os.urandom(12).hex())):
                 path.write_text(text + "\n")
                 path.chmod(0o600)
         self.zk = ZooKeeperServer(base / "zk")
@@ -164,8 +168,10 @@ class Cluster:
 
     @property
     def secret_args(self) -> list[str]:
-        """The bookie-secret flag of bookie, broker, autorecovery and recover commands."""
-        return ["--bookie-secret-file", str(self.bookie_secret_file)] if self.secure else []
+        """The bookie-secret and ledger-password flags of bookie, broker, autorecovery and
+        recover commands."""
+        return ["--bookie-secret-file", str(self.bookie_secret_file), "--ledger-password-file",
+                str(self.ledger_password_file)] if self.secure else []  # fmt: skip
 
     @property
     def bootstrap(self) -> str:

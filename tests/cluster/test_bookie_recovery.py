@@ -1,8 +1,9 @@
 """Bookie loss with E=3 Qw=2 Qa=2 on four bookies: writes continue through an ensemble
 change, re-replication (automatic, or `ledgerwire recover` by hand) restores two copies of
 every entry on the remaining bookies, and every entry stays readable after a second bookie
-is killed. The automatic case runs on an open and on a secured cluster (bookie secret and
-ZooKeeper ACLs): there, an anonymous bookie client and an anonymous kazoo client get nothing."""
+is killed. The automatic case runs on an open and on a secured cluster (bookie secret, ledger
+password and ZooKeeper ACLs): there, re-replication presents the ledgers' keys, and an
+anonymous bookie client and an anonymous kazoo client get nothing."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from tests.cluster.cluster_processes import Cluster
 from tests.cluster.kafka_workload import ProduceRun, create_topic, read_topic, verify
 from tests.cluster.ledger_check import check_ledgers
+from tests.support.ledger_passwords import ledger_password_hashes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -52,6 +54,7 @@ def _assert_closed_to_strangers(cluster: Cluster) -> None:
             answer = FrameDecoder(accept="responses").feed(raw.recv(1 << 16))
             assert [getattr(a, "status", None) for a in answer] == [Status.UNAUTHORIZED]
             assert raw.recv(1 << 16) == b""  # and the bookie hung up
+    assert all(ledger_password_hashes(cluster.metadata_url))  # every ledger has a key
     anonymous = KazooClient(hosts=cluster.zk.connect_string, timeout=10)
     anonymous.start(timeout=20)
     try:

@@ -9,7 +9,7 @@ had (a bookie coming back).
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -20,6 +20,7 @@ from ledger_backend.bookie.memory_storage import MemoryBookieStorage
 from ledger_backend.bookie.protocol import BookieAddress
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.bookie.storage_api import BookieStorage
+from ledger_backend.client.errors import LedgerError
 from ledger_backend.metadata.store import MetadataStore
 
 
@@ -98,3 +99,16 @@ async def running_bookies(
             yield cluster
         finally:
             nursery.cancel_scope.cancel()
+
+
+async def assert_refused(attempt: Awaitable[object], mentioning: str = "") -> None:
+    """`attempt` fails with LedgerErrors only (a bookie nursery may group them), one of them
+    naming `mentioning`."""
+    try:
+        await attempt
+    except BaseException as exc:  # noqa: BLE001 - inspected below
+        errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
+        assert all(isinstance(e, LedgerError) for e in errors), errors
+        assert any(mentioning in str(e) for e in errors), errors
+        return
+    raise AssertionError("the attempt succeeded")

@@ -1,8 +1,9 @@
 """Secrets at rest and the standalone's bookies (issue 26 parts 4 and 7).
 
-A `ledgerwire standalone` with a bookie secret: its data directory is owner-only, its bookie
-port serves nobody without the secret, Kafka clients work unchanged, and a secrets file or a
-config file holding passwords that other users can read is a start-up WARNING."""
+A `ledgerwire standalone` with a bookie secret and a ledger password: its data directory is
+owner-only, its bookie port serves nobody without the secret, Kafka clients work unchanged, and
+a secrets file or a config file holding passwords that other users can read is a start-up
+WARNING."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from confluent_kafka import Consumer, Producer
 from gateway.config.settings import Config, exposed_secrets_warning
 from ledger_backend.bookie.protocol import FrameDecoder, ReadEntryRequest, Status, encode
 from ledger_backend.secret_files import make_private_dir
+from tests.support.ledger_passwords import ledger_password_hashes
 from tests.support.standalone import Standalone
 
 pytestmark = pytest.mark.integration
@@ -51,8 +53,12 @@ def test_standalone_with_a_bookie_secret(tmp_path: Path) -> None:
     config = tmp_path / "ledgerwire.toml"
     config.write_text('[security]\nusers = [{ name = "admin", password = "admin-pw" }]\n')
     config.chmod(0o644)
+    password = tmp_path / "ledger.password"
+    password.write_text("ledger-password\n")
+    password.chmod(0o600)
     server = Standalone(tmp_path / "data", extra_args=[
-        "--bookie-secret-file", str(secret), "--config", str(config)])
+        "--bookie-secret-file", str(secret), "--config", str(config),
+        "--ledger-password-file", str(password)])
     server.start()
     try:
         assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
@@ -60,6 +66,7 @@ def test_standalone_with_a_bookie_secret(tmp_path: Path) -> None:
         assert "bookie secret file" in log and "readable by other users" in log
         assert "holds secrets (security.users passwords)" in log
         assert "standalone-bookie-secret-42" not in log and "admin-pw" not in log
+        assert "ledger password file" not in log  # 0600: no warning
 
         with socket.create_connection(("127.0.0.1", server.bookie_port), timeout=10) as raw:
             raw.sendall(encode(ReadEntryRequest(1, 1, 0)))
@@ -82,5 +89,7 @@ def test_standalone_with_a_bookie_secret(tmp_path: Path) -> None:
             assert message is not None and message.value() == b"still works"
         finally:
             consumer.close()
+        hashes = ledger_password_hashes(f"embedded-ro:{tmp_path / 'data' / 'metadata'}")
+        assert hashes and all(hashes)  # the broker's ledgers all carry the password's hash
     finally:
         server.stop()

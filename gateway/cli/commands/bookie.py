@@ -64,6 +64,7 @@ async def run_bookie_process(args: argparse.Namespace) -> None:
 async def run_autorecovery_process(args: argparse.Namespace) -> None:
     from ledger_backend.autorecovery.auditor import AuditorConfig
     from ledger_backend.autorecovery.replication_worker import WorkerConfig, run_autorecovery
+    from ledger_backend.bookie.__main__ import ledger_password
     from ledger_backend.bookie.auth import BookieSecret
     from ledger_backend.bookie.tls import BookieTls
     from ledger_backend.client.bookkeeper import BookKeeper
@@ -72,8 +73,8 @@ async def run_autorecovery_process(args: argparse.Namespace) -> None:
     secret = BookieSecret.load(file=args.bookie_secret_file)
     store = await open_store(args.metadata)
     try:
-        async with BookKeeper(store, bookie_secret=secret,
-                              bookie_tls=BookieTls.from_args(args)) as bk:
+        async with BookKeeper(store, bookie_secret=secret, bookie_tls=BookieTls.from_args(args),
+                              ledger_password=ledger_password(args)) as bk:
             await run_autorecovery(
                 store, bk,
                 AuditorConfig(lost_bookie_delay_s=args.lost_bookie_delay,

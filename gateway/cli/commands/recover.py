@@ -36,13 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def recover(store: object, *, bookie: str | None, ledger: int | None,
                   fence_open: bool = True, bookie_secret: BookieSecret | None = None,
-                  bookie_tls: BookieTls | None = None) -> list[dict]:  # fmt: skip
+                  bookie_tls: BookieTls | None = None,
+                  ledger_password: bytes | None = None) -> list[dict]:  # fmt: skip
     from ledger_backend.autorecovery.fragment_copy import fragments_on, replicate_ledger
     from ledger_backend.client.bookkeeper import BookKeeper
 
     results: list[dict] = []
     async with BookKeeper(store, bookie_secret=bookie_secret,  # type: ignore[arg-type]
-                          bookie_tls=bookie_tls) as bk:
+                          bookie_tls=bookie_tls, ledger_password=ledger_password) as bk:
         ctx = bk.context
         available = set(await ctx.available_bookies())
         todo: list[tuple[int, set[str]]] = []
@@ -71,6 +72,7 @@ async def recover(store: object, *, bookie: str | None, ledger: int | None,
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from ledger_backend.bookie.__main__ import ledger_password
     from ledger_backend.bookie.auth import BookieSecret
     from ledger_backend.bookie.tls import BookieTls
     from ledger_backend.metadata import open_store
@@ -80,7 +82,8 @@ async def _main(args: argparse.Namespace) -> int:
     try:
         results = await recover(store, bookie=args.bookie, ledger=args.ledger,
                                 fence_open=not args.skip_open, bookie_secret=secret,
-                                bookie_tls=BookieTls.from_args(args))
+                                bookie_tls=BookieTls.from_args(args),
+                                ledger_password=ledger_password(args))
     finally:
         await store.close()
     for line in results:

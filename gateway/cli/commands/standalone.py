@@ -126,6 +126,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bookie-tls-keyfile", dest="storage.bookie_tls_keyfile", metavar="PEM")
     p.add_argument("--bookie-tls-cafile", dest="storage.bookie_tls_cafile", metavar="PEM",
                    help="CA that bookie (and client) certificates must be signed by")
+    p.add_argument("--ledger-password-file", dest="storage.ledger_password_file", metavar="PATH",
+                   help="password of the ledgers this broker creates (bookies check it)")
     p.add_argument(
         "--users-file",
         dest="security.users_file",
