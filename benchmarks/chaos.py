@@ -114,7 +114,8 @@ class GroupMember:
             self.assignments += 1
 
         def on_revoke(c: object, partitions: object) -> None:
-            self.revocations += 1
+            if not self._stop.is_set():  # the member's own leaving is no rebalance
+                self.revocations += 1
 
         consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke,
                            on_lost=on_revoke)
