@@ -70,7 +70,7 @@ class AdminContext:
     broker_lister: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
     owner_of: Callable[[str, int], int | None] | None = None
     tokens: Any = None  # gateway.security.admin_tokens.TokenStore (the /admin/v1/tokens API)
-    share_groups: Any = None  # gateway.kafka.share_groups.ShareGroups (metrics), if served
+    share_groups: Any = None  # gateway.kafka.share_groups.ShareGroups (metrics, listings)
     started_at: float = field(default_factory=time.time)
 
     def is_ready(self) -> bool:

@@ -114,6 +114,49 @@ async def describe_group(coordinator: Any, topics: Any, group_id: str) -> dict[s
             "total_lag": sum(p["lag"] or 0 for p in partitions)}
 
 
+async def share_group_rows(share_groups: Any) -> list[dict[str, Any]]:
+    """Kafka share groups for the group listing (`share_groups`: gateway.kafka.share_groups)."""
+    if share_groups is None:
+        return []
+    rows = []
+    for group_id in await share_groups.group_ids():
+        group = share_groups.coordinator.groups.get(group_id)
+        rows.append({"group": group_id, "state": group.state if group is not None else "Empty",
+                     "members": len(group.members) if group is not None else 0,
+                     "protocol_type": "share"})
+    return rows
+
+
+async def describe_share_group(share_groups: Any, topics: Any,
+                               group_id: str) -> dict[str, Any] | None:
+    """A share group's members and, per partition, its start offset, in-flight and archived
+    records and lag (records from the start offset not yet acknowledged or archived); None
+    when `group_id` is no share group."""
+    if share_groups is None or group_id not in await share_groups.group_ids():
+        return None
+    group = share_groups.coordinator.groups.get(group_id)
+    partitions = []
+    for topic, partition in await share_groups.known_partitions(group_id):
+        state = await share_groups.state(group_id, topic, partition)
+        if state is None:
+            continue
+        start, end = await _log_end(topics, topic, partition)
+        done_in_window = state.end_offset - state.start_offset - state.in_flight
+        lag = None if end is None else max(0, end - state.start_offset - done_in_window)
+        partitions.append({"topic": topic, "partition": partition,
+                           "committed_offset": state.start_offset,
+                           "start_offset": state.start_offset, "log_start_offset": start,
+                           "log_end_offset": end, "in_flight": state.in_flight,
+                           "archived": state.archived, "lag": lag})
+    members = [] if group is None else [
+        {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+         "assignment": sorted(f"{t}-{p}" for t, p in m.assigned)}
+        for m in group.members.values()]
+    return {"group": group_id, "state": group.state if group is not None else "Empty",
+            "members": len(members), "protocol_type": "share", "partitions": partitions,
+            "member_details": members, "total_lag": sum(p["lag"] or 0 for p in partitions)}
+
+
 def lag_of_open_partitions(coordinator: Any, topics: Any) -> list[tuple[str, str, int, int]]:
     """(group, topic, partition, lag) for committed offsets on partitions open here (metrics:
     a scrape must not open partitions)."""

@@ -102,9 +102,20 @@ def api_routes(ctx: AdminContext, auth: AdminAuth) -> list[AdminRoute]:
 
     async def group_list(q: HttpRequest) -> Any:
         rows = groups.list_groups(coordinator_of(ctx))
+        classic = {r["group"] for r in rows}
+        rows += [r for r in await groups.share_group_rows(ctx.share_groups)
+                 if r["group"] not in classic]
         names = set(auth.visible(q.identity, q.client, [r["group"] for r in rows],
                                  describe_group))
         return [r for r in rows if r["group"] in names]
+
+    async def group_detail(q: HttpRequest) -> Any:
+        name = q.params["group"]
+        if ctx.share_groups is not None and not coordinator_of(ctx).describe(name):
+            shared = await groups.describe_share_group(ctx.share_groups, ctx.topics, name)
+            if shared is not None:
+                return shared
+        return await groups.describe_group(coordinator_of(ctx), ctx.topics, name)
 
     async def delete_namespace(q: HttpRequest) -> Any:
         await ns.delete_namespace(_ns(q), [t["topic"] for t in api.list_topics(ctx, _ns(q))])
@@ -185,9 +196,7 @@ def api_routes(ctx: AdminContext, auth: AdminAuth) -> list[AdminRoute]:
         ("GET", "/topics/{topic}/compaction", lambda q: _value(ctx.topics.compaction.status(
             q.params["topic"])), 200, topic_param(describe_topic)),
         ("GET", "/groups", group_list, 200, fixed(ANY_PRINCIPAL)),
-        ("GET", "/groups/{group}", lambda q: groups.describe_group(
-            coordinator_of(ctx), ctx.topics, q.params["group"]), 200,
-         group_param(describe_group)),
+        ("GET", "/groups/{group}", group_detail, 200, group_param(describe_group)),
         ("POST", "/groups/{group}/reset-offsets", lambda q: groups.reset_offsets(
             coordinator_of(ctx), ctx.topics, q.params["group"], body_object(q)), 200,
          _reset_access),

@@ -95,6 +95,11 @@ def test_release_comes_back_and_reject_never(module_standalone: Standalone) -> N
     assert f"ledgerwire_share_released_records_total{{{labels}}} 2.0" in metrics
     assert f"ledgerwire_share_rejected_records_total{{{labels}}} 1.0" in metrics
     assert f"ledgerwire_share_redelivered_records_total{{{labels}}} 2.0" in metrics
+    listed = module_standalone.admin("groups", "list")
+    assert {"group": group, "state": "Empty", "members": 0, "protocol_type": "share"} in listed
+    described = module_standalone.admin("groups", "describe", group)
+    [part] = described["partitions"]
+    assert (part["start_offset"], part["in_flight"], part["lag"]) == (10, 0, 0), described
 
 
 def test_killed_consumer_records_go_to_others_after_the_lock(
