@@ -222,7 +222,8 @@ async def handle_list_groups(ctx: RequestContext, header: RequestHeader, body: d
         )
     share_groups = getattr(ctx.broker, "share_groups", None)
     share_ids = await share_groups.group_ids() if share_groups is not None else []
-    for group_id in share_ids:
+    classic_ids = set(coordinator.known_group_ids())
+    for group_id in (g for g in share_ids if g not in classic_ids):
         if not every_group and not ctx.authorize(OP_DESCRIBE, RES_GROUP, group_id):
             continue
         assert share_groups is not None
@@ -245,7 +246,9 @@ async def handle_delete_groups(ctx: RequestContext, header: RequestHeader, body:
             continue
         share_groups = getattr(ctx.broker, "share_groups", None)
         try:
-            if share_groups is not None and group_id in await share_groups.group_ids():
+            if (share_groups is not None
+                    and group_id not in ctx.broker.group_coordinator.known_group_ids()
+                    and group_id in await share_groups.group_ids()):
                 await share_groups.delete_group(group_id)
             else:
                 await ctx.broker.group_coordinator.delete_group(group_id)
