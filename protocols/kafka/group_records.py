@@ -22,15 +22,17 @@ A missing group (deleted, or dead after its offsets expired) is a tombstone (Non
 (last heartbeats, revocation deadlines) and transient join state (pending member ids,
 JoinGroups in flight) are not recorded.
 
-When written. Before any answer that reveals a change: a JoinGroup answer (the generation, the
-leader, the member list), a SyncGroup answer (the assignment), a static member's new id, a
-LeaveGroup answer, a ConsumerGroupHeartbeat answer (epochs and assignment), a deleted group;
-and after a background change (session expiry, a rebalance ending with no members). The
-writer (`GroupStateWriter`) compares the group's record with the last one it issued for that
-id: an unchanged group costs no write (the answer then waits for that earlier write if it is
-still in flight), so a heartbeat that changes nothing writes nothing. Appends to the log are
-ordered, so an answer sent after its own write is durable never reveals a state that a later
-load would not see.
+When written. Before any answer that reveals a change: a JoinGroup answer (the generation,
+the leader, the member list), a SyncGroup answer (the assignment), a static member's new id,
+a LeaveGroup answer, a ConsumerGroupHeartbeat answer (epochs and assignment), a deleted
+group; and after a background change (session expiry, a rebalance ending with no members).
+The writer (`GroupStateWriter`) compares the group's record with the last one it issued for
+that id: an unchanged group costs no write (the answer then waits for that earlier write if
+it is still in flight), so a heartbeat that changes nothing writes nothing; a
+ConsumerGroupHeartbeat that changed neither the group's epochs and members nor its own
+member's row does not even encode the group (`consumer_fingerprint`), unless the group's
+last write failed. Appends to the log are ordered, so an answer sent after its own write is
+durable never reveals a state that a later load would not see.
 
 How loaded. `GroupCoordinator.run` loads the committed offsets and then these records; every
 member's session counts from the load, a revocation deadline from the load too. A classic
@@ -165,26 +167,38 @@ def encode_consumer(group: ConsumerGroup) -> GroupRecord:
         "assignor": group.assignor_name,
         "subscribed": dict(sorted(group.subscribed_partitions.items())),
         "target": {mid: _partitions(tps) for mid, tps in sorted(group.target.items())},
-        "members": [
-            {
-                "id": m.member_id,
-                "instance": m.instance_id,
-                "rack": m.rack_id,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "topics": sorted(m.subscribed_topics),
-                "regex": m.subscribed_regex,
-                "assignor": m.server_assignor,
-                "rebalance_ms": round(m.rebalance_timeout_s * 1000),
-                "epoch": m.member_epoch,
-                "previous_epoch": m.previous_epoch,
-                "assigned": _partitions(m.assigned),
-                "revoking": _partitions(m.pending_revocation),
-                "left_temporarily": m.left_temporarily,
-            }
-            for m in group.members.values()
-        ],
+        "members": [encode_consumer_member(m) for m in group.members.values()],
     }
+
+
+def encode_consumer_member(m: ConsumerMember) -> GroupRecord:
+    return {
+        "id": m.member_id,
+        "instance": m.instance_id,
+        "rack": m.rack_id,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "topics": sorted(m.subscribed_topics),
+        "regex": m.subscribed_regex,
+        "assignor": m.server_assignor,
+        "rebalance_ms": round(m.rebalance_timeout_s * 1000),
+        "epoch": m.member_epoch,
+        "previous_epoch": m.previous_epoch,
+        "assigned": _partitions(m.assigned),
+        "revoking": _partitions(m.pending_revocation),
+        "left_temporarily": m.left_temporarily,
+    }
+
+
+def consumer_fingerprint(group: ConsumerGroup | None, member_id: str) -> Any:
+    """What one member's heartbeat can change in its group's record: the group's epochs,
+    assignor and member ids, and that member's row. (Anything else in the record — the
+    target, the subscribed partitions — changes only with the group epoch.) None when the
+    group or the member does not exist."""
+    if group is None or member_id not in group.members:
+        return None
+    return (group.group_epoch, group.assignment_epoch, group.assignor_name,
+            tuple(group.members), encode_consumer_member(group.members[member_id]))
 
 
 def decode_consumer(group_id: str, record: GroupRecord, now: float) -> ConsumerGroup:
@@ -269,6 +283,15 @@ class GroupStateWriter:
         for group_id, record in records.items():
             issued = self._issued[group_id] = _Issued(record)
             issued.done.set()
+
+    async def settled(self, group_id: str) -> bool:
+        """Wait for the last write issued for the group; True if what it wrote is durable,
+        False if nothing was written or a write failed (the caller then writes the group)."""
+        issued = self._issued.get(group_id)
+        if issued is None or issued.record is _UNKNOWN:
+            return False
+        await issued.done.wait()
+        return not issued.failed
 
     async def write(self, group_id: str, record: GroupRecord | None) -> None:
         while True:

@@ -331,3 +331,39 @@ def test_bad_records_are_refused_cleanly(protocol: str, fields: dict[str, Any]) 
         decode("g", {"gv": 1, "protocol": protocol, **fields}, 0.0)
     except GroupRecordError:
         pass
+
+
+async def test_a_heartbeat_after_a_failed_write_writes_the_group_again(
+    autojump_clock: object,
+) -> None:
+    """An unchanged heartbeat skips the write only while the last one is known durable."""
+    store = MemoryOffsetStore()
+    store_group = store.store_group
+    fail_next = [False]
+
+    async def flaky(group_id: str, record: dict[str, Any] | None) -> None:
+        if fail_next and fail_next[0]:
+            fail_next[0] = False
+            raise RuntimeError("bookies gone")
+        await store_group(group_id, record)
+
+    store.store_group = flaky  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        coordinator = (await Run.start(nursery, store)).coordinator
+        first = await coordinator.consumer_group_heartbeat(**consumer_beat("", 0))
+        member, epoch, owned = first["member_id"], first["member_epoch"], first["assignment"]
+        fail_next[0] = True
+        with pytest.raises(RuntimeError):  # the new subscription is not durable
+            await coordinator.consumer_group_heartbeat(
+                **{**consumer_beat(member, epoch, owned), "subscribed_topic_names": ["t", "u"]})
+        assert store.group_records["cg"]["members"][0]["topics"] == ["t"]
+        # The same heartbeat again changes nothing in memory, but the record is not known to
+        # be durable: it is written.
+        again = await coordinator.consumer_group_heartbeat(
+            **{**consumer_beat(member, epoch, owned), "subscribed_topic_names": ["t", "u"]})
+        assert store.group_records["cg"]["members"][0]["topics"] == ["t", "u"]
+        writes = store.group_writes
+        await coordinator.consumer_group_heartbeat(
+            **consumer_beat(member, again["member_epoch"], owned))
+        assert store.group_writes == writes  # now steady: no write
+        nursery.cancel_scope.cancel()
