@@ -56,7 +56,7 @@ from protocols.kafka.group_model import (
     wall_clock_ms,
 )
 from protocols.kafka.group_offsets import CommittedOffsets
-from protocols.kafka.group_records import DurableGroups, GroupStateWriter, consumer_fingerprint
+from protocols.kafka.group_records import DurableGroups, GroupStateWriter
 
 log = logging.getLogger("ledgerwire.kafka.groups")
 
@@ -416,24 +416,6 @@ class GroupCoordinator(CommittedOffsets, DurableGroups):
             self._after_membership_change(group, "members left")
             await self._persist(group_id)
         return codes
-
-    async def consumer_group_heartbeat(self, **kwargs: Any) -> dict[str, Any]:
-        """A KIP-848 ConsumerGroupHeartbeat (`ConsumerGroupCoordinator.heartbeat`), answered
-        once the epochs and assignment it reveals are durable."""
-        group_id = kwargs["group_id"]
-        before = consumer_fingerprint(self.consumer_groups.groups.get(group_id),
-                                      kwargs["member_id"])
-        try:
-            answer = self.consumer_groups.heartbeat(**kwargs)
-        except BaseException:
-            await self._persist(group_id)
-            raise
-        after = consumer_fingerprint(self.consumer_groups.groups.get(group_id),
-                                     answer["member_id"])
-        # A heartbeat that changed nothing (most of them) needs no encoding of the group.
-        if before is None or before != after or not await self._writer.settled(group_id):
-            await self._persist(group_id)
-        return answer
 
     def _after_membership_change(self, group: Group, reason: str) -> None:
         if not group.members and group.state is not GroupState.EMPTY:

@@ -321,7 +321,7 @@ class GroupStateWriter:
 
 class DurableGroups:
     """The group coordinator's side of it (a mixin of `GroupCoordinator`): load the recorded
-    groups, and persist a group's current record."""
+    groups, persist a group's current record, and the KIP-848 heartbeat that persists."""
 
     groups: dict[str, Group]
     consumer_groups: ConsumerGroupCoordinator
@@ -366,3 +366,21 @@ class DurableGroups:
                 await self._persist(group_id)
             except Exception as exc:
                 log.warning("group %r metadata not written after %s: %r", group_id, why, exc)
+
+    async def consumer_group_heartbeat(self, **kwargs: Any) -> dict[str, Any]:
+        """A KIP-848 ConsumerGroupHeartbeat (`ConsumerGroupCoordinator.heartbeat`), answered
+        once the epochs and assignment it reveals are durable."""
+        group_id = kwargs["group_id"]
+        before = consumer_fingerprint(self.consumer_groups.groups.get(group_id),
+                                      kwargs["member_id"])
+        try:
+            answer = self.consumer_groups.heartbeat(**kwargs)
+        except BaseException:
+            await self._persist(group_id)
+            raise
+        after = consumer_fingerprint(self.consumer_groups.groups.get(group_id),
+                                     answer["member_id"])
+        # A heartbeat that changed nothing (most of them) needs no encoding of the group.
+        if before is None or before != after or not await self._writer.settled(group_id):
+            await self._persist(group_id)
+        return answer
