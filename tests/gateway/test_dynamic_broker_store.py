@@ -32,7 +32,7 @@ async def test_a_change_reaches_the_other_broker_and_concurrent_changes_merge() 
                 writers.start_soon(set_default, "message.max.bytes", "2000")
             await first.alter(lambda s: s.with_scope("1", {"log.retention.ms": "5"}))
             with trio.fail_after(5):
-                while not seen or seen[-1].brokers.get("1") is None:
+                while not seen or seen[-1].brokers.get("1") is None:  # noqa: ASYNC110 - polls what a watch fills
                     await trio.sleep(0.01)
             state = seen[-1]
             assert dict(state.default) == {"log.retention.ms": "1000", "message.max.bytes": "2000"}
