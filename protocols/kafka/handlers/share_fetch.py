@@ -233,6 +233,9 @@ async def _wait_for_any(ctx: RequestContext, share: ShareGroupsApi, group_id: st
             try:
                 plog = await open_partition(ctx, name, partition)
                 end = await share.end_offset(group_id, name, partition)
+                fetchable = plog.last_stable_offset if read_committed else plog.high_watermark
+                if end is not None and end < fetchable:
+                    return  # records wait but the in-flight window is full: wait for a change
                 await plog.wait_for_data(plog.high_watermark if end is None else end,
                                          timeout_s, committed=read_committed)
             except Exception:  # noqa: BLE001 - the next round answers the error
