@@ -23,37 +23,23 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import re
+import logging
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+
+from spark_bridge.preflight import PreflightError, check_master, check_read
+from spark_bridge.spark_session import (
+    RunLog,
+    failure_line,
+    output_bytes,
+    start_session,
+    ui_address,
+)
 
 DEFAULT_METADATA = "./data"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-
-
-def _spark(master: str, app: str) -> tuple[Any, bool]:
-    """A session (an active one is reused, e.g. in tests) and whether we created it."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    import spark_bridge
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        spark_bridge.register(active)
-        return active, False
-    spark = (SparkSession.builder.master(master).appName(app)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "true")
-             .config("spark.sql.shuffle.partitions", "8")
-             .getOrCreate())  # fmt: skip
-    spark.sparkContext.setLogLevel("WARN")
-    spark_bridge.register(spark)
-    return spark, True
 
 
 def _summary(what: str, rows: int, nbytes: int, seconds: float, extra: str = "") -> str:
@@ -63,17 +49,25 @@ def _summary(what: str, rows: int, nbytes: int, seconds: float, extra: str = "")
             f"({rate:,.0f} rows/s, {mb_s:.1f} MB/s){extra}")
 
 
-def _report_failure(command: str, exc: BaseException) -> int:
-    """One line for a failed job: an option error (from the data source, possibly wrapped
-    in Spark's exception) exits 2, anything else 1."""
-    text = str(exc)
-    found = re.search(r"OptionError: (.+)", text)
-    if found is not None:
-        print(f"ledgerwire {command}: {found.group(1).strip()}", file=sys.stderr)
-        return 2
-    first = text.strip().splitlines()[0] if text.strip() else repr(exc)
-    print(f"ledgerwire {command}: job failed: {first}", file=sys.stderr)
-    return 1
+def _report_failure(command: str, exc: BaseException, log: RunLog) -> int:
+    """One line for a failed job (option errors exit 2, anything else 1); the whole stack
+    goes to the run's log file, which the line names."""
+    log.write_stack(exc)
+    line, code = failure_line(exc)
+    where = "" if log.verbose else f" (details: {log.path})"
+    print(f"ledgerwire {command}: {line}{where}", file=sys.stderr)
+    return code
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master: local[*] (default), spark://host:7077, yarn, ...")
+    p.add_argument("--verbose", action="store_true",
+                   help="show Spark's own output and stacks on stderr (default: a log file)")
+    p.add_argument("--log-file", help="where Spark's output and stacks go (default: a new "
+                   "file in the temp directory, named in any error)")
+    p.add_argument("--no-ui", dest="ui", action="store_false",
+                   help="do not start Spark's web UI (its address is printed otherwise)")
 
 
 # ---- backfill ------------------------------------------------------------------------------
@@ -105,7 +99,7 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compression", default="lz4",
                    choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--tasks", type=int, help="repartition the input into this many tasks")
-    p.add_argument("--master", default="local[*]")
+    _add_run_arguments(p)
 
 
 def _infer_format(path: str) -> str:
@@ -122,10 +116,17 @@ def default_backfill_id(args: argparse.Namespace) -> str:
 
 
 def _ensure_topic(bootstrap: str, topic: str, partitions: int | None) -> None:
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    metadata = admin.list_topics(timeout=30)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+                         "logger": logging.getLogger("ledgerwire.backfill.admin")})
+    try:
+        metadata = admin.list_topics(timeout=5)
+    except KafkaException as exc:
+        raise SystemExit(f"ledgerwire backfill: cannot reach the brokers at {bootstrap} "
+                         f"within 5 s ({exc.args[0].str() if exc.args else exc}); check "
+                         "--bootstrap-servers") from None
     if topic in metadata.topics and metadata.topics[topic].error is None:
         return
     if partitions is None:
@@ -144,18 +145,27 @@ def run_backfill(args: argparse.Namespace) -> int:
     """Run a parsed backfill command (for gateway/commands: run)."""
     from pyspark.sql import functions as F
 
-    from spark_bridge.options import OptionError
-
     fmt = args.format or _infer_format(args.source)
     backfill_id = args.backfill_id or default_backfill_id(args)
+    try:
+        check_master(args.master)
+    except PreflightError as exc:
+        print(f"ledgerwire backfill: {exc}", file=sys.stderr)
+        return exc.exit_code
+    log = RunLog.create("backfill", args.verbose, args.log_file)
     try:
         _ensure_topic(args.bootstrap_servers, args.topic, args.partitions)
     except SystemExit as exc:
         print(exc, file=sys.stderr)
         return 2
-    spark, own_session = _spark(args.master, "ledgerwire-backfill")
+    spark = None
+    own_session = False
     started = time.time()
     try:
+        spark, own_session = start_session(args.master, "ledgerwire-backfill", log, ui=args.ui)
+        ui = ui_address(spark)
+        if ui:
+            print(f"backfill: Spark UI {ui}", file=sys.stderr)
         reader = spark.read.format(fmt)
         if fmt == "csv":
             reader = reader.option("header", "true").option("inferSchema", "true")
@@ -209,13 +219,10 @@ def run_backfill(args: argparse.Namespace) -> int:
                        time.time() - started,
                        f", {done.get('skipped', 0)} rows already there from an earlier run"))
         return 0
-    except OptionError as exc:
-        print(f"ledgerwire backfill: {exc}", file=sys.stderr)
-        return 2
     except Exception as exc:  # noqa: BLE001 - a failed job is reported, not a traceback
-        return _report_failure("backfill", exc)
+        return _report_failure("backfill", exc, log)
     finally:
-        if own_session:
+        if own_session and spark is not None:
             spark.stop()
 
 
@@ -240,42 +247,59 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-partitions", type=int)
     p.add_argument("--read-from", default="auto", choices=["auto", "bookies", "files"])
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    p.add_argument("--master", default="local[*]")
+    p.add_argument("--bookie-secret-file",
+                   help="the cluster's bookie secret (ledgerwire.bookieSecretFile)")
+    _add_run_arguments(p)
 
 
 def replay_main(argv: list[str] | None = None) -> int:
     return run_replay(replay_parser().parse_args(argv))
 
 
+def _replay_options(args: argparse.Namespace) -> dict[str, str]:
+    options = {
+        "ledgerwire.metadata": args.metadata,
+        "ledgerwire.readFrom": args.read_from,
+        "subscribe": args.topic,
+        "startingOffsets": args.starting_offsets,
+        "endingOffsets": args.ending_offsets,
+        "includeHeaders": str(args.include_headers).lower(),
+    }
+    if args.min_partitions:
+        options["minPartitions"] = str(args.min_partitions)
+    if args.bookie_secret_file:
+        options["ledgerwire.bookieSecretFile"] = args.bookie_secret_file
+    return options
+
+
 def run_replay(args: argparse.Namespace) -> int:
     """Run a parsed replay command (for gateway/commands: run)."""
-    from spark_bridge.options import OptionError
-
-    spark, own_session = _spark(args.master, "ledgerwire-replay")
+    options = _replay_options(args)
+    log = RunLog.create("replay", args.verbose, args.log_file)  # kazoo's retries log there
+    try:
+        check_master(args.master)
+        plan = check_read(options)
+    except PreflightError as exc:
+        print(f"ledgerwire replay: {exc}", file=sys.stderr)
+        return exc.exit_code
+    spark = None
+    own_session = False
     started = time.time()
     try:
-        reader = (spark.read.format("ledgerwire")
-                  .option("ledgerwire.metadata", args.metadata)
-                  .option("ledgerwire.readFrom", args.read_from)
-                  .option("subscribe", args.topic)
-                  .option("startingOffsets", args.starting_offsets)
-                  .option("endingOffsets", args.ending_offsets)
-                  .option("includeHeaders", str(args.include_headers).lower()))  # fmt: skip
-        if args.min_partitions:
-            reader = reader.option("minPartitions", str(args.min_partitions))
-        df = reader.load()
+        spark, own_session = start_session(args.master, "ledgerwire-replay", log, ui=args.ui)
+        ui = ui_address(spark)
+        print(f"replay {args.topic}: {plan.records} records in {plan.partitions} partitions"
+              f" -> {args.target}" + (f"; Spark UI {ui}" if ui else ""), file=sys.stderr)
+        df = spark.read.format("ledgerwire").options(**options).load()
         df.write.mode("overwrite" if args.overwrite else "errorifexists").parquet(args.target)
         seconds = time.time() - started
         written = spark.read.parquet(args.target)
         rows = written.count()
-        nbytes = sum(f.stat().st_size for f in Path(args.target).rglob("*.parquet"))
+        nbytes = output_bytes(spark, args.target)
         print(_summary("replay", rows, nbytes, seconds, f" -> {args.target}"))
         return 0
-    except OptionError as exc:
-        print(f"ledgerwire replay: {exc}", file=sys.stderr)
-        return 2
     except Exception as exc:  # noqa: BLE001 - a failed job is reported, not a traceback
-        return _report_failure("replay", exc)
+        return _report_failure("replay", exc, log)
     finally:
-        if own_session:
+        if own_session and spark is not None:
             spark.stop()
