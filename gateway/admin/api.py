@@ -147,9 +147,8 @@ async def describe_topic(ctx: AdminContext, name: str) -> dict[str, Any]:
             "bytes": sum(p["bytes"] or 0 for p in partitions)}
 
 
-async def compact_topic(ctx: AdminContext, name: str) -> list[dict[str, Any]]:
-    """A compaction pass now on each partition of `name` this broker owns (opened if need be;
-    partitions owned elsewhere are compacted by their owner's background pass)."""
+async def _open_owned_partitions(ctx: AdminContext, name: str) -> None:
+    """Open each partition of topic `name` that this broker owns (404 for no such topic)."""
     info = ctx.topics.topics().get(name) or await ctx.topics.refresh_topic(name)
     if info is None:
         raise HttpError(404, f"topic {name!r} does not exist")
@@ -157,7 +156,21 @@ async def compact_topic(ctx: AdminContext, name: str) -> list[dict[str, Any]]:
         owner = ctx.owner_of(name, p) if ctx.owner_of is not None else ctx.broker_id
         if owner == ctx.broker_id:
             await ctx.topics.partition(name, p)
+
+
+async def compact_topic(ctx: AdminContext, name: str) -> list[dict[str, Any]]:
+    """A compaction pass now on each partition of `name` this broker owns (opened if need be;
+    partitions owned elsewhere are compacted by their owner's background pass)."""
+    await _open_owned_partitions(ctx, name)
     result: list[dict[str, Any]] = await ctx.topics.compaction.compact_topic(name)
+    return result
+
+
+async def offload_topic(ctx: AdminContext, name: str) -> list[dict[str, Any]]:
+    """Offload the closed ledgers of each partition of `name` this broker owns now (opened if
+    need be; partitions owned elsewhere are offloaded by their owner's background pass)."""
+    await _open_owned_partitions(ctx, name)
+    result: list[dict[str, Any]] = await ctx.topics.offload.offload_topic(name)
     return result
 
 

@@ -195,6 +195,10 @@ def api_routes(ctx: AdminContext, auth: AdminAuth) -> list[AdminRoute]:
          200, topic_param(alter_topic)),
         ("GET", "/topics/{topic}/compaction", lambda q: _value(ctx.topics.compaction.status(
             q.params["topic"])), 200, topic_param(describe_topic)),
+        ("POST", "/topics/{topic}/offload", lambda q: api.offload_topic(ctx, q.params["topic"]),
+         200, topic_param(alter_topic)),
+        ("GET", "/topics/{topic}/offload", lambda q: _value(ctx.topics.offload.status(
+            q.params["topic"])), 200, topic_param(describe_topic)),
         ("GET", "/groups", group_list, 200, fixed(ANY_PRINCIPAL)),
         ("GET", "/groups/{group}", group_detail, 200, group_param(describe_group)),
         ("POST", "/groups/{group}/reset-offsets", lambda q: groups.reset_offsets(

@@ -117,6 +117,24 @@ class RetentionConfig:
 
 
 @dataclass
+class OffloadConfig:
+    """[offload]: tiered storage of closed ledgers (ledger_backend/offload); driver "" = off."""
+
+    driver: str = ""  # "" (off) | "filesystem" | "s3"
+    directory: str = ""  # filesystem: where objects go ("" = <data_dir>/offload)
+    bucket: str = ""  # s3 (any S3-compatible endpoint)
+    prefix: str = ""
+    endpoint: str = ""  # e.g. http://127.0.0.1:9000; "" = AWS
+    region: str = "us-east-1"
+    access_key_id: str = ""  # "" = from the environment (AWS_ACCESS_KEY_ID, ...)
+    secret_access_key: str = ""
+    threshold_mb: float = -1  # keep at most this much per partition on bookies; -1 = never
+    deletion_lag_s: float = 4 * 3600  # bookie copies go this long after the offload
+    interval_s: float = 60.0  # background offload passes
+    cache_mb: int = 64  # decoded blocks of offloaded ledgers kept in memory
+
+
+@dataclass
 class AdminConfig:
     # admin HTTP API, console, /health, /ready, /metrics; "" = off.  "auto": 0.0.0.0:8080 when
     # admin authentication is on, else 127.0.0.1:8080 (loopback only)
@@ -236,8 +254,16 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     rocketmq: RocketMQConfig = field(default_factory=RocketMQConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
 
     def validate(self) -> None:
+        o = self.offload
+        if o.driver not in ("", "filesystem", "s3"):
+            raise ConfigError(f"offload.driver must be filesystem or s3, not {o.driver!r}")
+        if o.driver == "s3" and not o.bucket:
+            raise ConfigError("offload.driver = s3 needs offload.bucket")
+        if o.deletion_lag_s < 0 or o.interval_s <= 0 or o.cache_mb < 0:
+            raise ConfigError("offload.deletion_lag_s, interval_s and cache_mb must be >= 0")
         s = self.storage
         if s.bookies < 1:
             raise ConfigError("storage.bookies must be at least 1")
@@ -409,6 +435,7 @@ def exposed_secrets_warning(config: Config, path: Path | None) -> str | None:
         ("storage.bookie_secret", bool(config.storage.bookie_secret)),
         ("security.users passwords", bool(config.security.users)),
         ("rocketmq.acl accounts", bool(config.rocketmq.acl.accounts)),
+        ("offload.secret_access_key", bool(config.offload.secret_access_key)),
     ) if present]  # fmt: skip
     try:
         mode = Path(path).stat().st_mode

@@ -55,6 +55,7 @@ from gateway.process.standalone import (
 )
 from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.security.quota_store import QuotaStore
+from gateway.topics.offload_service import offloader_from_config
 from gateway.topics.quorums import QuorumPolicyFactory
 from gateway.topics.topic_service import TOPICS_PATH, TopicService
 from ledger_backend.bookie.auth import BookieSecret
@@ -253,7 +254,9 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         bookkeeper = await stack.enter_async_context(
             BookKeeper(store, bookie_secret=bookie_secret, bookie_tls=bookie_tls,
                        ledger_password=ledger_password(config)))
-        factory = ManagedLedgerFactory(store, bookkeeper)
+        factory = ManagedLedgerFactory(
+            store, bookkeeper, offloader=offloader_from_config(config.offload, config.data_dir),
+            offload_cache_bytes=config.offload.cache_mb << 20)
         ts_config = topic_service_config(config)
         topics_holder: list[TopicService] = []
 
@@ -276,6 +279,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         stack.callback(background.cancel_scope.cancel)
         background.start_soon(keep_running, "topic retention", topics.run_retention)
         background.start_soon(keep_running, "log compaction", topics.compaction.run)
+        background.start_soon(keep_running, "tiered storage", topics.offload.run)
         background.start_soon(follow_topic_catalogue, store, topics, namespaces)
         background.start_soon(keep_running, "namespace follower",
                               partial(namespaces.follow, topics.reapply_configs))

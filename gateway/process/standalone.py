@@ -43,6 +43,7 @@ from gateway.security.setup import setup_kafka_security
 from gateway.security.tenant_authorizer import TenantAuthorizer
 from gateway.topics.backlog_quota import BacklogQuotas
 from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.offload_service import offloader_from_config
 from gateway.topics.retention_policies import RetentionPolicies
 from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.bookie.auth import BookieSecret
@@ -102,6 +103,10 @@ def topic_service_config(config: Config) -> TopicServiceConfig:
         max_entries_per_ledger=s.max_entries_per_ledger,
         max_ledger_bytes=s.max_ledger_mb << 20,
         max_ledger_age_s=s.max_ledger_age_s,
+        offload_threshold_bytes=(-1 if config.offload.threshold_mb < 0
+                                 else int(config.offload.threshold_mb * (1 << 20))),
+        offload_deletion_lag_s=config.offload.deletion_lag_s,
+        offload_interval_s=config.offload.interval_s,
     )
 
 
@@ -162,7 +167,9 @@ async def run_standalone(
         # Bookie servers stop before their storage closes (exit stack unwinds in reverse).
         stack.callback(bookie_nursery.cancel_scope.cancel)
 
-        factory = ManagedLedgerFactory(store, bookkeeper)
+        factory = ManagedLedgerFactory(
+            store, bookkeeper, offloader=offloader_from_config(config.offload, config.data_dir),
+            offload_cache_bytes=config.offload.cache_mb << 20)
         topics = TopicService(store, factory, topic_service_config(config))
         await topics.load()
         namespaces = NamespaceRegistry(store, config.admin.default_namespace)
@@ -186,6 +193,7 @@ async def run_standalone(
         stack.callback(background.cancel_scope.cancel)
         background.start_soon(topics.run_retention)
         background.start_soon(topics.compaction.run)
+        background.start_soon(topics.offload.run)
         # namespaces/policies changed elsewhere reach this process (and its open partitions)
         background.start_soon(namespaces.follow, topics.reapply_configs)
         coordinator = GroupCoordinator(

@@ -39,6 +39,7 @@ import trio
 
 from gateway.topics.compaction_service import CompactionService
 from gateway.topics.compactor import CompactionSettings, ledger_age_limit_s
+from gateway.topics.offload_service import OffloadService
 from gateway.topics.partition_log import PartitionLog, PartitionLogConfig
 from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
@@ -91,6 +92,9 @@ class TopicServiceConfig:
     namespace: str = "public/default"
     compaction_interval_s: float = 30.0  # background compaction passes (compacted topics)
     compaction_max_bytes_per_s: float | None = 64 << 20  # read pace of a pass
+    offload_threshold_bytes: int = -1  # background offload keeps this much on bookies; -1 off
+    offload_deletion_lag_s: float = 4 * 3600
+    offload_interval_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,10 @@ class TopicService:
         self.compaction = CompactionService(
             self, interval_s=self.config.compaction_interval_s,
             max_bytes_per_s=self.config.compaction_max_bytes_per_s)
+        self.offload = OffloadService(
+            self, threshold_bytes=self.config.offload_threshold_bytes,
+            deletion_lag_s=self.config.offload_deletion_lag_s,
+            interval_s=self.config.offload_interval_s)
 
     @property
     def metadata_store(self) -> MetadataStore:

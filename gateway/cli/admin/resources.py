@@ -5,6 +5,7 @@
     admin topics     list [--namespace T/NS] | create NAME [--partitions N] [--config k=v]...
                      [--namespace T/NS] | describe NAME | delete NAME
                      | compact NAME (a compaction pass now) | compaction NAME (progress, last)
+                     | offload NAME (closed ledgers to tiered storage now) | offload-status NAME
     admin groups     list | describe GROUP | reset-offsets GROUP --topic T
                      (--to-earliest | --to-latest | --to-timestamp MS | --to-offset N)
                      [--partitions 0,1]
@@ -40,8 +41,10 @@ RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tenants": ("tenants: list, create, delete", ("list", "create", "delete")),
     "namespaces": ("namespaces: list, create, describe, delete",
                    ("list", "create", "describe", "delete")),
-    "topics": ("topics: list, create, describe, delete, compact, compaction",
-               ("list", "create", "describe", "delete", "compact", "compaction")),
+    "topics": ("topics: list, create, describe, delete, compact, compaction, offload, "
+               "offload-status",
+               ("list", "create", "describe", "delete", "compact", "compaction", "offload",
+                "offload-status")),
     "groups": ("consumer groups: list, describe (lag), reset-offsets",
                ("list", "describe", "reset-offsets")),
     "bookies": ("bookies: list (state, disk use), gc", ("list", "gc")),
@@ -187,6 +190,14 @@ def _request(args: argparse.Namespace) -> tuple[str, str, Any, Callable[[Any], s
                   "phase": x["progress"]["phase"], "passes": x["passes"],
                   "last": (x["last"] or {}).get("reason"), "error": x["last_error"]}
                  for x in d], ["partition", "running", "phase", "passes", "last", "error"])
+        offload_columns = ["partition", "ledgers", "ledgers_offloaded", "bytes_offloaded",
+                           "ledgers_on_bookies", "bytes_on_bookies", "in_progress", "last_error"]
+        if a == "offload":
+            return "POST", path("topics", name, "offload"), {}, lambda d: table(
+                d, [*offload_columns, "offloaded_now", "skipped"])
+        if a == "offload-status":
+            return "GET", path("topics", name, "offload"), None, lambda d: table(
+                d, offload_columns)
         return "DELETE", path("topics", name), None, done
     if r == "groups":
         if a == "list":

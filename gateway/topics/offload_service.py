@@ -1,0 +1,157 @@
+"""Tiered storage for the partitions this broker has open (and so owns).
+
+`run` wakes every `interval_s`: for each open partition it offloads closed ledgers until at
+most `threshold_bytes` stay on bookies only (when the threshold is >= 0), and deletes the
+bookie copies of ledgers offloaded at least `deletion_lag_s` ago. `offload_topic` offloads
+every closed ledger of a topic's open partitions now (admin API, `ledgerwire admin topics
+offload`); `status` answers `offload-status`. The steps and their crash safety live in
+ledger_backend/managed_ledger/offloading.py.
+
+A partition is offloaded only through its open PartitionLog's managed ledger, which only the
+owner has: in a cluster, only the owner offloads. This module must never open a partition to
+offload it (that would take ownership); a failed pass is one WARNING line, never a crash
+(an object store that is down only delays offloading).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from gateway.config.settings import OffloadConfig
+from ledger_backend.client.errors import LedgerError
+from ledger_backend.managed_ledger import ManagedLedgerError
+from ledger_backend.metadata.store import MetadataError
+from ledger_backend.offload import FilesystemOffloader, Offloader, OffloadError
+from protocols.kafka.errors import UnknownTopicOrPartitionError
+
+log = logging.getLogger("ledgerwire.offload")
+
+_EXPECTED = (ManagedLedgerError, LedgerError, MetadataError, OffloadError, OSError)
+
+
+def offloader_from_config(config: OffloadConfig, data_dir: Path) -> Offloader | None:
+    """The configured offloader ([offload] driver), or None when offloading is off."""
+    if config.driver == "filesystem":
+        return FilesystemOffloader(config.directory or Path(data_dir) / "offload")
+    if config.driver == "s3":
+        from ledger_backend.offload.object_store import ObjectStoreOffloader
+
+        return ObjectStoreOffloader.s3(
+            config.bucket, prefix=config.prefix, region=config.region,
+            endpoint=config.endpoint or None, access_key_id=config.access_key_id or None,
+            secret_access_key=config.secret_access_key or None,
+        )
+    return None
+
+
+@dataclass
+class PartitionOffload:
+    """What the admin API shows of one partition's offloading (besides its ledger list)."""
+
+    running: bool = False
+    last_error: str | None = None
+    last_run_ms: int = 0
+    ledgers_offloaded_total: int = 0
+    bookie_copies_deleted_total: int = 0
+
+
+class OffloadService:
+    def __init__(self, topics: Any, *, threshold_bytes: int = -1,
+                 deletion_lag_s: float = 4 * 3600, interval_s: float = 60.0) -> None:
+        self._topics = topics  # gateway.topics.topic_service.TopicService
+        self.threshold_bytes = threshold_bytes
+        self.deletion_lag_s = deletion_lag_s
+        self.interval_s = interval_s
+        self._state: dict[tuple[str, int], PartitionOffload] = {}
+        self._lock = trio.Lock()  # one offload at a time on this broker
+
+    def state(self, topic: str, partition: int) -> PartitionOffload:
+        return self._state.setdefault((topic, partition), PartitionOffload())
+
+    async def run(self) -> None:
+        """Passes forever (start it in the broker's background nursery)."""
+        while True:
+            await trio.sleep(self.interval_s)
+            try:
+                await self.run_once()
+            except Exception:  # a background pass must never take the broker down
+                log.warning("offload pass failed", exc_info=True)
+
+    async def run_once(self) -> None:
+        for (topic, partition), plog in sorted(self._topics.open_partitions().items()):
+            ml = plog.ledger
+            if plog.failed or plog.closed or getattr(ml, "offloader", None) is None:
+                continue
+            keep = None if self.threshold_bytes < 0 else self.threshold_bytes
+            await self._pass(topic, partition, ml, keep, offload=keep is not None)
+
+    async def offload_topic(self, topic: str) -> list[dict[str, Any]]:
+        """Offload every closed ledger of each partition of `topic` open here, then delete
+        bookie copies that are past the deletion lag; each partition's status after."""
+        info = self._topics.topics().get(topic) or await self._topics.refresh_topic(topic)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic} does not exist")
+        out: list[dict[str, Any]] = []
+        open_here = self._topics.open_partitions()
+        for p in range(info.partitions):
+            plog = open_here.get((topic, p))
+            if plog is None or plog.failed or plog.closed:
+                out.append({"partition": p, "skipped": "not open on this broker"})
+                continue
+            if getattr(plog.ledger, "offloader", None) is None:
+                out.append({"partition": p, "skipped": "offloading is off ([offload] driver)"})
+                continue
+            done = await self._pass(topic, p, plog.ledger, None, offload=True)
+            out.append({**self._row(topic, p, plog.ledger), "offloaded_now": done})
+        return out
+
+    def status(self, topic: str) -> list[dict[str, Any]]:
+        """Per open partition of `topic`: ledgers and bytes offloaded / on bookies, whether a
+        pass runs, the last error."""
+        return [self._row(t, p, plog.ledger)
+                for (t, p), plog in sorted(self._topics.open_partitions().items()) if t == topic]
+
+    def _row(self, topic: str, partition: int, ml: Any) -> dict[str, Any]:
+        ledgers = ml.ledgers
+        state = self.state(topic, partition)
+        return {
+            "partition": partition,
+            "ledgers": len(ledgers),
+            "ledgers_offloaded": sum(1 for i in ledgers if i.offloaded),
+            "bytes_offloaded": sum(i.size for i in ledgers if i.offloaded),
+            "ledgers_on_bookies": sum(1 for i in ledgers if i.on_bookies),
+            "bytes_on_bookies": sum(i.size for i in ledgers if i.on_bookies),
+            "in_progress": state.running,
+            "last_run_ms": state.last_run_ms,
+            "last_error": state.last_error,
+        }
+
+    async def _pass(self, topic: str, partition: int, ml: Any, keep: int | None, *,
+                    offload: bool) -> list[int]:
+        state = self.state(topic, partition)
+        done: list[int] = []
+        async with self._lock:
+            state.running = True
+            try:
+                if offload:
+                    done = await ml.offload(keep)
+                deleted = await ml.delete_offloaded_bookie_copies(self.deletion_lag_s)
+            except _EXPECTED as exc:  # expected faults: the next pass retries
+                state.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("offload of %s-%d failed: %s", topic, partition, state.last_error)
+                return done
+            finally:
+                state.running = False
+                state.last_run_ms = int(time.time() * 1000)
+        state.last_error = None
+        state.ledgers_offloaded_total += len(done)
+        state.bookie_copies_deleted_total += len(deleted)
+        if done:
+            log.info("offloaded %s-%d: ledgers %s", topic, partition, done)
+        return done
