@@ -10,7 +10,8 @@ Opening a managed ledger (the new owner's steps, in this order):
      the open fails loudly (ManagedLedgerFencedError). The node is never overwritten blindly.
 
 Deleting removes the metadata (cursors and the node, atomically, CAS on the node version)
-BEFORE deleting the ledgers. This module must never open a ledger it does not own for writing.
+BEFORE deleting the ledgers (and the objects of offloaded ones). This module must never open
+a ledger it does not own for writing.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ledger_backend.metadata.store import (
     NoNodeError,
 )
 from ledger_backend.offload.object_reader import DEFAULT_CACHE_BYTES, OffloadedReader
-from ledger_backend.offload.offloader import Offloader
+from ledger_backend.offload.offloader import Offloader, OffloadError
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,21 @@ class ManagedLedgerFactory:
             for ledger_id in [*(r.ledger_id for r in node.ledgers), *node.pending,
                               *node.garbage]:
                 await _delete_ledger_quietly(self._bk, ledger_id)
+            for record in node.ledgers:
+                if record.offload is not None:
+                    await self._delete_object_quietly(name, record.offload.driver,
+                                                      record.offload.key)
+
+    async def _delete_object_quietly(self, name: str, driver: str, key: str) -> None:
+        offloader = self.offloader
+        if offloader is None or offloader.driver != driver:
+            log.warning("%r deleted: its object %r (%s) is left behind (driver not configured)",
+                        name, key, driver)
+            return
+        try:
+            await offloader.delete(key)
+        except OffloadError as exc:
+            log.warning("%r deleted: could not delete its object %r: %s", name, key, exc)
 
     async def close(self) -> None:
         """Close every managed ledger this factory opened."""

@@ -84,41 +84,48 @@ def _crc(data: bytes | bytearray | memoryview) -> int:
 def encode_object(
     ledger_id: int, entries: Iterable[bytes], block_bytes: int = DEFAULT_BLOCK_BYTES
 ) -> bytes:
-    """The whole object for a ledger whose entries (0, 1, ...) are `entries`."""
+    """The whole object for a ledger whose entries (0, 1, ...) are `entries`.
+
+    Built from a list of parts joined once (each entry is copied once, not per block)."""
     head = _HEADER.pack(MAGIC, VERSION, 0, ledger_id)
-    out = bytearray(head + struct.pack(">I", _crc(head)))
+    parts: list[bytes] = [head, struct.pack(">I", _crc(head))]
+    size = HEADER_SIZE
     refs: list[BlockRef] = []
-    payload = bytearray()
-    first = count = total = data_bytes = 0
+    block: list[bytes] = []
+    block_len = crc = first = count = total = data_bytes = 0
 
     def flush() -> None:
-        nonlocal payload, first, count
+        nonlocal block, block_len, crc, first, count, size
         if count == 0:
             return
-        offset = len(out)
-        out.extend(_BLOCK_HEAD.pack(BLOCK_MAGIC, first, count, len(payload), _crc(payload)))
-        out.extend(payload)
-        refs.append(BlockRef(first, count, offset, len(out) - offset))
-        first, count, payload = first + count, 0, bytearray()
+        parts.append(_BLOCK_HEAD.pack(BLOCK_MAGIC, first, count, block_len, crc))
+        parts.extend(block)
+        length = _BLOCK_HEAD.size + block_len
+        refs.append(BlockRef(first, count, size, length))
+        size += length
+        first, count, block, block_len, crc = first + count, 0, [], 0, 0
 
     for data in entries:
-        payload.extend(_LEN.pack(len(data)))
-        payload.extend(data)
+        prefix = _LEN.pack(len(data))
+        crc = crc32c.crc32c(data, crc32c.crc32c(prefix, crc))
+        block.append(prefix)
+        block.append(data)
+        block_len += 4 + len(data)
         count += 1
         total += 1
         data_bytes += len(data)
-        if len(payload) >= block_bytes:
+        if block_len >= block_bytes:
             flush()
     flush()
-    index_offset = len(out)
+    index_offset = size
     index = bytearray(_INDEX_HEAD.pack(INDEX_MAGIC, len(refs)))
     for ref in refs:
         index.extend(_INDEX_ITEM.pack(ref.first_entry, ref.count, ref.offset, ref.length))
     index.extend(struct.pack(">I", _crc(index)))
-    out.extend(index)
+    parts.append(bytes(index))
     footer = _FOOTER.pack(index_offset, len(index), total, data_bytes)
-    out.extend(footer + struct.pack(">I", _crc(footer)) + END_MAGIC)
-    return bytes(out)
+    parts.append(footer + struct.pack(">I", _crc(footer)) + END_MAGIC)
+    return b"".join(parts)
 
 
 def decode_header(data: bytes) -> int:

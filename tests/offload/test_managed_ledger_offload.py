@@ -133,3 +133,21 @@ async def test_corrupt_object_is_an_error_naming_it(
     with pytest.raises(OffloadedReadError, match=obj.name):
         await ml.read(first, 5)
     await factory.close()
+
+
+async def test_deleting_the_managed_ledger_deletes_its_objects(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    factory = ManagedLedgerFactory(store, bk, offloader=FilesystemOffloader(tmp_path))
+    ml = await factory.open(NAME, CONFIG)
+    for i in range(25):
+        await ml.append(payload(i))
+    assert len(await ml.offload()) == 2
+    assert count_objects(tmp_path) == 2
+    await factory.delete(NAME)
+    assert count_objects(tmp_path) == 0
+    await factory.close()
+
+
+def count_objects(directory: Path) -> int:
+    return len(list(directory.rglob("*.lwo")))
