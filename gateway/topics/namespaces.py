@@ -80,6 +80,9 @@ class NamespacePolicies:
     backlog_quota_mb: int | None = None  # per partition: the slowest group's unconsumed bytes
     backlog_quota_time_seconds: int | None = None  # ... or the age of its oldest unconsumed one
     backlog_quota_policy: str | None = None  # one of BACKLOG_POLICIES (None: the first)
+    # tiered storage ([offload]): keep at most this much per partition on bookies, offloading
+    # the oldest closed ledgers; -1: never, 0: as soon as a ledger closes (None: [offload])
+    offload_threshold_mb: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -1,7 +1,8 @@
 """Tiered storage for the partitions this broker has open (and so owns).
 
 `run` wakes every `interval_s`: for each open partition it offloads closed ledgers until at
-most `threshold_bytes` stay on bookies only (when the threshold is >= 0), and deletes the
+most the threshold stays on bookies only (the namespace policy offload_threshold_mb, else
+[offload] threshold_mb; -1 = never), and deletes the
 bookie copies of ledgers offloaded at least `deletion_lag_s` ago. `offload_topic` offloads
 every closed ledger of a topic's open partitions now (admin API, `ledgerwire admin topics
 offload`); `status` answers `offload-status`. The steps and their crash safety live in
@@ -83,12 +84,26 @@ class OffloadService:
             except Exception:  # a background pass must never take the broker down
                 log.warning("offload pass failed", exc_info=True)
 
+    def threshold_of(self, topic: str) -> int:
+        """Bytes a partition of `topic` keeps on bookies (-1: never offload): the namespace
+        policy offload_threshold_mb when set, else [offload] threshold_mb."""
+        registry = getattr(self._topics, "namespaces", None)
+        if registry is not None:
+            try:
+                policy = registry.policies(registry.namespace_of(topic)).offload_threshold_mb
+            except ValueError:  # NamespaceError: the namespace went away meanwhile
+                policy = None
+            if policy is not None:
+                return -1 if policy < 0 else policy << 20
+        return self.threshold_bytes
+
     async def run_once(self) -> None:
         for (topic, partition), plog in sorted(self._topics.open_partitions().items()):
             ml = plog.ledger
             if plog.failed or plog.closed or getattr(ml, "offloader", None) is None:
                 continue
-            keep = None if self.threshold_bytes < 0 else self.threshold_bytes
+            threshold = self.threshold_of(topic)
+            keep = None if threshold < 0 else threshold
             await self._pass(topic, partition, ml, keep, offload=keep is not None)
 
     async def offload_topic(self, topic: str) -> list[dict[str, Any]]:

@@ -27,18 +27,23 @@ RECORDS = 3000
 Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | None, int]
 
 
-@pytest.fixture
-def server(tmp_path: Path):  # type: ignore[no-untyped-def]
+def start_server(tmp_path: Path, interval_s: float) -> Standalone:
     config = tmp_path / "ledgerwire.toml"
     config.write_text(
         "[offload]\n"
         'driver = "filesystem"\n'
         f'directory = "{tmp_path / "tier"}"\n'
         "deletion_lag_s = 0\n"
-        "interval_s = 3600\n"
+        f"interval_s = {interval_s}\n"
     )
     sa = Standalone(tmp_path / "data", extra_args=["--config", str(config)])
     sa.start()
+    return sa
+
+
+@pytest.fixture
+def server(tmp_path: Path):  # type: ignore[no-untyped-def]
+    sa = start_server(tmp_path, 3600)
     try:
         yield sa
     finally:
@@ -118,3 +123,22 @@ def test_offloaded_history_reads_byte_identical_across_a_restart(server: Standal
     got = consume_all(server.bootstrap, 1, timeout_s=10)
     assert got == []
     assert victim.name in server.log() and "checksum" in server.log()
+
+
+@pytest.mark.timeout(300)
+def test_the_namespace_threshold_offloads_in_the_background(tmp_path: Path) -> None:
+    sa = start_server(tmp_path, 1)
+    try:
+        sa.admin("policies", "set", "public/default", "offload_threshold_mb=0")
+        sent = produce(sa.bootstrap)
+        deadline = time.monotonic() + 60
+        rows: list[dict[str, object]] = []
+        while time.monotonic() < deadline:
+            rows = sa.admin("topics", "offload-status", TOPIC)
+            if rows and rows[0]["ledgers_on_bookies"] == 1 and rows[0]["ledgers_offloaded"]:
+                break
+            time.sleep(0.5)
+        assert rows and rows[0]["ledgers_on_bookies"] == 1, rows  # all but the open one
+        assert consume_all(sa.bootstrap, len(sent)) == sent
+    finally:
+        sa.stop()
