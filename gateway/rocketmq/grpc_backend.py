@@ -254,6 +254,9 @@ class GrpcBackend(MessagingBackend):
     def max_delivery_attempts(self, group: str) -> int:
         return self.receiver.max_attempts(group)
 
+    def is_fifo(self, group: str) -> bool:
+        return self.receiver.is_fifo(group)
+
     # ---- sessions -----------------------------------------------------------------------
     def heartbeat(self, caller: Caller, group: str | None, client_type: int) -> None:
         session = self._sessions.get(caller.client_id)

@@ -11,6 +11,11 @@ then accepted, so it is never lost between the two (a crash in between copies it
 acknowledgements the group's 4.x committed offset follows the engine's start offset (within
 about a second), so 4.x tools, lag and a 4.x consumer of the same group see one progress.
 
+A FIFO group (its subscription group's `consumeMessageOrderly`) gets nothing more from a queue
+while any of that queue's records is in flight to it: the producer puts a message group in one
+queue, so a group's next message waits until the previous one is acknowledged, or comes back
+after its invisible duration.
+
 A new group starts at its 4.x committed offset when it has one, else at the log start: a
 consumer started after its producer still gets what was sent before it subscribed.
 
@@ -102,6 +107,11 @@ class GrpcReceiver:
     def max_attempts(self, group: str) -> int:
         return _max_attempts(self.broker, group)
 
+    def is_fifo(self, group: str) -> bool:
+        """A FIFO group (its subscription group's consumeMessageOrderly, as RocketMQ 5's)."""
+        stored = stored_config(self.broker, group)
+        return bool(stored is not None and stored.get("consumeMessageOrderly"))
+
     # ---- receive ------------------------------------------------------------------------
     async def receive(self, caller: Caller, req: ReceiveRequest) -> list[Delivered]:
         info = await find_topic(self.broker, req.topic)
@@ -109,17 +119,26 @@ class GrpcReceiver:
         if 0 <= req.queue_id < len(queues):
             queues = queues[req.queue_id:] + queues[:req.queue_id]
         tags = parse_tag_expression(req.tag_expression)
+        fifo = self.is_fifo(req.group)
         deadline = trio.current_time() + req.long_poll_ms / 1000
         while True:
             out: list[Delivered] = []
             for queue_id in queues:
                 if len(out) >= req.batch_size:
                     break
+                if fifo and await self._busy(req, queue_id):
+                    continue
                 out += await self._take(caller, req, queue_id, req.batch_size - len(out), tags)
             remaining = deadline - trio.current_time()
             if out or remaining <= 0:
                 return out
             await self._wait(req, queues, remaining)
+
+    async def _busy(self, req: ReceiveRequest, queue_id: int) -> bool:
+        """FIFO: a queue with records in flight gives nothing more until they are settled (a
+        message group lives in one queue, so its next message waits for the previous one)."""
+        view = await self.delivery.view(req.group, to_storage(req.topic), queue_id)
+        return view is not None and view.acquired > 0
 
     async def _wait(self, req: ReceiveRequest, queues: list[int], timeout_s: float) -> None:
         """Until a queue has new data or a record of the group may be available again."""

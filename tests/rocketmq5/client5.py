@@ -111,6 +111,27 @@ def receive(args: argparse.Namespace) -> None:
     emit(done=got)
 
 
+def fifo_check(args: argparse.Namespace) -> None:
+    """Receive one message at a time; before acknowledging it, ask once more (a FIFO group
+    must get nothing while it is in flight)."""
+    consumer = SimpleConsumer(config(args), args.consumer_group,
+                              {args.topic: FilterExpression("*")}, await_duration=1)
+    consumer.startup()
+    got = 0
+    deadline = time.time() + args.max_seconds
+    try:
+        while got < args.expect and time.time() < deadline:
+            for m in consumer.receive(1, args.invisible_s) or []:
+                got += 1
+                meanwhile = consumer.receive(1, args.invisible_s) or []
+                emit(body=m.body.decode(), group=m.message_group,
+                     meanwhile=[x.body.decode() for x in meanwhile])
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    emit(done=got)
+
+
 def bench_send(args: argparse.Namespace) -> None:
     producer = Producer(config(args), (args.topic,))
     producer.startup()
@@ -155,7 +176,7 @@ def bench_receive(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("command", choices=["produce", "transaction", "receive", "bench-send",
-                                        "bench-receive"])
+                                        "bench-receive", "fifo-check"])
     p.add_argument("--endpoint", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--ak", default="")
@@ -179,7 +200,8 @@ def main() -> None:
     p.add_argument("--size", type=int, default=1024)
     args = p.parse_args()
     {"produce": produce, "transaction": transaction, "receive": receive,
-     "bench-send": bench_send, "bench-receive": bench_receive}[args.command](args)
+     "bench-send": bench_send, "bench-receive": bench_receive,
+     "fifo-check": fifo_check}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests.rocketmq.remoting_client import RawClient
+from tests.rocketmq.test_rocketmq_group_config import update_group
 from tests.rocketmq5.support import received, run5
 from tests.support.standalone import Standalone
 
@@ -107,6 +110,24 @@ def test_tag_filter_and_message_group(module_standalone: Standalone) -> None:
     records = kafka_records(module_standalone, "r5-fifo", 3)
     assert {dict(r.headers())["__SHARDINGKEY"] for r in records} == {b"order-7"}
     assert len({r.partition() for r in records}) == 1  # one message group, one queue
+
+
+def test_a_fifo_group_gets_a_message_groups_next_message_only_after_an_ack(
+        module_standalone: Standalone) -> None:
+    async def make_fifo_group() -> None:
+        client = await RawClient.connect(f"127.0.0.1:{module_standalone.rocketmq_broker_port}")
+        try:
+            await update_group(client, groupName="fifo-consumers", consumeMessageOrderly=True)
+        finally:
+            await client.aclose()
+
+    trio.run(make_fifo_group)
+    ep = endpoint(module_standalone)
+    run5("produce", ep, "r5-fifo-order", "--count", "4", "--group", "g-1", "--prefix", "o")
+    lines = received(run5("fifo-check", ep, "r5-fifo-order", "--consumer-group",
+                          "fifo-consumers", "--expect", "4", "--invisible-s", "20"))
+    assert [m["body"] for m in lines] == ["o-0", "o-1", "o-2", "o-3"]
+    assert all(m["meanwhile"] == [] for m in lines)  # nothing while the previous was in flight
 
 
 def test_delivery_timestamp_delays_the_message(module_standalone: Standalone) -> None:

@@ -313,7 +313,7 @@ def telemetry_reply(backend: MessagingBackend, caller: Caller,
         settings.backoff_policy.max_attempts = backend.max_delivery_attempts(group)
         settings.subscription.group.CopyFrom(sub.group)
         settings.subscription.subscriptions.extend(sub.subscriptions)
-        settings.subscription.fifo = False
+        settings.subscription.fifo = backend.is_fifo(group)
         settings.subscription.receive_batch_size = MAX_BATCH
         settings.subscription.long_polling_timeout.FromMilliseconds(DEFAULT_LONG_POLL_MS)
     settings.metric.on = False

@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "consumeBroadcastEnable": True,
     "consumeEnable": True,
     "consumeFromMinEnable": True,
+    "consumeMessageOrderly": False,  # RocketMQ 5: a FIFO group (5.x consumers)
     "groupName": "",
     "notifyConsumerIdsChangedEnable": True,
     "retryMaxTimes": 16,
