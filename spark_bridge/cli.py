@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from spark_bridge.preflight import PreflightError, check_master, check_read
+from spark_bridge.progress import Progress
 from spark_bridge.spark_session import (
     RunLog,
     failure_line,
@@ -66,6 +67,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="show Spark's own output and stacks on stderr (default: a log file)")
     p.add_argument("--log-file", help="where Spark's output and stacks go (default: a new "
                    "file in the temp directory, named in any error)")
+    p.add_argument("--progress-interval", type=float, help="seconds between progress lines "
+                   "(default: 1 on a terminal, rewritten in place; 30 otherwise)")
     p.add_argument("--no-ui", dest="ui", action="store_false",
                    help="do not start Spark's web UI (its address is printed otherwise)")
 
@@ -206,14 +209,15 @@ def run_backfill(args: argparse.Namespace) -> int:
         summary_file = Path(tempfile.mkdtemp(prefix="ledgerwire-backfill-")) / "summary.json"
         print(f"backfill {args.source} ({fmt}) -> {args.topic}, backfill id {backfill_id}",
               file=sys.stderr)
-        (df.select(*selected).write.format("ledgerwire").mode("append")
-           .option("topic", args.topic)
-           .option("kafka.bootstrap.servers", args.bootstrap_servers)
-           .option("kafka.compression.type", args.compression)
-           .option("ledgerwire.metadata", args.metadata)
-           .option("ledgerwire.backfillId", backfill_id)
-           .option("ledgerwire.summaryPath", str(summary_file))
-           .save())  # fmt: skip
+        with Progress(spark, None, sys.stderr, interval_s=args.progress_interval):
+            (df.select(*selected).write.format("ledgerwire").mode("append")
+               .option("topic", args.topic)
+               .option("kafka.bootstrap.servers", args.bootstrap_servers)
+               .option("kafka.compression.type", args.compression)
+               .option("ledgerwire.metadata", args.metadata)
+               .option("ledgerwire.backfillId", backfill_id)
+               .option("ledgerwire.summaryPath", str(summary_file))
+               .save())  # fmt: skip
         done = json.loads(summary_file.read_text()) if summary_file.exists() else {}
         print(_summary("backfill", int(done.get("rows", 0)), int(done.get("bytes", 0)),
                        time.time() - started,
@@ -291,7 +295,9 @@ def run_replay(args: argparse.Namespace) -> int:
         print(f"replay {args.topic}: {plan.records} records in {plan.partitions} partitions"
               f" -> {args.target}" + (f"; Spark UI {ui}" if ui else ""), file=sys.stderr)
         df = spark.read.format("ledgerwire").options(**options).load()
-        df.write.mode("overwrite" if args.overwrite else "errorifexists").parquet(args.target)
+        with Progress(spark, plan.records, sys.stderr, interval_s=args.progress_interval):
+            df.write.mode("overwrite" if args.overwrite else "errorifexists").parquet(
+                args.target)
         seconds = time.time() - started
         written = spark.read.parquet(args.target)
         rows = written.count()

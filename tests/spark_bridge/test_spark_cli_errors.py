@@ -130,11 +130,14 @@ def test_replay_then_a_failing_job(broker: tuple[Standalone, ProducedTopic],
     log = tmp_path / "spark.log"
     code, out, err, _s = run_cli("replay", "--topic", "cli", "--to", str(target), "--metadata",
                                  str(standalone.data_dir), "--master", "local[1]",
-                                 "--log-file", str(log))  # fmt: skip
+                                 "--log-file", str(log), "--progress-interval", "0.2")  # fmt: skip
     assert code == 0, err
     assert "replay: 600 rows" in out
     assert_no_java(err)
     assert "Spark UI http://" in err, err
+    progress = [line for line in err.splitlines() if "/600 records" in line]
+    assert progress, err  # not a terminal: plain lines, with the planned total
+    assert "records/s" in progress[-1] and "ETA" in progress[-1]
     assert pq.read_table(target).num_rows == len(produced.rows)
 
     code, out, err, _s = run_cli("replay", "--topic", "cli", "--to", str(target), "--metadata",
