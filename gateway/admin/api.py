@@ -229,7 +229,8 @@ async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
         partitions.append({"topic": topic, "partition": p, "log_start": plog.log_start_offset,
                            "log_end": plog.high_watermark, "ledgers": len(ledgers),
                            "bytes": sum(x.size for x in ledgers),
-                           "compaction": ctx.topics.compaction.gauges(topic, p, plog)})
+                           "compaction": ctx.topics.compaction.gauges(topic, p, plog),
+                           "offload": ctx.topics.offload.gauges(topic, p, plog)})
     lag = (admin_groups.lag_of_open_partitions(ctx.coordinator, ctx.topics)
            if ctx.coordinator is not None else [])
     bookies = []

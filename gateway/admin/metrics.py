@@ -283,6 +283,7 @@ def _partition_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
         yield gauge
     yield GaugeMetricFamily("ledgerwire_ledgers", "ledgers held by the partitions open here",
                             value=sum(r["ledgers"] for r in rows))
+    yield from _offload_families([r for r in rows if r.get("offload")])
     compacted = [r for r in rows if r.get("compaction")]
     if not compacted:
         return
@@ -300,6 +301,31 @@ def _partition_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
         for row in compacted:
             gauge.add_metric([row["topic"], str(row["partition"])], row["compaction"][key])
         yield gauge
+
+
+def _offload_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    """Tiered storage per partition (only when [offload] is configured)."""
+    if not rows:
+        return
+    for cls, metric, key, help_text in (
+        (GaugeMetricFamily, "ledgerwire_offload_ledgers", "ledgers_offloaded",
+         "ledgers of a partition with a verified copy in tiered storage"),
+        (GaugeMetricFamily, "ledgerwire_offload_bytes", "bytes_offloaded",
+         "bytes of a partition in tiered storage"),
+        (GaugeMetricFamily, "ledgerwire_offload_bytes_on_bookies", "bytes_on_bookies",
+         "bytes of a partition still on bookies"),
+        (CounterMetricFamily, "ledgerwire_offload_ledgers_offloaded", "offloaded_total",
+         "ledgers this broker offloaded since it started"),
+        (CounterMetricFamily, "ledgerwire_offload_failures", "failures",
+         "offload passes that failed (the next pass retries)"),
+    ):
+        family = cls(metric, help_text, labels=["topic", "partition"])
+        for row in rows:
+            family.add_metric([row["topic"], str(row["partition"])], row["offload"][key])
+        yield family
+    yield CounterMetricFamily("ledgerwire_offload_read_errors",
+                              "reads of offloaded objects that failed (missing, corrupt, store "
+                              "down)", value=max(r["offload"]["read_errors"] for r in rows))
 
 
 def _bookie_families(bookies: Sequence[BookieGauges]) -> Iterator[Metric]:

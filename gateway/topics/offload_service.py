@@ -60,6 +60,7 @@ class PartitionOffload:
     last_run_ms: int = 0
     ledgers_offloaded_total: int = 0
     bookie_copies_deleted_total: int = 0
+    failures: int = 0
 
 
 class OffloadService:
@@ -132,6 +133,20 @@ class OffloadService:
         return [self._row(t, p, plog.ledger)
                 for (t, p), plog in sorted(self._topics.open_partitions().items()) if t == topic]
 
+    def gauges(self, topic: str, partition: int, plog: Any) -> dict[str, float] | None:
+        """Metric values of a partition (None when offloading is off)."""
+        ml = plog.ledger
+        if getattr(ml, "offloader", None) is None:
+            return None
+        row = self._row(topic, partition, ml)
+        state = self.state(topic, partition)
+        return {"ledgers_offloaded": row["ledgers_offloaded"],
+                "bytes_offloaded": row["bytes_offloaded"],
+                "bytes_on_bookies": row["bytes_on_bookies"],
+                "offloaded_total": state.ledgers_offloaded_total,
+                "failures": state.failures,
+                "read_errors": ml.offload_read_errors}
+
     def _row(self, topic: str, partition: int, ml: Any) -> dict[str, Any]:
         ledgers = ml.ledgers
         state = self.state(topic, partition)
@@ -159,6 +174,7 @@ class OffloadService:
                 deleted = await ml.delete_offloaded_bookie_copies(self.deletion_lag_s)
             except _EXPECTED as exc:  # expected faults: the next pass retries
                 state.last_error = f"{type(exc).__name__}: {exc}"
+                state.failures += 1
                 log.warning("offload of %s-%d failed: %s", topic, partition, state.last_error)
                 return done
             finally:

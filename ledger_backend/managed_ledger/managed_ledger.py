@@ -556,6 +556,11 @@ class ManagedLedger:
 
     # ----------------------------------------------------------------- tiered storage
 
+    @property
+    def offload_read_errors(self) -> int:
+        """Failed reads of offloaded objects (shared by the factory's managed ledgers)."""
+        return self._offloaded_reader.errors
+
     def _clock_ms(self) -> int:
         return int(self._clock() * 1000)
 

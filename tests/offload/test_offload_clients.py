@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,10 @@ def test_offloaded_history_reads_byte_identical_across_a_restart(server: Standal
     server.restart()
     assert consume_all(server.bootstrap, len(sent)) == sent
 
+    metrics = metric_values(server)
+    assert metrics['ledgerwire_offload_ledgers{partition="0",topic="history"}'] == len(objects)
+    assert metrics["ledgerwire_offload_read_errors_total"] == 0
+
     # a corrupted object: a WARNING naming it, and not one record of that ledger served
     victim = objects[0]
     raw = bytearray(victim.read_bytes())
@@ -127,6 +132,15 @@ def test_offloaded_history_reads_byte_identical_across_a_restart(server: Standal
     got = consume_all(server.bootstrap, 1, timeout_s=10)
     assert got == []
     assert victim.name in server.log() and "checksum" in server.log()
+    # (the partition cannot even open now: its first entry, read at load, is in that object)
+    assert metric_values(server)["ledgerwire_offload_read_errors_total"] >= 1
+
+
+def metric_values(server: Standalone) -> dict[str, float]:
+    url = f"http://127.0.0.1:{server.admin_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=30).read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("ledgerwire_offload")}
 
 
 @pytest.mark.timeout(300)
