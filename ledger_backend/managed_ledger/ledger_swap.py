@@ -95,6 +95,8 @@ class ManagedLedger(Protocol):
 
     async def _delete_ledger_quietly(self, ledger_id: int) -> None: ...
 
+    async def _delete_objects(self, objects: list[Any]) -> None: ...
+
 
 class RewriteConflictError(ManagedLedgerError):
     """The ledgers a rewrite replaces are no longer a listed run of closed ledgers (trimmed,
@@ -299,10 +301,14 @@ async def swap_runs(ml: ManagedLedger, runs: list[_Run]) -> list[int]:
         placed = set(outputs) | set(empty_outputs)
         pending = [p for p in ml._pending if p not in placed]
         garbage = [*ml._garbage, *swapped, *empty_outputs]
+        unlisted = [r.offload for r in ml._records
+                    if r.ledger_id in set(swapped) and r.offload is not None]
         await ml._write_metadata(records, pending=pending, garbage=garbage)
         ml._records = records
         ml._relocations.update(relocations)
         ml._cache.drop_ledgers(set(swapped))
+    # offloaded copies of swapped-out ledgers (a crash right here leaves them behind)
+    await ml._delete_objects(unlisted)
     log.info("managed ledger %r: ledgers %s rewritten into %s", ml.name, swapped, outputs)
     ml._notify_entries()
     return swapped

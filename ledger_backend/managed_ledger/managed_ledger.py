@@ -541,7 +541,13 @@ class ManagedLedger:
         for ledger_id in doomed:
             await self._readers.forget(ledger_id)
             await self._delete_ledger_quietly(ledger_id)
-        for obj in objects or []:
+        await self._delete_objects(objects or [])
+        if doomed:
+            log.info("managed ledger %r trimmed ledgers %s", self.name, doomed)
+
+    async def _delete_objects(self, objects: list[OffloadRecord]) -> None:
+        """Delete the offloaded objects of ledgers no longer listed (best effort)."""
+        for obj in objects:
             self._offloaded_reader.drop(obj.key)
             if self.offloader is None or self.offloader.driver != obj.driver:
                 log.warning("%r: object %r (%s) left behind: driver not configured",
@@ -551,8 +557,6 @@ class ManagedLedger:
                 await self.offloader.delete(obj.key)
             except OffloadError as exc:
                 log.warning("%r: could not delete object %r: %s", self.name, obj.key, exc)
-        if doomed:
-            log.info("managed ledger %r trimmed ledgers %s", self.name, doomed)
 
     # ----------------------------------------------------------------- tiered storage
 

@@ -20,8 +20,9 @@ every read (step 5 is simply redone). Only CLOSED ledgers that are not the curre
 offloaded, oldest first. This module is the managed ledger's friend (like ledger_swap.py): it
 changes `_records` only under `_meta_lock` and through `_write_metadata`.
 
-Not yet: objects orphaned by a crash between 2 and 4 are not swept; a compaction that
-rewrites an offloaded ledger leaves its object behind (trimming does delete objects).
+Trimming, deleting the managed ledger and a compaction that swaps an offloaded ledger out
+delete its object after the list has lost it. Not yet: objects orphaned by a crash between
+2 and 4 (or between such an unlisting and the object's deletion) are not swept.
 """
 
 from __future__ import annotations

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from ledger_backend.client.memory import MemoryBookKeeper
-from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
+from ledger_backend.managed_ledger import (
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    Position,
+)
 from ledger_backend.managed_ledger.metadata_format import (
     decode_managed_ledger,
     managed_ledger_path,
@@ -46,6 +51,21 @@ def corrupt_object(directory: Path, ledger_id: int) -> Path:
     raw[100] ^= 0x40
     obj.write_bytes(bytes(raw))
     return obj
+
+
+async def offloaded_without_bookie_copies(
+    store: MetadataStore, bk: MemoryBookKeeper, directory: Path
+) -> tuple[ManagedLedgerFactory, ManagedLedger, list[int]]:
+    """25 entries in ledgers of 10; the two closed ones offloaded, their bookie copies gone."""
+    clock = FakeClock()
+    factory = ManagedLedgerFactory(store, bk, clock=clock, offloader=FilesystemOffloader(directory))
+    ml = await factory.open(NAME, CONFIG)
+    for i in range(25):
+        await ml.append(payload(i))
+    done = await ml.offload()
+    clock.advance(1)
+    await ml.delete_offloaded_bookie_copies(0)
+    return factory, ml, done
 
 
 def payload(i: int) -> bytes:
@@ -111,14 +131,7 @@ async def test_keep_bytes_leaves_newest_on_bookies(
 async def test_corrupt_object_is_an_error_naming_it(
     store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = FakeClock()
-    factory = ManagedLedgerFactory(store, bk, clock=clock, offloader=FilesystemOffloader(tmp_path))
-    ml = await factory.open(NAME, CONFIG)
-    for i in range(25):
-        await ml.append(payload(i))
-    done = await ml.offload()
-    clock.advance(1)
-    await ml.delete_offloaded_bookie_copies(0)
+    factory, ml, done = await offloaded_without_bookie_copies(store, bk, tmp_path)
     obj = corrupt_object(tmp_path, done[0])
     first = ml.first_position
     assert first is not None
@@ -151,3 +164,23 @@ async def test_deleting_the_managed_ledger_deletes_its_objects(
 
 def count_objects(directory: Path) -> int:
     return len(list(directory.rglob("*.lwo")))
+
+
+async def test_compacting_offloaded_ledgers_deletes_their_objects(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    factory, ml, done = await offloaded_without_bookie_copies(store, bk, tmp_path)
+    assert count_objects(tmp_path) == 2
+    rewrite = ml.rewrite()
+    for ledger_id in done:  # keep every third entry, read from the objects
+        for entry in await ml.read(Position(ledger_id, 0), 10):
+            if entry.position.entry_id % 3 == 0:
+                await rewrite.write(entry.position, entry.data)
+    await rewrite.end_run(done)
+    assert await rewrite.commit() == done
+    assert count_objects(tmp_path) == 0
+    first = ml.first_position
+    assert first is not None
+    kept = [payload(i) for i in range(20) if i % 10 % 3 == 0] + [payload(i) for i in range(20, 25)]
+    assert [e.data for e in await ml.read(first, 100)] == kept
+    await factory.close()
