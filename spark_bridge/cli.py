@@ -69,6 +69,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "file in the temp directory, named in any error)")
     p.add_argument("--progress-interval", type=float, help="seconds between progress lines "
                    "(default: 1 on a terminal, rewritten in place; 30 otherwise)")
+    p.add_argument("--no-ship-code", dest="ship_code", action="store_false",
+                   help="do not add the bridge's own code (a zip) to the job: every worker's "
+                   "Python must then have ledgerwire installed")
     p.add_argument("--no-ui", dest="ui", action="store_false",
                    help="do not start Spark's web UI (its address is printed otherwise)")
 
@@ -112,7 +115,8 @@ def _infer_format(path: str) -> str:
 
 
 def default_backfill_id(args: argparse.Namespace) -> str:
-    basis = json.dumps([str(Path(args.source).resolve()), args.topic, args.key_column,
+    source = args.source if "://" in args.source else str(Path(args.source).resolve())
+    basis = json.dumps([source, args.topic, args.key_column,
                         args.timestamp_column, args.value_column, args.partition_column,
                         args.headers_column, args.tasks])  # fmt: skip
     return "bf-" + hashlib.sha256(basis.encode()).hexdigest()[:16]
@@ -165,7 +169,8 @@ def run_backfill(args: argparse.Namespace) -> int:
     own_session = False
     started = time.time()
     try:
-        spark, own_session = start_session(args.master, "ledgerwire-backfill", log, ui=args.ui)
+        spark, own_session = start_session(args.master, "ledgerwire-backfill", log, ui=args.ui,
+                                           ship_code=args.ship_code)
         ui = ui_address(spark)
         if ui:
             print(f"backfill: Spark UI {ui}", file=sys.stderr)
@@ -290,7 +295,8 @@ def run_replay(args: argparse.Namespace) -> int:
     own_session = False
     started = time.time()
     try:
-        spark, own_session = start_session(args.master, "ledgerwire-replay", log, ui=args.ui)
+        spark, own_session = start_session(args.master, "ledgerwire-replay", log, ui=args.ui,
+                                           ship_code=args.ship_code)
         ui = ui_address(spark)
         print(f"replay {args.topic}: {plan.records} records in {plan.partitions} partitions"
               f" -> {args.target}" + (f"; Spark UI {ui}" if ui else ""), file=sys.stderr)

@@ -67,6 +67,26 @@ class RunLog:
             f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
 
+SHIPPED_PACKAGES = ("spark_bridge", "ledger_backend", "protocols")
+
+
+def bridge_zip(directory: str | None = None) -> Path:
+    """A zip of the bridge's own code (spark_bridge, ledger_backend, protocols: .py files) for
+    `spark.submit.pyFiles` / `--py-files` / `addPyFile`, so that executors whose Python lacks
+    ledgerwire still run the job (they need its third-party dependencies: pyarrow, trio,
+    kazoo, the codecs). Written to `directory` (default: a new temp directory)."""
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    folder = Path(directory or tempfile.mkdtemp(prefix="ledgerwire-pyfiles-"))
+    out = folder / "ledgerwire-bridge.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in SHIPPED_PACKAGES:
+            for source in sorted((root / package).rglob("*.py")):
+                zf.write(source, source.relative_to(root).as_posix())
+    return out
+
+
 def _getOrCreate(builder: Any, log: RunLog) -> Any:
     if log.verbose:
         return builder.getOrCreate()
@@ -83,10 +103,14 @@ def _getOrCreate(builder: Any, log: RunLog) -> Any:
         os.close(target)
 
 
-def start_session(master: str, app: str, log: RunLog, *, ui: bool = True,
+def start_session(master: str, app: str, log: RunLog, *, ui: bool = True, ship_code: bool = True,
                   conf: dict[str, str] | None = None) -> tuple[Any, bool]:
-    """A session (an active one is reused, e.g. in tests) and whether we created it."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    """A session (an active one is reused, e.g. in tests) and whether we created it. A local
+    master runs workers with this interpreter; on a cluster the workers' own Python
+    (PYSPARK_PYTHON / spark.pyspark.python, else Spark's default) runs them, and with
+    ship_code the bridge's zip is added to the job (bridge_zip)."""
+    if master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     import spark_bridge
@@ -104,6 +128,8 @@ def start_session(master: str, app: str, log: RunLog, *, ui: bool = True,
         builder = builder.config(key, value)
     spark = _getOrCreate(builder, log)
     spark.sparkContext.setLogLevel("INFO" if log.verbose else "WARN")
+    if ship_code:
+        spark.sparkContext.addPyFile(str(bridge_zip()))
     spark_bridge.register(spark)
     return spark, True
 
@@ -150,4 +176,5 @@ def failure_line(exc: BaseException) -> tuple[str, int]:
     return f"job failed: {first}", 1
 
 
-__all__ = ["RunLog", "failure_line", "output_bytes", "start_session", "ui_address"]
+__all__ = ["SHIPPED_PACKAGES", "RunLog", "bridge_zip", "failure_line", "output_bytes",
+           "start_session", "ui_address"]
