@@ -129,6 +129,7 @@ class OffloadConfig:
     access_key_id: str = ""  # "" = from the environment (AWS_ACCESS_KEY_ID, ...)
     secret_access_key: str = ""
     threshold_mb: float = -1  # keep at most this much per partition on bookies; -1 = never
+    threshold_seconds: float = -1  # and offload ledgers whose data is this old; -1 = never
     deletion_lag_s: float = 4 * 3600  # bookie copies go this long after the offload
     interval_s: float = 60.0  # background offload passes
     cache_mb: int = 64  # decoded blocks of offloaded ledgers kept in memory

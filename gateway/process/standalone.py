@@ -105,6 +105,7 @@ def topic_service_config(config: Config) -> TopicServiceConfig:
         max_ledger_age_s=s.max_ledger_age_s,
         offload_threshold_bytes=(-1 if config.offload.threshold_mb < 0
                                  else int(config.offload.threshold_mb * (1 << 20))),
+        offload_threshold_s=config.offload.threshold_seconds,
         offload_deletion_lag_s=config.offload.deletion_lag_s,
         offload_interval_s=config.offload.interval_s,
     )

@@ -83,6 +83,7 @@ class NamespacePolicies:
     # tiered storage ([offload]): keep at most this much per partition on bookies, offloading
     # the oldest closed ledgers; -1: never, 0: as soon as a ledger closes (None: [offload])
     offload_threshold_mb: int | None = None
+    offload_threshold_seconds: int | None = None  # ... and ledgers older than this; -1 never
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -1,8 +1,9 @@
 """Tiered storage for the partitions this broker has open (and so owns).
 
 `run` wakes every `interval_s`: for each open partition it offloads closed ledgers until at
-most the threshold stays on bookies only (the namespace policy offload_threshold_mb, else
-[offload] threshold_mb; -1 = never), and deletes the
+most the size threshold stays on bookies and ledgers older than the age threshold are
+offloaded (namespace policies offload_threshold_mb / offload_threshold_seconds, else
+[offload] threshold_mb / threshold_seconds; -1 = never), and deletes the
 bookie copies of ledgers offloaded at least `deletion_lag_s` ago. `offload_topic` offloads
 every closed ledger of a topic's open partitions now (admin API, `ledgerwire admin topics
 offload`); `status` answers `offload-status`. The steps and their crash safety live in
@@ -64,10 +65,11 @@ class PartitionOffload:
 
 
 class OffloadService:
-    def __init__(self, topics: Any, *, threshold_bytes: int = -1,
+    def __init__(self, topics: Any, *, threshold_bytes: int = -1, threshold_s: float = -1,
                  deletion_lag_s: float = 4 * 3600, interval_s: float = 60.0) -> None:
         self._topics = topics  # gateway.topics.topic_service.TopicService
         self.threshold_bytes = threshold_bytes
+        self.threshold_s = threshold_s
         self.deletion_lag_s = deletion_lag_s
         self.interval_s = interval_s
         self._state: dict[tuple[str, int], PartitionOffload] = {}
@@ -85,27 +87,33 @@ class OffloadService:
             except Exception:  # a background pass must never take the broker down
                 log.warning("offload pass failed", exc_info=True)
 
-    def threshold_of(self, topic: str) -> int:
-        """Bytes a partition of `topic` keeps on bookies (-1: never offload): the namespace
-        policy offload_threshold_mb when set, else [offload] threshold_mb."""
+    def thresholds_of(self, topic: str) -> tuple[int | None, float | None]:
+        """(bytes kept on bookies, age offloaded) for `topic`'s partitions, None = that rule
+        is off: the namespace policies offload_threshold_mb / _seconds when set, else
+        [offload] threshold_mb / threshold_seconds (-1 = off)."""
+        size: float = self.threshold_bytes
+        age: float = self.threshold_s
         registry = getattr(self._topics, "namespaces", None)
         if registry is not None:
             try:
-                policy = registry.policies(registry.namespace_of(topic)).offload_threshold_mb
+                policies = registry.policies(registry.namespace_of(topic))
             except ValueError:  # NamespaceError: the namespace went away meanwhile
-                policy = None
-            if policy is not None:
-                return -1 if policy < 0 else policy << 20
-        return self.threshold_bytes
+                policies = None
+            if policies is not None and policies.offload_threshold_mb is not None:
+                mb = policies.offload_threshold_mb
+                size = -1 if mb < 0 else mb << 20
+            if policies is not None and policies.offload_threshold_seconds is not None:
+                age = policies.offload_threshold_seconds
+        return (None if size < 0 else int(size)), (None if age < 0 else float(age))
 
     async def run_once(self) -> None:
         for (topic, partition), plog in sorted(self._topics.open_partitions().items()):
             ml = plog.ledger
             if plog.failed or plog.closed or getattr(ml, "offloader", None) is None:
                 continue
-            threshold = self.threshold_of(topic)
-            keep = None if threshold < 0 else threshold
-            await self._pass(topic, partition, ml, keep, offload=keep is not None)
+            keep, age = self.thresholds_of(topic)
+            await self._pass(topic, partition, ml, keep, age,
+                             offload=keep is not None or age is not None)
 
     async def offload_topic(self, topic: str) -> list[dict[str, Any]]:
         """Offload every closed ledger of each partition of `topic` open here, then delete
@@ -123,7 +131,7 @@ class OffloadService:
             if getattr(plog.ledger, "offloader", None) is None:
                 out.append({"partition": p, "skipped": "offloading is off ([offload] driver)"})
                 continue
-            done = await self._pass(topic, p, plog.ledger, None, offload=True)
+            done = await self._pass(topic, p, plog.ledger, None, None, offload=True)
             out.append({**self._row(topic, p, plog.ledger), "offloaded_now": done})
         return out
 
@@ -162,15 +170,15 @@ class OffloadService:
             "last_error": state.last_error,
         }
 
-    async def _pass(self, topic: str, partition: int, ml: Any, keep: int | None, *,
-                    offload: bool) -> list[int]:
+    async def _pass(self, topic: str, partition: int, ml: Any, keep: int | None,
+                    age: float | None, *, offload: bool) -> list[int]:
         state = self.state(topic, partition)
         done: list[int] = []
         async with self._lock:
             state.running = True
             try:
                 if offload:
-                    done = await ml.offload(keep)
+                    done = await ml.offload(keep, age)
                 deleted = await ml.delete_offloaded_bookie_copies(self.deletion_lag_s)
             except _EXPECTED as exc:  # expected faults: the next pass retries
                 state.last_error = f"{type(exc).__name__}: {exc}"

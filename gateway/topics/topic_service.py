@@ -93,6 +93,7 @@ class TopicServiceConfig:
     compaction_interval_s: float = 30.0  # background compaction passes (compacted topics)
     compaction_max_bytes_per_s: float | None = 64 << 20  # read pace of a pass
     offload_threshold_bytes: int = -1  # background offload keeps this much on bookies; -1 off
+    offload_threshold_s: float = -1  # ... and offloads ledgers this old; -1 off
     offload_deletion_lag_s: float = 4 * 3600
     offload_interval_s: float = 60.0
 
@@ -183,6 +184,7 @@ class TopicService:
             max_bytes_per_s=self.config.compaction_max_bytes_per_s)
         self.offload = OffloadService(
             self, threshold_bytes=self.config.offload_threshold_bytes,
+            threshold_s=self.config.offload_threshold_s,
             deletion_lag_s=self.config.offload_deletion_lag_s,
             interval_s=self.config.offload_interval_s)
 

@@ -568,15 +568,18 @@ class ManagedLedger:
     def _clock_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    async def offload(self, keep_bytes: int | None = None) -> list[int]:
-        """Offload closed ledgers (oldest first, never the current one) until at most
-        `keep_bytes` of data stays on bookies only (None: all closed ledgers); returns the
-        ids offloaded now. See offloading.py for the steps and their crash safety."""
+    async def offload(
+        self, keep_bytes: int | None = None, older_than_s: float | None = None
+    ) -> list[int]:
+        """Offload closed ledgers (oldest first, never the current one): all of them, or
+        those beyond `keep_bytes` on bookies or older than `older_than_s` (offloading.py's
+        offload_candidates); returns the ids offloaded now. See offloading.py for the steps
+        and their crash safety."""
         self._check_writable()
         if self.offloader is None:
             raise ManagedLedgerError(f"{self.name!r}: no offloader is configured")
         done: list[int] = []
-        for record in offload_candidates(self, keep_bytes):
+        for record in offload_candidates(self, keep_bytes, older_than_s):
             await offload_ledger(self, self.offloader, record.ledger_id)
             done.append(record.ledger_id)
         return done

@@ -77,17 +77,29 @@ class OffloadConflictError(ManagedLedgerError):
     """The ledger changed under the offload (trimmed, rewritten, offloaded meanwhile)."""
 
 
-def offload_candidates(ml: ManagedLedger, keep_bytes: int | None) -> list[LedgerRecord]:
-    """Closed, not-yet-offloaded ledgers to offload, oldest first, keeping at most
-    `keep_bytes` (None: keep none) of the newest data on bookies. Never the current ledger."""
+def offload_candidates(
+    ml: ManagedLedger, keep_bytes: int | None, older_than_s: float | None = None
+) -> list[LedgerRecord]:
+    """Closed, not-yet-offloaded ledgers to offload, oldest first. With neither limit: all
+    of them. Else those that either rule picks: the oldest until at most `keep_bytes` stay on
+    bookies, and those whose data is `older_than_s` old (all written before the NEXT ledger
+    was created, as retention reckons). Never the current ledger."""
     current = ml.current_ledger_id
-    closed = [r for r in ml._records if r.ledger_id != current and r.closed]
+    records = ml._records
+    cutoff_ms = None if older_than_s is None else ml._clock_ms() - int(older_than_s * 1000)
+    on_bookies = sum(r.size for r in records if r.offload is None)
     chosen: list[LedgerRecord] = []
-    on_bookies = sum(r.size for r in ml._records if r.offload is None)
-    for record in closed:
-        if keep_bytes is not None and on_bookies <= keep_bytes:
+    for index, record in enumerate(records):
+        if record.ledger_id == current or not record.closed:
             break
-        if record.offload is None and record.entries > 0:
+        if record.offload is not None or record.entries == 0:
+            continue
+        everything = keep_bytes is None and cutoff_ms is None
+        too_much = keep_bytes is not None and on_bookies > keep_bytes
+        successor = records[index + 1] if index + 1 < len(records) else None
+        too_old = (cutoff_ms is not None and successor is not None
+                   and successor.created_ms <= cutoff_ms)
+        if everything or too_much or too_old:
             chosen.append(record)
             on_bookies -= record.size
     return chosen

@@ -184,3 +184,23 @@ async def test_compacting_offloaded_ledgers_deletes_their_objects(
     kept = [payload(i) for i in range(20) if i % 10 % 3 == 0] + [payload(i) for i in range(20, 25)]
     assert [e.data for e in await ml.read(first, 100)] == kept
     await factory.close()
+
+
+async def test_older_than_offloads_ledgers_by_age(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    factory = ManagedLedgerFactory(store, bk, clock=clock, offloader=FilesystemOffloader(tmp_path))
+    ml = await factory.open(NAME, CONFIG)
+    for i in range(35):  # ledgers of 10, one created every 100 s
+        if i % 10 == 0:
+            clock.advance(100)
+        await ml.append(payload(i))
+    closed = [info.ledger_id for info in ml.ledgers[:3]]
+    assert await ml.offload(older_than_s=1000) == []
+    # the first ledger's data is 200 s old (its successor was created 200 s ago), the
+    # second's 100 s, the third's 0 s: its successor (the open ledger) is brand new
+    assert await ml.offload(older_than_s=150) == closed[:1]
+    assert await ml.offload(older_than_s=50) == closed[1:2]
+    assert await ml.offload(keep_bytes=0, older_than_s=50) == closed[2:]
+    await factory.close()
