@@ -38,6 +38,11 @@ class UnknownTopicError(ValueError):
     """The topic (or partition) does not exist in ledgerwire's metadata."""
 
 
+class OffloadedLedgerError(ValueError):
+    """A ledger of the partition lives only in tiered storage now (its bookie copy was deleted
+    after an offload): the bridge does not read offloaded ledgers yet."""
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerSpan:
     ledger_id: int
@@ -100,6 +105,12 @@ def partition_layout(access: LedgerAccess, topic: str, partition: int,
     if raw is not None:
         node = decode_managed_ledger(raw, path)
         for record in node.ledgers:
+            if record.offload is not None and record.offload.bookie_deleted:
+                raise OffloadedLedgerError(
+                    f"{topic}-{partition}: ledger {record.ledger_id} is offloaded to tiered "
+                    f"storage ({record.offload.driver} object {record.offload.key!r}) and no "
+                    "longer on bookies; the Spark bridge cannot read offloaded ledgers yet "
+                    "(read the topic with a Kafka client instead)")
             known = access.closed_spans.get(record.ledger_id)
             if known is not None:  # a closed ledger's span never changes
                 spans.append(known)

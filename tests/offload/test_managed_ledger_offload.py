@@ -23,6 +23,7 @@ from ledger_backend.managed_ledger.metadata_format import (
 )
 from ledger_backend.metadata import MetadataStore, open_store
 from ledger_backend.offload import FilesystemOffloader, OffloadedReadError
+from spark_bridge.topic_layout import OffloadedLedgerError, partition_layout
 from tests.managed_ledger.ml_test_support import FakeClock
 
 NAME = "public/default/tiered-0"
@@ -204,3 +205,26 @@ async def test_older_than_offloads_ledgers_by_age(
     assert await ml.offload(older_than_s=50) == closed[1:2]
     assert await ml.offload(keep_bytes=0, older_than_s=50) == closed[2:]
     await factory.close()
+
+
+async def test_the_spark_bridge_refuses_offloaded_ledgers_clearly(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    factory = ManagedLedgerFactory(store, bk, offloader=FilesystemOffloader(tmp_path))
+    ml = await factory.open("public/default/sparked-0", CONFIG)
+    for i in range(25):
+        await ml.append(payload(i))
+    await ml.offload()
+    await ml.delete_offloaded_bookie_copies(0)
+    path = managed_ledger_path("/ledgerwire/managed-ledgers", "public/default/sparked-0")
+    raw = (await store.get(path))[0]
+    await factory.close()
+
+    class NodeOnly:  # the slice of LedgerAccess that partition_layout reaches before reading
+        closed_spans: dict[int, object] = {}
+
+        def get(self, wanted: str) -> bytes | None:
+            return raw if wanted == path else None
+
+    with pytest.raises(OffloadedLedgerError, match="tiered storage"):
+        partition_layout(NodeOnly(), "sparked", 0)  # type: ignore[arg-type]
