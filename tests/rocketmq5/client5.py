@@ -10,22 +10,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
     TransactionChecker,
     TransactionResolution,
 )
 
+_emitting = threading.Lock()
+
 
 def emit(**fields: object) -> None:
-    print(json.dumps(fields), flush=True)
+    with _emitting:  # push consumers call back from several threads
+        sys.stdout.write(json.dumps(fields) + "\n")
+        sys.stdout.flush()
 
 
 def config(args: argparse.Namespace) -> ClientConfiguration:
@@ -111,6 +119,32 @@ def receive(args: argparse.Namespace) -> None:
     emit(done=got)
 
 
+def push(args: argparse.Namespace) -> None:
+    """A PushConsumer; messages whose body ends in "-fail" fail their first attempt."""
+    seen: list[tuple[str, int]] = []
+
+    class Listener(MessageListener):
+        def consume(self, message: Message) -> ConsumeResult:
+            body = message.body.decode()
+            seen.append((body, message.delivery_attempt))
+            emit(body=body, attempt=message.delivery_attempt)
+            if body.endswith("-fail") and message.delivery_attempt == 1:
+                return ConsumeResult.FAILURE
+            return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(config(args), args.consumer_group, Listener(),
+                            {args.topic: FilterExpression(args.filter)})
+    consumer.startup()
+    deadline = time.time() + args.max_seconds
+    try:
+        while len(seen) < args.expect and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # the last acknowledgements go out
+    finally:
+        consumer.shutdown()
+    emit(done=len(seen))
+
+
 def fifo_check(args: argparse.Namespace) -> None:
     """Receive one message at a time; before acknowledging it, ask once more (a FIFO group
     must get nothing while it is in flight)."""
@@ -176,7 +210,7 @@ def bench_receive(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("command", choices=["produce", "transaction", "receive", "bench-send",
-                                        "bench-receive", "fifo-check"])
+                                        "bench-receive", "fifo-check", "push"])
     p.add_argument("--endpoint", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--ak", default="")
@@ -201,7 +235,7 @@ def main() -> None:
     args = p.parse_args()
     {"produce": produce, "transaction": transaction, "receive": receive,
      "bench-send": bench_send, "bench-receive": bench_receive,
-     "fifo-check": fifo_check}[args.command](args)
+     "fifo-check": fifo_check, "push": push}[args.command](args)
 
 
 if __name__ == "__main__":

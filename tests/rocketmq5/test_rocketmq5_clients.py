@@ -130,6 +130,17 @@ def test_a_fifo_group_gets_a_message_groups_next_message_only_after_an_ack(
     assert all(m["meanwhile"] == [] for m in lines)  # nothing while the previous was in flight
 
 
+def test_push_consumer_consumes_everything_once(module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    run5("produce", ep, "r5-push", "--count", "6", "--prefix", "p")
+    got = received(run5("push", ep, "r5-push", "--consumer-group", "pusher", "--expect", "6",
+                        "--max-seconds", "60"))
+    assert sorted((m["body"], m["attempt"]) for m in got) == [(f"p-{i}", 1) for i in range(6)]
+    # All acknowledged: a simple consumer of the same group finds nothing left.
+    assert received(run5("receive", ep, "r5-push", "--consumer-group", "pusher",
+                         "--max-seconds", "3")) == []
+
+
 def test_delivery_timestamp_delays_the_message(module_standalone: Standalone) -> None:
     ep = endpoint(module_standalone)
     start = time.monotonic()

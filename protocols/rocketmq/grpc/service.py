@@ -12,6 +12,7 @@ This module never does I/O of its own: it awaits the backend.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -31,7 +32,13 @@ from protocols.rocketmq.grpc.auth import (
 )
 from protocols.rocketmq.grpc.backend import Caller, MessagingBackend, ReceiveRequest
 from protocols.rocketmq.grpc.errors import RpcFailure, failure_of
-from protocols.rocketmq.grpc.messages import duration_millis, from_grpc, to_grpc, to_millis
+from protocols.rocketmq.grpc.messages import (
+    duration_millis,
+    from_grpc,
+    timestamp,
+    to_grpc,
+    to_millis,
+)
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
 from protocols.rocketmq.grpc.v2 import service_pb2 as spb
 
@@ -43,6 +50,8 @@ MIN_INVISIBLE_MS = 1000
 MAX_LONG_POLL_MS = 30_000
 DEFAULT_LONG_POLL_MS = 20_000
 MAX_BODY_BYTES = 4 * 1024 * 1024
+RECONSUME_DELAYS_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600,
+                      7200)
 
 
 class Kind(Enum):
@@ -177,6 +186,8 @@ async def receive_message(backend: MessagingBackend, caller: Caller,
     out = [spb.ReceiveMessageResponse(status=ok())]
     out.extend(spb.ReceiveMessageResponse(message=to_grpc(d, queue.topic.resource_namespace))
                for d in delivered)
+    # When the batch left the broker: clients measure their receive latency from it.
+    out.append(spb.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000))))
     return out
 
 
@@ -310,7 +321,11 @@ def telemetry_reply(backend: MessagingBackend, caller: Caller,
     elif asked.WhichOneof("pub_sub") == "subscription":
         sub = asked.subscription
         group = sub.group.name
+        # Consumers retry at RocketMQ's reconsume delays (10s, 30s, 1m, ... 2h), as 4.x does.
+        settings.backoff_policy.Clear()
         settings.backoff_policy.max_attempts = backend.max_delivery_attempts(group)
+        settings.backoff_policy.customized_backoff.next.extend(
+            duration_pb2.Duration(seconds=s) for s in RECONSUME_DELAYS_S)
         settings.subscription.group.CopyFrom(sub.group)
         settings.subscription.subscriptions.extend(sub.subscriptions)
         settings.subscription.fifo = backend.is_fifo(group)
