@@ -69,6 +69,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "file in the temp directory, named in any error)")
     p.add_argument("--progress-interval", type=float, help="seconds between progress lines "
                    "(default: 1 on a terminal, rewritten in place; 30 otherwise)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for this run (repeatable), e.g. "
+                   "spark.executor.memory=2g")
     p.add_argument("--no-ship-code", dest="ship_code", action="store_false",
                    help="do not add the bridge's own code (a zip) to the job: every worker's "
                    "Python must then have ledgerwire installed")
@@ -155,6 +158,7 @@ def run_backfill(args: argparse.Namespace) -> int:
     fmt = args.format or _infer_format(args.source)
     backfill_id = args.backfill_id or default_backfill_id(args)
     try:
+        conf = _spark_conf(args)
         check_master(args.master)
     except PreflightError as exc:
         print(f"ledgerwire backfill: {exc}", file=sys.stderr)
@@ -170,7 +174,7 @@ def run_backfill(args: argparse.Namespace) -> int:
     started = time.time()
     try:
         spark, own_session = start_session(args.master, "ledgerwire-backfill", log, ui=args.ui,
-                                           ship_code=args.ship_code)
+                                           ship_code=args.ship_code, conf=conf)
         ui = ui_address(spark)
         if ui:
             print(f"backfill: Spark UI {ui}", file=sys.stderr)
@@ -265,6 +269,16 @@ def replay_main(argv: list[str] | None = None) -> int:
     return run_replay(replay_parser().parse_args(argv))
 
 
+def _spark_conf(args: argparse.Namespace) -> dict[str, str]:
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PreflightError(f"--conf {item!r}: expected KEY=VALUE", 2)
+        conf[key.strip()] = value
+    return conf
+
+
 def _replay_options(args: argparse.Namespace) -> dict[str, str]:
     options = {
         "ledgerwire.metadata": args.metadata,
@@ -286,6 +300,7 @@ def run_replay(args: argparse.Namespace) -> int:
     options = _replay_options(args)
     log = RunLog.create("replay", args.verbose, args.log_file)  # kazoo's retries log there
     try:
+        conf = _spark_conf(args)
         check_master(args.master)
         plan = check_read(options)
     except PreflightError as exc:
@@ -296,7 +311,7 @@ def run_replay(args: argparse.Namespace) -> int:
     started = time.time()
     try:
         spark, own_session = start_session(args.master, "ledgerwire-replay", log, ui=args.ui,
-                                           ship_code=args.ship_code)
+                                           ship_code=args.ship_code, conf=conf)
         ui = ui_address(spark)
         print(f"replay {args.topic}: {plan.records} records in {plan.partitions} partitions"
               f" -> {args.target}" + (f"; Spark UI {ui}" if ui else ""), file=sys.stderr)

@@ -1,0 +1,63 @@
+"""`ledgerwire replay` on a real Spark standalone cluster (a master and two one-core workers
+started from the pyspark wheel's spark-class): the Parquet output equals what the producer had
+acknowledged, and tasks ran on both workers. Data stays tiny: the machine is small."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from spark_bridge_support import ProducedTopic, produce_history, start_standalone
+from spark_cluster import SparkCluster
+from support.standalone import Standalone
+from test_spark_cli_errors import assert_no_java, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    running = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2)
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def topic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Standalone,
+                                                                      ProducedTopic]]:
+    broker = start_standalone(tmp_path_factory.mktemp("cluster-data"), max_entries_per_ledger=20)
+    try:
+        yield broker, produce_history(broker, "spread", 2_000, partitions=4)
+    finally:
+        broker.stop()
+
+
+def test_replay_on_two_workers_equals_the_produced_topic(
+        cluster: SparkCluster, topic: tuple[Standalone, ProducedTopic], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    broker, produced = topic
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # the workers share this host
+    target = tmp_path / "out"
+    code, out, err, _s = run_cli(
+        "replay", "--topic", "spread", "--to", str(target), "--metadata", str(broker.data_dir),
+        "--master", cluster.master, "--no-ui", "--min-partitions", "8",
+        "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
+        "--include-headers", timeout_s=600, cwd=tmp_path)  # fmt: skip
+    assert code == 0, err
+    assert_no_java(err)
+    assert "replay: 2000 rows" in out
+    table = pq.read_table(target)
+    got = {(p, o): (None if k is None else bytes(k), bytes(v)) for p, o, k, v in zip(
+        table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+        table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)}
+    assert got == {pos: (row[0], row[1]) for pos, row in produced.rows.items()}
+    per_worker = cluster.tasks_per_worker()
+    assert all(n > 0 for n in per_worker), per_worker
+    assert os.path.isdir(target)
