@@ -82,6 +82,8 @@ class StorageConfig:
     bookies: int = 1
     bookie_host: str = "127.0.0.1"
     bookie_port: int = 3181  # first bookie; the others take the next ports
+    # what the bookies register for readers on other hosts (Spark executors); "": bookie_host
+    bookie_advertised_host: str = ""
     ensemble_size: int = 1
     write_quorum: int = 1
     ack_quorum: int = 1

@@ -158,6 +158,7 @@ async def run_standalone(
                         config.storage.bookie_host,
                         config.storage.bookie_port + index,
                         bookie_id=f"standalone-bookie-{index}",
+                        advertised_host=config.storage.bookie_advertised_host or None,
                         secret=bookie_secret,
                         ssl_context=bookie_tls.server_context(),
                     )

@@ -43,6 +43,12 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="first bookie's port (the others follow)",
     )
+    p.add_argument(
+        "--bookie-advertised-host",
+        dest="storage.bookie_advertised_host",
+        metavar="HOST",
+        help="host the bookies register for readers on other hosts (default: the bind host)",
+    )
     p.add_argument("--ensemble-size", dest="storage.ensemble_size", type=int, metavar="N")
     p.add_argument("--write-quorum", dest="storage.write_quorum", type=int, metavar="N")
     p.add_argument("--ack-quorum", dest="storage.ack_quorum", type=int, metavar="N")
