@@ -37,6 +37,7 @@ from ledger_backend.managed_ledger.metadata_format import (
     encode_managed_ledger,
     managed_ledger_path,
 )
+from ledger_backend.managed_ledger.offloading import sweep_pending_uploads
 from ledger_backend.managed_ledger.types import (
     ManagedLedgerConfig,
     ManagedLedgerFencedError,
@@ -229,6 +230,11 @@ class ManagedLedgerFactory:
                 await collect_garbage(ml, include_pending=True)
             except (LedgerError, MetadataError, ManagedLedgerFencedError) as exc:
                 log.warning("managed ledger %r: rewrite clean-up failed: %r", name, exc)
+        if node.offload_pending:
+            try:
+                await sweep_pending_uploads(ml)
+            except (MetadataError, ManagedLedgerFencedError, OffloadError) as exc:
+                log.warning("managed ledger %r: offload clean-up failed: %r", name, exc)
         return ml
 
     async def _load_or_create(

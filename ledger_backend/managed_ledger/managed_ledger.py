@@ -129,6 +129,7 @@ class ManagedLedger:
         self._records: list[LedgerRecord] = node.ledgers
         self._pending: list[int] = list(node.pending)  # rewrite outputs not listed yet
         self._garbage: list[int] = list(node.garbage)  # unlisted by a swap, to delete
+        self._offload_pending: list[str] = list(node.offload_pending)  # uploads not recorded
         self._relocations: dict[int, Relocation] = {}  # swapped-out ledger -> its survivors
         self._version = version
         self._readers = readers
@@ -392,13 +393,16 @@ class ManagedLedger:
         *,
         pending: list[int] | None = None,
         garbage: list[int] | None = None,
+        offload_pending: list[str] | None = None,
     ) -> None:
-        """CAS the node to `records` (and the rewrite lists, unchanged unless given); the
-        caller holds _meta_lock. Never overwrites blindly."""
+        """CAS the node to `records` (and the rewrite and offload lists, unchanged unless
+        given); the caller holds _meta_lock. Never overwrites blindly."""
         new_pending = list(self._pending if pending is None else pending)
         new_garbage = list(self._garbage if garbage is None else garbage)
+        new_uploads = list(self._offload_pending if offload_pending is None else offload_pending)
         node = ManagedLedgerNode(
-            self.name, self._created_ms, records, pending=new_pending, garbage=new_garbage
+            self.name, self._created_ms, records, pending=new_pending, garbage=new_garbage,
+            offload_pending=new_uploads,
         )
         try:
             stat = await self._store.set(self._path, encode_managed_ledger(node), self._version)
@@ -412,6 +416,7 @@ class ManagedLedger:
             ) from exc
         self._version = stat.version
         self._pending, self._garbage = new_pending, new_garbage
+        self._offload_pending = new_uploads
 
     async def _delete_ledger_quietly(self, ledger_id: int) -> None:
         try:

@@ -28,7 +28,9 @@ Version 3 (written only once a ledger of the node has been offloaded to tiered s
 ledger_backend/offload) adds, per offloaded ledger, "offload": {"driver", "key", "size",
 "crc32c", "verified_ms", "bookie_deleted"} -- where the ledger's verified object lives. Once
 "bookie_deleted" is true the bookies no longer hold the ledger: a reader that ignored
-"offload" would find nothing, so older readers must refuse version 3 (they do).
+"offload" would find nothing, so older readers must refuse version 3 (they do). The node
+also carries "offload_pending": keys of objects being uploaded, not recorded yet (deleted by
+the next owner if the offload dies).
 """
 
 from __future__ import annotations
@@ -132,10 +134,11 @@ class ManagedLedgerNode:
     ledgers: list[LedgerRecord]
     pending: list[int] = field(default_factory=list)
     garbage: list[int] = field(default_factory=list)
+    offload_pending: list[str] = field(default_factory=list)
 
     @property
     def offloaded(self) -> bool:
-        return any(r.offload is not None for r in self.ledgers)
+        return bool(self.offload_pending) or any(r.offload is not None for r in self.ledgers)
 
     @property
     def rewritten(self) -> bool:
@@ -204,6 +207,8 @@ def encode_managed_ledger(node: ManagedLedgerNode) -> bytes:
     if version > FORMAT_VERSION:
         obj["pending"] = list(node.pending)
         obj["garbage"] = list(node.garbage)
+    if version == OFFLOAD_FORMAT_VERSION:
+        obj["offload_pending"] = list(node.offload_pending)
     return json.dumps(obj, separators=(",", ":")).encode("utf-8")
 
 
@@ -252,6 +257,7 @@ def decode_managed_ledger(data: bytes, path: str) -> ManagedLedgerNode:
             ledgers=records,
             pending=[int(i) for i in obj.get("pending", [])],
             garbage=[int(i) for i in obj.get("garbage", [])],
+            offload_pending=[str(k) for k in obj.get("offload_pending", [])],
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise MetadataFormatError(f"managed ledger node {path}: bad field: {exc!r}") from exc

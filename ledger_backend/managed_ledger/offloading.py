@@ -1,28 +1,32 @@
 """Offloading closed ledgers of a managed ledger to tiered storage, and dropping their
 bookie copies later. The steps for one ledger, in this order, each with a crash point:
 
-  1. the ledger's entries are read from the bookies and encoded (offload/object_format.py);
-  2. the object is put under a FRESH key (ledger id + random suffix), atomically
+  1. the ledger's entries are read from the bookies and encoded (offload/object_format.py),
+     and a FRESH key (ledger id + random suffix) is added to the node's "offload_pending"
+     list by CAS before anything is uploaded -- managed_ledger.offload.after_intent
+  2. the object is put under that key, atomically
                                               -- managed_ledger.offload.after_put
   3. it is read back whole and compared byte for byte with what was encoded
                                               -- managed_ledger.offload.after_verify
   4. ONE compare-and-set of the managed ledger's node records the object's location in the
-     ledger's record ("offload", metadata_format.py version 3)
+     ledger's record ("offload", metadata_format.py version 3) and takes the key off
+     "offload_pending"
                                               -- managed_ledger.offload.after_record
 Later, once `deletion_lag_s` has passed since the verification:
   5. the bookie copy is deleted               -- managed_ledger.offload.after_bookie_delete
   6. a CAS marks the record "bookie_deleted".
 
 So the list never names an object that was not completely written and verified: a crash
-before 4 leaves the old record (and at worst an unreferenced object, see "not yet" below);
+before 4 leaves the old record and a pending key, whose object (if any) the next owner
+deletes when it opens the managed ledger (`sweep_pending_uploads`);
 a crash between 5 and 6 leaves a record whose bookie copy is gone but whose object serves
 every read (step 5 is simply redone). Only CLOSED ledgers that are not the current one are
 offloaded, oldest first. This module is the managed ledger's friend (like ledger_swap.py): it
 changes `_records` only under `_meta_lock` and through `_write_metadata`.
 
 Trimming, deleting the managed ledger and a compaction that swaps an offloaded ledger out
-delete its object after the list has lost it. Not yet: objects orphaned by a crash between
-2 and 4 (or between such an unlisting and the object's deletion) are not swept.
+delete its object after the list has lost it. Not yet: an object orphaned by a crash
+between such an unlisting and the object's deletion is not swept.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from ledger_backend.offload.offloader import Offloader
 log = logging.getLogger(__name__)
 
 OFFLOAD_CRASH_POINTS = (
+    "managed_ledger.offload.after_intent",
     "managed_ledger.offload.after_put",
     "managed_ledger.offload.after_verify",
     "managed_ledger.offload.after_record",
@@ -59,7 +64,15 @@ class ManagedLedger(Protocol):
     name: str
     _meta_lock: trio.Lock
     _records: list[LedgerRecord]
+    _offload_pending: list[str]
     _readers: Any  # LedgerReaders
+    offloader: Offloader | None
+
+    @property
+    def is_fenced(self) -> bool: ...
+
+    @property
+    def is_closed(self) -> bool: ...
 
     @property
     def current_ledger_id(self) -> int: ...
@@ -68,7 +81,9 @@ class ManagedLedger(Protocol):
 
     def _clock_ms(self) -> int: ...
 
-    async def _write_metadata(self, records: list[LedgerRecord]) -> None: ...
+    async def _write_metadata(
+        self, records: list[LedgerRecord], *, offload_pending: list[str] | None = None
+    ) -> None: ...
 
     async def _delete_ledger_quietly(self, ledger_id: int) -> None: ...
 
@@ -118,12 +133,16 @@ async def offload_ledger(ml: ManagedLedger, offloader: Offloader, ledger_id: int
         entries.extend(await ml._readers.read(ledger_id, first, last))
     data = await trio.to_thread.run_sync(encode_object, ledger_id, entries)
     key = f"{encode_name(ml.name)}/{ledger_id}-{uuid.uuid4().hex[:12]}.lwo"
-    await offloader.put(key, data)
-    crash_point("managed_ledger.offload.after_put")
+    async with ml._meta_lock:
+        ml._check_writable()
+        await ml._write_metadata(list(ml._records), offload_pending=[*ml._offload_pending, key])
+    crash_point("managed_ledger.offload.after_intent")
     try:
+        await offloader.put(key, data)
+        crash_point("managed_ledger.offload.after_put")
         await _verify(offloader, key, data)
     except BaseException:
-        await _delete_object_quietly(offloader, key)
+        await _drop_upload(ml, offloader, key)
         raise
     crash_point("managed_ledger.offload.after_verify")
     location = OffloadRecord(
@@ -137,10 +156,11 @@ async def offload_ledger(ml: ManagedLedger, offloader: Offloader, ledger_id: int
                 raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} changed meanwhile")
             updated = dataclasses.replace(now, offload=location)
             records = [updated if r is now else r for r in ml._records]
-            await ml._write_metadata(records)
+            uploads = [k for k in ml._offload_pending if k != key]
+            await ml._write_metadata(records, offload_pending=uploads)
             ml._records[:] = records
     except BaseException:
-        await _delete_object_quietly(offloader, key)
+        await _drop_upload(ml, offloader, key)
         raise
     crash_point("managed_ledger.offload.after_record")
     log.info(
@@ -198,6 +218,42 @@ async def _verify(offloader: Offloader, key: str, data: bytes) -> None:
     back = await offloader.get_range(key, 0, size) if size else b""
     if size != len(data) or back != data:
         raise ObjectFormatError(f"object {key!r} read back differs from what was written")
+
+
+async def sweep_pending_uploads(ml: ManagedLedger) -> None:
+    """At open: delete the objects of offloads that died before being recorded (step 1's
+    "offload_pending" keys) and take the keys off the node."""
+    keys = list(ml._offload_pending)
+    if not keys:
+        return
+    if ml.offloader is None:
+        log.warning("%r: objects of unfinished offloads %s left behind: no offloader is "
+                    "configured", ml.name, keys)
+        return
+    for key in keys:
+        await _delete_object_quietly(ml.offloader, key)
+    async with ml._meta_lock:
+        ml._check_writable()
+        await ml._write_metadata(
+            list(ml._records), offload_pending=[k for k in ml._offload_pending if k not in keys]
+        )
+    log.info("%r: deleted the objects of unfinished offloads %s", ml.name, keys)
+
+
+async def _drop_upload(ml: ManagedLedger, offloader: Offloader, key: str) -> None:
+    """An offload failed before it was recorded: delete its object, then its pending key."""
+    await _delete_object_quietly(offloader, key)
+    with trio.CancelScope(shield=True):
+        async with ml._meta_lock:
+            if ml.is_fenced or ml.is_closed or key not in ml._offload_pending:
+                return  # the next owner's open sweeps it
+            try:
+                await ml._write_metadata(
+                    list(ml._records),
+                    offload_pending=[k for k in ml._offload_pending if k != key],
+                )
+            except Exception as exc:  # the next open sweeps it
+                log.warning("%r: could not clear pending upload %r: %r", ml.name, key, exc)
 
 
 async def _delete_object_quietly(offloader: Offloader, key: str) -> None:

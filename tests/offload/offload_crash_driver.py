@@ -41,6 +41,10 @@ def emit(line: str) -> None:
     sys.stdout.flush()
 
 
+def count_objects(tier: Path) -> int:
+    return len(list(tier.rglob("*.lwo"))) if tier.exists() else 0
+
+
 def object_size(path: Path) -> int:
     return path.stat().st_size if path.exists() else -1
 
@@ -91,7 +95,9 @@ async def report(ml: Any, store: Any, bk: Any, tier: Path) -> None:
         for r in node.ledgers
         if r.offload is not None
     ]
-    emit(json.dumps({"entries": datas, "offloaded": offloaded, "ledgers": len(node.ledgers)}))
+    objects = await trio.to_thread.run_sync(count_objects, tier)
+    emit(json.dumps({"entries": datas, "offloaded": offloaded, "ledgers": len(node.ledgers),
+                     "objects": objects, "offload_pending": node.offload_pending}))
 
 
 if __name__ == "__main__":

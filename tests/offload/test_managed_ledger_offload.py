@@ -22,7 +22,11 @@ from ledger_backend.managed_ledger.metadata_format import (
     managed_ledger_path,
 )
 from ledger_backend.metadata import MetadataStore, open_store
-from ledger_backend.offload import FilesystemOffloader, OffloadedReadError
+from ledger_backend.offload import (
+    FilesystemOffloader,
+    ObjectStoreUnavailableError,
+    OffloadedReadError,
+)
 from spark_bridge.topic_layout import OffloadedLedgerError, partition_layout
 from tests.managed_ledger.ml_test_support import FakeClock
 
@@ -228,3 +232,32 @@ async def test_the_spark_bridge_refuses_offloaded_ledgers_clearly(
 
     with pytest.raises(OffloadedLedgerError, match="tiered storage"):
         partition_layout(NodeOnly(), "sparked", 0)  # type: ignore[arg-type]
+
+
+async def test_a_store_that_is_down_only_delays_offloading(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    offloader = FlakyOffloader(tmp_path)
+    factory = ManagedLedgerFactory(store, bk, offloader=offloader)
+    ml = await factory.open(NAME, CONFIG)
+    for i in range(25):
+        await ml.append(payload(i))
+    offloader.down = True
+    with pytest.raises(ObjectStoreUnavailableError):
+        await ml.offload()
+    path = managed_ledger_path("/ledgerwire/managed-ledgers", NAME)
+    node = decode_managed_ledger((await store.get(path))[0], path)
+    assert node.offload_pending == [] and not any(r.offload for r in node.ledgers)
+    offloader.down = False
+    assert len(await ml.offload()) == 2
+    assert count_objects(tmp_path) == 2
+    await factory.close()
+
+
+class FlakyOffloader(FilesystemOffloader):
+    down = False
+
+    async def put(self, key: str, data: bytes) -> None:
+        if self.down:
+            raise ObjectStoreUnavailableError("store down (test)")
+        await super().put(key, data)

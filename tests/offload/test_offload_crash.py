@@ -2,7 +2,8 @@
 
 After the crash a new owner reads the whole log byte-identical; every ledger recorded as
 offloaded points at a complete object (never a partial one); a ledger whose bookie copy is
-gone is recorded as offloaded. A second offload pass then finishes the job.
+gone is recorded as offloaded; no object is left that the metadata does not name (the new
+owner deletes unfinished uploads). A second offload pass then finishes the job.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def run(data_dir: Path, port: int, phase: str, crash_at: str | None = None
 
 def check(state: dict[str, Any]) -> None:
     assert state["entries"] == [f"entry-{i}" for i in range(ENTRIES)]
+    # the reopen swept unfinished uploads: exactly the recorded objects remain
+    assert state["offload_pending"] == [] and state["objects"] == len(state["offloaded"])
     for item in state["offloaded"]:
         assert item["object_size"] == item["recorded_size"], item  # complete, never partial
         if item["bookie_deleted"]:
@@ -71,7 +74,8 @@ def test_an_offload_killed_at_any_step_loses_nothing(tmp_path: Path, crash_at: s
     assert verified.returncode == 0, verified.stderr[-3000:]
     after_crash, finished = (json.loads(line) for line in verified.stdout.strip().splitlines())
     check(after_crash)
-    if crash_at in ("managed_ledger.offload.after_put", "managed_ledger.offload.after_verify"):
+    if crash_at in ("managed_ledger.offload.after_intent", "managed_ledger.offload.after_put",
+                    "managed_ledger.offload.after_verify"):
         assert after_crash["offloaded"] == []  # the old state: nothing recorded
     if crash_at == "managed_ledger.offload.after_bookie_delete":
         gone = [i for i in after_crash["offloaded"] if not i["on_bookies"]]
