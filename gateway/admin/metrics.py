@@ -326,6 +326,13 @@ def _offload_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
     yield CounterMetricFamily("ledgerwire_offload_read_errors",
                               "reads of offloaded objects that failed (missing, corrupt, store "
                               "down)", value=max(r["offload"]["read_errors"] for r in rows))
+    yield CounterMetricFamily("ledgerwire_offload_store_reads",
+                              "range requests to the object store (block cache misses)",
+                              value=max(r["offload"]["store_reads"] for r in rows))
+    yield CounterMetricFamily("ledgerwire_offload_store_read_seconds",
+                              "time spent in object-store range requests (latency = this / "
+                              "ledgerwire_offload_store_reads_total)",
+                              value=max(r["offload"]["store_read_seconds"] for r in rows))
 
 
 def _bookie_families(bookies: Sequence[BookieGauges]) -> Iterator[Metric]:

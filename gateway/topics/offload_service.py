@@ -153,7 +153,9 @@ class OffloadService:
                 "bytes_on_bookies": row["bytes_on_bookies"],
                 "offloaded_total": state.ledgers_offloaded_total,
                 "failures": state.failures,
-                "read_errors": ml.offload_read_errors}
+                "read_errors": ml.offload_read_errors,
+                "store_reads": ml.offload_store_reads[0],
+                "store_read_seconds": ml.offload_store_reads[1]}
 
     def _row(self, topic: str, partition: int, ml: Any) -> dict[str, Any]:
         ledgers = ml.ledgers

@@ -570,6 +570,11 @@ class ManagedLedger:
         """Failed reads of offloaded objects (shared by the factory's managed ledgers)."""
         return self._offloaded_reader.errors
 
+    @property
+    def offload_store_reads(self) -> tuple[int, float]:
+        """(range requests to the object store, seconds spent in them), factory-wide."""
+        return self._offloaded_reader.store_reads, self._offloaded_reader.store_read_seconds
+
     def _clock_ms(self) -> int:
         return int(self._clock() * 1000)
 

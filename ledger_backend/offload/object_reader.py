@@ -55,6 +55,8 @@ class OffloadedReader:
         self._locks: dict[str, trio.Lock] = {}
         self._warned: dict[str, float] = {}
         self.errors = 0
+        self.store_reads = 0  # range requests to the object store (cache misses)
+        self.store_read_seconds = 0.0  # time spent in them (latency = seconds / reads)
 
     def _warn(self, key: str, message: str, *args: object) -> None:
         # one line per object per 10 s: a consumer retrying a bad object must not flood the log
@@ -120,6 +122,14 @@ class OffloadedReader:
                 f"offloaded ledger {ledger_id}: object {where.key!r}: {exc}"
             ) from exc
 
+    async def _get_range(self, offloader: Offloader, key: str, start: int, length: int) -> bytes:
+        began = time.monotonic()
+        try:
+            return await offloader.get_range(key, start, length)
+        finally:
+            self.store_reads += 1
+            self.store_read_seconds += time.monotonic() - began
+
     async def _index(
         self, offloader: Offloader, where: OffloadLocation, ledger_id: int
     ) -> ObjectIndex:
@@ -133,14 +143,16 @@ class OffloadedReader:
                 return cached
             if where.size < HEADER_SIZE + FOOTER_SIZE:
                 raise ObjectFormatError(f"recorded size {where.size} is too small")
-            head = await offloader.get_range(where.key, 0, HEADER_SIZE)
+            head = await self._get_range(offloader, where.key, 0, HEADER_SIZE)
             if decode_header(head) != ledger_id:
                 raise ObjectFormatError(f"object holds another ledger than {ledger_id}")
-            tail = await offloader.get_range(where.key, where.size - FOOTER_SIZE, FOOTER_SIZE)
+            tail = await self._get_range(
+                offloader, where.key, where.size - FOOTER_SIZE, FOOTER_SIZE
+            )
             index_offset, index_length, entries, data_bytes = decode_footer(tail)
             if index_offset + index_length + FOOTER_SIZE != where.size:
                 raise ObjectFormatError("footer does not match the recorded object size")
-            raw = await offloader.get_range(where.key, index_offset, index_length)
+            raw = await self._get_range(offloader, where.key, index_offset, index_length)
             index = decode_index(raw, ledger_id, entries, data_bytes, index_offset)
             self._put((where.key, -1), index, len(raw) + 64)
             self._locks.pop(where.key, None)
@@ -152,7 +164,7 @@ class OffloadedReader:
         cached = self._get((where.key, ref.offset))
         if isinstance(cached, list):
             return cached
-        raw = await offloader.get_range(where.key, ref.offset, ref.length)
+        raw = await self._get_range(offloader, where.key, ref.offset, ref.length)
         entries = decode_block(raw, ref)
         self._put((where.key, ref.offset), entries, ref.length + 32 * ref.count)
         return entries

@@ -122,6 +122,8 @@ def test_offloaded_history_reads_byte_identical_across_a_restart(server: Standal
     metrics = metric_values(server)
     assert metrics['ledgerwire_offload_ledgers{partition="0",topic="history"}'] == len(objects)
     assert metrics["ledgerwire_offload_read_errors_total"] == 0
+    assert metrics["ledgerwire_offload_store_reads_total"] > len(objects)  # index + blocks
+    assert metrics["ledgerwire_offload_store_read_seconds_total"] > 0
 
     # a corrupted object: a WARNING naming it, and not one record of that ledger served
     victim = objects[0]
@@ -133,7 +135,9 @@ def test_offloaded_history_reads_byte_identical_across_a_restart(server: Standal
     assert got == []
     assert victim.name in server.log() and "checksum" in server.log()
     # (the partition cannot even open now: its first entry, read at load, is in that object)
-    assert metric_values(server)["ledgerwire_offload_read_errors_total"] >= 1
+    after = metric_values(server)
+    assert after["ledgerwire_offload_read_errors_total"] >= 1
+    assert after["ledgerwire_offload_store_reads_total"] >= 1
 
 
 def metric_values(server: Standalone) -> dict[str, float]:
