@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from spark_bridge.preflight import PreflightError, check_master, check_read
+from spark_bridge.preflight import PreflightError, check_master, check_metadata, check_read
 from spark_bridge.progress import Progress
 from spark_bridge.spark_session import (
     RunLog,
@@ -157,13 +157,14 @@ def run_backfill(args: argparse.Namespace) -> int:
 
     fmt = args.format or _infer_format(args.source)
     backfill_id = args.backfill_id or default_backfill_id(args)
+    log = RunLog.create("backfill", args.verbose, args.log_file)  # kazoo's retries log there
     try:
         conf = _spark_conf(args)
         check_master(args.master)
+        check_metadata(args.metadata)
     except PreflightError as exc:
         print(f"ledgerwire backfill: {exc}", file=sys.stderr)
         return exc.exit_code
-    log = RunLog.create("backfill", args.verbose, args.log_file)
     try:
         _ensure_topic(args.bootstrap_servers, args.topic, args.partitions)
     except SystemExit as exc:

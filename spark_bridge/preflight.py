@@ -120,6 +120,30 @@ def check_read(options: Mapping[str, str], connect_timeout_s: float = 3.0,
                              f"{type(exc).__name__}: {_first_line(str(exc))}") from None
 
 
+def check_metadata(value: str, connect_timeout_s: float = 3.0) -> None:
+    """The metadata option resolves and its store answers within connect_timeout_s (for
+    backfill, whose writer reads the target topic's backfill markers through it)."""
+    from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
+    from spark_bridge.metadata_access import resolve_connection
+
+    try:
+        spec = resolve_connection(value)
+    except ValueError as exc:
+        raise PreflightError(str(exc), 2) from None
+    where = redact(spec.metadata_url)
+
+    def connect() -> None:
+        LedgerAccess(spec, resolve_read_mode(spec), timeout_s=connect_timeout_s).close()
+
+    try:
+        _bounded(connect, connect_timeout_s, f"cannot reach ledgerwire metadata at {where} "
+                 "(check --metadata)")  # fmt: skip
+    except PreflightError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line, not a stack
+        raise PreflightError(_first_line(str(exc)) + " (check --metadata)") from None
+
+
 def _first_line(text: str) -> str:
     text = text.strip()
     return text.splitlines()[0] if text else "(no message)"
@@ -144,4 +168,4 @@ def check_master(master: str, timeout_s: float = 3.0) -> None:
                          "check --master and that the master is running")
 
 
-__all__ = ["PreflightError", "ReadPlan", "check_master", "check_read"]
+__all__ = ["PreflightError", "ReadPlan", "check_master", "check_metadata", "check_read"]

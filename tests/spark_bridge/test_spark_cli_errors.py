@@ -223,3 +223,26 @@ def test_standalone_bookies_register_their_advertised_host(tmp_path: Path) -> No
         assert layout.ledgers
     finally:
         broker.stop()
+
+
+def test_backfill_unreachable_metadata_and_brokers_are_one_line(
+        broker: tuple[Standalone, ProducedTopic], tmp_path: Path) -> None:  # fmt: skip
+    standalone, _ = broker
+    source = tmp_path / "in.json"
+    source.write_text('{"value": "a"}\n')
+    baseline = startup_s()
+    url = f"zk://127.0.0.1:{free_port()}/ledgerwire"
+    code, _out, err, seconds = run_cli("backfill", "--from", str(source), "--topic", "cli",
+                                       "--metadata", url)  # fmt: skip
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"cannot reach ledgerwire metadata at {url}" in err
+    assert seconds < 5.0 + baseline, (seconds, baseline)
+    bootstrap = f"127.0.0.1:{free_port()}"
+    code, _out, err, seconds = run_cli("backfill", "--from", str(source), "--topic", "cli",
+                                       "--metadata", str(standalone.data_dir),
+                                       "--bootstrap-servers", bootstrap)  # fmt: skip
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"cannot reach the brokers at {bootstrap}" in err
+    assert seconds < 10.0 + baseline, (seconds, baseline)
