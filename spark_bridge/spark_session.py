@@ -56,6 +56,10 @@ class RunLog:
                                                    "%(message)s"))
             for name in _QUIET_LOGGERS:
                 logger = logging.getLogger(name)
+                for old in [h for h in logger.handlers if getattr(h, "ledgerwire_run", False)]:
+                    logger.removeHandler(old)  # an earlier run in this process
+                    old.close()
+                handler.ledgerwire_run = True  # type: ignore[attr-defined]
                 logger.addHandler(handler)
                 logger.propagate = False
                 logger.setLevel(logging.INFO)

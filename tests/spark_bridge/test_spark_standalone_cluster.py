@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,3 +62,47 @@ def test_replay_on_two_workers_equals_the_produced_topic(
     per_worker = cluster.tasks_per_worker()
     assert all(n > 0 for n in per_worker), per_worker
     assert os.path.isdir(target)
+
+
+def _drain_count(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    partitions = AdminClient({"bootstrap.servers": bootstrap}).list_topics(
+        topic, timeout=30).topics[topic].partitions  # fmt: skip
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "count",
+                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        count, eof = 0, set()
+        deadline = time.monotonic() + 120
+        while len(eof) < len(partitions) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                eof.add(msg.partition())
+                continue
+            count += 1
+        return count
+    finally:
+        consumer.close()
+
+
+def test_backfill_on_two_workers_is_exact_and_idempotent(
+        cluster: SparkCluster, topic: tuple[Standalone, ProducedTopic], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    broker, _ = topic
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    source = tmp_path / "rows.json"
+    source.write_text("".join(f'{{"k": "k{i}", "value": "v{i}"}}\n' for i in range(300)))
+    args = ["backfill", "--from", str(source), "--topic", "filled", "--partitions", "2",
+            "--key-column", "k", "--tasks", "4", "--bootstrap-servers", broker.bootstrap,
+            "--metadata", str(broker.data_dir), "--master", cluster.master, "--no-ui",
+            "--conf", "spark.executor.memory=512m"]  # fmt: skip
+    for _ in range(2):
+        code, out, err, _s = run_cli(*args, timeout_s=600, cwd=tmp_path)
+        assert code == 0, err
+        assert_no_java(err)
+    assert "300 rows already there" in out
+    assert _drain_count(broker.bootstrap, "filled") == 300
