@@ -2,10 +2,10 @@
 
 `Progress(spark, total_records, stream)` polls in a daemon thread: records and bytes written so
 far come from Spark's monitoring REST API (the UI's /api/v1: the stages' outputRecords and
-outputBytes, which executors' heartbeats update while tasks run); with the UI off, the share of
-finished tasks (StatusTracker) times the planned record count stands in. On a terminal one line
-is rewritten in place every second; otherwise a plain line is printed per interval (30 s by
-default), so that a log collector sees the job move.
+outputBytes; a Parquet write reports a task's rows when the task ends), and at least the share
+of finished tasks (StatusTracker) times the planned record count; so the line moves per finished
+task, not within one. On a terminal one line is rewritten in place every second; otherwise a
+plain line is printed per interval (30 s by default), so that a log collector sees the job move.
 
 This module must never fail the job: any error while polling skips that poll.
 """
@@ -92,8 +92,8 @@ class Progress:
         records, nbytes = self._totals()
         records -= self._baseline[0]
         nbytes -= self._baseline[1]
-        if not self.ui and self.total and tasks:
-            records = self.total * done // tasks
+        if self.total and tasks:  # Parquet reports a task's rows only when it ends
+            records = max(records, self.total * done // tasks)
         return Snapshot(records, nbytes, done, tasks)
 
     def _totals(self) -> tuple[int, int]:
