@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from spark_bridge.preflight import PreflightError, check_master, check_metadata, check_read
 from spark_bridge.progress import Progress
@@ -129,8 +130,9 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int | None) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
-                         "logger": logging.getLogger("ledgerwire.backfill.admin")})
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 0,
+                                "logger": logging.getLogger("ledgerwire.backfill.admin")}
+    admin = AdminClient(settings)  # the logger is a real setting its stubs do not know
     try:
         metadata = admin.list_topics(timeout=5)
     except KafkaException as exc:
