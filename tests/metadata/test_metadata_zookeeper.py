@@ -38,9 +38,9 @@ def test_parse_zk_url() -> None:
 
 
 async def wait_for_state(events: trio.abc.ReceiveChannel[SessionState],
-                         wanted: SessionState) -> list[SessionState]:
+                         wanted: SessionState, timeout_s: float = WAIT_S) -> list[SessionState]:
     seen = []
-    with trio.fail_after(WAIT_S):
+    with trio.fail_after(timeout_s):
         async for state in events:
             seen.append(state)
             if state is wanted:
@@ -104,8 +104,8 @@ async def test_session_expiry_loses_ephemerals_and_tells_everyone(
 @pytest.fixture(scope="module")
 def restartable_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """A server of its own: these tests stop and restart it."""
-    # tickTime 1 s: sessions up to 20 s (the restart test needs one that outlives a restart)
-    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper-restart"), tick_ms=1000) as server:
+    # tickTime 3 s: sessions up to 60 s (the restart test needs one that outlives a restart)
+    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper-restart"), tick_ms=3000) as server:
         yield server
 
 
@@ -116,9 +116,9 @@ async def test_server_restart_suspends_then_resumes_the_session(
 ) -> None:
     chroot = f"/restart-{uuid.uuid4().hex[:8]}"
     # A session long enough to outlive a JVM restart on a loaded 2-core machine (8 s did not
-    # once, and the session expired instead of resuming).
-    store = await open_zk(restartable_zk, chroot, session_timeout_s=20, op_timeout_s=1)
-    observer = await open_zk(restartable_zk, chroot, session_timeout_s=20)
+    # once, and 20 s did not with the suite on two workers: the session expired instead).
+    store = await open_zk(restartable_zk, chroot, session_timeout_s=50, op_timeout_s=1)
+    observer = await open_zk(restartable_zk, chroot, session_timeout_s=50)
     try:
         await store.create("/watched", b"0")
         eph = await store.create("/mine", ephemeral=True)
@@ -130,7 +130,7 @@ async def test_server_restart_suspends_then_resumes_the_session(
             with pytest.raises(MetadataUnavailableError):
                 await store.get("/watched")
             await trio.to_thread.run_sync(restartable_zk.start)
-            await wait_for_state(states, SessionState.CONNECTED)
+            await wait_for_state(states, SessionState.CONNECTED, timeout_s=45)
             # the watch was re-armed and says "re-read, you may have missed something"
             with trio.fail_after(WAIT_S):
                 assert await watcher.__anext__() == WatchEvent("/watched", "changed")
