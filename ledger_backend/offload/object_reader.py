@@ -1,6 +1,9 @@
 """Reading entry ranges of offloaded ledgers: footer, index, then only the blocks needed.
 
-Indexes (small) and decoded blocks are kept in one LRU cache bounded in bytes. A missing
+Indexes (small) and decoded blocks are kept in one LRU cache bounded in bytes. A miss reads
+ahead: the blocks that follow the missed one in the object (they are contiguous) come in the same
+range request, up to `readahead_bytes` (at most a quarter of the cache), so a consumer reading a
+ledger in order makes one store request per read-ahead window, not one per block. A missing
 object, an unreachable store or a corrupt part (bad magic, version or CRC) raises
 OffloadedReadError naming the object and logs one rate-limited WARNING line per object; a reader
 never returns a byte it could not verify. This module never writes to the store.
@@ -8,6 +11,7 @@ never returns a byte it could not verify. This module never writes to the store.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections import OrderedDict
@@ -31,6 +35,7 @@ from ledger_backend.offload.offloader import OffloadedReadError, Offloader, Offl
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_BYTES = 64 << 20
+DEFAULT_READAHEAD_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -46,10 +51,14 @@ class OffloadedReader:
     """Range reads of offloaded ledgers through a byte-bounded LRU cache."""
 
     def __init__(
-        self, offloaders: dict[str, Offloader], cache_bytes: int = DEFAULT_CACHE_BYTES
+        self,
+        offloaders: dict[str, Offloader],
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
     ) -> None:
         self._offloaders = offloaders
         self._cache_bytes = cache_bytes
+        self._readahead_bytes = max(0, min(readahead_bytes, cache_bytes // 4))
         self._cache: OrderedDict[tuple[str, int], tuple[object, int]] = OrderedDict()
         self._used = 0
         self._locks: dict[str, trio.Lock] = {}
@@ -104,7 +113,7 @@ class OffloadedReader:
             index = await self._index(offloader, where, ledger_id)
             out: list[bytes] = []
             for ref in index.blocks_for(first, last):
-                entries = await self._block(offloader, where, ref)
+                entries = await self._block(offloader, where, index, ref)
                 lo = max(first, ref.first_entry) - ref.first_entry
                 hi = min(last, ref.last_entry) - ref.first_entry
                 out.extend(entries[lo : hi + 1])
@@ -159,12 +168,42 @@ class OffloadedReader:
             return index
 
     async def _block(
-        self, offloader: Offloader, where: OffloadLocation, ref: BlockRef
+        self, offloader: Offloader, where: OffloadLocation, index: ObjectIndex, ref: BlockRef
     ) -> list[bytes]:
         cached = self._get((where.key, ref.offset))
         if isinstance(cached, list):
             return cached
-        raw = await self._get_range(offloader, where.key, ref.offset, ref.length)
-        entries = decode_block(raw, ref)
-        self._put((where.key, ref.offset), entries, ref.length + 32 * ref.count)
-        return entries
+        run = self._readahead_run(where, index, ref)
+        start = run[0].offset
+        raw = await self._get_range(
+            offloader, where.key, start, run[-1].offset + run[-1].length - start
+        )
+        view = memoryview(raw)
+        wanted: list[bytes] = []
+        for block in run:
+            part = bytes(view[block.offset - start : block.offset - start + block.length])
+            if block is ref:
+                entries = wanted = decode_block(part, block)  # its damage is this read's error
+            else:
+                try:
+                    entries = decode_block(part, block)
+                except ObjectFormatError:
+                    continue  # a damaged later block fails only a read that wants it
+            self._put((where.key, block.offset), entries, block.length + 32 * block.count)
+        return wanted
+
+    def _readahead_run(
+        self, where: OffloadLocation, index: ObjectIndex, ref: BlockRef
+    ) -> list[BlockRef]:
+        """`ref` and the uncached blocks right after it, within the read-ahead budget."""
+        run = [ref]
+        budget = self._readahead_bytes - ref.length
+        position = bisect.bisect_left([b.offset for b in index.blocks], ref.offset) + 1
+        for block in index.blocks[position:]:
+            if block.length > budget or (where.key, block.offset) in self._cache:
+                break
+            if block.offset != run[-1].offset + run[-1].length:
+                break  # not contiguous (never in format v1; a guard, not a case)
+            run.append(block)
+            budget -= block.length
+        return run

@@ -171,3 +171,34 @@ def test_a_damaged_object_never_yields_a_wrong_byte(data: st.DataObject) -> None
         assert got == entries[first : last + 1]
 
     trio.run(attempt)
+
+
+def test_reads_ahead_in_one_range_request_per_window() -> None:
+    """A ledger read in order costs one store request per read-ahead window (plus the index),
+    not one per block; a damaged block after the wanted one fails only a read that wants it."""
+    entries = [bytes([i % 251]) * 1000 for i in range(400)]  # 400 kB over 1 kB blocks
+    obj = encode_object(11, entries, block_bytes=10_000)
+
+    async def sequential(readahead: int) -> int:
+        store = MemoryObjects({"k": obj})
+        reader = OffloadedReader({"memory": store}, cache_bytes=1 << 20,
+                                 readahead_bytes=readahead)
+        where = OffloadLocation("memory", "k", len(obj))
+        for first in range(0, 400, 5):
+            assert await reader.read(where, 11, first, first + 4) == entries[first:first + 5]
+        return reader.store_reads
+
+    assert trio.run(sequential, 0) == 3 + 40  # header, footer, index; then every block
+    assert trio.run(sequential, 100_000) <= 3 + 5  # ten blocks per request
+
+    async def damaged_later_block() -> None:
+        bad = bytearray(obj)
+        bad[len(obj) // 2] ^= 0xFF
+        reader = OffloadedReader({"memory": MemoryObjects({"k": bytes(bad)})},
+                                 readahead_bytes=1 << 20)
+        where = OffloadLocation("memory", "k", len(obj))
+        assert await reader.read(where, 11, 0, 9) == entries[:10]
+        with pytest.raises(OffloadedReadError):
+            await reader.read(where, 11, 0, 399)
+
+    trio.run(damaged_later_block)
