@@ -2,7 +2,8 @@
 
 `run` wakes every `interval_s`: for each open partition it offloads closed ledgers until at
 most the size threshold stays on bookies and ledgers older than the age threshold are
-offloaded (namespace policies offload_threshold_mb / offload_threshold_seconds, else
+offloaded (the topic's remote.storage.enable / local.retention.bytes / local.retention.ms,
+else the namespace policies offload_threshold_mb / offload_threshold_seconds, else
 [offload] threshold_mb / threshold_seconds; -1 = never), and deletes the
 bookie copies of ledgers offloaded at least `deletion_lag_s` ago. `offload_topic` offloads
 every closed ledger of a topic's open partitions now (admin API, `ledgerwire admin topics
@@ -89,8 +90,12 @@ class OffloadService:
 
     def thresholds_of(self, topic: str) -> tuple[int | None, float | None]:
         """(bytes kept on bookies, age offloaded) for `topic`'s partitions, None = that rule
-        is off: the namespace policies offload_threshold_mb / _seconds when set, else
-        [offload] threshold_mb / threshold_seconds (-1 = off)."""
+        is off. The topic's own configs win (KIP-405's names: `remote.storage.enable=false`
+        never offloads; `local.retention.bytes` / `local.retention.ms` >= 0 set the rule,
+        -1 turns it off, -2 inherits; `remote.storage.enable=true` with neither set offloads
+        every closed ledger, as Kafka copies every closed segment); then the namespace
+        policies offload_threshold_mb / _seconds; then [offload] threshold_mb /
+        threshold_seconds (-1 = off)."""
         size: float = self.threshold_bytes
         age: float = self.threshold_s
         registry = getattr(self._topics, "namespaces", None)
@@ -104,6 +109,19 @@ class OffloadService:
                 size = -1 if mb < 0 else mb << 20
             if policies is not None and policies.offload_threshold_seconds is not None:
                 age = policies.offload_threshold_seconds
+        info = self._topics.topics().get(topic)
+        configs = info.configs if info is not None else {}
+        enabled = configs.get("remote.storage.enable", "").lower()
+        if enabled == "false":
+            return None, None
+        local_bytes = int(configs.get("local.retention.bytes", -2))
+        local_ms = int(configs.get("local.retention.ms", -2))
+        if enabled == "true" and local_bytes == -2 and local_ms == -2:
+            return 0, None
+        if local_bytes != -2:
+            size = local_bytes
+        if local_ms != -2:
+            age = -1 if local_ms < 0 else local_ms / 1000
         return (None if size < 0 else int(size)), (None if age < 0 else float(age))
 
     async def run_once(self) -> None:

@@ -70,7 +70,8 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _INT_CONFIGS = ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
                 "segment.ms", "min.insync.replicas", "message.timestamp.difference.max.ms",
-                "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms")
+                "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
+                "local.retention.ms", "local.retention.bytes")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 

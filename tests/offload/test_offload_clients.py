@@ -152,6 +152,16 @@ def test_the_namespace_threshold_offloads_in_the_background(tmp_path: Path) -> N
     sa = start_server(tmp_path, 1)
     try:
         sa.admin("policies", "set", "public/default", "offload_threshold_mb=0")
+        # a topic that opts out the Kafka way (KIP-405's config) stays on bookies
+        admin = AdminClient({"bootstrap.servers": sa.bootstrap})
+        admin.create_topics([NewTopic("pinned", 1, 1, config={
+            "segment.bytes": "65536", "remote.storage.enable": "false"})])["pinned"].result(30)
+        pinned = Producer({"bootstrap.servers": sa.bootstrap, "acks": "all"})
+        for i in range(600):  # flushed in small batches: several ledgers roll
+            pinned.produce("pinned", value=b"%0300d" % i)
+            if i % 50 == 49:
+                pinned.flush(30)
+        assert pinned.flush(30) == 0
         sent = produce(sa.bootstrap)
         deadline = time.monotonic() + 60
         rows: list[dict[str, object]] = []
@@ -162,6 +172,8 @@ def test_the_namespace_threshold_offloads_in_the_background(tmp_path: Path) -> N
             time.sleep(0.5)
         assert rows and rows[0]["ledgers_on_bookies"] == 1, rows  # all but the open one
         assert consume_all(sa.bootstrap, len(sent)) == sent
+        kept = sa.admin("topics", "offload-status", "pinned")
+        assert kept[0]["ledgers_offloaded"] == 0 and kept[0]["ledgers_on_bookies"] > 1, kept
     finally:
         sa.stop()
 

@@ -103,9 +103,13 @@ TOPIC_CONFIGS: dict[str, tuple[int, str | None, str]] = {
     "segment.ms": (TYPE_LONG, "604800000", "Ledger roll-over age."),
     "unclean.leader.election.enable": (TYPE_BOOLEAN, "false", "Never: fencing decides."),
     "message.downconversion.enable": (TYPE_BOOLEAN, "true", "Old fetch versions."),
-    "remote.storage.enable": (TYPE_BOOLEAN, "false", "Tiered storage is not used."),
-    "local.retention.ms": (TYPE_LONG, "-2", "Tiered storage is not used."),
-    "local.retention.bytes": (TYPE_LONG, "-2", "Tiered storage is not used."),
+    "remote.storage.enable": (TYPE_BOOLEAN, "false", "Offload closed ledgers to tiered "
+                              "storage ([offload]); explicit false: never, whatever the "
+                              "namespace policy."),
+    "local.retention.ms": (TYPE_LONG, "-2", "Offload ledgers older than this; -1 never by "
+                           "age, -2 the namespace's or [offload]'s threshold."),
+    "local.retention.bytes": (TYPE_LONG, "-2", "Keep at most this much per partition on "
+                              "bookies; -1 no bound, -2 the namespace's or [offload]'s."),
     "leader.replication.throttled.replicas": (TYPE_LIST, "", "Not applicable."),
     "follower.replication.throttled.replicas": (TYPE_LIST, "", "Not applicable."),
 }
@@ -113,6 +117,7 @@ TOPIC_CONFIGS: dict[str, tuple[int, str | None, str]] = {
 _INTEGER_TYPES = (TYPE_INT, TYPE_SHORT, TYPE_LONG)
 # Lower bounds of the configs that take effect here (Kafka's: -1 means "no limit").
 _MINIMUMS = {"retention.ms": -1, "retention.bytes": -1, "max.message.bytes": 0,
+             "local.retention.ms": -2, "local.retention.bytes": -2,
              "segment.bytes": 1, "segment.ms": 1, "message.timestamp.difference.max.ms": 0}
 
 
