@@ -71,6 +71,7 @@ class AdminContext:
     owner_of: Callable[[str, int], int | None] | None = None
     tokens: Any = None  # gateway.security.admin_tokens.TokenStore (the /admin/v1/tokens API)
     share_groups: Any = None  # gateway.kafka.share_groups.ShareGroups (metrics, listings)
+    replication: Any = None  # gateway.replication.service.ReplicationService (clusters, status)
     started_at: float = field(default_factory=time.time)
 
     def is_ready(self) -> bool:
@@ -249,7 +250,9 @@ async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
     shares = ctx.share_groups.delivery.stats() if ctx.share_groups is not None else []
     return MetricsSnapshot(ctx.broker_metrics, partitions, lag, bookies, under,
                            started_at=ctx.started_at, capacity=capacity,
-                           share_partitions=shares)
+                           share_partitions=shares,
+                           replication=(ctx.replication.metrics_rows()
+                                        if ctx.replication is not None else []))
 
 
 async def bookie_capacity(ctx: AdminContext) -> BookieCapacity:

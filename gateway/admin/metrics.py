@@ -169,6 +169,8 @@ class MetricsSnapshot:
     capacity: Any = None  # gateway.cluster.bookie_capacity.BookieCapacity, if known
     # Kafka share groups: (group, topic, partition, gateway.delivery DeliveryStats, in flight)
     share_partitions: list[tuple[str, str, int, Any, int]] = field(default_factory=list)
+    # geo-replication: gateway/replication ReplicatorStatus.to_json() rows
+    replication: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _fmt(value: float) -> str:
@@ -220,6 +222,7 @@ class SnapshotCollector:
         yield lag
         yield from _partition_families(snap.partitions)
         yield from _share_families(snap.share_partitions)
+        yield from _replication_families(snap.replication)
         yield from _bookie_families(snap.bookies)
         yield GaugeMetricFamily("ledgerwire_under_replicated_ledgers",
                                 "ledgers marked under-replicated by the auditor",
@@ -359,6 +362,22 @@ def _bookie_families(bookies: Sequence[BookieGauges]) -> Iterator[Metric]:
         if b.journal_fsync is not None:
             _histogram(fsync, [b.bookie_id], b.journal_fsync)
     yield fsync
+
+
+def _replication_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    labels = ["remote", "topic", "partition"]
+    backlog = GaugeMetricFamily("ledgerwire_replication_backlog_messages",
+                                "offsets not yet replicated to the remote cluster", labels=labels)
+    lag = GaugeMetricFamily("ledgerwire_replication_lag_seconds",
+                            "age of the oldest record not yet replicated", labels=labels)
+    sent = CounterMetricFamily("ledgerwire_replication_sent", "records replicated",
+                               labels=labels)
+    for row in rows:
+        values = [row["remote"], row["topic"], str(row["partition"])]
+        backlog.add_metric(values, row["backlog_messages"] or 0)
+        lag.add_metric(values, row["lag_seconds"] or 0.0)
+        sent.add_metric(values, row["sent_total"])
+    yield from (backlog, lag, sent)
 
 
 def render_metrics(snap: MetricsSnapshot, accept: str = "") -> tuple[bytes, str]:

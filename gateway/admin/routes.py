@@ -43,6 +43,7 @@ from gateway.admin.console.pages import ANY_PRINCIPAL, ConsolePages
 from gateway.admin.console.rendering import Pages
 from gateway.admin.http_server import HttpError, HttpRequest, HttpResponse, serve
 from gateway.admin.metrics import render_metrics
+from gateway.admin.replication_routes import replication_routes
 from gateway.security.admin_tokens import TokenError
 
 log = logging.getLogger("ledgerwire.admin")
@@ -216,6 +217,7 @@ def api_routes(ctx: AdminContext, auth: AdminAuth) -> list[AdminRoute]:
     ]
     routes = [AdminRoute(method, V1 + path, _json(fn, status), access)
               for method, path, fn, status, access in table]
+    routes += replication_routes(ctx)
     routes += [
         AdminRoute("GET", "/health", health, fixed(PUBLIC)),
         AdminRoute("GET", "/ready", ready, fixed(PUBLIC)),

@@ -247,6 +247,16 @@ def metadata_url_with_session_timeout(url: str, session_timeout_s: float | None)
 
 
 @dataclass
+class ReplicationConfig:
+    """Geo-replication (gateway/replication/): this cluster's name among the clusters that
+    replicate namespaces to each other, and how often the replicators checkpoint."""
+
+    cluster_name: str = "standalone"
+    checkpoint_interval_s: float = 1.0  # a replicator's durable position and offset sync
+    retry_backoff_s: float = 1.0  # after a remote cluster failed to answer
+
+
+@dataclass
 class Config:
     data_dir: Path = Path("./data")
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
@@ -258,6 +268,7 @@ class Config:
     rocketmq: RocketMQConfig = field(default_factory=RocketMQConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     offload: OffloadConfig = field(default_factory=OffloadConfig)
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
 
     def validate(self) -> None:
         o = self.offload

@@ -36,6 +36,7 @@ from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
 from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
+from gateway.replication.service import ReplicationService
 from gateway.rocketmq.setup import build_rocketmq
 from gateway.security.admin_tokens import TokenStore
 from gateway.security.quota_store import QuotaStore
@@ -261,6 +262,9 @@ async def run_standalone(
         topics.backlog_quotas = backlog_quotas  # the produce/send handlers ask it
         admin.retention.backlog = backlog_quotas
         background.start_soon(backlog_quotas.run)
+        admin.replication = ReplicationService(store, topics, namespaces, config.replication,
+                                               coordinator)
+        await background.start(admin.replication.run)
         rocketmq = None
         if config.rocketmq.enabled:
             rocketmq = await build_rocketmq(config.rocketmq, topics, factory,

@@ -14,7 +14,8 @@ Layout in the store (every node JSON with a "format" field, changed by compare-a
     /ledgerwire/namespace-changes                   touched after every change (followers watch it)
 
 Policies (`NamespacePolicies`): ensemble/write/ack quorum, retention time and size, message TTL,
-max topics, auto-create on/off, backlog quota (size and/or time limit of the slowest group's
+max topics, auto-create on/off, the clusters it is replicated to (gateway/replication/),
+backlog quota (size and/or time limit of the slowest group's
 unconsumed backlog, and what happens beyond it: gateway/topics/backlog_quota.py).  None means "the
 broker's default".
 
@@ -84,6 +85,8 @@ class NamespacePolicies:
     # the oldest closed ledgers; -1: never, 0: as soon as a ledger closes (None: [offload])
     offload_threshold_mb: int | None = None
     offload_threshold_seconds: int | None = None  # ... and ledgers older than this; -1 never
+    # geo-replication (gateway/replication/): the clusters every topic here lives in
+    replication_clusters: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -101,6 +104,13 @@ class NamespacePolicies:
             if key == "auto_create_topics":
                 if not isinstance(value, bool):
                     raise NamespaceError(f"{key} must be true or false")
+            elif key == "replication_clusters":
+                if isinstance(value, str):  # the CLI's replication_clusters=east,west
+                    value = [c.strip() for c in value.split(",") if c.strip()]
+                if not isinstance(value, list) or not all(
+                        isinstance(c, str) and _LEGAL_NAME.fullmatch(c) for c in value):
+                    raise NamespaceError(f"{key} must be a list of cluster names")
+                value = sorted(set(value))
             elif key == "backlog_quota_policy":
                 if value not in BACKLOG_POLICIES:
                     raise NamespaceError(f"{key} must be one of {list(BACKLOG_POLICIES)}")

@@ -31,6 +31,7 @@ RANKS: dict[str, int] = {
     "gateway.security": 4,
     "gateway.coordinator": 5,
     "gateway.delivery": 6,  # per-record delivery (share groups, SimpleConsumer) for both fronts
+    "gateway.replication": 6,  # geo-replication to other clusters (a Kafka client of its own)
     "gateway.kafka": 7,
     "gateway.rocketmq": 7,
     "gateway.admin": 7,

@@ -13,6 +13,8 @@
     admin brokers    list
     admin policies   get T/NS | set T/NS k=v...
     admin tokens     list | create User:NAME [--ttl S] [--description D] | revoke ID
+    admin clusters   list | add NAME --kafka HOST:PORT ... | remove NAME  (cli/admin/replication.py)
+    admin replication status
 
 Every one takes --admin-url, --json (print the API's JSON instead of a table) and the
 credentials: --user/--password or --token (or $LEDGERWIRE_ADMIN_USER, _PASSWORD, _TOKEN).
@@ -28,6 +30,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from gateway.cli.admin import replication
 from gateway.cli.admin.http_client import (
     AdminCredentials,
     AdminRequestError,
@@ -52,6 +55,7 @@ RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "policies": ("namespace policies: get, set", ("get", "set")),
     "tokens": ("admin API tokens: list, create PRINCIPAL, revoke ID",
                ("list", "create", "revoke")),
+    **replication.RESOURCES,
 }
 
 
@@ -90,6 +94,7 @@ def add_resource_parsers(sub: Any) -> None:
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         add_credential_arguments(p)
         p.set_defaults(admin_resource=resource)
+        replication.add_arguments(resource, p)
         if resource == "tenants":
             p.add_argument("--allowed-principal", action="append", metavar="User:NAME")
         if resource in ("namespaces",):
@@ -145,6 +150,8 @@ def _ns_segments(full: str) -> tuple[str, str]:
 def _request(args: argparse.Namespace) -> tuple[str, str, Any, Callable[[Any], str]]:
     """(method, path, body, human renderer) for one invocation."""
     r, a = args.admin_resource, args.action
+    if r in replication.RESOURCES:
+        return replication.request(args, _need_name)
     def done(doc: Any) -> str:
         return key_values(doc) if isinstance(doc, dict) else str(doc)
     if r == "tenants":

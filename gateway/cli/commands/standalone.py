@@ -25,6 +25,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     """Flags that override the TOML configuration (dest = the dotted setting name)."""
     p.add_argument("--config", type=Path, help="TOML configuration file")
     p.add_argument("--data-dir", dest="data_dir", help="data directory (default ./data)")
+    p.add_argument("--cluster-name", dest="replication.cluster_name", metavar="NAME",
+                   help="this cluster's name for geo-replication (default standalone)")
     p.add_argument(
         "--kafka-listener",
         dest="kafka.listener",

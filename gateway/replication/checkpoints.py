@@ -1,0 +1,117 @@
+"""A replicator's durable position and offset syncs, one metadata node per partition and remote.
+
+    /ledgerwire/replication/<remote>/<topic>/<partition>
+        {"format": 1, "source_next": S, "remote_next": R, "syncs": [[s, r], ...],
+         "inbound": [[a, o], ...]}
+
+`source_next`/`remote_next` is a pair the remote has acknowledged: every record written here
+below local offset S is in the remote below offset R, and whatever is sent later lands at R or
+after.  `syncs` keeps the last `MAX_SYNCS` such pairs (MirrorMaker 2's offset syncs), so a
+group's committed offset here translates to the remote.  `inbound` keeps pairs (a, o): the
+record at local offset a - 1 came from the remote and was its offset o - 1 there, so a group
+committed at or past a has read everything the remote wrote below o.
+
+The replicator claims the node when it starts (a version bump), and every later write is a
+compare-and-set on the version it holds: a replicator that lost its partition cannot move the
+position any more.  This module must never write without that check.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ledger_backend.metadata.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+)
+
+REPLICATION_PATH = "/ledgerwire/replication"
+CHECKPOINT_FORMAT_VERSION = 1
+MAX_SYNCS = 64
+
+
+class CheckpointLost(Exception):
+    """Another replicator claimed this position (ownership moved): stop replicating it."""
+
+
+@dataclass
+class Checkpoint:
+    source_next: int = 0
+    remote_next: int = -1  # -1: nothing acknowledged yet (scan the remote from its start)
+    syncs: list[tuple[int, int]] = field(default_factory=list)
+    inbound: list[tuple[int, int]] = field(default_factory=list)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"format": CHECKPOINT_FORMAT_VERSION, "source_next": self.source_next,
+                           "remote_next": self.remote_next, "syncs": self.syncs,
+                           "inbound": self.inbound}).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Checkpoint:
+        doc = json.loads(data)
+        if doc.get("format") != CHECKPOINT_FORMAT_VERSION:
+            raise ValueError(f"unknown replication checkpoint format {doc.get('format')}")
+        return cls(int(doc["source_next"]), int(doc["remote_next"]),
+                   [(int(s), int(r)) for s, r in doc.get("syncs", [])],
+                   [(int(a), int(o)) for a, o in doc.get("inbound", [])])
+
+    def add_sync(self, source: int, remote: int) -> None:
+        if not self.syncs or self.syncs[-1] != (source, remote):
+            self.syncs.append((source, remote))
+            del self.syncs[:-MAX_SYNCS]
+
+    def add_inbound(self, local_next: int, origin_next: int) -> None:
+        if not self.inbound or self.inbound[-1][1] < origin_next:
+            self.inbound.append((local_next, origin_next))
+            del self.inbound[:-MAX_SYNCS]
+
+
+def checkpoint_path(remote: str, topic: str, partition: int) -> str:
+    return f"{REPLICATION_PATH}/{remote}/{topic}/{partition}"
+
+
+class CheckpointStore:
+    """Claim, read and advance one checkpoint node (see the module docstring)."""
+
+    def __init__(self, store: MetadataStore, remote: str, topic: str, partition: int) -> None:
+        self._store = store
+        self.path = checkpoint_path(remote, topic, partition)
+        self._version = -1
+
+    async def claim(self) -> Checkpoint:
+        """Read the checkpoint (a fresh one if none) and make it ours by a version bump."""
+        while True:
+            try:
+                data, stat = await self._store.get(self.path)
+            except NoNodeError:
+                try:
+                    await self._store.create(self.path, Checkpoint().to_bytes(),
+                                             make_parents=True)
+                except NodeExistsError:
+                    pass
+                continue
+            try:
+                stat = await self._store.set(self.path, data, stat.version)
+            except BadVersionError:
+                continue
+            self._version = stat.version
+            return Checkpoint.from_bytes(data)
+
+    async def save(self, checkpoint: Checkpoint) -> None:
+        try:
+            stat = await self._store.set(self.path, checkpoint.to_bytes(), self._version)
+        except (BadVersionError, NoNodeError) as exc:
+            raise CheckpointLost(f"{self.path} was claimed by another replicator") from exc
+        self._version = stat.version
+
+
+async def read_checkpoint(store: MetadataStore, remote: str, topic: str,
+                          partition: int) -> Checkpoint | None:
+    try:
+        data, _ = await store.get(checkpoint_path(remote, topic, partition))
+    except NoNodeError:
+        return None
+    return Checkpoint.from_bytes(data)

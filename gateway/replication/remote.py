@@ -1,0 +1,160 @@
+"""A small Kafka client to another cluster: what a replicator asks of its remote.
+
+Built on gateway/cluster/peer_client.py (the project's own codec, connection pool, TLS and SASL
+login), not on confluent-kafka: that is a test dependency only, and its producer hides what a
+replicator must control itself (one produce in flight, the exact remote offset of each batch for
+the offset syncs, a new producer id after any doubt).  Requests go to the registered bootstrap
+broker; a remote that answers NOT_LEADER_OR_FOLLOWER for a partition is asked for its metadata
+and the partition's leader gets the next request.
+
+Each call raises `RemoteError` (retriable: the caller backs off and starts a new session) or
+returns the decoded answer.  This module must never retry on its own, nor log a password.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.cluster.peer_client import PeerClient, PeerSecurity
+from gateway.replication.clusters import RemoteCluster
+from protocols.kafka.errors import ErrorCode, KafkaProtocolError
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, CREATE_TOPICS, INIT_PRODUCER_ID = (
+    0, 1, 2, 3, 8, 19, 22)
+REMOTE_TIMEOUT_S = 30.0
+EARLIEST = -2
+PUSHED_METADATA = "lw.replication"  # the metadata of group offsets a replicator committed
+
+
+class RemoteError(Exception):
+    """The remote cluster did not do what was asked (unreachable, refused, an error code)."""
+
+    def __init__(self, message: str, code: int = -1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _check(code: int, what: str) -> None:
+    if code:
+        try:
+            name = ErrorCode(code).name
+        except ValueError:
+            name = str(code)
+        raise RemoteError(f"{what}: {name}", code)
+
+
+class RemoteKafka:
+    """Requests to one remote cluster (see the module docstring)."""
+
+    def __init__(self, cluster: RemoteCluster, client_id: str) -> None:
+        self.cluster = cluster
+        security = PeerSecurity(cluster.ssl_context(), cluster.sasl_mechanism or None,
+                                cluster.sasl_user, cluster.sasl_password)
+        self._peers = PeerClient(client_id, REMOTE_TIMEOUT_S, security, max_connections=8)
+        self._leaders: dict[tuple[str, int], tuple[str, int]] = {}
+
+    async def aclose(self) -> None:
+        await self._peers.aclose()
+
+    async def _call(self, api_key: int, version: int, body: dict[str, Any],
+                    to: tuple[str, int] | None = None) -> dict[str, Any]:
+        host, port = to or self.cluster.bootstrap
+        try:
+            return await self._peers.request(host, port, api_key, version, body)
+        except (KafkaProtocolError, OSError) as exc:
+            raise RemoteError(f"cluster {self.cluster.name} ({host}:{port}): {exc}") from None
+
+    def _leader(self, topic: str, partition: int) -> tuple[str, int] | None:
+        return self._leaders.get((topic, partition))
+
+    async def metadata(self, topic: str) -> dict[str, Any] | None:
+        """The topic's metadata (None: it does not exist there); remembers the leaders."""
+        answer = await self._call(METADATA, 8, {
+            "topics": [{"name": topic}], "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False})
+        brokers = {b["node_id"]: (b["host"], b["port"]) for b in answer["brokers"]}
+        for t in answer["topics"]:
+            if t["name"] != topic:
+                continue
+            if t["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                return None
+            _check(t["error_code"], f"metadata of {topic}")
+            for p in t["partitions"]:
+                if p["leader_id"] in brokers:
+                    self._leaders[(topic, p["partition_index"])] = brokers[p["leader_id"]]
+            return dict(t)
+        return None
+
+    async def ensure_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> int:
+        """Create the topic there with this partition count and configs unless it exists;
+        return its partition count there."""
+        meta = await self.metadata(topic)
+        if meta is None:
+            answer = await self._call(CREATE_TOPICS, 4, {
+                "topics": [{"name": topic, "num_partitions": partitions,
+                            "replication_factor": -1, "assignments": [],
+                            "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                "timeout_ms": 30000, "validate_only": False})
+            for t in answer["topics"]:
+                if t["error_code"] != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    _check(t["error_code"], f"creating {topic} ({t.get('error_message')})")
+            meta = await self.metadata(topic)
+            if meta is None:
+                raise RemoteError(f"cluster {self.cluster.name}: topic {topic} not created")
+        return len(meta["partitions"])
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        """A fresh idempotent producer id and epoch."""
+        answer = await self._call(INIT_PRODUCER_ID, 1, {"transactional_id": None,
+                                                         "transaction_timeout_ms": 60000})
+        _check(answer["error_code"], "InitProducerId")
+        return int(answer["producer_id"]), int(answer["producer_epoch"])
+
+    async def produce(self, topic: str, partition: int, batch: bytes) -> int:
+        """Append one batch with acks=all; its base offset there."""
+        answer = await self._call(PRODUCE, 7, {
+            "transactional_id": None, "acks": -1, "timeout_ms": int(REMOTE_TIMEOUT_S * 1000),
+            "topic_data": [{"name": topic, "partition_data": [
+                {"index": partition, "records": batch}]}]},
+            self._leader(topic, partition))
+        part = answer["responses"][0]["partition_responses"][0]
+        if part["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            self._leaders.pop((topic, partition), None)
+        _check(part["error_code"], f"produce to {topic}-{partition}")
+        return int(part["base_offset"])
+
+    async def fetch(self, topic: str, partition: int, offset: int,
+                    max_bytes: int = 4 << 20) -> tuple[bytes, int]:
+        """(records blob from `offset`, high watermark); OFFSET_OUT_OF_RANGE raises."""
+        answer = await self._call(FETCH, 11, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": max_bytes,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": ""}, self._leader(topic, partition))
+        part = answer["responses"][0]["partitions"][0]
+        _check(part["error_code"], f"fetch of {topic}-{partition} at {offset}")
+        return bytes(part["records"] or b""), int(part["high_watermark"])
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int = EARLIEST) -> int:
+        answer = await self._call(LIST_OFFSETS, 4, {
+            "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                {"partition_index": partition, "current_leader_epoch": -1,
+                 "timestamp": timestamp}]}]}, self._leader(topic, partition))
+        part = answer["topics"][0]["partitions"][0]
+        _check(part["error_code"], f"list offsets of {topic}-{partition}")
+        return int(part["offset"])
+
+    async def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> dict[
+            int, int]:
+        """Commit a group's offsets there as an admin commit (generation -1: only a group with no
+        live members takes it); partition -> error code."""
+        answer = await self._call(OFFSET_COMMIT, 7, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+                {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
+                 "committed_metadata": PUSHED_METADATA} for p, o in sorted(offsets.items())]}]})
+        return {int(p["partition_index"]): int(p["error_code"])
+                for t in answer["topics"] for p in t["partitions"]}

@@ -1,0 +1,144 @@
+"""Two standalones, "east" and "west", replicating a namespace both ways (for the geo tests).
+
+Everything goes through what a user has: `ledgerwire admin` against each process, and
+confluent-kafka clients on their Kafka ports.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.support.standalone import Standalone
+
+TOPIC = "geo.ns.orders"
+PARTITIONS = 2
+
+
+@dataclass(frozen=True)
+class Message:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp: int
+
+    @property
+    def origin(self) -> str | None:
+        return next((v.decode() for k, v in self.headers if k == "lw.origin"), None)
+
+    @property
+    def user_headers(self) -> tuple[tuple[str, bytes], ...]:
+        return tuple(h for h in self.headers if not h[0].startswith("lw.origin"))
+
+
+def start_pair(base: Path) -> tuple[Standalone, Standalone]:
+    east = Standalone(base / "east", extra_args=["--cluster-name", "east"])
+    west = Standalone(base / "west", extra_args=["--cluster-name", "west"])
+    east.start()
+    try:
+        west.start()
+    except BaseException:
+        east.stop()
+        raise
+    for here, there, name in ((east, west, "west"), (west, east, "east")):
+        here.admin("clusters", "add", name, "--kafka", there.bootstrap)
+        here.admin("tenants", "create", "geo")
+        here.admin("namespaces", "create", "geo/ns", "--policy", "replication_clusters=east,west")
+    east.admin("topics", "create", TOPIC, "--partitions", str(PARTITIONS))
+    wait_for(lambda: TOPIC in AdminClient({"bootstrap.servers": west.bootstrap}).list_topics(
+        timeout=10).topics, "the topic to be created in west by the replicator")
+    return east, west
+
+
+def wait_for(condition: Any, what: str, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def produce(server: Standalone, prefix: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    for i in range(count):
+        producer.produce(TOPIC, key=f"{prefix}-k{i % 7}".encode(),
+                         value=f"{prefix}-{i:06d}".encode(), partition=i % PARTITIONS,
+                         headers=[("seq", str(i).encode()), ("from", prefix.encode())],
+                         timestamp=1_700_000_000_000 + i)
+    assert producer.flush(60) == 0
+
+
+def read_all(server: Standalone) -> list[Message]:
+    """Every message of the topic up to the high watermarks, read_committed."""
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "geo-verify",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        ends = {}
+        for p in range(PARTITIONS):
+            ends[p] = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10,
+                                                     cached=False)[1]
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        got: list[Message] = []
+        done: set[int] = {p for p, end in ends.items() if end == 0}
+        deadline = time.monotonic() + 60
+        while len(done) < PARTITIONS and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                got.append(Message(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                   tuple(msg.headers() or ()), msg.timestamp()[1]))
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    done.add(msg.partition())
+            # an aborted tail or markers: the position reaches the end without a message
+            for tp in consumer.position([TopicPartition(TOPIC, p) for p in range(PARTITIONS)]):
+                if tp.offset >= ends[tp.partition]:
+                    done.add(tp.partition)
+        assert len(done) == PARTITIONS, f"read stopped short: {ends}"
+        return got
+    finally:
+        consumer.close()
+
+
+def status(server: Standalone) -> list[dict[str, Any]]:
+    return list(server.admin("replication", "status")["partitions"])
+
+
+def drained(server: Standalone) -> bool:
+    rows = status(server)
+    return bool(rows) and all(r["state"] == "idle" and r["backlog_messages"] == 0 for r in rows)
+
+
+def native(messages: list[Message]) -> dict[int, list[Message]]:
+    out: dict[int, list[Message]] = {p: [] for p in range(PARTITIONS)}
+    for m in messages:
+        if m.origin is None:
+            out[m.partition].append(m)
+    return out
+
+
+def arrived_from(messages: list[Message], origin: str) -> dict[int, list[Message]]:
+    out: dict[int, list[Message]] = {p: [] for p in range(PARTITIONS)}
+    for m in messages:
+        if m.origin == origin:
+            out[m.partition].append(m)
+    return out
+
+
+def assert_replicated(source: list[Message], target: list[Message], origin: str) -> None:
+    """Every message written in the source is in the target once, in order, unchanged."""
+    sent, arrived = native(source), arrived_from(target, origin)
+    for p in range(PARTITIONS):
+        want = [(m.key, m.value, m.user_headers, m.timestamp) for m in sent[p]]
+        got = [(m.key, m.value, m.user_headers, m.timestamp) for m in arrived[p]]
+        assert got == want, f"partition {p}: {len(got)} arrived, {len(want)} written"
+        offsets = [int.from_bytes(dict(m.headers)["lw.origin.offset"], "big")
+                   for m in arrived[p]]
+        assert offsets == [m.offset for m in sent[p]]
