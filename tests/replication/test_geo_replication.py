@@ -62,12 +62,11 @@ def test_both_ways_once_in_order_no_loops_and_a_group_moves(tmp_path: Path) -> N
         consumer.close()
         produce(east, "late", 40)
         wait_for(lambda: drained(east), "east to drain the late messages")
-        time.sleep(6)  # a few offset-sync rounds (2 s each)
         moved = Consumer({**group, "bootstrap.servers": west.bootstrap})
-        committed = moved.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)],
-                                    timeout=10)
-        assert all(tp.offset >= 0 for tp in committed), committed
-        moved.assign(committed)
+        wanted = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        wait_for(lambda: all(tp.offset >= 0 for tp in moved.committed(wanted, timeout=10)),
+                 "the group's offsets to be pushed to west")
+        moved.assign(moved.committed(wanted, timeout=10))
         seen_west: list[bytes] = []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
