@@ -7,8 +7,10 @@ be stable per (broker name, address).  Hence each ownership bundle b is one Rock
 and port `base + b`.  Every cluster broker binds all ports base..base+bundles-1 at start; a
 connection on port base+b talks to `BundleBroker` b, whose topics, queues and offsets are
 those of bundle b (queue i of topic T = the i-th partition of T placed in bundle b,
-protocols/rocketmq/queue_map.py).  While b is not owned here, every per-queue request on that
-port is answered SYSTEM_BUSY "bundle not served here", so clients refresh their routes.
+protocols/rocketmq/queue_map.py).  While b is owned by another broker, per-queue requests on
+that port are forwarded to the owner (gateway/rocketmq/forwarding.py: clients keep stale
+routes up to 30 s); with no owner reachable they are answered SYSTEM_BUSY "bundle not served
+here", which producers retry on another queue.
 
 Configuration: rocketmq.broker_listener is the *base* port (bundle b on base + b, all bound at
 start, so it must not be 0); rocketmq.advertised_host / advertised_port (0: the base port) are
@@ -64,6 +66,7 @@ from gateway.rocketmq.bundle_services import (
     run_bundle_services,
 )
 from gateway.rocketmq.delays import DelayScheduler
+from gateway.rocketmq.forwarding import BundleRequestRouter, RequestForwarder
 from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
 from gateway.rocketmq.service import (
     ROCKETMQ_OFFSETS_LEDGER,
@@ -345,6 +348,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
             cast(TopicServiceLike, topics), list,
             NameServerConfig(config.auto_create_topics, config.default_queue_nums),
             queue_map=self.queue_map)
+        self.forwarder = RequestForwarder(base.max_frame_bytes)
         self._registrations: dict[int, dict[str, Any]] = {}
         self._create_lock = trio.Lock()
         self._services: dict[int, tuple[trio.CancelScope, trio.Event]] = {}
@@ -468,8 +472,13 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
         """Bind every bundle's port and (unless told not to) the name server; each returns
         once it accepts."""
         for broker in self.brokers:
+            router = BundleRequestRouter(
+                broker.bundle, self.forwarder, self.ownership.bundle_is_local, self.address_of,
+                f"{self.advertised_host}:{self.advertised_base + broker.bundle}",
+                lambda: self.ownership.changed, acl=self.acl, broker=broker)
             await servers.start(partial(serve_rocketmq_broker, broker, self.bind_host,
-                                        self.base_port + broker.bundle, acl=self.acl))
+                                        self.base_port + broker.bundle, acl=self.acl,
+                                        router=router))
         if name_server:
             await self.serve_name_server(servers)
 
@@ -495,6 +504,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
             self._nursery = nursery
             self._running.set()
             nursery.start_soon(self.follow_registrations)
+            nursery.start_soon(self.forwarder.run)
             nursery.start_soon(self._expire_clients)
             nursery.start_soon(self.subscription_groups.follow)
             register_backlog_offsets(self.topics, ClusterBacklogOffsets(self))

@@ -280,14 +280,27 @@ class ServedBroker(BrokerLike, Protocol):
     def connection_closed(self, conn: Any) -> None: ...
 
 
+class RequestRouter(Protocol):
+    """Sends a request elsewhere (gateway/rocketmq/forwarding.py): the answer, or None to
+    serve it here."""
+
+    async def route(self, conn: Any, request: RemotingCommand) -> RemotingCommand | None: ...
+
+
 async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str | None,
                                 port: int, *, acl: RequestGuard | None = None,
+                                router: RequestRouter | None = None,
                                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the broker on host:port until cancelled; started(ListenAddress).  With
     advertised_port 0 the broker advertises the bound port.  With `acl`, every request is
-    checked against it before dispatch."""
+    checked against it before dispatch; with `router`, a request it answers (a moved bundle's
+    owner did) is not dispatched here."""
 
     async def handle(conn: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        if router is not None:
+            answer = await router.route(conn, request)
+            if answer is not None:
+                return answer
         return await dispatch(broker, conn, request, acl)
 
     await _serve_remoting("broker", handle, host, port,
