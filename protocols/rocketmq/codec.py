@@ -11,6 +11,13 @@ client and ali-ons: decoding turns every value into a string so handlers see one
 `ext_*` helpers parse them leniently.  Responses always carry string values (the C++ client
 reads a response field only when it is a JSON string).
 
+JSON headers are read and written with orjson (a well-kept Rust JSON library: for these small
+maps about 2x faster to parse and >10x faster to write than the standard library, which every
+request and response pays).  What orjson refuses but the standard library accepts (integers
+beyond 64 bits, lone surrogate escapes, UTF-16/32 text) goes through the standard library, so
+the accepted input is exactly what it was; orjson writes non-ASCII text as UTF-8 rather than
+"\\u" escapes, which is the same JSON.
+
 This module must never touch a socket, Trio, or broker state.
 """
 
@@ -20,6 +27,8 @@ import itertools
 import json
 import struct
 from dataclasses import dataclass, field
+
+import orjson
 
 from protocols.rocketmq.errors import FrameTooLargeError, MalformedFrameError
 
@@ -182,11 +191,19 @@ def _int_field(doc: dict[str, object], name: str, default: int | None = None) ->
         raise MalformedFrameError(f"header field {name!r} is not an integer") from exc
 
 
-def _decode_json_header(header: bytes) -> RemotingCommand:
+def _load_json(header: bytes) -> object:
     try:
-        doc = json.loads(header)
+        return orjson.loads(header)
+    except orjson.JSONDecodeError:
+        pass  # maybe what only the standard library reads (see the module docstring)
+    try:
+        return json.loads(header)
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedFrameError(f"header is not JSON: {exc}") from exc
+
+
+def _decode_json_header(header: bytes) -> RemotingCommand:
+    doc = _load_json(header)
     if not isinstance(doc, dict):
         raise MalformedFrameError("JSON header is not an object")
     ext_raw = doc.get("extFields") or {}
@@ -285,7 +302,10 @@ def _encode_json_header(command: RemotingCommand) -> bytes:
     if command.remark is not None:
         doc["remark"] = command.remark
     doc["extFields"] = command.ext_fields
-    return _JSON_ENCODER.encode(doc).encode("utf-8")
+    try:
+        return orjson.dumps(doc)
+    except TypeError:  # a lone surrogate (or a value orjson does not write): as before
+        return _JSON_ENCODER.encode(doc).encode("utf-8")
 
 
 def _encode_binary_header(command: RemotingCommand) -> bytes:
