@@ -64,6 +64,23 @@ def normalise_send_header(ext: dict[str, str]) -> dict[str, str]:
     return {SEND_V2_FIELDS.get(k, k): v for k, v in ext.items()}
 
 
+_SEND_LONG_NAMES = frozenset(SEND_V2_FIELDS.values())
+_SEND_V1_KEYS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId",
+                 "sysFlag", "bornTimestamp", "flag", "properties", "reconsumeTimes",
+                 "maxReconsumeTimes", "batch")
+_SEND_V2_KEYS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "l", "m")
+
+
+def _int_or(value: str | None, name: str, default: int) -> int:
+    """ext_int's rule for one value already looked up (the common case: a plain integer)."""
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return ext_int({name: value}, name, default)
+
+
 @dataclass(frozen=True, slots=True)
 class SendHeader:
     producer_group: str
@@ -81,7 +98,35 @@ class SendHeader:
 
     @classmethod
     def parse(cls, ext: dict[str, str], *, v2: bool) -> SendHeader:
-        f = normalise_send_header(ext) if v2 else ext
+        # A send's header is read on every message: look the fields up directly, unless a V2
+        # header also carries long names (then normalising decides which one counts).
+        if v2 and _SEND_LONG_NAMES.isdisjoint(ext):
+            keys = _SEND_V2_KEYS
+        elif not v2:
+            keys = _SEND_V1_KEYS
+        else:
+            return cls._parse_named(normalise_send_header(ext))
+        (group, topic, default_topic, queue_nums, queue_id, sys_flag, born, flag, props,
+         reconsume, max_reconsume, batch) = map(ext.get, keys)
+        if topic is None:
+            raise HeaderFieldError("the custom field <topic> is null")
+        return cls(
+            producer_group=group if group is not None else "",
+            topic=topic,
+            default_topic=default_topic if default_topic is not None else "",
+            default_topic_queue_nums=_int_or(queue_nums, "defaultTopicQueueNums", 4),
+            queue_id=_int_or(queue_id, "queueId", -1),
+            sys_flag=_int_or(sys_flag, "sysFlag", 0),
+            born_timestamp=_int_or(born, "bornTimestamp", 0),
+            flag=_int_or(flag, "flag", 0),
+            properties=props if props is not None else "",
+            reconsume_times=_int_or(reconsume, "reconsumeTimes", 0),
+            max_reconsume_times=_int_or(max_reconsume, "maxReconsumeTimes", -1),
+            batch=batch is not None and batch.strip().lower() in ("true", "1"),
+        )
+
+    @classmethod
+    def _parse_named(cls, f: dict[str, str]) -> SendHeader:
         return cls(
             producer_group=f.get("producerGroup", ""),
             topic=ext_required(f, "topic"),
