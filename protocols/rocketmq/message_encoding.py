@@ -13,6 +13,7 @@ This module must never do I/O or touch broker state.
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 import zlib
@@ -128,6 +129,7 @@ class StoredMessage:
         return self.properties.get(PROPERTY_TAGS)
 
 
+@functools.lru_cache(maxsize=1024)  # per message, for a handful of client and broker hosts
 def _ipv4(host: str) -> bytes:
     try:
         return socket.inet_aton(host)
@@ -238,6 +240,9 @@ _STORED_HEAD = struct.Struct(">iIiiiqqiq")  # size, magic, crc, qid, flag, qoff,
 _HOST = struct.Struct(">4si")
 _STORED_MID = struct.Struct(">q")  # store timestamp
 _STORED_TAIL = struct.Struct(">iq")  # reconsume times, prepared transaction offset
+# everything before the body in one pack: the four above, then the body length
+_STORED_FIXED = struct.Struct(">iIiiiqqiq4siq4siiqi")
+_FIXED_SIZE = _STORED_FIXED.size + 1 + 2  # + topic length byte + properties length
 
 
 def encode_stored_message(m: StoredMessage) -> bytes:
@@ -248,18 +253,15 @@ def encode_stored_message(m: StoredMessage) -> bytes:
     if len(props) > 32767:
         raise MessageIllegalError("properties too long for the stored-message encoding")
     sys_flag = m.sys_flag & ~(SYS_FLAG_BORNHOST_V6 | SYS_FLAG_STOREHOST_V6 | SYS_FLAG_COMPRESSED)
-    size = (_STORED_HEAD.size + _HOST.size + _STORED_MID.size + _HOST.size + _STORED_TAIL.size
-            + 4 + len(m.body) + 1 + len(topic) + 2 + len(props))
+    body = m.body
     return b"".join((
-        _STORED_HEAD.pack(size, MESSAGE_MAGIC_CODE, zlib.crc32(m.body) & 0x7FFFFFFF, m.queue_id,
-                          m.flag, m.queue_offset, m.commit_log_offset, sys_flag, m.born_timestamp),
-        _HOST.pack(_ipv4(m.born_host[0]), m.born_host[1]),
-        _STORED_MID.pack(m.store_timestamp),
-        _HOST.pack(_ipv4(m.store_host[0]), m.store_host[1]),
-        _STORED_TAIL.pack(m.reconsume_times, m.prepared_transaction_offset),
-        struct.pack(">i", len(m.body)), m.body,
-        struct.pack(">B", len(topic)), topic,
-        struct.pack(">h", len(props)), props,
+        _STORED_FIXED.pack(
+            _FIXED_SIZE + len(body) + len(topic) + len(props), MESSAGE_MAGIC_CODE,
+            zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, m.queue_offset,
+            m.commit_log_offset, sys_flag, m.born_timestamp, _ipv4(m.born_host[0]),
+            m.born_host[1], m.store_timestamp, _ipv4(m.store_host[0]), m.store_host[1],
+            m.reconsume_times, m.prepared_transaction_offset, len(body)),
+        body, len(topic).to_bytes(1, "big"), topic, len(props).to_bytes(2, "big"), props,
     ))
 
 

@@ -184,3 +184,17 @@ def test_java_hash_and_subscriptions() -> None:
     assert not f.matches(None)
     assert parse_tag_expression("*").matches(None)
     assert parse_tag_expression("").matches("x")
+
+
+def test_stored_message_bytes_are_fixed() -> None:
+    """The pull-response layout byte for byte (pinned from the field-by-field encoder that the
+    one-pack encoder replaced; an unparsable store host is written as 127.0.0.1)."""
+    m = StoredMessage(topic="T\u00e9", queue_id=3, queue_offset=77, commit_log_offset=123456789,
+                      body=b"hello body", properties={"TAGS": "a", "KEYS": "k1 k2"}, flag=5,
+                      sys_flag=0x31, born_timestamp=1764100000123, born_host=("10.1.2.3", 5555),
+                      store_timestamp=1764100000456, store_host=("not-an-ip", 10911),
+                      reconsume_times=2, prepared_transaction_offset=9)
+    assert encode_stored_message(m).hex() == (
+        "0000007adaa320a73e933d590000000300000005000000000000004d00000000075bcd15000000000000"
+        "019abc8dc97b0a010203000015b30000019abc8dcac87f00000100002a9f000000020000000000000009"
+        "0000000a68656c6c6f20626f64790354c3a90012544147530161024b455953016b31206b3202")
