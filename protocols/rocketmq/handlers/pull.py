@@ -41,6 +41,11 @@ from protocols.rocketmq.topic_names import to_storage
 
 MAX_MESSAGES = 1024
 READ_CHUNK_BYTES = 256 * 1024  # per partition read: batches are decoded only as needed
+# A read asks for about what the pull still wants (a push consumer asks for 32 messages; the
+# cache would otherwise hand over ~256 KiB of batches per pull, walked and mostly dropped);
+# larger messages or a tag filter just take another read.
+READ_BYTES_PER_MESSAGE = 2048
+MIN_READ_CHUNK_BYTES = 16 * 1024
 
 
 def _filter_for(broker: BrokerLike, header: PullHeader) -> TagFilter:
@@ -102,7 +107,9 @@ async def handle_pull(broker: BrokerLike, conn: ConnectionLike,
                 and scanned < broker.config.pull_scan_limit \
                 and total < broker.config.pull_max_bytes:
             try:
-                batches = await plog.read(offset, min(READ_CHUNK_BYTES,
+                wanted = max(MIN_READ_CHUNK_BYTES,
+                             (max_msgs - len(bodies)) * READ_BYTES_PER_MESSAGE)
+                batches = await plog.read(offset, min(READ_CHUNK_BYTES, wanted,
                                                       broker.config.pull_max_bytes - total))
             except OffsetOutOfRangeError:
                 break
