@@ -248,6 +248,10 @@ class ControlRecord:
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    if pos < len(buf):  # one byte (|value| < 64: lengths, deltas, counts): no loop
+        b = buf[pos]
+        if not b & 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
     result = 0
     shift = 0
     while True:
@@ -264,6 +268,9 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _write_varint(out: bytearray, value: int) -> None:
+    if 0 <= value < 64:  # one byte, the common case (deltas, counts, short lengths)
+        out.append(value << 1)
+        return
     v = (value << 1) ^ (value >> 63)
     v &= 0xFFFFFFFFFFFFFFFF
     while v >= 0x80:

@@ -103,6 +103,11 @@ def make_request(code: int, ext_fields: dict[str, object] | None = None, body: b
 
 
 def ext_str(value: object) -> str:
+    kind = type(value)  # the common kinds first: this runs for most fields of every frame
+    if kind is str:
+        return value  # type: ignore[return-value]
+    if kind is int:
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
