@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_rocketmq.py [--messages 20000]
                                                   [--memory | --standalone | --namesrv H:P]
+    .venv/bin/python benchmarks/bench_rocketmq.py --request-path [--messages 3000]
 
 By default it starts a ledgerwire RocketMQ broker + name server in a subprocess on the durable
 ledger backend (embedded metadata store, one bookie with fsync: tests/rocketmq/durable_server.py);
@@ -15,6 +16,12 @@ per message of each phase (user + system, all threads, from /proc) and this clie
 noisy than msg/s on a shared machine; with Linux `perf` available, also the server's user-space
 instructions per message of each send phase (steadier still: other load hardly moves it; it
 includes the producers' warm-up sends and route lookups, the same in every run).
+
+--request-path measures the broker's own Python per message without sockets, bookies or
+clients: send frames (a C++ client's SEND_MESSAGE_V2 header, 1 KB body) decoded, dispatched
+and answered on the in-memory backend, then pulled back 32 at a time as a push consumer asks;
+thread CPU µs per message of each (what the remoting, header, properties, batch-building and
+pull-encoding work costs, apart from Trio's I/O and the ledger's replication).
 """
 
 from __future__ import annotations
@@ -52,6 +59,64 @@ def serve() -> None:
             stack = await start_stack(store, bk, nursery)
             print(stack.name_server_addr, flush=True)
             await trio.sleep_forever()
+
+    trio.run(main)
+
+
+def request_path(count: int) -> None:
+    import trio
+
+    from ledger_backend.client.memory import MemoryBookKeeper
+    from ledger_backend.metadata import open_store
+    from protocols.rocketmq.codec import decode_command, encode_command, make_request
+    from protocols.rocketmq.dispatch import dispatch
+    from protocols.rocketmq.request_codes import RequestCode
+    from tests.rocketmq.conftest import start_stack
+
+    class Conn:
+        peer = ("127.0.0.1", 40000)
+        connection_id = 1
+
+        def send_request(self, command: object) -> bool:
+            return False
+
+    def send_frame(i: int) -> bytes:
+        props = (f"KEYS\x01k{i}\x02TAGS\x01Bench\x02UNIQ_KEY\x01AC110001{i:024X}\x02"
+                 "WAIT\x01true\x02")
+        request = make_request(RequestCode.SEND_MESSAGE_V2, {
+            "a": "PG", "b": "bench", "c": "TBW102", "d": 4, "e": 0, "f": 0,
+            "g": 1764100000123, "h": 0, "i": props, "j": 0, "k": False, "m": False}, BODY)
+        return encode_command(request)[4:]
+
+    async def main() -> None:
+        store = await open_store("memory:")
+        async with MemoryBookKeeper(store) as bk, trio.open_nursery() as nursery:
+            stack = await start_stack(store, bk, nursery)
+            conn: Any = Conn()
+            frames = [send_frame(i) for i in range(count + 10)]
+            for frame in frames[:10]:  # the topic is created, the queue opened
+                await dispatch(stack.broker, conn, decode_command(frame))
+            start = time.thread_time()
+            for frame in frames[10:]:
+                encode_command(await dispatch(stack.broker, conn, decode_command(frame)))
+            send_us = (time.thread_time() - start) / count * 1e6
+            offset = got = 0
+            start = time.thread_time()
+            while offset < count + 10:
+                pull = make_request(RequestCode.PULL_MESSAGE, {
+                    "consumerGroup": "CG", "topic": "bench", "queueId": 0, "queueOffset": offset,
+                    "maxMsgNums": 32, "sysFlag": 0, "commitOffset": -1,
+                    "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
+                    "expressionType": "TAG"})
+                answer = await dispatch(stack.broker, conn,
+                                        decode_command(encode_command(pull)[4:]))
+                encode_command(answer)
+                got += int(answer.ext_fields["nextBeginOffset"]) - offset
+                offset = int(answer.ext_fields["nextBeginOffset"])
+            pull_us = (time.thread_time() - start) / got * 1e6
+            print(f"request path (memory backend, no sockets): send {send_us:.1f} us/msg, "
+                  f"pull {pull_us:.1f} us/msg (thread CPU)")
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
 
@@ -213,10 +278,15 @@ def main() -> None:
     parser.add_argument("--namesrv")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--standalone", action="store_true")
+    parser.add_argument("--request-path", action="store_true",
+                        help="the broker's per-message Python alone (see the docstring)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve()
+        return
+    if args.request_path:
+        request_path(min(args.messages, 20000))
         return
     server: Any = None
     namesrv = args.namesrv
