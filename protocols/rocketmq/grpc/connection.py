@@ -30,6 +30,7 @@ import h2.exceptions
 import h2.settings
 
 from protocols.rocketmq.grpc.framing import GrpcError, GrpcStatus, MessageReader, frame
+from protocols.rocketmq.grpc.static_headers import StaticHeaderEncoder
 
 MAX_HEADER_LIST_BYTES = 16 * 1024
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -37,6 +38,11 @@ FRAME_HEADER = 9
 GOAWAY = 0x7
 MAX_FRAME_BYTES = 16384  # h2's default SETTINGS_MAX_FRAME_SIZE, which this server keeps
 INITIAL_WINDOW_BYTES = 1024 * 1024
+RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+
+
+def _text(item: bytes | str) -> str:
+    return item if isinstance(item, str) else item.decode("utf-8", "replace")
 
 
 class ProtocolViolation(Exception):
@@ -74,21 +80,24 @@ class _Stream:
     reader: MessageReader
     outbound: bytearray = field(default_factory=bytearray)
     headers_sent: bool = False
-    trailers: list[tuple[str, str]] | None = None
+    trailers: list[tuple[bytes, bytes]] | None = None
     closed: bool = False
 
 
 class GrpcServerConnection:
     def __init__(self, *, max_message_bytes: int, max_concurrent_streams: int = 128) -> None:
         # Outbound headers are ours and fixed; inbound ones are only looked up by name, so
-        # h2's per-header validation and normalisation (a large share of its CPU) are skipped.
+        # h2's per-header validation and normalisation (a large share of its CPU) are skipped,
+        # inbound headers stay bytes (decoded here, once), and outbound ones are encoded once
+        # each without the dynamic table (static_headers.py).
         self._h2 = h2.connection.H2Connection(
             h2.config.H2Configuration(
-                client_side=False, header_encoding="utf-8",
+                client_side=False, header_encoding=None,
                 validate_outbound_headers=False, normalize_outbound_headers=False,
                 validate_inbound_headers=False, normalize_inbound_headers=False,
             )
         )
+        self._h2.encoder = StaticHeaderEncoder()  # type: ignore[assignment]
         self._max_message = max_message_bytes
         self._streams: dict[int, _Stream] = {}
         self._inbound = bytearray()
@@ -166,17 +175,18 @@ class GrpcServerConnection:
         return len(self._streams)
 
     def _on_request(self, event: h2.events.RequestReceived, out: list[CallEvent]) -> None:
-        headers: dict[str, str] = {str(k): str(v) for k, v in event.headers or ()}
+        headers = {_text(k): _text(v) for k, v in event.headers or ()}
         stream_id = event.stream_id
         self._streams[stream_id] = _Stream(MessageReader(self._max_message))
-        method = str(headers.get(":path", ""))
-        if headers.get(":method") != "POST" or not str(
-            headers.get("content-type", "")
+        method = headers.pop(":path", "")
+        if headers.get(":method") != "POST" or not headers.get(
+            "content-type", ""
         ).startswith("application/grpc"):
             self.finish(stream_id, GrpcStatus.UNIMPLEMENTED, "not a gRPC request")
             return
-        metadata = {str(k): str(v) for k, v in headers.items() if not str(k).startswith(":")}
-        out.append(CallStarted(stream_id, method, metadata))
+        for pseudo in [k for k in headers if k.startswith(":")]:
+            del headers[pseudo]
+        out.append(CallStarted(stream_id, method, headers))
 
     def _on_data(self, event: h2.events.DataReceived, out: list[CallEvent]) -> None:
         stream_id = event.stream_id
@@ -202,7 +212,7 @@ class GrpcServerConnection:
         if stream is None or stream.headers_sent:
             return
         stream.headers_sent = True
-        self._h2.send_headers(stream_id, [(":status", "200"), ("content-type", "application/grpc")])
+        self._h2.send_headers(stream_id, RESPONSE_HEADERS)
 
     def send_message(self, stream_id: int, payload: bytes) -> None:
         stream = self._streams.get(stream_id)
@@ -217,12 +227,13 @@ class GrpcServerConnection:
         stream = self._streams.get(stream_id)
         if stream is None or stream.trailers is not None:
             return
-        trailers = [("grpc-status", str(int(status)))]
+        trailers = [(b"grpc-status", b"%d" % int(status))]
         if message:
-            trailers.append(("grpc-message", urllib.parse.quote(message, safe=" ")))
+            trailers.append((b"grpc-message",
+                             urllib.parse.quote(message, safe=" ").encode("ascii")))
         if not stream.headers_sent:
             stream.headers_sent = True
-            headers = [(":status", "200"), ("content-type", "application/grpc"), *trailers]
+            headers = [*RESPONSE_HEADERS, *trailers]
             self._send_end(stream_id, headers)
             return
         stream.trailers = trailers
@@ -260,7 +271,7 @@ class GrpcServerConnection:
         if stream.trailers is not None:
             self._send_end(stream_id, stream.trailers)
 
-    def _send_end(self, stream_id: int, headers: list[tuple[str, str]]) -> None:
+    def _send_end(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         try:
             self._h2.send_headers(stream_id, headers, end_stream=True)
         except h2.exceptions.StreamClosedError:
