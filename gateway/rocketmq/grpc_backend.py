@@ -240,8 +240,9 @@ class GrpcBackend(MessagingBackend):
     async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]:
         return await self.receiver.receive(caller, request)
 
-    async def ack(self, caller: Caller, group: str, topic: str, handle: str) -> None:
-        await self.receiver.ack(group, topic, handle)
+    async def ack(self, caller: Caller, group: str, topic: str,
+                  handles: list[str]) -> list[Exception | None]:
+        return await self.receiver.ack_many(group, topic, handles)
 
     async def change_invisible(self, caller: Caller, group: str, topic: str, handle: str,
                                invisible_ms: int) -> str:

@@ -3,9 +3,10 @@ queue, on the per-record delivery engine (gateway/delivery).
 
 A receive acquires records of the topic's queues for the calling client with the requested
 invisible duration as the lock, starting at the queue the client chose and going on to the
-others (RocketMQ 5's pop takes from any queue of the broker).  Records the group's tag filter
-does not match are accepted at once, as the 4.x pull path skips them.  Each acquisition counts
-a delivery attempt; a record acquired more often than the group's max attempts (its
+others (RocketMQ 5's pop takes from any queue of the broker).  Records the request's tag filter
+(or SQL92 filter, protocols/rocketmq/sql_filter.py) does not match are accepted at once, as the
+4.x pull path skips them.  Each acquisition counts a delivery attempt; a record acquired more
+often than the group's max attempts (its
 subscription group's retryMaxTimes + 1, RocketMQ's default 17) is copied to `%DLQ%<group>` and
 then accepted, so it is never lost between the two (a crash in between copies it again).  After
 acknowledgements the group's 4.x committed offset follows the engine's start offset (within
@@ -28,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import Callable
 
 import trio
 
@@ -37,9 +39,14 @@ from gateway.rocketmq.service import RocketMQBroker
 from protocols.kafka.record_batch import Record, parse_header
 from protocols.rocketmq.grpc.backend import Caller, ReceiveRequest
 from protocols.rocketmq.grpc.errors import RpcFailure
-from protocols.rocketmq.grpc.messages import Delivered, parse_receipt_handle, receipt_handle
+from protocols.rocketmq.grpc.messages import (
+    Delivered,
+    Receipt,
+    parse_receipt_handle,
+    receipt_handle,
+)
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
-from protocols.rocketmq.handlers.common import find_topic, get_queue, records_of
+from protocols.rocketmq.handlers.common import find_topic, get_queue, iter_records
 from protocols.rocketmq.handlers.send import append_records
 from protocols.rocketmq.handlers.subscription_groups import stored_config
 from protocols.rocketmq.message_encoding import (
@@ -52,12 +59,13 @@ from protocols.rocketmq.message_encoding import (
     to_record,
 )
 from protocols.rocketmq.message_id import commit_log_offset, offset_message_id
-from protocols.rocketmq.subscription import TagFilter, parse_tag_expression
+from protocols.rocketmq.subscription import parse_tag_expression
 from protocols.rocketmq.topic_names import dlq_topic, to_storage
 
 log = logging.getLogger("ledgerwire.rocketmq.grpc")
 
 READ_BYTES = 4 * 1024 * 1024  # per queue per receive: bounds a receive's memory
+READ_HINT_BYTES = 4096  # bytes asked per wanted record (a read gives at least one batch)
 POP_LEDGER_PREFIX = "__system/rocketmq-pop"
 FOLLOW_INTERVAL_S = 1.0
 _nonces = itertools.count(1)
@@ -119,6 +127,10 @@ class GrpcReceiver:
         if 0 <= req.queue_id < len(queues):
             queues = queues[req.queue_id:] + queues[:req.queue_id]
         tags = parse_tag_expression(req.tag_expression)
+        sql = req.sql
+        wanted: Callable[[dict[str, str]], bool] = (
+            sql.matches if sql is not None
+            else lambda props: tags.matches(props.get(PROPERTY_TAGS)))
         fifo = self.is_fifo(req.group)
         deadline = trio.current_time() + req.long_poll_ms / 1000
         while True:
@@ -128,7 +140,7 @@ class GrpcReceiver:
                     break
                 if fifo and await self._busy(req, queue_id):
                     continue
-                out += await self._take(caller, req, queue_id, req.batch_size - len(out), tags)
+                out += await self._take(caller, req, queue_id, req.batch_size - len(out), wanted)
             remaining = deadline - trio.current_time()
             if out or remaining <= 0:
                 return out
@@ -157,7 +169,7 @@ class GrpcReceiver:
                                    req.group, math.ceil(timeout_s * 1000))
 
     async def _take(self, caller: Caller, req: ReceiveRequest, queue_id: int, budget: int,
-                    tags: TagFilter) -> list[Delivered]:
+                    wanted: Callable[[dict[str, str]], bool]) -> list[Delivered]:
         storage = to_storage(req.topic)
         plog = await get_queue(self.broker, req.topic, queue_id)
         committed = self.broker.offsets.query(req.group, req.topic, queue_id)
@@ -183,7 +195,7 @@ class GrpcReceiver:
             if count > limit:
                 await self._dead_letter(req.group, req.topic, queue_id, record)
                 settle.append((offset, count))
-            elif not tags.matches(props.get(PROPERTY_TAGS)):
+            elif not wanted(props):
                 settle.append((offset, count))
             else:
                 delivered.append(self._delivered(req, queue_id, record, body, props, meta,
@@ -196,18 +208,21 @@ class GrpcReceiver:
 
     async def _read(self, topic: str, queue_id: int,
                     ranges: list[AcquiredRange]) -> dict[int, Record]:
+        """The records of the acquired ranges: reads sized to the ranges, and records decoded
+        only up to each range's end (a read returns whole batches past it)."""
         plog = await get_queue(self.broker, topic, queue_id)
         found: dict[int, Record] = {}
         for r in ranges:
             offset = r.first
             while offset <= r.last:
-                batches = await plog.read(offset, READ_BYTES)
-                records = records_of(batches, offset)
+                want = min(READ_BYTES, READ_HINT_BYTES * (r.last - offset + 1))
+                batches = await plog.read(offset, want)
                 if not batches:
                     break
-                for record in records:
-                    if r.first <= record.offset <= r.last:
-                        found[record.offset] = record
+                for record in iter_records(batches, offset):
+                    if record.offset > r.last:
+                        break
+                    found[record.offset] = record
                 offset = max(offset, parse_header(batches[-1]).last_offset + 1)
         return found
 
@@ -227,6 +242,44 @@ class GrpcReceiver:
                            receipt.delivery_count, AckType.ACCEPT, None)
         await self._follow_progress(group, topic, receipt.partition)
 
+    async def ack_many(self, group: str, topic: str,
+                       handles: list[str]) -> list[Exception | None]:
+        """Acknowledge several handles: each queue's in one durable write of the engine (all
+        or nothing there), and one by one only when that write refuses some of them, so each
+        handle gets its own answer."""
+        refusals: list[Exception | None] = [None] * len(handles)
+        by_queue: dict[int, list[tuple[int, Receipt]]] = {}
+        for index, handle in enumerate(handles):
+            try:
+                receipt = parse_receipt_handle(handle)
+            except RpcFailure as exc:
+                refusals[index] = exc
+                continue
+            by_queue.setdefault(receipt.partition, []).append((index, receipt))
+        for queue_id, items in by_queue.items():
+            items.sort(key=lambda item: item[1].offset)
+            if len(items) > 1 and await self._settle_all(group, topic, queue_id, items):
+                await self._follow_progress(group, topic, queue_id)
+                continue
+            for index, _receipt in items:
+                try:
+                    await self.ack(group, topic, handles[index])
+                except Exception as exc:  # noqa: BLE001 - this handle's answer
+                    refusals[index] = exc
+        return refusals
+
+    async def _settle_all(self, group: str, topic: str, queue_id: int,
+                          items: list[tuple[int, Receipt]]) -> bool:
+        try:
+            await get_queue(self.broker, topic, queue_id)
+        except Exception:  # noqa: BLE001 - answered handle by handle
+            return False
+        result = await self.delivery.acknowledge(
+            group, to_storage(topic), queue_id, None,
+            [AckBatch(r.offset, r.offset, (AckType.ACCEPT,), delivery_count=r.delivery_count)
+             for _, r in items])
+        return not result.error
+
     async def change_invisible(self, group: str, topic: str, handle: str,
                                invisible_ms: int) -> str:
         receipt = parse_receipt_handle(handle)
@@ -239,8 +292,9 @@ class GrpcReceiver:
     async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
         receipt = parse_receipt_handle(handle)
         plog = await get_queue(self.broker, topic, receipt.partition)
-        records = records_of(await plog.read(receipt.offset, READ_BYTES), receipt.offset)
-        record = next((r for r in records if r.offset == receipt.offset), None)
+        batches = await plog.read(receipt.offset, READ_HINT_BYTES)
+        record = next((r for r in iter_records(batches, receipt.offset)
+                       if r.offset == receipt.offset), None)
         if record is None:
             raise RpcFailure(pb.MESSAGE_NOT_FOUND, "the message is no longer stored")
         await self._dead_letter(group, topic, receipt.partition, record)

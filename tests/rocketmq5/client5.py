@@ -40,6 +40,14 @@ def config(args: argparse.Namespace) -> ClientConfiguration:
     return ClientConfiguration(args.endpoint, Credentials(args.ak, args.sk), request_timeout=10)
 
 
+def subscription_filter(args: argparse.Namespace) -> FilterExpression:
+    if args.sql:
+        from rocketmq.grpc_protocol import FilterType
+
+        return FilterExpression(args.sql, FilterType.SQL)
+    return FilterExpression(args.filter)
+
+
 def make_message(args: argparse.Namespace, i: int) -> Message:
     m = Message()
     m.topic = args.topic
@@ -99,7 +107,7 @@ def transaction(args: argparse.Namespace) -> None:
 
 def receive(args: argparse.Namespace) -> None:
     consumer = SimpleConsumer(config(args), args.consumer_group,
-                              {args.topic: FilterExpression(args.filter)}, await_duration=2)
+                              {args.topic: subscription_filter(args)}, await_duration=2)
     consumer.startup()
     got = 0
     deadline = time.time() + args.max_seconds
@@ -225,6 +233,7 @@ def main() -> None:
     p.add_argument("--linger-s", type=float, default=0.0)
     p.add_argument("--consumer-group", default="g")
     p.add_argument("--filter", default="*")
+    p.add_argument("--sql", default="", help="a SQL92 filter instead of the tag filter")
     p.add_argument("--expect", type=int, default=1)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--invisible-s", type=int, default=15)

@@ -112,6 +112,19 @@ def test_tag_filter_and_message_group(module_standalone: Standalone) -> None:
     assert len({r.partition() for r in records}) == 1  # one message group, one queue
 
 
+def test_sql92_filter_on_properties_and_tags(module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    run5("produce", ep, "r5-sql", "--count", "4", "--tag", "keep", "--prefix", "keep")
+    run5("produce", ep, "r5-sql", "--count", "4", "--tag", "drop", "--prefix", "drop")
+    sql = "TAGS = 'keep' AND (index BETWEEN 1 AND 2 OR index = 3) AND missing IS NULL"
+    got = received(run5("receive", ep, "r5-sql", "--consumer-group", "sql", "--sql", sql,
+                        "--expect", "3"))
+    assert sorted(m["body"] for m in got) == ["keep-1", "keep-2", "keep-3"]
+    # What the filter left out is settled for the group, as a tag filter's is.
+    assert received(run5("receive", ep, "r5-sql", "--consumer-group", "sql", "--sql", sql,
+                         "--max-seconds", "3")) == []
+
+
 def test_a_fifo_group_gets_a_message_groups_next_message_only_after_an_ack(
         module_standalone: Standalone) -> None:
     async def make_fifo_group() -> None:

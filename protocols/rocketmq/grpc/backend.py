@@ -15,6 +15,7 @@ from typing import Protocol
 
 from protocols.rocketmq.access import Need
 from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage
+from protocols.rocketmq.sql_filter import SqlFilter
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class ReceiveRequest:
     invisible_ms: int
     long_poll_ms: int
     fifo: bool
+    sql: SqlFilter | None = None  # a SQL92 filter instead of the tag expression
 
 
 class TelemetrySink(Protocol):
@@ -70,7 +72,10 @@ class MessagingBackend(Protocol):
 
     async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]: ...
 
-    async def ack(self, caller: Caller, group: str, topic: str, handle: str) -> None: ...
+    async def ack(self, caller: Caller, group: str, topic: str,
+                  handles: list[str]) -> list[Exception | None]:
+        """Acknowledge each handle; per handle None or what refused it."""
+        ...
 
     async def change_invisible(self, caller: Caller, group: str, topic: str, handle: str,
                                invisible_ms: int) -> str: ...

@@ -41,6 +41,7 @@ from protocols.rocketmq.grpc.messages import (
 )
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
 from protocols.rocketmq.grpc.v2 import service_pb2 as spb
+from protocols.rocketmq.sql_filter import SqlFilterError, parse_sql_filter
 
 SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
 ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
@@ -165,9 +166,15 @@ async def receive_message(backend: MessagingBackend, caller: Caller,
     if not req.group.name:
         raise RpcFailure(pb.ILLEGAL_CONSUMER_GROUP, "no consumer group")
     expression = req.filter_expression
+    sql = None
     if expression.type == pb.SQL:
-        raise RpcFailure(pb.NOT_IMPLEMENTED, "SQL filters are not supported")
-    tags = expression.expression.strip() or "*"
+        try:
+            sql = parse_sql_filter(expression.expression)
+        except SqlFilterError as exc:
+            raise RpcFailure(pb.ILLEGAL_FILTER_EXPRESSION, f"SQL92 filter: {exc}") from exc
+        tags = "*"
+    else:
+        tags = expression.expression.strip() or "*"
     batch = req.batch_size
     if not 1 <= batch <= MAX_BATCH:
         raise RpcFailure(pb.BAD_REQUEST, f"batch size {batch} is outside [1, {MAX_BATCH}]")
@@ -179,7 +186,7 @@ async def receive_message(backend: MessagingBackend, caller: Caller,
     backend.authorize(caller, needs_consume(queue.topic.name, req.group.name))
     delivered = await backend.receive(caller, ReceiveRequest(
         req.group.name, queue.topic.name, queue.id if queue.topic.name else -1, tags, batch,
-        invisible, poll, fifo=False))
+        invisible, poll, fifo=False, sql=sql))
     if not delivered:
         return [spb.ReceiveMessageResponse(status=pb.Status(code=pb.MESSAGE_NOT_FOUND,
                                                             message="no new message"))]
@@ -196,13 +203,15 @@ async def ack_message(backend: MessagingBackend, caller: Caller,
     backend.authorize(caller, needs_consume(req.topic.name, req.group.name))
     entries = []
     failed = 0
-    for entry in req.entries:
-        try:
-            await backend.ack(caller, req.group.name, req.topic.name, entry.receipt_handle)
+    # One call for the whole request: the engine settles a queue's entries in one durable write.
+    refusals = await backend.ack(caller, req.group.name, req.topic.name,
+                                 [entry.receipt_handle for entry in req.entries])
+    for entry, refusal in zip(req.entries, refusals, strict=True):
+        if refusal is None:
             status = ok()
-        except Exception as exc:  # noqa: BLE001 - each entry gets its own status
+        else:  # each entry gets its own status
             failed += 1
-            status = status_of(failure_of(exc))
+            status = status_of(failure_of(refusal))
         entries.append(spb.AckMessageResultEntry(message_id=entry.message_id,
                                                  receipt_handle=entry.receipt_handle,
                                                  status=status))
