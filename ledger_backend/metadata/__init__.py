@@ -56,6 +56,8 @@ async def open_store(url: str) -> MetadataStore:
     - "zk://h1:2181,h2:2181/chroot[?session_timeout_s=10&op_timeout_s=10]" -> ZooKeeper
     - "memory:" -> a fresh in-memory store; "memory:NAME" -> shared by NAME in this process
     - "embedded:/dir" or a plain directory path -> the durable embedded store in that dir
+    - "shared:/path/to.sock[?session_timeout_s=N]" -> a session on a store that another local
+      process serves (shared_server.py; the workers of `standalone --workers N`)
     - "embedded-ro:/dir" -> a read-only view of that dir's embedded store, without its lock
       (for readers beside a running standalone; every write raises ReadOnlyStoreError)
     """
@@ -63,6 +65,19 @@ async def open_store(url: str) -> MetadataStore:
         from .zookeeper import open_zookeeper
 
         return await open_zookeeper(url)
+    if url.startswith("shared:"):
+        from .shared_client import DEFAULT_SESSION_TIMEOUT_S, open_shared
+
+        path, _, query = url[len("shared:"):].partition("?")
+        timeout = DEFAULT_SESSION_TIMEOUT_S
+        for item in filter(None, query.split("&")):
+            key, _, value = item.partition("=")
+            if key != "session_timeout_s":
+                raise ValueError(f"unknown shared metadata URL option {key!r}")
+            timeout = float(value)
+        if not path:
+            raise ValueError("metadata store URL names no socket")
+        return await open_shared(path, timeout)
     if url.startswith("embedded-ro:"):
         from .embedded_readonly import open_embedded_readonly
 
