@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,8 +270,21 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     offload: OffloadConfig = field(default_factory=OffloadConfig)
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    # `standalone` broker worker processes: "1" = all in one process (as before), N > 1 = a
+    # supervisor with N workers (gateway/process/supervisor.py), "auto" = one per core
+    workers: str = "1"
+
+    def worker_count(self) -> int:
+        """How many broker worker processes `standalone` runs (see `workers`)."""
+        if self.workers.strip().lower() == "auto":
+            return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                       else (os.cpu_count() or 1))
+        return int(self.workers)
 
     def validate(self) -> None:
+        if self.workers.strip().lower() != "auto" and (
+                not self.workers.strip().isdigit() or int(self.workers) < 1):
+            raise ConfigError(f"workers must be a number >= 1 or 'auto', not {self.workers!r}")
         o = self.offload
         if o.driver not in ("", "filesystem", "s3"):
             raise ConfigError(f"offload.driver must be filesystem or s3, not {o.driver!r}")

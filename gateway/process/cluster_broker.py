@@ -88,6 +88,8 @@ def session_timeout_of(metadata_url: str) -> float:
 
     The server may negotiate a *longer* session (never shorter unless its maxSessionTimeout
     is below the request, which operators must avoid: the lease would outlive the session)."""
+    if metadata_url.startswith("shared:") and "session_timeout_s=" in metadata_url:
+        return float(metadata_url.split("session_timeout_s=", 1)[1].split("&", 1)[0])
     if not metadata_url.startswith("zk://"):
         return DEFAULT_SESSION_TIMEOUT_S
     return float(parse_zk_url(metadata_url)[2].get("session_timeout_s",

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from gateway.admin.api import AdminContext, LocalBookie, watch_bookie
+from gateway.admin.api import AdminContext
 from gateway.admin.listener import admin_auth, admin_tls, announce
 from gateway.admin.metrics import BrokerMetrics
 from gateway.admin.routes import serve_admin_api
@@ -36,6 +36,7 @@ from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
 from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
+from gateway.process.local_bookies import start_local_bookies
 from gateway.replication.service import ReplicationService
 from gateway.rocketmq.setup import build_rocketmq
 from gateway.security.admin_tokens import TokenStore
@@ -48,10 +49,6 @@ from gateway.topics.offload_service import offloader_from_config
 from gateway.topics.retention_policies import RetentionPolicies
 from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.bookie.auth import BookieSecret
-from ledger_backend.bookie.cookie import check_cookie
-from ledger_backend.bookie.server import serve_bookie
-from ledger_backend.bookie.storage import open_bookie_storage
-from ledger_backend.bookie.storage_api import BookieStorageConfig
 from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -62,19 +59,6 @@ from protocols.kafka.group_coordinator import CoordinatorConfig, GroupCoordinato
 from protocols.kafka.transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("ledgerwire.standalone")
-
-
-def bookie_storage_config(config: Config, index: int) -> BookieStorageConfig:
-    s = config.storage
-    return BookieStorageConfig(
-        data_dir=config.data_dir / "bookies" / str(index),
-        fsync=s.fsync,
-        journal_max_group_wait_s=s.journal_max_group_wait_ms / 1000.0,
-        write_cache_bytes=s.write_cache_mb << 20,
-        read_cache_bytes=s.read_cache_mb << 20,
-        entry_log_max_bytes=s.entry_log_max_mb << 20,
-        journal_max_file_bytes=s.journal_max_file_mb << 20,
-    )
 
 
 def system_ledger_config(config: Config) -> ManagedLedgerConfig:
@@ -139,36 +123,8 @@ async def run_standalone(
         async def active_ledgers() -> set[int]:
             return set(await bookkeeper.list_ledgers())
 
-        bookie_nursery = await stack.enter_async_context(trio.open_nursery())
-        local_bookies: list[LocalBookie] = []  # for the admin API and /metrics
-        for index in range(config.storage.bookies):
-            storage_config = bookie_storage_config(config, index)
-            # Refuse a data directory that belongs to another bookie identity.
-            await check_cookie(storage_config.data_dir, store, f"standalone-bookie-{index}")
-            storage = await stack.enter_async_context(
-                open_bookie_storage(storage_config, active_ledgers)
-            )
-            bookie_address = f"{config.storage.bookie_host}:{config.storage.bookie_port + index}"
-            with naming_listener(f"bookie {index}", bookie_address, "storage.bookie_port",
-                                 "--bookie-port"):
-                await bookie_nursery.start(
-                    partial(
-                        serve_bookie,
-                        storage,
-                        store,
-                        config.storage.bookie_host,
-                        config.storage.bookie_port + index,
-                        bookie_id=f"standalone-bookie-{index}",
-                        advertised_host=config.storage.bookie_advertised_host or None,
-                        secret=bookie_secret,
-                        ssl_context=bookie_tls.server_context(),
-                    )
-                )
-            local_bookies.append(watch_bookie(
-                f"standalone-bookie-{index}",
-                f"{config.storage.bookie_host}:{config.storage.bookie_port + index}", storage))
-        # Bookie servers stop before their storage closes (exit stack unwinds in reverse).
-        stack.callback(bookie_nursery.cancel_scope.cancel)
+        local_bookies = await start_local_bookies(config, store, stack, active_ledgers,
+                                                  bookie_secret, bookie_tls)
 
         factory = ManagedLedgerFactory(
             store, bookkeeper, offloader=offloader_from_config(config.offload, config.data_dir),

@@ -145,7 +145,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    overrides = {key: value for key, value in vars(args).items() if "." in key or key == "data_dir"}
+    overrides = {key: value for key, value in vars(args).items()
+                 if "." in key or key in ("data_dir", "workers")}
     return load_config(args.config, overrides)
 
 
@@ -158,6 +159,9 @@ def warn_about_exposed_secrets(config, path: Path | None) -> None:  # type: igno
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
+    parser.add_argument("--workers", dest="workers", metavar="N|auto",
+                        help="broker worker processes (default 1 = all in one process; "
+                             "auto = one per core; gateway/process/supervisor.py)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
     warn_about_exposed_secrets(config, args.config)
     from gateway.process.standalone import run_standalone
 
+    if config.worker_count() > 1:
+        from gateway.process.supervisor import run_supervisor
+
+        return run_supervisor(config)
     try:
         trio.run(run_standalone, config)
     except KeyboardInterrupt:

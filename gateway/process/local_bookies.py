@@ -1,0 +1,81 @@
+"""The bookies of a standalone node: started on one data directory and one metadata store.
+
+`ledgerwire standalone` runs them in its own process; `standalone --workers N` runs them in a
+process of their own (gateway/process/supervisor.py).  Either way bookie i keeps its data in
+<data_dir>/bookies/<i>/, its identity "standalone-bookie-<i>" (its cookie refuses a directory
+of another identity) and its port storage.bookie_port + i, so a data directory moves between
+the two shapes with its ledgers readable.
+
+This module must never start a bookie on a data directory whose cookie names another bookie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from functools import partial
+
+import trio
+
+from gateway.admin.api import LocalBookie, watch_bookie
+from gateway.config.listen_errors import naming_listener
+from gateway.config.settings import Config
+from ledger_backend.bookie.auth import BookieSecret
+from ledger_backend.bookie.cookie import check_cookie
+from ledger_backend.bookie.server import serve_bookie
+from ledger_backend.bookie.storage import open_bookie_storage
+from ledger_backend.bookie.storage_api import BookieStorageConfig
+from ledger_backend.bookie.tls import BookieTls
+from ledger_backend.metadata import MetadataStore
+
+
+def bookie_storage_config(config: Config, index: int) -> BookieStorageConfig:
+    s = config.storage
+    return BookieStorageConfig(
+        data_dir=config.data_dir / "bookies" / str(index),
+        fsync=s.fsync,
+        journal_max_group_wait_s=s.journal_max_group_wait_ms / 1000.0,
+        write_cache_bytes=s.write_cache_mb << 20,
+        read_cache_bytes=s.read_cache_mb << 20,
+        entry_log_max_bytes=s.entry_log_max_mb << 20,
+        journal_max_file_bytes=s.journal_max_file_mb << 20,
+    )
+
+
+async def start_local_bookies(
+    config: Config, store: MetadataStore, stack: AsyncExitStack,
+    active_ledgers: Callable[[], Awaitable[set[int]]],
+    bookie_secret: BookieSecret | None, bookie_tls: BookieTls,
+) -> list[LocalBookie]:
+    """Start config.storage.bookies bookie servers; they stop when `stack` unwinds (servers
+    before their storage).  Returns them for the admin API and /metrics."""
+    bookie_nursery = await stack.enter_async_context(trio.open_nursery())
+    local_bookies: list[LocalBookie] = []
+    for index in range(config.storage.bookies):
+        storage_config = bookie_storage_config(config, index)
+        # Refuse a data directory that belongs to another bookie identity.
+        await check_cookie(storage_config.data_dir, store, f"standalone-bookie-{index}")
+        storage = await stack.enter_async_context(
+            open_bookie_storage(storage_config, active_ledgers)
+        )
+        bookie_address = f"{config.storage.bookie_host}:{config.storage.bookie_port + index}"
+        with naming_listener(f"bookie {index}", bookie_address, "storage.bookie_port",
+                             "--bookie-port"):
+            await bookie_nursery.start(
+                partial(
+                    serve_bookie,
+                    storage,
+                    store,
+                    config.storage.bookie_host,
+                    config.storage.bookie_port + index,
+                    bookie_id=f"standalone-bookie-{index}",
+                    advertised_host=config.storage.bookie_advertised_host or None,
+                    secret=bookie_secret,
+                    ssl_context=bookie_tls.server_context(),
+                )
+            )
+        local_bookies.append(watch_bookie(f"standalone-bookie-{index}", bookie_address,
+                                          storage))
+    # Bookie servers stop before their storage closes (exit stack unwinds in reverse).
+    stack.callback(bookie_nursery.cancel_scope.cancel)
+    return local_bookies

@@ -1,0 +1,252 @@
+"""`ledgerwire standalone --workers N`: one host, every core, no ZooKeeper.
+
+One Python process runs on one core, so a node that should use N cores runs N broker
+processes.  The supervisor (this module) holds the embedded metadata store and serves it to
+its children over a unix socket (ledger_backend/metadata/shared_server.py, whose notes say why
+this shape); it starts the bookies in one child process and N broker workers, each a cluster
+broker (gateway/process/cluster_broker.py) with its own node id and Kafka port:
+
+    worker i: node id kafka.broker_id + i, Kafka on the listener port + i (advertised port + i
+              when one is set), the admin API only on worker 0
+
+Workers share the bundles as cluster brokers do (gateway/cluster/ownership.py): a Kafka client
+sees N brokers and is sent to each partition's owner.  When a worker dies its connection to
+the store closes, its session's ephemeral nodes go at once, and the other workers take its
+bundles over, fencing and recovering the logs (nothing acknowledged is lost: the cluster's
+failover, on a store that notices a death in milliseconds).  The supervisor starts it again;
+it gets its share back after cluster.handback_delay_s.
+
+Without a configured bookie secret the supervisor makes one per run and hands it to the
+bookies and workers over their stdin pipes: only this node's processes can talk to its
+bookies.  Children die with the supervisor (PR_SET_PDEATHSIG, worker_main.py) and run in a
+process group of their own, so a terminal's Ctrl-C reaches the supervisor only, which stops
+them in order: SIGTERM to the workers (they hand off and close their logs), then to the
+bookies, then the store closes.  A restart after any kill finds everything in the data
+directory: the store drops the dead processes' ephemeral nodes when it opens.
+
+Not yet with --workers > 1 (a WARNING says so): RocketMQ (each cluster broker binds every
+bundle port and a name server; on one host they would collide), and an admin API/metrics
+aggregated over workers (worker 0 answers for itself).  Committed offsets and transaction
+state of a single-process standalone are kept in other logs than the workers' cluster
+coordinators, so switching an existing data directory between 1 and N workers keeps topics and
+messages but not committed offsets.
+
+This module must never leave a child running after it returns, and never open a partition
+itself (only workers do, under bundle ownership).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from gateway.cluster.broker_registry import LIVE_BROKERS_PATH, ClusterLayout, init_cluster
+from gateway.config.settings import Config, parse_host_port
+from ledger_backend.bookie.registration import AVAILABLE_BOOKIES_PATH
+from ledger_backend.metadata import MetadataError, MetadataStore, open_store
+from ledger_backend.metadata.shared_server import serve_shared_store
+from ledger_backend.secret_files import make_private_dir
+
+log = logging.getLogger("ledgerwire.supervisor")
+
+RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 15.0
+STABLE_AFTER_S = 30.0  # a child that ran this long restarts without backoff
+READY_TIMEOUT_S = 120.0
+STOP_GRACE_S = 60.0
+
+
+def metadata_socket_path(data_dir: Path) -> str:
+    """The store's socket: in the data directory, or a private temporary directory when that
+    path is too long for a unix socket (108 bytes)."""
+    path = str((data_dir / "metadata.sock").resolve())
+    if len(path.encode()) < 100:
+        return path
+    return str(Path(tempfile.mkdtemp(prefix="ledgerwire-")) / "metadata.sock")
+
+
+def worker_config(config: Config, index: int) -> Config:
+    """Worker i's configuration: its own node id and Kafka port; the admin API on worker 0."""
+    host, port = parse_host_port(config.kafka.listener)
+    kafka = replace(config.kafka, broker_id=config.kafka.broker_id + index,
+                    listener=f"{host}:{port + index if port else 0}",
+                    advertised_port=(config.kafka.advertised_port + index
+                                     if config.kafka.advertised_port else 0))
+    admin = config.admin if index == 0 else replace(config.admin, listener="")
+    rocketmq = replace(config.rocketmq, enabled=False)
+    return replace(config, kafka=kafka, admin=admin, rocketmq=rocketmq, workers="1")
+
+
+def cluster_layout(config: Config, workers: int) -> ClusterLayout:
+    """The bundles a new node is cut into (kept on restart, whatever the worker count)."""
+    return ClusterLayout(config.kafka.cluster_id, max(16, 4 * workers), 8, 8)
+
+
+class Child:
+    """One child process (the bookies or a worker) that is kept running until stopped."""
+
+    def __init__(self, name: str, job: dict[str, Any]) -> None:
+        self.name = name
+        self.job = job
+        self.process: trio.Process | None = None
+        self.stopping = False
+        self.restarts = 0
+
+    async def keep_running(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        delay = RESTART_DELAY_S
+        first = True
+        while not self.stopping:
+            started = trio.current_time()
+            payload = pickle.dumps({**self.job, "parent": os.getpid()})
+            self.process = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "gateway.process.worker_main"],
+                stdin=subprocess.PIPE, start_new_session=True)
+            assert self.process.stdin is not None
+            try:
+                await self.process.stdin.send_all(payload)
+            finally:
+                await self.process.stdin.aclose()
+            if first:
+                task_status.started()
+                first = False
+            code = await self.process.wait()  # (cancelled: the caller kills it)
+            if self.stopping:
+                return
+            ran = trio.current_time() - started
+            delay = RESTART_DELAY_S if ran > STABLE_AFTER_S else min(delay * 2,
+                                                                      MAX_RESTART_DELAY_S)
+            self.restarts += 1
+            log.warning("%s exited (%s) after %.1f s; restarting in %.1f s", self.name,
+                        _describe(code), ran, delay)
+            await trio.sleep(delay)
+
+    async def stop(self, grace_s: float) -> None:
+        """SIGTERM, then SIGKILL after grace_s; returns once the process is reaped."""
+        self.stopping = True
+        process = self.process
+        if process is None or process.returncode is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(grace_s) as scope:
+            await process.wait()
+        if scope.cancelled_caught:
+            log.warning("%s did not stop within %.0f s; killing it", self.name, grace_s)
+            process.kill()
+            await process.wait()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"
+
+
+async def wait_for_children(store: MetadataStore, path: str, count: int,
+                            children: list[Child]) -> None:
+    """Until `count` nodes are under path (bookies or workers registered); fails if a child
+    exits first."""
+    with trio.fail_after(READY_TIMEOUT_S):
+        while True:
+            try:
+                if len(await store.children(path)) >= count:
+                    return
+            except MetadataError:
+                pass
+            for child in children:
+                code = None if child.process is None else child.process.returncode
+                if code is not None:
+                    raise RuntimeError(f"{child.name} exited ({_describe(code)}) while starting")
+            await trio.sleep(0.1)
+
+
+async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Run the node until SIGINT/SIGTERM (or cancellation), then stop it in order."""
+    workers = config.worker_count()
+    make_private_dir(config.data_dir)
+    if not (config.storage.bookie_secret or config.storage.bookie_secret_file):
+        config = replace(config, storage=replace(config.storage,
+                                                 bookie_secret=secrets.token_hex(32)))
+    if config.rocketmq.enabled:
+        log.warning("RocketMQ is not served with --workers > 1 yet (Kafka only); "
+                    "run with --workers 1 for RocketMQ clients")
+    metadata_dir = config.data_dir / "metadata"
+    store = await open_store(f"embedded:{metadata_dir}")  # takes the directory's lock
+    children: list[Child] = []
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                socket_path = await nursery.start(
+                    serve_shared_store, partial(open_store, f"embedded:{metadata_dir}"),
+                    metadata_socket_path(config.data_dir))
+                url = (f"shared:{socket_path}"
+                       f"?session_timeout_s={config.cluster.zk_session_timeout_s:g}")
+                layout, _ = await init_cluster(store, cluster_layout(config, workers))
+                bookies = Child("bookies", {"role": "bookies", "config": config,
+                                            "metadata_url": url})
+                children.append(bookies)
+                await nursery.start(bookies.keep_running)
+                await wait_for_children(store, AVAILABLE_BOOKIES_PATH, config.storage.bookies,
+                                        children)
+                for index in range(workers):
+                    child = Child(f"worker {index}", {
+                        "role": "broker", "config": worker_config(config, index),
+                        "metadata_url": url, "layout": layout})
+                    children.append(child)
+                    await nursery.start(child.keep_running)
+                await wait_for_children(store, LIVE_BROKERS_PATH, workers, children)
+                host, port = config.kafka_advertised
+                log.info("ledgerwire standalone ready", extra={
+                    "workers": workers, "kafka": [f"{host}:{port + i}" for i in range(workers)],
+                    "data_dir": str(config.data_dir), "metadata_socket": socket_path})
+                print(f"ledgerwire standalone ready: {workers} workers", flush=True)
+                task_status.started(socket_path)
+                async for signum in signals:
+                    log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+                    break
+                with trio.CancelScope(shield=True):
+                    async with trio.open_nursery() as stopping:  # workers hand off together
+                        for child in children[1:]:
+                            stopping.start_soon(child.stop, STOP_GRACE_S)
+                    await bookies.stop(STOP_GRACE_S)
+                nursery.cancel_scope.cancel()
+    finally:
+        for child in children:  # only after an error: never leave one running
+            child.stopping = True
+            child.kill()
+        with trio.CancelScope(shield=True):
+            await store.close()
+    log.info("ledgerwire standalone stopped")
+
+
+def run_supervisor(config: Config) -> int:
+    """The CLI entry: run until stopped; 1 if the node could not start."""
+    try:
+        trio.run(supervise, config)
+    except KeyboardInterrupt:
+        pass
+    except (OSError, ValueError, RuntimeError, MetadataError, trio.TooSlowError) as exc:
+        logging.getLogger("ledgerwire").error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+__all__ = ["run_supervisor", "supervise", "worker_config"]
