@@ -52,7 +52,12 @@ from typing import Any
 
 import trio
 
-from gateway.cluster.broker_registry import LIVE_BROKERS_PATH, ClusterLayout, init_cluster
+from gateway.cluster.broker_registry import (
+    BUNDLES_PATH,
+    LIVE_BROKERS_PATH,
+    ClusterLayout,
+    init_cluster,
+)
 from gateway.config.settings import Config, parse_host_port
 from ledger_backend.bookie.registration import AVAILABLE_BOOKIES_PATH
 from ledger_backend.metadata import MetadataError, MetadataStore, open_store
@@ -95,12 +100,16 @@ def cluster_layout(config: Config, workers: int) -> ClusterLayout:
 
 
 class Child:
-    """One child process (the bookies or a worker) that is kept running until stopped."""
+    """One child process (the bookies or a worker) that is kept running until stopped.
+
+    Children are forked from the Trio thread itself, never from a worker thread (as
+    trio.lowlevel.open_process does): PR_SET_PDEATHSIG fires when the *thread* that forked a
+    child ends, and Trio retires idle worker threads."""
 
     def __init__(self, name: str, job: dict[str, Any]) -> None:
         self.name = name
         self.job = job
-        self.process: trio.Process | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.restarts = 0
 
@@ -109,19 +118,21 @@ class Child:
         first = True
         while not self.stopping:
             started = trio.current_time()
-            payload = pickle.dumps({**self.job, "parent": os.getpid()})
-            self.process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "gateway.process.worker_main"],
-                stdin=subprocess.PIPE, start_new_session=True)
-            assert self.process.stdin is not None
+            payload = pickle.dumps({**self.job, "name": self.name, "parent": os.getpid()})
+            self.process = process = fork_child()
+            assert process.stdin is not None
+            stdin = trio.lowlevel.FdStream(os.dup(process.stdin.fileno()))
+            process.stdin.close()
             try:
-                await self.process.stdin.send_all(payload)
+                await stdin.send_all(payload)
+            except trio.BrokenResourceError:
+                pass  # it died at once: its exit code says why
             finally:
-                await self.process.stdin.aclose()
+                await stdin.aclose()
             if first:
                 task_status.started()
                 first = False
-            code = await self.process.wait()  # (cancelled: the caller kills it)
+            code = await wait_exit(process)  # (cancelled: the caller kills it)
             if self.stopping:
                 return
             ran = trio.current_time() - started
@@ -136,19 +147,42 @@ class Child:
         """SIGTERM, then SIGKILL after grace_s; returns once the process is reaped."""
         self.stopping = True
         process = self.process
-        if process is None or process.returncode is not None:
+        if process is None or process.poll() is not None:
             return
         process.send_signal(signal.SIGTERM)
         with trio.move_on_after(grace_s) as scope:
-            await process.wait()
+            await wait_exit(process)
         if scope.cancelled_caught:
             log.warning("%s did not stop within %.0f s; killing it", self.name, grace_s)
             process.kill()
-            await process.wait()
+            await wait_exit(process)
 
     def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.kill()
+            self.process.wait()
+
+
+def fork_child() -> subprocess.Popen[bytes]:
+    """Start worker_main from the calling (Trio) thread: a fork takes milliseconds, and the
+    child's PR_SET_PDEATHSIG must be tied to a thread that lives as long as the supervisor."""
+    return subprocess.Popen([sys.executable, "-m", "gateway.process.worker_main"],
+                            stdin=subprocess.PIPE, start_new_session=True)
+
+
+async def wait_exit(process: subprocess.Popen[bytes]) -> int:
+    """Wait for process to exit without blocking Trio (a pidfd where Linux has them)."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # reaped already, or no pidfd: poll
+        while process.poll() is None:  # noqa: ASYNC110 (no event to wait on without a pidfd)
+            await trio.sleep(0.1)
+        return int(process.returncode)
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+    return process.wait()
 
 
 def _describe(code: int) -> str:
@@ -172,7 +206,7 @@ async def wait_for_children(store: MetadataStore, path: str, count: int,
             except MetadataError:
                 pass
             for child in children:
-                code = None if child.process is None else child.process.returncode
+                code = None if child.process is None else child.process.poll()
                 if code is not None:
                     raise RuntimeError(f"{child.name} exited ({_describe(code)}) while starting")
             await trio.sleep(0.1)
@@ -213,6 +247,8 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                     children.append(child)
                     await nursery.start(child.keep_running)
                 await wait_for_children(store, LIVE_BROKERS_PATH, workers, children)
+                # ready = every bundle (so every partition) has an owner answering for it
+                await wait_for_children(store, BUNDLES_PATH, layout.bundles, children)
                 host, port = config.kafka_advertised
                 log.info("ledgerwire standalone ready", extra={
                     "workers": workers, "kafka": [f"{host}:{port + i}" for i in range(workers)],

@@ -4,8 +4,8 @@ Started by gateway/process/supervisor.py as `python -m gateway.process.worker_ma
 run comes pickled on stdin from the supervisor (its parent, over a pipe only it holds), never
 from a file or the command line, so nothing another user can reach is ever unpickled:
 
-    {"role": "bookies" | "broker", "config": Config, "metadata_url": "shared:...",
-     "layout": ClusterLayout (broker only), "parent": supervisor pid}
+    {"role": "bookies" | "broker", "name": "worker 0", "config": Config,
+     "metadata_url": "shared:...", "layout": ClusterLayout (broker only), "parent": its pid}
 
 The first thing a child does is ask the kernel to SIGKILL it when its parent dies
 (PR_SET_PDEATHSIG through prctl), then check that the parent is still the supervisor (it may
@@ -87,6 +87,7 @@ def main() -> int:
     die_with_parent(int(job["parent"]))
     config: Config = job["config"]
     setup_logging(config.log.level, config.log.format)
+    print(f"ledgerwire {job['name']} started (pid {os.getpid()})", flush=True)
     try:
         if job["role"] == "bookies":
             trio.run(run_bookies, config, job["metadata_url"])

@@ -121,10 +121,13 @@ class SharedMetadataStore(MetadataStore):
                     self._sessions.publish(SessionState.CONNECTED)
                     log.info("metadata session re-established", extra={"session": self.session_id})
                 self._link = link
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._pinger, link)
-                    await self._reader(link)
-                    nursery.cancel_scope.cancel()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._pinger, link)
+                        await self._reader(link)
+                        nursery.cancel_scope.cancel()
+                except Exception:  # never let a background failure take the process down
+                    log.error("metadata connection task failed", exc_info=True)
                 self._lose(link)
                 link = None
                 if not self._closed:

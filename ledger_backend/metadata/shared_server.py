@@ -107,12 +107,22 @@ def partial_handler(open_session: SessionOpener) -> Callable[[trio.SocketStream]
     async def handle(stream: trio.SocketStream) -> None:
         try:
             await _Connection(stream, open_session).run()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            pass
+        except Exception as exc:  # one connection's failure must never stop the server
+            if not _only_connection_errors(exc):
+                log.error("metadata connection failed", exc_info=True)
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
     return handle
+
+
+_CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
+
+
+def _only_connection_errors(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_connection_errors(e) for e in exc.exceptions)
+    return isinstance(exc, _CONNECTION_ERRORS)
 
 
 def _peer_uid(stream: trio.SocketStream) -> int | None:
@@ -157,8 +167,11 @@ class _Connection:
                         log.warning("closing a served metadata session failed: %r", exc)
 
     async def _writer(self) -> None:
-        async for frame in self.out_receive:
-            await self.stream.send_all(frame)
+        try:
+            async for frame in self.out_receive:
+                await self.stream.send_all(frame)
+        except _CONNECTION_ERRORS:
+            self.nursery.cancel_scope.cancel()  # the reader ends with it: the session goes
 
     def send(self, message: dict[str, Any]) -> None:
         try:
@@ -171,7 +184,10 @@ class _Connection:
         while not self.closing:
             data = b""
             with trio.move_on_after(timeout) as scope:
-                data = await self.stream.receive_some(65536)
+                try:
+                    data = await self.stream.receive_some(65536)
+                except _CONNECTION_ERRORS:
+                    return  # reset by a dying client: the session ends with it
             if scope.cancelled_caught:
                 if self.session is not None:
                     log.warning("metadata session %s expired: its client was silent %.1f s",

@@ -141,6 +141,23 @@ async def test_a_broken_peer_costs_only_its_connection(
         await store.close()
 
 
+async def test_a_connection_reset_by_a_dying_client_never_stops_the_server(
+        nursery: trio.Nursery, tmp_path: Path) -> None:
+    socket_path = await start_server(nursery, tmp_path)
+    sock = raw_connect(socket_path, timeout_ms=5000)
+    await raw_request(sock, {"id": 2, "op": "create", "path": "/reset", "data": "",
+                             "ephemeral": True})
+    await trio.to_thread.run_sync(sock.sendall, encode_frame({"id": 3, "op": "ping"}))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # with unread data and linger 0: the server's read sees a reset
+    store = await open_store(f"shared:{socket_path}")
+    try:
+        await wait_gone(store, "/reset", timeout_s=5.0)
+        await store.create("/still-served", b"")
+    finally:
+        await store.close()
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_frame_buffer_never_crashes_on_bad_input(data: bytes) -> None:

@@ -1,0 +1,228 @@
+"""`ledgerwire standalone --workers 2`: a supervisor, a bookies process and two broker workers.
+
+Real processes, real clients (confluent-kafka), real kills: a worker killed with SIGKILL during
+acknowledged idempotent produce loses and duplicates nothing; a supervisor killed with SIGKILL
+leaves no process behind and a restart serves everything; SIGTERM stops the whole node."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.standalone import Standalone, free_port_range
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+WORKERS = 2
+PARTITIONS = 8
+
+
+class WorkersStandalone(Standalone):
+    """A standalone with --workers N on N consecutive Kafka ports."""
+
+    def __init__(self, data_dir: Path, workers: int = WORKERS) -> None:
+        super().__init__(data_dir, extra_args=["--workers", str(workers), "--no-rocketmq"])
+        self.workers = workers
+        self.kafka_port = free_port_range(workers)
+
+    def _accepts(self) -> bool:
+        return False  # worker 0 listens before the others: wait for the supervisor's line
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        super().start(timeout_s)
+        self.started_at = time.monotonic()
+
+    def full_log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def children(self) -> dict[str, int]:
+        """The latest pid of each child ("bookies", "worker 0", ...) from their start lines."""
+        found: dict[str, int] = {}
+        for name, pid in re.findall(r"ledgerwire (bookies|worker \d+) started \(pid (\d+)\)",
+                                    self.full_log()):
+            found[name] = int(pid)
+        return found
+
+    def wait_for_restart(self, name: str, old_pid: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pid = self.children().get(name)
+            if pid is not None and pid != old_pid and b"broker registered" in \
+                    self.log_path.read_bytes().split(b"started (pid %d)" % pid, 1)[-1]:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{name} was not restarted:\n{self.log()}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_dead(pids: list[int], timeout_s: float = 30.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+@pytest.fixture
+def node(tmp_path: Path):  # type: ignore[no-untyped-def]
+    server = WorkersStandalone(tmp_path / "data")
+    server.start()
+    yield server
+    if server.proc is not None and server.proc.poll() is None:
+        server.stop(120)
+    wait_dead(list(server.children().values()))
+    for pid in server.children().values():  # never leave one behind, whatever happened
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+        future.result(60)
+
+
+def read_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{topic}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 120
+    idle_until = None
+    while time.monotonic() < deadline:
+        batch = consumer.consume(num_messages=5000, timeout=0.5)
+        for message in batch:
+            if message.error() is None:
+                values.append(message.value())
+        if len(values) >= expected:  # then a little more: a duplicate would show up here
+            idle_until = idle_until or time.monotonic() + 2.0
+            if time.monotonic() > idle_until:
+                break
+    consumer.close()
+    return values
+
+
+def leader_worker(node: WorkersStandalone, topic: str) -> str:
+    """The worker ("worker i") that leads partition 0 of topic: the one whose kill matters."""
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # -1 while its bundle moves between workers
+        metadata = admin.list_topics(topic, timeout=30)
+        leader = metadata.topics[topic].partitions[0].leader
+        if leader in metadata.brokers:
+            return f"worker {metadata.brokers[leader].port - node.kafka_port}"
+        time.sleep(0.2)
+    raise AssertionError(f"partition 0 of {topic} has no leader")
+
+
+def test_two_workers_are_two_brokers_that_serve_produce_and_group_consume(
+        node: WorkersStandalone) -> None:
+    metadata = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=30)
+    ports = sorted(b.port for b in metadata.brokers.values())
+    assert ports == [node.kafka_port + i for i in range(WORKERS)]
+    create_topic(node.bootstrap, "spread")
+    producer = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True})
+    for i in range(2000):
+        producer.produce("spread", b"v-%05d" % i, key=b"%d" % i)
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "readers",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["spread"])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 90
+    while len(seen) < 2000 and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            seen.add(message.value())
+    consumer.close()
+    assert len(seen) == 2000
+    children = list(node.children().values())
+    assert len(children) == WORKERS + 1
+    time.sleep(max(0.0, 15.0 - (time.monotonic() - node.started_at)))  # outlive idle threads
+    assert "exited (" not in node.full_log(), "a child died on its own"
+    assert node.stop(120) == 0  # SIGTERM: workers hand off and close, then bookies, then store
+    assert wait_dead(children) == []
+
+
+def test_kill_9_of_a_worker_during_idempotent_produce_loses_and_duplicates_nothing(
+        node: WorkersStandalone) -> None:
+    create_topic(node.bootstrap, "idem")
+    acked: list[bytes] = []
+    errors: list[object] = []
+    total = 6000
+    half_sent = threading.Event()
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True,
+                             "linger.ms": 2, "message.timeout.ms": 150000})
+
+        def on_delivery(err: object, msg: object) -> None:
+            if err is None:
+                acked.append(msg.value())  # type: ignore[attr-defined]
+            else:
+                errors.append(err)
+
+        for i in range(total):
+            while True:
+                try:
+                    producer.produce("idem", b"m-%06d" % i, key=b"%d" % i,
+                                     on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if i % 200 == 0:
+                producer.poll(0.02)
+            if i == total // 2:
+                half_sent.set()
+        producer.flush(160)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    assert half_sent.wait(120)
+    name = leader_worker(node, "idem")
+    victim = node.children()[name]
+    os.kill(victim, signal.SIGKILL)  # mid-stream, with produce requests in flight
+    thread.join(200)
+    assert not thread.is_alive()
+    assert errors == []
+    assert len(acked) == total
+    node.wait_for_restart(name, victim)  # the supervisor brought it back
+    assert node.full_log().count("exited (") == 1, "only the victim may have died"
+
+    stored = read_all(node.bootstrap, "idem", total)
+    counts = Counter(stored)
+    duplicated = [v for v, n in counts.items() if n > 1]
+    missing = set(acked) - set(counts)
+    assert duplicated == [], f"{len(duplicated)} duplicated, e.g. {duplicated[:5]}"
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+
+
+def test_kill_9_of_the_supervisor_leaves_no_orphans_and_a_restart_recovers(
+        node: WorkersStandalone) -> None:
+    create_topic(node.bootstrap, "kept")
+    producer = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True})
+    for i in range(1000):
+        producer.produce("kept", b"k-%05d" % i, key=b"%d" % i)
+    assert producer.flush(60) == 0
+    children = list(node.children().values())
+    assert len(children) == WORKERS + 1
+    node.kill()  # SIGKILL the supervisor only
+    assert wait_dead(children) == [], "children outlived their supervisor"
+    node.start()
+    values = read_all(node.bootstrap, "kept", 1000)
+    assert sorted(values) == sorted(b"k-%05d" % i for i in range(1000))
