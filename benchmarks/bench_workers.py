@@ -1,0 +1,131 @@
+"""Kafka produce/consume over 8 partitions: `standalone --workers 2` vs `--workers 1`, one run.
+
+    .venv/bin/python benchmarks/bench_workers.py [--messages 50000] [--workers 2] [--repeat 1]
+
+Each shape runs as a real `ledgerwire standalone` (fsync on) on loopback, driven by the same
+confluent-kafka code as benchmarks/bench_kafka.py: 1 KB values, acks=all, linger.ms=5, one
+producer and one consumer (librdkafka spreads them over every broker it is sent to).  With
+N workers the benchmark waits until the topic's partitions are led by every worker (a new
+node's bundles are balanced after cluster.handback_delay_s) before measuring.
+
+Printed: msg/s of each shape and their ratio (from this one run), and the node's CPU time per
+message (user + system of the supervisor, the bookies and every worker process, from /proc),
+which load on a shared machine disturbs less than throughput.  The clients run on the same
+cores as the brokers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+from bench_kafka import consume_throughput, cpu_seconds, produce_throughput  # noqa: E402
+
+from tests.support.standalone import Standalone, free_port_range  # noqa: E402
+
+PARTITIONS = 8
+
+
+class Node(Standalone):
+    def __init__(self, data_dir: Path, workers: int) -> None:
+        super().__init__(data_dir, extra_args=["--workers", str(workers), "--no-rocketmq",
+                                               "--log-level", "INFO"])
+        self.workers = workers
+        self.kafka_port = free_port_range(workers)
+
+    def _accepts(self) -> bool:
+        return self.workers == 1 and super()._accepts()
+
+    def pids(self) -> list[int]:
+        assert self.proc is not None
+        found = {name: int(pid) for name, pid in re.findall(
+            r"ledgerwire (bookies|worker \d+) started \(pid (\d+)\)",
+            self.log_path.read_text(errors="replace"))}
+        return [self.proc.pid, *found.values()]
+
+
+@contextmanager
+def node(workers: int) -> Iterator[Node]:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Node(Path(tmp) / "data", workers)
+        server.start(180)
+        try:
+            yield server
+        finally:
+            server.stop(120)
+
+
+def node_cpu(pids: list[int]) -> float:
+    return sum(cpu_seconds(pid) or 0.0 for pid in pids)
+
+
+def create_spread_topic(server: Node, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # every worker leads some partitions
+        metadata = admin.list_topics(topic, timeout=30)
+        leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
+        if -1 not in leaders and len(leaders) == server.workers:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{topic}'s partitions did not spread over {server.workers} workers")
+
+
+def measured(server: Node, count: int, run: Callable[[], float], repeat: int
+             ) -> tuple[float, float]:  # fmt: skip
+    """Median msg/s of `repeat` runs and the node's CPU us/msg."""
+    rates, cpu = [], []
+    for _ in range(repeat):
+        pids = server.pids()
+        before = node_cpu(pids)
+        rates.append(run())
+        cpu.append((node_cpu(pids) - before) * 1e6 / count)
+    return statistics.median(rates), statistics.median(cpu)
+
+
+def run_shape(workers: int, count: int, repeat: int) -> dict[str, float]:
+    with node(workers) as server:
+        topic = "bench-workers"
+        create_spread_topic(server, topic)
+        produce, produce_cpu = measured(server, count, partial(
+            produce_throughput, server.bootstrap, topic, PARTITIONS, count), repeat)
+        consume, consume_cpu = measured(server, count, partial(
+            consume_throughput, server.bootstrap, topic, PARTITIONS, count), repeat)
+    print(f"  --workers {workers}: produce {produce:,.0f} msg/s ({produce_cpu:.0f} us CPU/msg), "
+          f"consume {consume:,.0f} msg/s ({consume_cpu:.0f} us CPU/msg)", flush=True)
+    return {"produce": produce, "produce_cpu": produce_cpu, "consume": consume,
+            "consume_cpu": consume_cpu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    print(f"{args.messages} x 1 KB over {PARTITIONS} partitions, acks=all, fsync on", flush=True)
+    one = run_shape(1, args.messages, args.repeat)
+    many = run_shape(args.workers, args.messages, args.repeat)
+    print(f"ratio --workers {args.workers} / --workers 1: produce "
+          f"{many['produce'] / one['produce']:.2f}x, consume "
+          f"{many['consume'] / one['consume']:.2f}x; node CPU per message: produce "
+          f"{many['produce_cpu'] / one['produce_cpu']:.2f}x, consume "
+          f"{many['consume_cpu'] / one['consume_cpu']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
