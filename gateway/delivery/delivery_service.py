@@ -9,6 +9,13 @@ partition's in-memory state (it may be ahead of the log), so the next call reloa
 durable.  `wait_for_change` lets a long poll sleep until records are released, a lock
 expires, or the state is reset.
 
+In a cluster the state of a topic partition lives with the partition's owner: `owns` says
+whether this broker owns it now, and a partition it does not own is neither opened nor
+changed (`NotOwnedError`), since opening the log fences the real owner's writes.  `unload`
+closes a partition's state when its ownership moves away (waiting for the call in progress);
+the next owner's open fences this broker's log, so a write that races the move fails instead
+of landing beside the new owner's.
+
 This module must never reveal an acquisition or acknowledgement before it is durable, and never
 know a wire protocol.
 """
@@ -45,6 +52,10 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
 T = TypeVar("T")
+
+
+class NotOwnedError(Exception):
+    """The topic partition's delivery state lives on another broker (cluster mode)."""
 
 
 def wall_clock_ms() -> int:
@@ -89,6 +100,7 @@ class DeliveryService:
         snapshot_every: int = 1_000,
         ledger_prefix: str = STATE_LEDGER_PREFIX,
         ledger_name: Callable[[str, int], str] | None = None,
+        owns: Callable[[str, int], bool] | None = None,
     ) -> None:
         self._factory = factory
         self._config = config
@@ -100,12 +112,18 @@ class DeliveryService:
         self._ledger_prefix = ledger_prefix
         self._ledger_name = ledger_name or (
             lambda topic, partition: state_ledger_name(topic, partition, ledger_prefix))
+        self._owns = owns or (lambda _topic, _partition: True)
         self._partitions: dict[tuple[str, int], _TopicPartitionState] = {}
         self._opening: dict[tuple[str, int], trio.Lock] = {}
+
+    def _require_owned(self, topic: str, partition: int) -> None:
+        if not self._owns(topic, partition):
+            raise NotOwnedError(f"{topic}-{partition} is not owned by this broker")
 
     # ---- loading ------------------------------------------------------------------------
     async def _state(self, topic: str, partition: int) -> _TopicPartitionState:
         key = (topic, partition)
+        self._require_owned(topic, partition)
         state = self._partitions.get(key)
         if state is not None:
             return state
@@ -113,6 +131,7 @@ class DeliveryService:
         async with opening:
             state = self._partitions.get(key)
             if state is None:
+                self._require_owned(topic, partition)
                 log_ = DeliveryStateLog(
                     self._factory,
                     self._config,
@@ -121,8 +140,25 @@ class DeliveryService:
                     snapshot_every=self._snapshot_every,
                 )
                 await log_.load()
-                state = self._partitions[key] = _TopicPartitionState(log_)
+                state = _TopicPartitionState(log_)
+                if not self._owns(topic, partition):  # the ownership moved while it loaded
+                    await self._drop(topic, partition, state)
+                    raise NotOwnedError(f"{topic}-{partition} moved away while loading")
+                self._partitions[key] = state
         return state
+
+    async def unload(self, topic: str, partition: int) -> bool:
+        """Close this partition's state (its ownership moves away), after the call in
+        progress; whether it was loaded."""
+        state = self._partitions.get((topic, partition))
+        if state is None:
+            return False
+        async with state.lock:
+            await self._drop(topic, partition, state)
+        return True
+
+    def loaded_partitions(self) -> list[tuple[str, int]]:
+        return sorted(self._partitions)
 
     async def _drop(self, topic: str, partition: int, state: _TopicPartitionState) -> None:
         if self._partitions.get((topic, partition)) is state:
@@ -146,6 +182,11 @@ class DeliveryService:
         missing state raises KeyError) and persist it before returning its result."""
         state = await self._state(topic, partition)
         async with state.lock:
+            if self._partitions.get((topic, partition)) is not state:
+                # unloaded (ownership moved) or dropped after a failed write while this
+                # call waited: start again from what is durable, if it is still ours
+                return await self._run(group, topic, partition, start_at, change)
+            self._require_owned(topic, partition)
             groups = state.log.groups
             current = groups.get(group)
             if current is None:
@@ -222,7 +263,7 @@ class DeliveryService:
                         group, topic, partition, None, lambda p: p.release_holder(holder)
                     )
                 )
-            except KeyError:
+            except (KeyError, NotOwnedError):
                 continue
         return released
 
@@ -235,6 +276,9 @@ class DeliveryService:
         """Drop the group's state on this partition, durably (DeleteShareGroupOffsets)."""
         state = await self._state(topic, partition)
         async with state.lock:
+            if self._partitions.get((topic, partition)) is not state:
+                return await self.forget(group, topic, partition)
+            self._require_owned(topic, partition)
             if group in state.log.groups:
                 try:
                     await state.log.forget(group)

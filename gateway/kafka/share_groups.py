@@ -6,6 +6,15 @@ group configs (gateway/delivery/group_configs.py) and the per-record delivery en
 (gateway/delivery/delivery_service.py), and maps the engine's answers to Kafka's error codes.
 `run` expires silent members and releases the records of every member that left.
 
+In a cluster (`coordinates` given) membership lives on the group's coordinator broker (the
+owner of its coordinator partition; elsewhere a heartbeat is told NOT_COORDINATOR) and each
+partition's delivery state on the partition's owner (the engine's `owns`; elsewhere a fetch or
+acknowledgement is told NOT_LEADER_OR_FOLLOWER).  `ShareGroupBundles.releasing` unloads the
+state of partitions whose bundle moves away; the new owner loads it on first use (opening the
+log fences the old owner).  Membership is not durable: after a coordinator moves, members are
+told UNKNOWN_MEMBER_ID and join again (records they hold stay theirs until their locks expire
+or they acknowledge them).
+
 This module must never decide delivery itself, nor reveal anything the engine has not made
 durable.
 """
@@ -13,15 +22,21 @@ durable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
-from gateway.delivery.delivery_service import DeliveryService
+from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
 from gateway.delivery.delivery_state import AckBatch, AckError, DeliverySettings
 from gateway.delivery.group_configs import ShareGroupConfigs
-from protocols.kafka.errors import ErrorCode, NonEmptyGroupError
+from protocols.kafka.errors import (
+    ErrorCode,
+    NonEmptyGroupError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
+)
 from protocols.kafka.share_api import (
     ShareGroupSettings,
     SharePartitionState,
@@ -53,9 +68,11 @@ class ShareGroups:
         config: ShareGroupConfig | None = None,
         *,
         is_local: Callable[[str, int], bool] | None = None,
+        coordinates: Callable[[str], bool] | None = None,
     ) -> None:
         self.configs = configs
         self._is_local = is_local
+        self._coordinates = coordinates
         self.delivery = delivery_for(self._delivery_settings)
         self.coordinator = ShareGroupCoordinator(config, self._left)
         self.sessions = ShareSessionCache()
@@ -91,29 +108,44 @@ class ShareGroups:
         await self.configs.refresh()
         return dict(self.configs.cached(group_id))
 
+    # ---- cluster ------------------------------------------------------------------------
+    def check_coordinator(self, group_id: str) -> None:
+        """NOT_COORDINATOR unless this broker coordinates the group's membership."""
+        if self._coordinates is not None and not self._coordinates(group_id):
+            raise NotCoordinatorError(f"share group {group_id} is coordinated by another broker")
+
+    async def releasing(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Ownership of these partitions moves away: close their state here."""
+        for topic, partition in partitions:
+            await self.delivery.unload(topic, partition)
+
     # ---- delivery -----------------------------------------------------------------------
     async def acquire(self, group_id: str, topic: str, partition: int, member_id: str,
                       max_records: int, *, fetchable_end: int, log_start: int,
                       start_at: int) -> Sequence[Any]:
         await self._known(group_id)
-        return await self.delivery.acquire(group_id, topic, partition, member_id, max_records,
-                                           fetchable_end=fetchable_end, log_start=log_start,
-                                           start_at=start_at)
+        async with _owned():
+            return await self.delivery.acquire(group_id, topic, partition, member_id,
+                                               max_records, fetchable_end=fetchable_end,
+                                               log_start=log_start, start_at=start_at)
 
     async def acknowledge(self, group_id: str, topic: str, partition: int, member_id: str,
                           batches: Sequence[tuple[int, int, tuple[int, ...]]]
                           ) -> tuple[int, str | None]:
-        result = await self.delivery.acknowledge(
-            group_id, topic, partition, member_id,
-            [AckBatch(first, last, types) for first, last, types in batches])
+        async with _owned():
+            result = await self.delivery.acknowledge(
+                group_id, topic, partition, member_id,
+                [AckBatch(first, last, types) for first, last, types in batches])
         return int(_ACK_CODES[result.error]), result.message
 
     async def end_offset(self, group_id: str, topic: str, partition: int) -> int | None:
-        return await self.delivery.end_offset(group_id, topic, partition)
+        async with _owned():
+            return await self.delivery.end_offset(group_id, topic, partition)
 
     async def wait_for_change(self, topic: str, partition: int, group_id: str,
                               timeout_ms: int) -> None:
-        await self.delivery.wait_for_change(topic, partition, group_id, timeout_ms)
+        async with _owned():
+            await self.delivery.wait_for_change(topic, partition, group_id, timeout_ms)
 
     async def release_member(self, group_id: str, member_id: str) -> None:
         released = await self.delivery.release_holder(group_id, member_id)
@@ -124,7 +156,8 @@ class ShareGroups:
     # ---- admin --------------------------------------------------------------------------
     async def state(self, group_id: str, topic: str,
                     partition: int) -> SharePartitionState | None:
-        view = await self.delivery.view(group_id, topic, partition)
+        async with _owned():
+            view = await self.delivery.view(group_id, topic, partition)
         if view is None:
             return None
         return SharePartitionState(view.start_offset, view.end_offset,
@@ -133,11 +166,13 @@ class ShareGroups:
     async def alter_start(self, group_id: str, topic: str, partition: int, offset: int) -> None:
         self._require_empty(group_id)
         await self._known(group_id)
-        await self.delivery.reset_start(group_id, topic, partition, offset)
+        async with _owned():
+            await self.delivery.reset_start(group_id, topic, partition, offset)
 
     async def forget(self, group_id: str, topic: str, partition: int) -> None:
         self._require_empty(group_id)
-        await self.delivery.forget(group_id, topic, partition)
+        async with _owned():
+            await self.delivery.forget(group_id, topic, partition)
 
     async def known_partitions(self, group_id: str) -> list[tuple[str, int]]:
         return sorted(self.delivery.loaded_groups().get(group_id, []))
@@ -151,7 +186,8 @@ class ShareGroups:
     async def delete_group(self, group_id: str) -> None:
         self._require_empty(group_id)
         for topic, partition in await self.known_partitions(group_id):
-            await self.delivery.forget(group_id, topic, partition)
+            async with _owned():
+                await self.delivery.forget(group_id, topic, partition)
         await self.configs.delete(group_id)
         self.coordinator.groups.pop(group_id, None)
         self.sessions.drop_group(group_id)
@@ -196,3 +232,30 @@ class ShareGroups:
 
     async def close(self) -> None:
         await self.delivery.close()
+
+
+class ShareGroupBundles:
+    """The cluster broker's bundle extension (acquired / releasing hooks) for share groups."""
+
+    def __init__(self, share_groups: ShareGroups, bundle_of: Callable[[str, int], int]) -> None:
+        self._share = share_groups
+        self._bundle_of = bundle_of
+
+    async def acquired(self, bundle: int) -> None:
+        """Nothing yet: the bundle is not ready until the hooks return, and opening a state
+        log needs it ready; the first fetch or acknowledgement loads it."""
+
+    async def releasing(self, bundle: int) -> None:
+        await self._share.releasing([
+            (topic, partition) for topic, partition in self._share.delivery.loaded_partitions()
+            if self._bundle_of(topic, partition) == bundle])
+
+
+@asynccontextmanager
+async def _owned() -> AsyncIterator[None]:
+    """The engine's NotOwnedError as Kafka's NOT_LEADER_OR_FOLLOWER (the client looks the
+    partition's leader up again)."""
+    try:
+        yield
+    except NotOwnedError as exc:
+        raise NotLeaderOrFollowerError(str(exc)) from exc

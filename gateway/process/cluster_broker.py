@@ -10,6 +10,8 @@ bundle
   partitions (fencing the previous owner) on acquisition, and close them on release;
 - a follower of the topic catalogue (topics created or changed by other brokers);
 - `ClusterKafkaBroker`: a KafkaBroker whose `ownership` the handlers consult;
+- Kafka share groups: membership on the group's coordinator broker, each partition's delivery
+  state on the partition's owner (unloaded when its bundle moves, fenced by the next owner);
 - the operations side (gateway/process/cluster_services.py): namespaces, Kafka security (TLS, SASL,
   ACLs), retention/TTL on owned partitions, the admin HTTP API with /health, /ready, /metrics.
 
@@ -37,10 +39,17 @@ from gateway.cluster.broker_registry import ClusterLayout, init_cluster
 from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService, bundle_of
 from gateway.config.settings import Config
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+from gateway.delivery.delivery_service import DeliveryService
+from gateway.delivery.group_configs import ShareGroupConfigs
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.cluster_transactions import setup_cluster_transactions
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
+from gateway.kafka.share_groups import (
+    SHARE_STATE_LEDGER_PREFIX,
+    ShareGroupBundles,
+    ShareGroups,
+)
 from gateway.process.cluster_services import (
     build_admin,
     keep_running,
@@ -321,17 +330,28 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             hooks, background, k.broker_id, peer_security=security.peers)
         quotas = QuotaStore(store)  # client quotas: one table, each broker meters its own
         await background.start(quotas.run)
+        share_groups = ShareGroups(
+            lambda settings_for: DeliveryService(factory, system_ledger_config(config),
+                                                 settings_for=settings_for,
+                                                 ledger_prefix=SHARE_STATE_LEDGER_PREFIX,
+                                                 owns=ownership.is_local),
+            ShareGroupConfigs(store), is_local=ownership.is_local,
+            coordinates=lambda group_id: ownership.coordinator_is_local(0, group_id))
+        stack.push_async_callback(share_groups.close)
+        hooks.add_extension(ShareGroupBundles(share_groups, ownership.bundle_of))
+        await background.start(share_groups.run)
         broker = ClusterKafkaBroker(topics, broker_config, group_coordinator=groups,
                                     transaction_coordinator=transactions,
                                     ownership=ownership, authorizer=security.authorizer,
                                     credentials=security.kafka.credentials,
-                                    quotas=quotas)
+                                    quotas=quotas, share_groups=share_groups)
         await background.start(serve_dynamic_configs, store, broker, topics)
         ownership_running = False
         admin, retention_scope = build_admin(config, store, topics, namespaces, ownership,
                                              groups, f"{adv_host}:{adv_port}",
                                              lambda: ownership_running)
         broker.request_observer = admin.broker_metrics.observe_request
+        admin.share_groups = share_groups  # metrics and listings of what this broker holds
         bind_host, bind_port = config.kafka_bind
         async with trio.open_nursery() as servers:
             await servers.start(partial(serve_kafka, broker, bind_host, bind_port,

@@ -63,6 +63,10 @@ class ShareGroupsApi(Protocol):
 
     def settings(self, group_id: str) -> ShareGroupSettings: ...
 
+    def check_coordinator(self, group_id: str) -> None:
+        """KafkaProtocolError (NOT_COORDINATOR) unless this broker coordinates the group."""
+        ...
+
     async def acquire(
         self, group_id: str, topic: str, partition: int, member_id: str, max_records: int, *,
         fetchable_end: int, log_start: int, start_at: int,

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import trio
 
-from gateway.delivery.delivery_service import DeliveryService
+from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
 from gateway.delivery.delivery_state import AckBatch, AckError, AckType, AcquiredRange
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -97,6 +97,38 @@ async def test_a_deposed_owner_cannot_persist_and_reveals_nothing(
     assert (await new.acknowledge("g", "t", 0, "a", accept(0, 2))).error == AckError.NONE
     await new.close()
     await old.close()
+
+
+async def test_a_partition_owned_elsewhere_is_never_opened_and_moves_with_ownership(
+    brokers: Callable[[], ManagedLedgerFactory],
+) -> None:
+    """Cluster mode: the state lives with the partition's owner; a broker that does not own it
+    refuses every call without opening (and so fencing) the log; `unload` hands it over."""
+    clock = FakeClock()
+    owner = {"t": "A"}
+    factory_a, factory_b = brokers(), brokers()
+    a = DeliveryService(factory_a, CONFIG, clock=clock, owns=lambda t, p: owner[t] == "A")
+    b = DeliveryService(factory_b, CONFIG, clock=clock, owns=lambda t, p: owner[t] == "B")
+    with pytest.raises(NotOwnedError):
+        await acquire(b, "m2", 3)
+    with pytest.raises(NotOwnedError):
+        await b.acknowledge("g", "t", 0, "m2", accept(0, 0))
+    assert await factory_b.list_names() == [], "nothing opened where it is not owned"
+    assert await acquire(a, "m1", 3) == [AcquiredRange(0, 2, 1)]
+    assert (await a.acknowledge("g", "t", 0, "m1", accept(0, 0))).error == AckError.NONE
+
+    owner["t"] = "B"  # the bundle moves: refused at once, then unloaded by the release hook
+    with pytest.raises(NotOwnedError):
+        await a.acknowledge("g", "t", 0, "m1", accept(1, 1))
+    assert await a.unload("t", 0) is True
+    assert a.loaded_partitions() == []
+    # the new owner has what was durable: 0 accepted, 1-2 still held by m1 under their lock
+    assert await acquire(b, "m2", 2) == [AcquiredRange(3, 4, 1)]
+    assert (await b.acknowledge("g", "t", 0, "m1", accept(1, 2))).error == AckError.NONE
+    view = await b.view("g", "t", 0)
+    assert view is not None and (view.start_offset, view.acquired) == (3, 2)
+    await a.close()
+    await b.close()
 
 
 async def test_acknowledge_without_state_and_forget(factory: ManagedLedgerFactory) -> None:

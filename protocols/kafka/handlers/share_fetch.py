@@ -243,7 +243,10 @@ async def _wait_for_any(ctx: RequestContext, share: ShareGroupsApi, group_id: st
             nursery.cancel_scope.cancel()
 
         async def on_change(name: str, partition: int) -> None:
-            await share.wait_for_change(name, partition, group_id, int(timeout_s * 1000))
+            try:
+                await share.wait_for_change(name, partition, group_id, int(timeout_s * 1000))
+            except Exception:  # noqa: BLE001 - moved away: the next round answers the error
+                return
             nursery.cancel_scope.cancel()
 
         nursery.cancel_scope.deadline = trio.current_time() + timeout_s
@@ -293,7 +296,7 @@ async def handle_share_fetch(ctx: RequestContext, header: RequestHeader, body: d
     deadline = trio.current_time() + max_wait_s
     while True:
         targets: list[tuple[str, int]] = []
-        total = 0
+        total = failed = 0
         for topic_id, partition in list(session.partitions):
             name = names.get(topic_id)
             if name is None:
@@ -312,8 +315,9 @@ async def handle_share_fetch(ctx: RequestContext, header: RequestHeader, body: d
                                                   partition, max_records - total, answer)
             except Exception as exc:  # noqa: BLE001 - becomes this partition's error code
                 answer["error_code"], answer["error_message"] = error_code_of(exc), None
+                failed += 1
         remaining = deadline - trio.current_time()
-        if total or remaining <= 0 or not targets or _has_acks(body):
+        if total or failed or remaining <= 0 or not targets or _has_acks(body):
             break
         await _wait_for_any(ctx, share, group_id, targets, remaining)
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,

@@ -1,7 +1,8 @@
 """KIP-932 share-group membership on the wire: ShareGroupHeartbeat (key 76) and
 ShareGroupDescribe (key 77), answered from the broker's ShareGroupCoordinator.
 
-The wire names topics by id, the coordinator by name; this module translates.  A member that
+The wire names topics by id, the coordinator by name; this module translates.  In a cluster
+only the group's coordinator broker answers (NOT_COORDINATOR elsewhere).  A member that
 leaves (epoch -1) has the records it holds released.  ACLs as Kafka checks them: READ on the
 group and DESCRIBE on every subscribed topic to heartbeat, DESCRIBE on the group to describe it.
 
@@ -64,6 +65,7 @@ async def handle_share_group_heartbeat(
         require_group(ctx, OP_READ, group_id)
         for topic in body.get("subscribed_topic_names") or []:
             require_topic(ctx, OP_DESCRIBE, topic)
+        share.check_coordinator(group_id)
         member, _ = share.coordinator.heartbeat(
             group_id=group_id,
             member_id=member_id,
@@ -110,6 +112,11 @@ async def handle_share_group_describe(
                                  "authorized_operations": NO_OPERATIONS}
         denied = group_denied_code(ctx, OP_DESCRIBE, group_id)
         group = share.coordinator.groups.get(group_id)
+        if not denied:
+            try:
+                share.check_coordinator(group_id)
+            except KafkaProtocolError as exc:
+                denied = int(exc.code)
         if denied:
             entry["error_code"] = denied
         elif group is None and group_id not in known:
