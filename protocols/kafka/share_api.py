@@ -10,6 +10,7 @@ This module must never import gateway/ or do I/O: it only declares shapes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +21,7 @@ from protocols.kafka.share_sessions import ShareSessionCache
 
 # share.auto.offset.reset / share.isolation.level values
 EARLIEST, LATEST = "earliest", "latest"
+BY_DURATION = "by_duration:"  # by_duration:<ISO-8601 duration>, e.g. by_duration:PT1H
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 
 
@@ -125,14 +127,15 @@ def _int_between(low: int, high: int) -> Callable[[str], bool]:
 SHARE_GROUP_CONFIGS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "share.record.lock.duration.ms": ("30000", _int_between(1_000, 3_600_000)),
     "share.delivery.count.limit": ("5", _int_between(2, 10)),
-    "share.auto.offset.reset": (LATEST, lambda v: v in (EARLIEST, LATEST)),
+    "share.auto.offset.reset": (LATEST, lambda v: v in (EARLIEST, LATEST)
+                                or by_duration_ms(v) is not None),
     "share.isolation.level": (READ_UNCOMMITTED, lambda v: v in (READ_UNCOMMITTED, READ_COMMITTED)),
 }
 
 
 def validate_share_config(name: str, value: str | None) -> None:
     """InvalidConfigError unless `name` is a share-group config and `value` (None: delete) is
-    allowed for it.  (share.auto.offset.reset=by_duration:... is not implemented yet.)"""
+    allowed for it."""
     entry = SHARE_GROUP_CONFIGS.get(name)
     if entry is None:
         raise InvalidConfigError(f"Unknown group config name: {name}")
@@ -151,3 +154,24 @@ def share_settings(configs: Mapping[str, str]) -> ShareGroupSettings:
         auto_offset_reset=get("share.auto.offset.reset"),
         isolation_level=get("share.isolation.level"),
     )
+
+
+# java.time.Duration.parse's form, as Kafka reads by_duration: days, hours, minutes, seconds
+_DURATION = re.compile(
+    r"P(?:(\d{1,9})D)?(?:T(?=\d)(?:(\d{1,9})H)?(?:(\d{1,9})M)?(?:(\d{1,9})(?:\.(\d{1,9}))?S)?)?",
+    re.IGNORECASE)
+
+
+def by_duration_ms(value: str) -> int | None:
+    """The duration of a `by_duration:<ISO-8601>` reset in milliseconds, or None when `value` is
+    not one (a negative or empty duration is not one either)."""
+    if not value.startswith(BY_DURATION):
+        return None
+    text = value[len(BY_DURATION):]
+    match = _DURATION.fullmatch(text)
+    if match is None or text.upper() in ("P", "PT"):
+        return None
+    days, hours, minutes, seconds, fraction = match.groups()
+    ms = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60_000
+    ms += int(seconds or 0) * 1000 + int(((fraction or "") + "000")[:3])
+    return ms

@@ -5,13 +5,17 @@ admin APIs, group configs, and bad acknowledgements answered with error codes (h
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocols.kafka.errors import ErrorCode
+from protocols.kafka.record_batch import build_batch
+from protocols.kafka.share_api import by_duration_ms
 from tests.kafka_server.conftest import KafkaStack, running_stack
 from tests.kafka_server.kafka_wire_client import WireClient
 from tests.kafka_server.test_kafka_handlers_wire import create_topic, kv_batch, produce
@@ -137,13 +141,51 @@ async def test_share_fetch_acknowledge_release_and_close(stack: KafkaStack) -> N
 async def test_bad_group_configs_are_refused(stack: KafkaStack) -> None:
     async with await stack.client() as client:
         for name, value in (("share.delivery.count.limit", "1"),
-                            ("share.auto.offset.reset", "by_duration:PT1H"),
+                            ("share.auto.offset.reset", "by_duration:1H"),
+                            ("share.auto.offset.reset", "by_duration:-PT1H"),
+                            ("share.auto.offset.reset", "by_duration:PT"),
+                            ("share.auto.offset.reset", "by_duration:P1Y"),
                             ("no.such.config", "1")):
             answer = await client.request(INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
                 "resource_type": 32, "resource_name": "g", "configs": [
                     {"name": name, "config_operation": 0, "value": value}]}],
                 "validate_only": False})
             assert answer["responses"][0]["error_code"] == ErrorCode.INVALID_CONFIG
+
+
+async def test_by_duration_starts_at_the_first_record_that_young(stack: KafkaStack) -> None:
+    """share.auto.offset.reset=by_duration:PT1H: a new group starts at the first record at most
+    an hour old; with nothing that young it starts at the end (as latest)."""
+    now_ms = int(time.time() * 1000)
+    async with await stack.client() as client:
+        await create_topic(client, "bd")
+        for age_h, n in ((3, 2), (2, 3), (0, 4)):  # offsets 0-1, 2-4 too old; 5-8 young
+            batch = build_batch([(b"k", f"v{age_h}".encode())] * n,
+                                timestamp_ms=now_ms - age_h * 3_600_000)
+            assert (await produce(client, "bd", 0, batch))["error_code"] == 0
+        topic_id = stack.topics.topics()["bd"].topic_id
+        await set_configs(client, "bdg", share_auto_offset_reset="by_duration:PT1H")
+        got = await client.request(FETCH, 1, fetch_body("bdg", "m", 0, topic_id))
+        assert acquired(got) == [(5, 8, 1)]
+        await set_configs(client, "bdg2", share_auto_offset_reset="by_duration:PT30M")
+        await produce(client, "bd", 0, build_batch([(b"k", b"old")],
+                                                   timestamp_ms=now_ms - 7_200_000))
+        # the records at 5-8 are younger than 30 minutes: the group starts there
+        got = await client.request(FETCH, 1, fetch_body("bdg2", "m", 0, topic_id))
+        assert acquired(got) == [(5, 9, 1)]
+        await set_configs(client, "bdg3", share_auto_offset_reset="by_duration:PT0.5S")
+        await trio.sleep(1.0)  # now every record is older than half a second
+        got = await client.request(FETCH, 1, fetch_body("bdg3", "m", 0, topic_id))
+        assert acquired(got) == []
+
+
+def test_by_duration_values() -> None:
+    assert by_duration_ms("by_duration:PT1H") == 3_600_000
+    assert by_duration_ms("by_duration:P1DT2M3.5S") == 86_400_000 + 120_000 + 3_500
+    assert by_duration_ms("by_duration:pt0s") == 0
+    for bad in ("by_duration:", "by_duration:P", "by_duration:PT", "by_duration:P1M",
+                "by_duration:PT1.S", "latest", "by_duration:PT-1S", "by_duration:P1DT"):
+        assert by_duration_ms(bad) is None, bad
 
 
 batch = st.tuples(st.integers(-5, 20), st.integers(-5, 20),

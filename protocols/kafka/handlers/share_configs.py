@@ -27,7 +27,8 @@ OP_SET, OP_DELETE = 0, 1
 _DOCS = {
     "share.record.lock.duration.ms": (TYPE_INT, "How long a share consumer holds a record."),
     "share.delivery.count.limit": (TYPE_INT, "Deliveries before a record is archived."),
-    "share.auto.offset.reset": (TYPE_STRING, "Where a share group starts: earliest or latest."),
+    "share.auto.offset.reset": (TYPE_STRING, "Where a share group starts: earliest, latest "
+                                "or by_duration:<ISO-8601 duration>."),
     "share.isolation.level": (TYPE_STRING, "read_committed skips aborted transactions."),
 }
 

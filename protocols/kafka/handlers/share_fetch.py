@@ -23,6 +23,7 @@ records.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -38,7 +39,13 @@ from protocols.kafka.handlers.error_responses import error_code_of
 from protocols.kafka.handlers.share_groups import share_groups_of
 from protocols.kafka.handlers.topic_lookup import open_partition
 from protocols.kafka.record_batch import parse_header
-from protocols.kafka.share_api import EARLIEST, READ_COMMITTED, AcquiredView, ShareGroupsApi
+from protocols.kafka.share_api import (
+    EARLIEST,
+    READ_COMMITTED,
+    AcquiredView,
+    ShareGroupsApi,
+    by_duration_ms,
+)
 from protocols.kafka.share_sessions import CLOSE_EPOCH, OPEN_EPOCH, ShareSessionError
 
 MAX_WAIT_CAP_S = 60.0
@@ -194,6 +201,20 @@ def _minus(ranges: Sequence[AcquiredView], holes: list[tuple[int, int]]) -> list
     return out
 
 
+async def _start_offset(share: ShareGroupsApi, group_id: str, name: str, partition: int,
+                        plog: PartitionLogApi, reset: str) -> int:
+    """Where the group starts on a partition where it has no state yet (share.auto.offset.reset):
+    the log start, the high watermark, or by_duration: the first record at most that old (the
+    high watermark when there is none)."""
+    if reset == EARLIEST:
+        return plog.log_start_offset
+    duration = by_duration_ms(reset)
+    if duration is None or await share.end_offset(group_id, name, partition) is not None:
+        return plog.high_watermark  # latest (or unused: the group has state here already)
+    found = await plog.offset_for_timestamp(int(time.time() * 1000) - duration)
+    return plog.high_watermark if found is None else found[0]
+
+
 async def _acquire_partition(ctx: RequestContext, share: ShareGroupsApi, group_id: str,
                              member_id: str, name: str, partition: int, budget: int,
                              answer: dict) -> int:
@@ -202,8 +223,8 @@ async def _acquire_partition(ctx: RequestContext, share: ShareGroupsApi, group_i
     read_committed = settings.isolation_level == READ_COMMITTED
     plog = await open_partition(ctx, name, partition)
     fetchable_end = plog.last_stable_offset if read_committed else plog.high_watermark
-    start_at = plog.log_start_offset if settings.auto_offset_reset == EARLIEST else (
-        plog.high_watermark)
+    start_at = await _start_offset(share, group_id, name, partition, plog,
+                                   settings.auto_offset_reset)
     ranges = await share.acquire(group_id, name, partition, member_id, budget,
                                  fetchable_end=fetchable_end, log_start=plog.log_start_offset,
                                  start_at=start_at)
