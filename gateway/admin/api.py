@@ -248,9 +248,10 @@ async def metrics_snapshot(ctx: AdminContext) -> MetricsSnapshot:
     except MetadataError:
         capacity = None
     shares = ctx.share_groups.delivery.stats() if ctx.share_groups is not None else []
+    dead = dict(ctx.share_groups.dead_lettered) if ctx.share_groups is not None else {}
     return MetricsSnapshot(ctx.broker_metrics, partitions, lag, bookies, under,
                            started_at=ctx.started_at, capacity=capacity,
-                           share_partitions=shares,
+                           share_partitions=shares, share_dead_lettered=dead,
                            replication=(ctx.replication.metrics_rows()
                                         if ctx.replication is not None else []))
 

@@ -171,6 +171,8 @@ class MetricsSnapshot:
     share_partitions: list[tuple[str, str, int, Any, int]] = field(default_factory=list)
     # geo-replication: gateway/replication ReplicatorStatus.to_json() rows
     replication: list[dict[str, Any]] = field(default_factory=list)
+    # records copied to share groups' dead-letter topics: (group, topic, partition) -> count
+    share_dead_lettered: dict[tuple[str, str, int], int] = field(default_factory=dict)
 
 
 def _fmt(value: float) -> str:
@@ -223,6 +225,12 @@ class SnapshotCollector:
         yield from _partition_families(snap.partitions)
         yield from _share_families(snap.share_partitions)
         yield from _replication_families(snap.replication)
+        dead = CounterMetricFamily("ledgerwire_share_dead_lettered_records",
+                                   "records copied to a share group's dead-letter topic",
+                                   labels=["group", "topic", "partition"])
+        for (group, topic, partition), count in sorted(snap.share_dead_lettered.items()):
+            dead.add_metric([group, topic, str(partition)], count)
+        yield dead
         yield from _bookie_families(snap.bookies)
         yield GaugeMetricFamily("ledgerwire_under_replicated_ledgers",
                                 "ledgers marked under-replicated by the auditor",

@@ -6,6 +6,13 @@ group configs (gateway/delivery/group_configs.py) and the per-record delivery en
 (gateway/delivery/delivery_service.py), and maps the engine's answers to Kafka's error codes.
 `run` expires silent members and releases the records of every member that left.
 
+Dead letters (share.dead.letter.topic, ledgerwire's own group config, off by default): the
+engine's limit is then two past the group's, so a record that reached the group's limit comes
+back once more; the fetch that acquires it copies it to the dead-letter topic (partition 0,
+created on first use, headers naming where it came from) and only then archives it, so a crash
+between the two copies it again, never loses it.  The second extra delivery is the retry of a
+copy that failed; after it the record is archived without a copy.
+
 In a cluster (`coordinates` given) membership lives on the group's coordinator broker (the
 owner of its coordinator partition; elsewhere a heartbeat is told NOT_COORDINATOR) and each
 partition's delivery state on the partition's owner (the engine's `owns`; elsewhere a fetch or
@@ -22,7 +29,7 @@ durable.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -33,10 +40,12 @@ from gateway.delivery.delivery_state import AckBatch, AckError, DeliverySettings
 from gateway.delivery.group_configs import ShareGroupConfigs
 from protocols.kafka.errors import (
     ErrorCode,
+    InvalidConfigError,
     NonEmptyGroupError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
 )
+from protocols.kafka.record_batch import Record, build_batch, decode_records, parse_header
 from protocols.kafka.share_api import (
     ShareGroupSettings,
     SharePartitionState,
@@ -49,6 +58,9 @@ from protocols.kafka.share_sessions import ShareSessionCache
 log = logging.getLogger("ledgerwire.kafka.share_groups")
 
 EXPIRY_INTERVAL_S = 1.0
+DEAD_LETTER_CONFIG = "share.dead.letter.topic"
+# with a dead-letter topic: the delivery that copies it there, and one retry of that copy
+DEAD_LETTER_ATTEMPTS = 2
 # Share groups' state logs, apart from other fronts' (RocketMQ 5 groups are another namespace).
 SHARE_STATE_LEDGER_PREFIX = "__system/delivery/kafka-share/"
 _ACK_CODES = {
@@ -69,8 +81,11 @@ class ShareGroups:
         *,
         is_local: Callable[[str, int], bool] | None = None,
         coordinates: Callable[[str], bool] | None = None,
+        topics: Any = None,
     ) -> None:
         self.configs = configs
+        self._topics = topics  # gateway.topics.TopicService: dead-letter topics (None: off)
+        self.dead_lettered: dict[tuple[str, str, int], int] = {}  # for metrics
         self._is_local = is_local
         self._coordinates = coordinates
         self.delivery = delivery_for(self._delivery_settings)
@@ -84,13 +99,20 @@ class ShareGroups:
 
     def _delivery_settings(self, group_id: str) -> DeliverySettings:
         s = self.settings(group_id)
+        extra = DEAD_LETTER_ATTEMPTS if s.dead_letter_topic else 0
         return DeliverySettings(lock_duration_ms=s.record_lock_duration_ms,
-                                delivery_count_limit=s.delivery_count_limit)
+                                delivery_count_limit=s.delivery_count_limit + extra)
 
     async def alter_configs(self, group_id: str, configs: dict[str, str | None], *,
                             validate_only: bool) -> None:
         for name, value in configs.items():
             validate_share_config(name, value)
+            if name == DEAD_LETTER_CONFIG and value and (
+                    self._topics is None or self._coordinates is not None):
+                raise InvalidConfigError(f"{name}: dead-letter topics are not served by "
+                                         "this broker (not yet in a cluster)")
+            if name == DEAD_LETTER_CONFIG and value and value.startswith("__"):
+                raise InvalidConfigError(f"{name}: {value} is an internal topic name")
         if validate_only:
             return
 
@@ -152,6 +174,38 @@ class ShareGroups:
         if released:
             log.info("share group member's records released",
                      extra={"group": group_id, "member": member_id, "records": released})
+
+    async def dead_letter(self, group_id: str, topic: str, partition: int,
+                          batches: Sequence[bytes], counts: Mapping[int, int]) -> None:
+        target = self.settings(group_id).dead_letter_topic
+        if not target or self._topics is None:
+            raise InvalidConfigError(f"share group {group_id} has no dead-letter topic")
+        copies: list[Record] = []
+        for batch in batches:
+            header = parse_header(batch)
+            if header.is_control:
+                continue
+            for r in decode_records(batch):
+                if r.offset in counts:
+                    copies.append(Record(0, r.timestamp, r.key, r.value, [*r.headers, *(
+                        (name, str(value).encode()) for name, value in (
+                            ("dlq.group", group_id), ("dlq.topic", topic),
+                            ("dlq.partition", partition), ("dlq.offset", r.offset),
+                            ("dlq.delivery.count", counts[r.offset])))]))
+        if not copies:
+            return
+        if target not in self._topics.topics():
+            try:
+                await self._topics.create_topic(target, 1)
+            except Exception:  # noqa: BLE001 - created meanwhile (else the append says why)
+                log.debug("dead-letter topic %s not created here", target)
+        plog = await self._topics.partition(target, 0)
+        await plog.append(build_batch(copies))
+        key = (group_id, topic, partition)
+        self.dead_lettered[key] = self.dead_lettered.get(key, 0) + len(copies)
+        log.info("share group %s: %d records of %s-%d copied to %s after %d deliveries",
+                 group_id, len(copies), topic, partition, target,
+                 self.settings(group_id).delivery_count_limit)
 
     # ---- admin --------------------------------------------------------------------------
     async def state(self, group_id: str, topic: str,

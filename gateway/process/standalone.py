@@ -143,7 +143,7 @@ async def run_standalone(
             lambda settings_for: DeliveryService(factory, system_ledger_config(config),
                                                  settings_for=settings_for,
                                                  ledger_prefix=SHARE_STATE_LEDGER_PREFIX),
-            ShareGroupConfigs(store),
+            ShareGroupConfigs(store), topics=topics,
         )
         stack.push_async_callback(share_groups.close)
 

@@ -33,6 +33,7 @@ class ShareGroupSettings:
     delivery_count_limit: int = 5  # share.delivery.count.limit
     auto_offset_reset: str = LATEST  # share.auto.offset.reset (or "by_duration:<ISO-8601>")
     isolation_level: str = READ_UNCOMMITTED  # share.isolation.level
+    dead_letter_topic: str = ""  # share.dead.letter.topic (ledgerwire's own; "" = none)
 
 
 class AcquiredView(Protocol):
@@ -88,6 +89,12 @@ class ShareGroupsApi(Protocol):
     async def wait_for_change(self, topic: str, partition: int, group_id: str,
                               timeout_ms: int) -> None: ...
 
+    async def dead_letter(self, group_id: str, topic: str, partition: int,
+                          batches: Sequence[bytes], counts: Mapping[int, int]) -> None:
+        """Copy the records at `counts`' offsets (offset -> delivery count) out of the stored
+        `batches` to the group's dead-letter topic, durably; control records are skipped."""
+        ...
+
     async def release_member(self, group_id: str, member_id: str) -> None: ...
 
     async def state(self, group_id: str, topic: str,
@@ -130,6 +137,7 @@ SHARE_GROUP_CONFIGS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "share.auto.offset.reset": (LATEST, lambda v: v in (EARLIEST, LATEST)
                                 or by_duration_ms(v) is not None),
     "share.isolation.level": (READ_UNCOMMITTED, lambda v: v in (READ_UNCOMMITTED, READ_COMMITTED)),
+    "share.dead.letter.topic": ("", lambda v: v == "" or _topic_name(v)),
 }
 
 
@@ -153,7 +161,13 @@ def share_settings(configs: Mapping[str, str]) -> ShareGroupSettings:
         delivery_count_limit=int(get("share.delivery.count.limit")),
         auto_offset_reset=get("share.auto.offset.reset"),
         isolation_level=get("share.isolation.level"),
+        dead_letter_topic=get("share.dead.letter.topic"),
     )
+
+
+def _topic_name(value: str) -> bool:
+    return (len(value) <= 249 and value not in (".", "..")
+            and re.fullmatch(r"[A-Za-z0-9._-]+", value) is not None)
 
 
 # java.time.Duration.parse's form, as Kafka reads by_duration: days, hours, minutes, seconds

@@ -73,7 +73,7 @@ async def running_stack(**broker_options: Any) -> AsyncIterator[KafkaStack]:
             share_groups = ShareGroups(
                 lambda settings_for: DeliveryService(factory, settings_for=settings_for,
                                                      ledger_prefix=SHARE_STATE_LEDGER_PREFIX),
-                ShareGroupConfigs(store),
+                ShareGroupConfigs(store), topics=topics,
             )
             broker = KafkaBroker(topics, config, group_coordinator=coordinator,
                                  transaction_coordinator=transactions, share_groups=share_groups)

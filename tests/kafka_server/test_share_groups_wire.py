@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocols.kafka.errors import ErrorCode
-from protocols.kafka.record_batch import build_batch
+from protocols.kafka.record_batch import build_batch, decode_records
 from protocols.kafka.share_api import by_duration_ms
 from tests.kafka_server.conftest import KafkaStack, running_stack
 from tests.kafka_server.kafka_wire_client import WireClient
@@ -177,6 +177,40 @@ async def test_by_duration_starts_at_the_first_record_that_young(stack: KafkaSta
         await trio.sleep(1.0)  # now every record is older than half a second
         got = await client.request(FETCH, 1, fetch_body("bdg3", "m", 0, topic_id))
         assert acquired(got) == []
+
+
+async def test_records_past_the_limit_go_to_the_dead_letter_topic(stack: KafkaStack) -> None:
+    """share.dead.letter.topic: a record released share.delivery.count.limit times is copied
+    to the dead-letter topic (with headers naming where it came from) and archived, never
+    handed out a third time; records below the limit are unaffected."""
+    async with await stack.client() as client:
+        topic_id = await ready_topic(stack, client, "dq", "dqg", 3)  # limit 2
+        await set_configs(client, "dqg", share_dead_letter_topic="dq-dead")
+        release_all = [(0, 2, [RELEASE])]
+        assert acquired(await client.request(FETCH, 1, fetch_body("dqg", "m", 0, topic_id,
+                                                                 max_records=3))) == [(0, 2, 1)]
+        got = await client.request(FETCH, 1, fetch_body("dqg", "m", 1, topic_id,
+                                                         acks=release_all))
+        assert acquired(got) == [(0, 2, 2)]
+        got = await client.request(FETCH, 1, fetch_body(
+            "dqg", "m", 2, topic_id, acks=[(0, 0, [ACCEPT]), (1, 2, [RELEASE])]))
+        assert acquired(got) == [], "past the limit: copied, archived, not handed out"
+        dead = await stack.topics.partition("dq-dead", 0)
+        copied = [r for b in await dead.read(0, 1 << 20) for r in decode_records(b)]
+        assert [r.value for r in copied] == [b"dq-v1", b"dq-v2"]
+        assert dict(copied[0].headers)["dlq.offset"] == b"1"
+        assert dict(copied[1].headers)["dlq.delivery.count"] == b"3"
+        assert dict(copied[1].headers)["dlq.topic"] == b"dq"
+        assert stack.broker.share_groups.dead_lettered == {("dqg", "dq", 0): 2}
+        offsets = await client.request(DESCRIBE_OFFSETS, 0, {"groups": [
+            {"group_id": "dqg", "topics": None}]})
+        assert offsets["groups"][0]["topics"][0]["partitions"][0]["start_offset"] == 3
+        for bad in ("__internal", "no/slash"):
+            answer = await client.request(INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+                "resource_type": 32, "resource_name": "dqg", "configs": [
+                    {"name": "share.dead.letter.topic", "config_operation": 0,
+                     "value": bad}]}], "validate_only": False})
+            assert answer["responses"][0]["error_code"] == ErrorCode.INVALID_CONFIG
 
 
 def test_by_duration_values() -> None:

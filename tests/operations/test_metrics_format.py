@@ -108,7 +108,8 @@ def test_share_group_counters() -> None:
     stats = DeliveryStats(acquired=7, redelivered=2, accepted=4, released=1, rejected=1,
                           lock_expiries=1, archived_by_limit=1)
     snap = MetricsSnapshot(BrokerMetrics(), [], [], [], 0,
-                           share_partitions=[("g", "orders", 0, stats, 2)])
+                           share_partitions=[("g", "orders", 0, stats, 2)],
+                           share_dead_lettered={("g", "orders", 0): 3})
     body, _ = render_metrics(snap)
     got = samples(body.decode())
     labels = (("group", "g"), ("partition", "0"), ("topic", "orders"))
@@ -117,3 +118,4 @@ def test_share_group_counters() -> None:
     assert got[("ledgerwire_share_lock_expiries_total", labels)] == 1
     assert got[("ledgerwire_share_limit_archived_records_total", labels)] == 1
     assert got[("ledgerwire_share_in_flight_records", labels)] == 2
+    assert got[("ledgerwire_share_dead_lettered_records_total", labels)] == 3

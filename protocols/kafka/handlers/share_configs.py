@@ -30,6 +30,9 @@ _DOCS = {
     "share.auto.offset.reset": (TYPE_STRING, "Where a share group starts: earliest, latest "
                                 "or by_duration:<ISO-8601 duration>."),
     "share.isolation.level": (TYPE_STRING, "read_committed skips aborted transactions."),
+    "share.dead.letter.topic": (TYPE_STRING, "Where records that reach the delivery-count "
+                                "limit are copied before they are archived (ledgerwire's own; "
+                                "empty: none)."),
 }
 
 

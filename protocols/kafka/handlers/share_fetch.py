@@ -16,6 +16,10 @@ does the same: the response carries no aborted-transaction list) and left out of
 AcquiredRecords.  Control records stay in the acquired ranges; the client acknowledges them as
 GAP.
 
+With a dead-letter topic (share.dead.letter.topic) a record acquired past the group's delivery
+count limit is not handed out: it is copied to that topic first (the broker's share groups do
+it, durably) and then archived; if the copy fails it comes back when its lock expires.
+
 ACLs: READ on the group, READ on each topic.  This module must never reveal a record whose
 acquisition is not durable (the delivery engine persists before it answers) and never decode
 records.
@@ -23,6 +27,7 @@ records.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -47,6 +52,8 @@ from protocols.kafka.share_api import (
     by_duration_ms,
 )
 from protocols.kafka.share_sessions import CLOSE_EPOCH, OPEN_EPOCH, ShareSessionError
+
+log = logging.getLogger("ledgerwire.kafka.share_fetch")
 
 MAX_WAIT_CAP_S = 60.0
 DEFAULT_MAX_RECORDS = 500
@@ -187,6 +194,17 @@ def _aborted_offsets(plog: PartitionLogApi, batches: list[bytes]) -> list[tuple[
     return out
 
 
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """(first, last) of each run of consecutive offsets (sorted input)."""
+    out: list[tuple[int, int]] = []
+    for o in offsets:
+        if out and out[-1][1] == o - 1:
+            out[-1] = (out[-1][0], o)
+        else:
+            out.append((o, o))
+    return out
+
+
 def _minus(ranges: Sequence[AcquiredView], holes: list[tuple[int, int]]) -> list[dict]:
     """AcquiredRecords for `ranges` without the offsets in `holes`."""
     out = []
@@ -232,12 +250,25 @@ async def _acquire_partition(ctx: RequestContext, share: ShareGroupsApi, group_i
         return 0
     batches = await _read_ranges(plog, ranges)
     holes = _aborted_offsets(plog, batches) if read_committed else []
-    if holes:
-        in_ranges = [(max(lo, r.first), min(hi, r.last)) for lo, hi in holes for r in ranges
-                     if lo <= r.last and hi >= r.first]
-        if in_ranges:
-            await share.acknowledge(group_id, name, partition, member_id,
-                                    [(lo, hi, (ACK_GAP,)) for lo, hi in sorted(in_ranges)])
+    archive = [(max(lo, r.first), min(hi, r.last)) for lo, hi in holes for r in ranges
+               if lo <= r.last and hi >= r.first]
+    if settings.dead_letter_topic:
+        exhausted = {o: r.delivery_count for r in ranges
+                     if r.delivery_count > settings.delivery_count_limit
+                     for o in range(r.first, r.last + 1)
+                     if not any(lo <= o <= hi for lo, hi in holes)}
+        if exhausted:
+            runs = _runs(sorted(exhausted))
+            holes = holes + runs  # never handed to the member
+            try:
+                await share.dead_letter(group_id, name, partition, batches, exhausted)
+                archive += runs
+            except Exception as exc:  # noqa: BLE001 - they come back when the lock expires
+                log.warning("share group %s: dead-lettering %d records of %s-%d failed: %s",
+                            group_id, len(exhausted), name, partition, exc)
+    if archive:
+        await share.acknowledge(group_id, name, partition, member_id,
+                                [(lo, hi, (ACK_GAP,)) for lo, hi in sorted(archive)])
     acquired = _minus(ranges, holes)
     answer["records"] = batches
     answer["acquired_records"] = acquired
