@@ -213,6 +213,39 @@ async def test_records_past_the_limit_go_to_the_dead_letter_topic(stack: KafkaSt
             assert answer["responses"][0]["error_code"] == ErrorCode.INVALID_CONFIG
 
 
+async def test_a_broker_that_owns_neither_group_nor_partition_says_so(
+    stack: KafkaStack,
+) -> None:
+    """Cluster mode's answers (the ownership faked): a heartbeat to a broker that does not
+    coordinate the group is NOT_COORDINATOR; a fetch or acknowledgement for a partition it does
+    not own is NOT_LEADER_OR_FOLLOWER at once (no long poll), naming no leader."""
+    async with await stack.client() as client:
+        topic_id = await ready_topic(stack, client, "nl", "nlg", 3)
+        share = stack.broker.share_groups
+        share._coordinates = lambda group: False
+        share.delivery._owns = lambda topic, partition: False
+        beat = await client.request(HEARTBEAT, 1, {
+            "group_id": "nlg", "member_id": "m1", "member_epoch": 0, "rack_id": None,
+            "subscribed_topic_names": ["nl"]})
+        assert beat["error_code"] == ErrorCode.NOT_COORDINATOR
+        body = fetch_body("nlg", "m1", 0, topic_id)
+        body["max_wait_ms"] = 20_000
+        started = trio.current_time()
+        got = await client.request(FETCH, 1, body)
+        assert trio.current_time() - started < 10
+        [part] = got["responses"][0]["partitions"]
+        assert part["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert part["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
+        ack = await client.request(ACK, 1, {
+            "group_id": "nlg", "member_id": "m1", "share_session_epoch": 1, "topics": [
+                {"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                 "acknowledgement_batches": [
+                     {"first_offset": 0, "last_offset": 0, "acknowledge_types": [ACCEPT]}]}]}]})
+        assert ack["responses"][0]["partitions"][0]["error_code"] == (
+            ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        assert share.delivery.loaded_partitions() == []
+
+
 def test_by_duration_values() -> None:
     assert by_duration_ms("by_duration:PT1H") == 3_600_000
     assert by_duration_ms("by_duration:P1DT2M3.5S") == 86_400_000 + 120_000 + 3_500

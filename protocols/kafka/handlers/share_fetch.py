@@ -87,6 +87,10 @@ class _Answers:
     def responses(self, fetch: bool) -> list[dict[str, Any]]:
         by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
         for (topic_id, _), answer in self.by_key.items():
+            if ErrorCode.NOT_LEADER_OR_FOLLOWER in (answer["error_code"],
+                                                    answer["acknowledge_error_code"]):
+                # not the leader: name none, so the client looks the leader up again
+                answer["current_leader"] = {"leader_id": -1, "leader_epoch": -1}
             if not fetch:
                 answer = {k: answer[k] for k in ("partition_index", "error_code",
                                                  "error_message", "current_leader")}
