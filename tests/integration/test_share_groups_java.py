@@ -140,6 +140,31 @@ def test_delivery_count_limit_archives(module_standalone: Standalone) -> None:
     assert sorted(r["offset"] for r in records if r["action"] == "accept") == [0, 1, 3, 4]
 
 
+def test_dead_letter_topic_gets_what_reached_the_limit(module_standalone: Standalone) -> None:
+    """share.dead.letter.topic: the record released at every delivery is delivered exactly
+    share.delivery.count.limit times, then copied to the dead-letter topic, which a plain
+    KafkaConsumer reads with headers naming its origin."""
+    topic, group, dead = "share-dlq", "share-dlq-g", "share-dlq-dead"
+    configs = f"{EARLIEST};share.delivery.count.limit=3;share.dead.letter.topic={dead}"
+    produce(module_standalone, topic, 5)
+    records = share_consume(module_standalone, topic, group, 5, configs=configs,
+                            release="2", release_all="true", idle_ms=5_000, timeout_ms=60_000)
+    assert [r["delivery_count"] for r in records if r["offset"] == 2] == [1, 2, 3]
+    assert sorted(r["offset"] for r in records if r["action"] == "accept") == [0, 1, 3, 4]
+    # the next fetch (any member's) copies offset 2 and archives it
+    assert share_consume(module_standalone, topic, group, 1, configs="", idle_ms=3_000,
+                         timeout_ms=8_000) == []
+    run = run_java("KafkaConsume", bootstrap=module_standalone.bootstrap, topics=dead, count=1,
+                   timeout_ms=30_000)
+    [copy] = run.events("record")
+    assert copy["value"] == "v2"
+    headers = dict(copy["headers"])
+    assert (headers["dlq.topic"], headers["dlq.offset"], headers["dlq.delivery.count"]) == (
+        topic, "2", "4")
+    listed = admin(module_standalone, "list_offsets", group)
+    assert listed["offsets"] == [{"partition": f"{topic}-0", "start": 5}]
+
+
 def test_read_committed_skips_aborted(module_standalone: Standalone) -> None:
     topic, group = "share-txn", "share-txn-g"
     run_java("KafkaTransactions", bootstrap=module_standalone.bootstrap, topic=topic,
