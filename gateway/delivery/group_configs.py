@@ -74,6 +74,20 @@ class ShareGroupConfigs:
                 log.warning("share group %s: stored config not usable: %s", name, exc)
         self._cache = found
 
+    async def read(self, group: str) -> dict[str, str]:
+        """The group's stored config, read from the store now (and cached)."""
+        try:
+            data, _ = await self._store.get(f"{self._root}/{group}")
+        except NoNodeError:
+            self._cache.pop(group, None)
+            return {}
+        try:
+            self._cache[group] = _decode(data)
+        except GroupConfigError as exc:
+            log.warning("share group %s: stored config not usable: %s", group, exc)
+            return self._cache.get(group, {})
+        return self._cache[group]
+
     async def refresh(self) -> None:
         """Re-read the store if the copy is older than `refresh_s`."""
         await self.reload(if_older_than_s=self._refresh_s)

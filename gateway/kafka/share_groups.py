@@ -58,6 +58,7 @@ from protocols.kafka.share_sessions import ShareSessionCache
 log = logging.getLogger("ledgerwire.kafka.share_groups")
 
 EXPIRY_INTERVAL_S = 1.0
+CONFIG_REFRESH_S = 5.0
 DEAD_LETTER_CONFIG = "share.dead.letter.topic"
 # with a dead-letter topic: the delivery that copies it there, and one retry of that copy
 DEAD_LETTER_ATTEMPTS = 2
@@ -96,6 +97,10 @@ class ShareGroups:
     # ---- settings -----------------------------------------------------------------------
     def settings(self, group_id: str) -> ShareGroupSettings:
         return share_settings(self.configs.cached(group_id))
+
+    async def fresh_settings(self, group_id: str) -> ShareGroupSettings:
+        """The group's settings as stored now (another broker may have just changed them)."""
+        return share_settings(await self.configs.read(group_id))
 
     def _delivery_settings(self, group_id: str) -> DeliverySettings:
         s = self.settings(group_id)
@@ -271,6 +276,7 @@ class ShareGroups:
         task_status.started()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_loop)
+            nursery.start_soon(self._refresh_loop)
             async for group_id, member_id in self._leavers_out:
                 self.sessions.close(group_id, member_id)
                 try:
@@ -283,6 +289,15 @@ class ShareGroups:
         while True:
             await trio.sleep(EXPIRY_INTERVAL_S)
             self.coordinator.expire(trio.current_time() * 1000)
+
+    async def _refresh_loop(self) -> None:
+        """Group configs changed through another broker reach this one within seconds."""
+        while True:
+            await trio.sleep(CONFIG_REFRESH_S)
+            try:
+                await self.configs.refresh()
+            except Exception as exc:  # noqa: BLE001 - the cached configs stay in use
+                log.warning("share group configs not re-read: %s", exc)
 
     async def close(self) -> None:
         await self.delivery.close()

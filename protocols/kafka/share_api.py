@@ -66,6 +66,10 @@ class ShareGroupsApi(Protocol):
 
     def settings(self, group_id: str) -> ShareGroupSettings: ...
 
+    async def fresh_settings(self, group_id: str) -> ShareGroupSettings:
+        """The group's settings read from the store now, not from a cache."""
+        ...
+
     def check_coordinator(self, group_id: str) -> None:
         """KafkaProtocolError (NOT_COORDINATOR) unless this broker coordinates the group."""
         ...

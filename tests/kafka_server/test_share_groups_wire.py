@@ -13,6 +13,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.delivery.group_configs import ShareGroupConfigs
 from protocols.kafka.errors import ErrorCode
 from protocols.kafka.record_batch import build_batch, decode_records
 from protocols.kafka.share_api import by_duration_ms
@@ -244,6 +245,24 @@ async def test_a_broker_that_owns_neither_group_nor_partition_says_so(
         assert ack["responses"][0]["partitions"][0]["error_code"] == (
             ErrorCode.NOT_LEADER_OR_FOLLOWER)
         assert share.delivery.loaded_partitions() == []
+
+
+async def test_a_config_set_through_another_broker_decides_where_the_group_starts(
+    stack: KafkaStack,
+) -> None:
+    """The group configs live in the metadata store: share.auto.offset.reset=earliest written by
+    another broker (another ShareGroupConfigs on the same store) is what a new group's first
+    fetch here starts by, not this broker's stale cache (which says latest)."""
+    async with await stack.client() as client:
+        await create_topic(client, "xb")
+        assert (await produce(client, "xb", 0, kv_batch("xb", 4)))["error_code"] == 0
+        topic_id = stack.topics.topics()["xb"].topic_id
+        share = stack.broker.share_groups
+        other_broker = ShareGroupConfigs(share.configs._store)
+        await other_broker.update("xbg", lambda c: {**c, "share.auto.offset.reset": "earliest"})
+        assert share.settings("xbg").auto_offset_reset == "latest", "this broker's cache is old"
+        got = await client.request(FETCH, 1, fetch_body("xbg", "m", 0, topic_id))
+        assert acquired(got) == [(0, 3, 1)]
 
 
 def test_by_duration_values() -> None:

@@ -223,16 +223,15 @@ def _minus(ranges: Sequence[AcquiredView], holes: list[tuple[int, int]]) -> list
     return out
 
 
-async def _start_offset(share: ShareGroupsApi, group_id: str, name: str, partition: int,
-                        plog: PartitionLogApi, reset: str) -> int:
+async def _start_offset(plog: PartitionLogApi, reset: str) -> int:
     """Where the group starts on a partition where it has no state yet (share.auto.offset.reset):
     the log start, the high watermark, or by_duration: the first record at most that old (the
     high watermark when there is none)."""
     if reset == EARLIEST:
         return plog.log_start_offset
     duration = by_duration_ms(reset)
-    if duration is None or await share.end_offset(group_id, name, partition) is not None:
-        return plog.high_watermark  # latest (or unused: the group has state here already)
+    if duration is None:
+        return plog.high_watermark  # latest
     found = await plog.offset_for_timestamp(int(time.time() * 1000) - duration)
     return plog.high_watermark if found is None else found[0]
 
@@ -241,12 +240,16 @@ async def _acquire_partition(ctx: RequestContext, share: ShareGroupsApi, group_i
                              member_id: str, name: str, partition: int, budget: int,
                              answer: dict) -> int:
     """Acquire and read up to `budget` records of one partition into `answer`; how many."""
-    settings = share.settings(group_id)
-    read_committed = settings.isolation_level == READ_COMMITTED
     plog = await open_partition(ctx, name, partition)
+    settings = share.settings(group_id)
+    start_at = plog.log_start_offset  # unused once the group has state here
+    if await share.end_offset(group_id, name, partition) is None:
+        # the group starts here now: where it starts must follow its stored config, even if
+        # it was set through another broker a moment ago
+        settings = await share.fresh_settings(group_id)
+        start_at = await _start_offset(plog, settings.auto_offset_reset)
+    read_committed = settings.isolation_level == READ_COMMITTED
     fetchable_end = plog.last_stable_offset if read_committed else plog.high_watermark
-    start_at = await _start_offset(share, group_id, name, partition, plog,
-                                   settings.auto_offset_reset)
     ranges = await share.acquire(group_id, name, partition, member_id, budget,
                                  fetchable_end=fetchable_end, log_start=plog.log_start_offset,
                                  start_at=start_at)
