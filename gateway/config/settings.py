@@ -163,6 +163,11 @@ class RocketMQAclConfig:
     # On a secured broker (Kafka SASL or ACLs on) RocketMQ requests must be signed by an
     # account; true lets unsigned ones in as User:ANONYMOUS (the Kafka ACLs still decide).
     allow_anonymous: bool = False
+    # Before a connection's first request is authenticated (signed requests only): a larger
+    # frame closes it unread (one largest message, 4 MiB, plus 64 KiB of header), and it
+    # must prove an account within this time.
+    pre_auth_max_frame_bytes: int = 4 * 1024 * 1024 + 64 * 1024
+    pre_auth_timeout_ms: int = 10_000
 
 
 @dataclass

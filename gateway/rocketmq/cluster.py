@@ -75,7 +75,7 @@ from gateway.rocketmq.service import (
     ensure_storage_topic,
     register_backlog_offsets,
 )
-from gateway.rocketmq.setup import rocketmq_guard
+from gateway.rocketmq.setup import pre_auth_limits, rocketmq_guard
 from gateway.rocketmq.subscription_groups import SubscriptionGroupStore
 from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -478,7 +478,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
                 lambda: self.ownership.changed, acl=self.acl, broker=broker)
             await servers.start(partial(serve_rocketmq_broker, broker, self.bind_host,
                                         self.base_port + broker.bundle, acl=self.acl,
-                                        router=router))
+                                        router=router, **pre_auth_limits(self.config)))
         if name_server:
             await self.serve_name_server(servers)
 
@@ -487,7 +487,8 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
         know the others yet would route every queue to itself)."""
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
         ns = await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
-                                         ns_port, guard=self.acl))
+                                         ns_port, guard=self.acl,
+                                         **pre_auth_limits(self.config)))
         log.info("rocketmq cluster brokers ready", extra={
             "bundle_ports": f"{self.base_port}-{self.base_port + len(self.brokers) - 1}",
             "advertised": f"{self.advertised_host}:{self.advertised_base}+bundle",

@@ -11,6 +11,12 @@ Broker-initiated requests (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE)
 writer task.  A frame that cannot be decoded closes that connection only; a handler that fails
 unexpectedly gets a SYSTEM_ERROR response (and a log line), never a crash.
 
+Before login (a broker that takes only signed requests): a new connection is read header
+first, one request at a time (protocols/rocketmq/login_gate.py), until one request is
+authenticated; a header that names no account is refused and its body dropped unread, a
+frame over `pre_auth_max_frame_bytes` closes the connection unread, and a connection that has
+not proved itself within `pre_auth_timeout_s` is closed.  Then it is read as above.
+
 Graceful shutdown: when the server task is cancelled it stops accepting and stops reading new
 requests; requests in flight get `drain_timeout_s` to finish and be answered (a long-polling
 pull that is still waiting then is cancelled); the connections nursery is shielded so outside
@@ -42,6 +48,13 @@ from protocols.rocketmq.codec import (
 )
 from protocols.rocketmq.dispatch import RequestGuard, dispatch
 from protocols.rocketmq.errors import MalformedFrameError, ResponseCode, RocketMQError
+from protocols.rocketmq.login_gate import (
+    DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
+    DEFAULT_PRE_AUTH_TIMEOUT_S,
+    FrameArrived,
+    HeaderArrived,
+    PreAuthReader,
+)
 from protocols.rocketmq.name_server import NameServer
 
 log = logging.getLogger("ledgerwire.rocketmq.listener")
@@ -64,6 +77,21 @@ class ListenAddress(NamedTuple):
     port: int
 
 
+class LoginGate(NamedTuple):
+    """How a connection that has not been authenticated yet is read (see the module doc)."""
+
+    guard: RocketMQGuard
+    max_frame_bytes: int = DEFAULT_PRE_AUTH_MAX_FRAME_BYTES
+    timeout_s: float = DEFAULT_PRE_AUTH_TIMEOUT_S
+
+
+def login_gate(guard: object, max_frame_bytes: int, timeout_s: float) -> LoginGate | None:
+    """A gate when `guard` takes only signed requests, else None (no login to wait for)."""
+    if isinstance(guard, RocketMQGuard) and guard.requires_login:
+        return LoginGate(guard, max_frame_bytes, timeout_s)
+    return None
+
+
 def _peer(stream: trio.SocketStream) -> tuple[str, int]:
     try:
         peer = stream.socket.getpeername()
@@ -76,8 +104,9 @@ class RemotingConnection:
     """One client connection (the ConnectionLike the handlers see)."""
 
     def __init__(self, stream: trio.SocketStream, max_frame_bytes: int,
-                 max_header_bytes: int) -> None:
+                 max_header_bytes: int, login: LoginGate | None = None) -> None:
         self.stream = stream
+        self.login = login
         self.peer = _peer(stream)
         self.connection_id = next(_connection_ids)
         self.max_frame_bytes = max_frame_bytes
@@ -106,7 +135,13 @@ class RemotingConnection:
             async with trio.open_nursery() as requests:
                 with self._read_scope:
                     try:
-                        await self._read_loop(handle, requests)
+                        read: bytes | None = b""
+                        if self.login is not None:
+                            read = await self._login(self.login, handle, requests)
+                        if read is None:
+                            nursery.cancel_scope.cancel()  # refused or gone before login
+                        else:
+                            await self._read_loop(handle, requests, read)
                     except MalformedFrameError as exc:
                         log.warning("closing connection after a malformed frame",
                                     extra={"client": f"{self.peer[0]}:{self.peer[1]}",
@@ -117,13 +152,60 @@ class RemotingConnection:
             # every request is answered (or the connection is gone): flush, then close
             self._send.close()
 
-    async def _read_loop(self, handle: RequestHandler, nursery: trio.Nursery) -> None:
+    async def _login(self, gate: LoginGate, handle: RequestHandler, nursery: trio.Nursery
+                     ) -> bytes | None:  # fmt: skip
+        """Read requests one at a time, header first, until one is authenticated: start
+        serving it and return the bytes read past it; None when the connection is to close
+        (timed out, or closed by the client).  A refused request is answered NO_PERMISSION
+        (its body dropped unread when the header already shows it) and the next one read
+        the same way."""
+        reader = PreAuthReader(min(gate.max_frame_bytes, self.max_frame_bytes))
+        client = f"{self.peer[0]}:{self.peer[1]}"
+        with trio.move_on_after(gate.timeout_s):
+            while True:
+                event = reader.next_event()
+                if event is None:
+                    data = await self.stream.receive_some(min(RECEIVE_BYTES, reader.wanted))
+                    if not data:
+                        return None
+                    reader.feed(data)
+                    continue
+                try:
+                    if isinstance(event, HeaderArrived):
+                        gate.guard.refuse_header(self, event.command)
+                        continue
+                    assert isinstance(event, FrameArrived)
+                    request = event.command
+                    if request.is_response:
+                        continue
+                    gate.guard.principal(self, request)
+                except RocketMQError as exc:
+                    acl_log.info("request refused before login", extra={
+                        "client": client, "code": event.command.code, "reason": str(exc)})
+                    if isinstance(event, HeaderArrived):
+                        reader.skip_body()
+                    if not event.command.is_oneway and not event.command.is_response:
+                        await self._respond(encode_command(
+                            make_response(event.command, exc.code, str(exc))))
+                    continue  # still not logged in: the next request is read the same way
+                await self._slots.acquire()
+                nursery.start_soon(self._serve, handle, request)
+                return reader.rest()
+        acl_log.warning("closing a connection that did not authenticate in time",
+                        extra={"client": client, "timeout_s": gate.timeout_s})
+        return None
+
+    async def _read_loop(self, handle: RequestHandler, nursery: trio.Nursery,
+                         already_read: bytes = b"") -> None:
         reader = FrameReader(self.max_frame_bytes)
+        data = already_read
         while True:
-            data = await self.stream.receive_some(RECEIVE_BYTES)
             if not data:
-                return
-            for frame in reader.feed(data):
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+                if not data:
+                    return
+            frames, data = reader.feed(data), b""
+            for frame in frames:
                 command = decode_command(frame, max_header_bytes=self.max_header_bytes)
                 if command.is_response:
                     continue  # answers to our oneway notifications: nothing waits for them
@@ -184,6 +266,7 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
                           drain_timeout_s: float = DRAIN_TIMEOUT_S,
                           on_bound: Callable[[int], None] | None = None,
                           on_close: Callable[[RemotingConnection], None] | None = None,
+                          login: LoginGate | None = None,
                           task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
@@ -194,7 +277,7 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
     closing = trio.Event()
 
     async def serve_connection(stream: trio.SocketStream) -> None:
-        conn = RemotingConnection(stream, max_frame_bytes, max_header_bytes)
+        conn = RemotingConnection(stream, max_frame_bytes, max_header_bytes, login)
         live.add(conn)
         try:
             if closing.is_set():
@@ -247,6 +330,9 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
 async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, port: int, *,
                                      max_frame_bytes: int = 4 << 20,
                                      guard: object = None,
+                                     pre_auth_max_frame_bytes: int =
+                                     DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
+                                     pre_auth_timeout_s: float = DEFAULT_PRE_AUTH_TIMEOUT_S,
                                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the name server on host:port until cancelled; started(ListenAddress).  With a
     RocketMQGuard (a secured broker) each request's principal is established first (refused:
@@ -269,6 +355,7 @@ async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, 
 
     await _serve_remoting("name server", handle, host, port, max_frame_bytes=max_frame_bytes,
                           max_header_bytes=min(max_frame_bytes, 1 << 20),
+                          login=login_gate(guard, pre_auth_max_frame_bytes, pre_auth_timeout_s),
                           task_status=task_status)
 
 
@@ -290,6 +377,8 @@ class RequestRouter(Protocol):
 async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str | None,
                                 port: int, *, acl: RequestGuard | None = None,
                                 router: RequestRouter | None = None,
+                                pre_auth_max_frame_bytes: int = DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
+                                pre_auth_timeout_s: float = DEFAULT_PRE_AUTH_TIMEOUT_S,
                                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the broker on host:port until cancelled; started(ListenAddress).  With
     advertised_port 0 the broker advertises the bound port.  With `acl`, every request is
@@ -307,4 +396,5 @@ async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str
                           max_frame_bytes=broker.config.max_frame_bytes,
                           max_header_bytes=broker.config.max_header_bytes,
                           on_bound=broker.listener_bound, on_close=broker.connection_closed,
+                          login=login_gate(acl, pre_auth_max_frame_bytes, pre_auth_timeout_s),
                           task_status=task_status)

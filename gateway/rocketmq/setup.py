@@ -12,7 +12,7 @@ import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 import trio
 
@@ -52,11 +52,11 @@ class RocketMQSide:
         with naming_listener("RocketMQ broker", self.config.broker_listener,
                              "rocketmq.broker_listener", "--rocketmq-broker-listener"):
             await servers.start(partial(serve_rocketmq_broker, self.broker, rb_host, rb_port,
-                                        acl=self.acl))
+                                        acl=self.acl, **pre_auth_limits(self.config)))
         with naming_listener("RocketMQ name server", self.config.name_server_listener,
                              "rocketmq.name_server_listener", "--rocketmq-name-server-listener"):
             await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
-                                        ns_port, guard=self.acl))
+                                        ns_port, guard=self.acl, **pre_auth_limits(self.config)))
         if self.grpc is not None:
             g_host, g_port = parse_host_port(self.config.grpc_listener)
             guard = self.grpc.guard
@@ -119,6 +119,12 @@ async def build_rocketmq(
         side.grpc = GrpcBackend(broker, receiver, advertised,
                                 guard_for_grpc(side.acl))  # type: ignore[arg-type]
     return side
+
+
+def pre_auth_limits(r: RocketMQConfig) -> dict[str, Any]:
+    """The listeners' limits for connections not yet authenticated ([rocketmq.acl])."""
+    return {"pre_auth_max_frame_bytes": r.acl.pre_auth_max_frame_bytes,
+            "pre_auth_timeout_s": r.acl.pre_auth_timeout_ms / 1000}
 
 
 def rocketmq_guard(r: RocketMQConfig, topics: TopicService, *,

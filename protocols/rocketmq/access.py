@@ -139,7 +139,7 @@ def _create(topic: str) -> Need:
 def _json_body(request: RemotingCommand) -> dict[str, Any]:
     try:
         doc = json.loads(request.body) if request.body else {}
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise AclRefusedError(f"request body is not JSON: {exc}") from exc
     return doc if isinstance(doc, dict) else {}
 
@@ -307,6 +307,28 @@ class RocketMQGuard:
             return ANONYMOUS  # a signing client of an open broker: nothing to check against
         account = self.accounts.authenticate(conn, request)
         return f"User:{account.access_key}"
+
+    @property
+    def requires_login(self) -> bool:
+        """Must a connection prove an account before it is read normally?  (Only signed
+        requests are let in: see protocols/rocketmq/login_gate.py.)"""
+        return self.require_signature and not self.allow_anonymous
+
+    def refuse_header(self, conn: Any, request: RemotingCommand) -> None:
+        """Raise AclRefusedError when a request's header alone shows that it cannot be
+        authenticated (no AccessKey, or one no account has), so its body need not be read.
+        The signature itself covers the body: `principal` checks it on the whole request."""
+        if self.accounts is not None and self.accounts.globally_white(conn):
+            return
+        access_key = request.ext_fields.get(ACCESS_KEY)
+        if not access_key:
+            if self.requires_login:
+                raise AclRefusedError("AclException: No accessKey is configured (this broker "
+                                      "requires signed requests)")
+            return
+        if self.require_signature and (self.accounts is None
+                                       or self.accounts.accounts.get(access_key) is None):
+            raise AclRefusedError(f"AclException: No acl config for {access_key}")
 
     def check(self, conn: Any, request: RemotingCommand, broker: Any = None) -> str:
         """The principal of an allowed request; raises AclRefusedError (NO_PERMISSION)."""

@@ -351,7 +351,7 @@ def required_resources(request: RemotingCommand) -> dict[str, int]:
 def _heartbeat_consumers(body: bytes) -> Iterable[tuple[str, list[str]]]:
     try:
         doc = json.loads(body) if body else {}
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise AclRefusedError(f"AclException: heartbeat body is not JSON: {exc}") from exc
     consumers = doc.get("consumerDataSet") if isinstance(doc, dict) else None
     for consumer in consumers if isinstance(consumers, list) else []:

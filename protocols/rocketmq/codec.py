@@ -203,7 +203,7 @@ def _load_json(header: bytes) -> object:
         pass  # maybe what only the standard library reads (see the module docstring)
     try:
         return json.loads(header)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # too deep: RecursionError
         raise MalformedFrameError(f"header is not JSON: {exc}") from exc
 
 

@@ -111,7 +111,10 @@ def loads(text: str | bytes) -> Any:
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode("utf-8")
     parser = _Parser(text)
-    value = parser.value()
+    try:
+        value = parser.value()
+    except RecursionError as exc:  # nesting deeper than Python's stack: not fastjson's dialect
+        raise FastjsonDecodeError("nested too deeply") from exc
     parser.skip_ws()
     if parser.pos != len(text):
         raise FastjsonDecodeError(f"extra data at {parser.pos}")

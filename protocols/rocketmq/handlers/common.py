@@ -92,5 +92,5 @@ def json_body(doc: Any) -> bytes:
 def parse_json_body(body: bytes) -> Any:
     try:
         return json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise MessageIllegalError(f"request body is not JSON: {exc}") from exc
