@@ -58,6 +58,9 @@ class KafkaConfig:
     max_connections: int = 0  # max.connections (0: no limit)
     max_connections_per_ip: int = 0  # max.connections.per.ip (0: no limit)
     fetch_max_bytes: int = 55 * 1024 * 1024  # fetch.max.bytes: the broker's cap on an answer
+    # Partitions one CreateTopics or CreatePartitions request may create in all (a topic may
+    # have at most 10,000); the controller_mutation_rate quota limits the rate.
+    max_partitions_per_request: int = 10_000
     shutdown_grace_s: float = 10.0
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
     offsets_retention_minutes: int = 7 * 24 * 60  # Kafka's offsets.retention.minutes
@@ -311,6 +314,8 @@ class Config:
             raise ConfigError("storage.bookie_secret needs at least 16 bytes")
         if bool(s.bookie_tls_certfile) != bool(s.bookie_tls_keyfile):
             raise ConfigError("storage.bookie_tls_certfile and bookie_tls_keyfile go together")
+        if self.kafka.max_partitions_per_request < 1:
+            raise ConfigError("kafka.max_partitions_per_request must be at least 1")
         if self.kafka.default_partitions < 1:
             raise ConfigError("kafka.default_partitions must be at least 1")
         parse_host_port(self.kafka.listener)

@@ -72,6 +72,7 @@ class KafkaBrokerConfig:
     # read or waiting to be written): its next Fetch is not read before one is written.
     fetch_max_bytes: int = 55 * 1024 * 1024
     fetch_answers_per_connection: int = 1
+    max_partitions_per_request: int = 10_000  # created by one CreateTopics/CreatePartitions
     idle_timeout_s: float = 600.0  # connections.max.idle.ms
     write_timeout_s: float = 60.0  # a client that stops reading its answers is disconnected
     drain_timeout_s: float = 10.0  # graceful shutdown: time given to in-flight requests

@@ -240,6 +240,7 @@ def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerCon
         retention_bytes=config.retention.retention_bytes,
         max_frame_bytes=k.max_frame_bytes,
         max_pre_auth_frame_bytes=k.sasl_max_receive_bytes,
+        max_partitions_per_request=k.max_partitions_per_request,
         failed_authentication_delay_s=k.failed_authentication_delay_ms / 1000,
         connections_max_reauth_ms=k.connections_max_reauth_ms,
         max_connections=k.max_connections,

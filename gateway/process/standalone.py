@@ -192,6 +192,7 @@ async def run_standalone(
                 retention_bytes=config.retention.retention_bytes,
                 max_frame_bytes=config.kafka.max_frame_bytes,
                 max_pre_auth_frame_bytes=config.kafka.sasl_max_receive_bytes,
+                max_partitions_per_request=config.kafka.max_partitions_per_request,
                 failed_authentication_delay_s=config.kafka.failed_authentication_delay_ms / 1000,
                 connections_max_reauth_ms=config.kafka.connections_max_reauth_ms,
                 max_connections=config.kafka.max_connections,

@@ -131,6 +131,9 @@ class BrokerSettings(Protocol):
     def max_message_bytes(self) -> int: ...
 
     @property
+    def max_partitions_per_request(self) -> int: ...
+
+    @property
     def retention_ms(self) -> int: ...
 
     @property

@@ -10,7 +10,9 @@ Authorisation: CREATE on the cluster or the topic, DELETE on the topic, ALTER on
 CreatePartitions (TOPIC_AUTHORIZATION_FAILED per topic otherwise).  A created topic's partition
 count and configs are shown only with DESCRIBE_CONFIGS on it (else topic_config_error_code says
 TOPIC_AUTHORIZATION_FAILED), as Kafka's KafkaApis.  The partitions created or deleted count
-against the client's controller_mutation_rate quota (handlers/mutation_quota.py).
+against the client's controller_mutation_rate quota (handlers/mutation_quota.py), and one
+request creates at most the broker's `max_partitions_per_request` partitions in all: the
+topics (or partition increases) past that are refused with POLICY_VIOLATION, in request order.
 
 This module must never touch partition data: it only asks the topic service.
 """
@@ -37,6 +39,7 @@ from protocols.kafka.errors import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
     UnknownTopicIdError,
@@ -52,8 +55,22 @@ REPLICATION_FACTOR_SHOWN = 1
 MAX_PARTITIONS_PER_TOPIC = 10_000
 
 
+class _PartitionBudget:
+    """What is left of one request's max_partitions_per_request."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.left = int(getattr(ctx.broker.config, "max_partitions_per_request", 10_000))
+
+    def take(self, partitions: int) -> None:
+        if partitions > self.left:
+            raise PolicyViolationError(
+                f"This request would create more than max_partitions_per_request "
+                f"partitions ({self.left} left of the request's allowance, {partitions} asked)")
+        self.left -= partitions
+
+
 async def _create_one(ctx: RequestContext, header: RequestHeader, t: dict[str, Any],
-                      validate_only: bool) -> dict:
+                      validate_only: bool, budget: _PartitionBudget) -> dict:
     name: str = t.get("name") or ""
     result: dict[str, Any] = {"name": name, "topic_id": ZERO_UUID, "error_code": 0,
                               "error_message": None, "topic_config_error_code": 0,
@@ -91,6 +108,7 @@ async def _create_one(ctx: RequestContext, header: RequestHeader, t: dict[str, A
         )
         if name in ctx.topics.topics():
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        budget.take(partitions)
         if not validate_only:
             admit_mutation(ctx, header, partitions)
             await ctx.topics.create_topic(name, partitions, configs or None)
@@ -118,6 +136,7 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeader, body:
     counts = Counter(t.get("name") for t in requested)
     validate_only = bool(body.get("validate_only", False))
     out = []
+    budget = _PartitionBudget(ctx)
     reported_duplicates: set[str] = set()
     for t in requested:
         name = t.get("name")
@@ -130,7 +149,7 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeader, body:
                                          f"multiple entries for topic {name}",
                         "num_partitions": -1, "replication_factor": -1, "configs": None})
             continue
-        out.append(await _create_one(ctx, header, t, validate_only))
+        out.append(await _create_one(ctx, header, t, validate_only, budget))
     return {"throttle_time_ms": 0, "topics": out}
 
 
@@ -171,7 +190,7 @@ async def handle_delete_topics(ctx: RequestContext, header: RequestHeader, body:
 
 
 async def _grow_one(ctx: RequestContext, header: RequestHeader, t: dict[str, Any],
-                    validate_only: bool) -> dict:
+                    validate_only: bool, budget: _PartitionBudget) -> dict:
     name: str = t.get("name") or ""
     result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
     try:
@@ -198,6 +217,7 @@ async def _grow_one(ctx: RequestContext, header: RequestHeader, t: dict[str, Any
                 f"Increasing the number of partitions by {count - info.partitions} but "
                 f"{len(assignments)} assignments provided."
             )
+        budget.take(count - info.partitions)
         if not validate_only:
             admit_mutation(ctx, header, count - info.partitions)
             await ctx.topics.create_partitions(name, count)
@@ -209,6 +229,7 @@ async def _grow_one(ctx: RequestContext, header: RequestHeader, t: dict[str, Any
 async def handle_create_partitions(ctx: RequestContext, header: RequestHeader,
                                    body: dict) -> dict:
     validate_only = bool(body.get("validate_only", False))
+    budget = _PartitionBudget(ctx)
     return {"throttle_time_ms": 0,
-            "results": [await _grow_one(ctx, header, t, validate_only)
+            "results": [await _grow_one(ctx, header, t, validate_only, budget)
                         for t in body.get("topics") or []]}
