@@ -80,6 +80,8 @@ class Process:
             if self.ready_text in self.log_path.read_bytes()[offset:]:
                 return
             time.sleep(0.05)
+        self.proc.kill()  # never leave a half-started process behind a failed test
+        self.proc.wait()
         raise RuntimeError(f"{self.name} not ready in {timeout_s} s:\n{self.log()}")
 
     @property

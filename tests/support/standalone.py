@@ -66,7 +66,7 @@ class Standalone:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: float = 60.0) -> None:
         args = [
             sys.executable, "-m", "gateway", "standalone",
             "--data-dir", str(self.data_dir),
@@ -91,7 +91,9 @@ class Standalone:
             if b"standalone ready" in self.log_path.read_bytes()[log_start:] or self._accepts():
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"standalone did not become ready:\n{self.log()}")
+        self.proc.kill()  # never leave a half-started broker behind a failed test
+        self.proc.wait()
+        raise RuntimeError(f"standalone did not become ready in {timeout_s:.0f} s:\n{self.log()}")
 
     def _accepts(self) -> bool:
         """The Kafka port takes connections (the ready line may be filtered by --log-level)."""
