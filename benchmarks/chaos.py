@@ -33,10 +33,17 @@ bumps the producer epoch and re-sends the messages under new sequence numbers; a
 paused owner had already stored (but not acknowledged) is then stored twice — the client, not
 the broker, has dropped the sequence that would have caught it.
 
-Not covered yet (issue 24 asks for them): the Java kafka-clients producer and the RocketMQ C++
-client as producers.
+With --rocketmq the brokers also serve RocketMQ and each trial runs, beside the Kafka producer,
+the official RocketMQ C++ client (rocketmq-client-python) sending synchronously to a topic of its
+own through both name servers; its line and the summary add acked, lost, duplicated, failed by
+kind, failed-but-stored and resume (the longest any queue went without an acknowledged send).
+A lost RocketMQ message fails the run; a duplicate is reported only (RocketMQ 4.x sends are at
+least once: a send the client retried after a timeout may be stored twice).
+
+Not covered yet (issue 24 asks for it): the Java kafka-clients producer.
 
 Usage: python benchmarks/chaos.py --trials 30 [--topology spare,no-spare] [--seed 1] [--base DIR]
+                                  [--rocketmq]
 Exit status 1 if anything was lost or duplicated, or a trial could not finish.
 """
 
@@ -65,6 +72,7 @@ from tests.cluster.kafka_workload import (  # noqa: E402
     read_topic,
     verify,
 )
+from tests.cluster.rocketmq_workload import RocketMQSendRun  # noqa: E402
 
 PARTITIONS = 4
 FAULTS = ("kill-broker", "stop-owner", "kill-bookie", "restart-broker")
@@ -84,6 +92,18 @@ class TrialResult:
     tracebacks: int
     resume_s: float | None
     rebalances: int
+    rocketmq: RocketMQOutcome | None = None
+
+
+@dataclass
+class RocketMQOutcome:
+    acked: int
+    lost: int
+    duplicated: int
+    failed_by_kind: Counter[str]
+    failed_but_stored: int
+    resume_s: float | None
+    failed_after_fault: int = 0
 
 
 @dataclass
@@ -204,26 +224,57 @@ def inject(cluster: Cluster, fault: str, rng: random.Random) -> str:
     return f"broker {owner} (stopped)"
 
 
+def wait_rocketmq_acks(run: RocketMQSendRun | None, count: int, since: float,
+                       timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while run is not None and run.acked_since(since) < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def rocketmq_outcome(cluster: Cluster, run: RocketMQSendRun, at: float) -> RocketMQOutcome:
+    records = read_topic(cluster.bootstrap, run.topic, PARTITIONS, timeout_s=120)
+    verdict = verify(run.acked, records)
+    stored = {value: partition for partition, _, value in records}
+    return RocketMQOutcome(verdict.acked, verdict.lost, verdict.duplicated,
+                           Counter(run.error_kinds),
+                           sum(1 for value in set(run.failed) if value in stored),
+                           run.longest_pause_after(at, stored),
+                           sum(1 for t in run.failure_times if t >= at))
+
+
 def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Random,
           batch: int) -> TrialResult:  # fmt: skip
     topic = f"chaos-{name}-{index}"
     cluster.chaos_topic = topic  # type: ignore[attr-defined]
     create_topic_retrying(cluster, topic)
+    rmq: RocketMQSendRun | None = None
+    if cluster.rocketmq:
+        create_topic_retrying(cluster, f"chaos-rmq-{name}-{index}")
     tracebacks_before = count_tracebacks(cluster)
     member = GroupMember(cluster.bootstrap, topic, f"g-{topic}").start()
     run = ProduceRun(cluster.bootstrap, topic, f"t{index}", rate_per_s=300).start()
+    if cluster.rocketmq:
+        rmq = RocketMQSendRun(";".join(cluster.name_server(i) for i in sorted(cluster.brokers)),
+                              f"chaos-rmq-{name}-{index}", f"t{index}", rate_per_s=100).start()
     try:
-        if not wait_acks(run, batch, 0.0, 60):
-            raise RuntimeError(f"trial {index}: no acks before the fault: {run.errors[-3:]}")
+        if not (wait_acks(run, batch, 0.0, 60) and wait_rocketmq_acks(rmq, batch // 3, 0.0, 60)):
+            raise RuntimeError(f"trial {index}: no acks before the fault: {run.errors[-3:]} "
+                               f"{rmq.error_kinds if rmq else ''}")
         rebalances_before = member.rebalances
         at = time.monotonic()
         target = inject(cluster, fault, rng)
-        if not wait_acks(run, batch, at, 120):
-            raise RuntimeError(f"trial {index}: no acks after {fault}: {run.errors[-3:]}")
+        if not (wait_acks(run, batch, at, 120) and wait_rocketmq_acks(rmq, batch // 3, at, 120)):
+            raise RuntimeError(f"trial {index}: no acks after {fault}: {run.errors[-3:]} "
+                               f"{rmq.error_kinds if rmq else ''}")
         resume = run.longest_pause_after(at)
     finally:
         run.stop()
         member.stop()
+        if rmq is not None:
+            rmq.stop()
     heal(cluster)
     records = read_topic(cluster.bootstrap, topic, PARTITIONS, timeout_s=120)
     verdict = verify(run.acked, records)
@@ -232,7 +283,8 @@ def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Rando
                        verdict.gaps, Counter(run.error_codes),
                        sum(1 for value in set(run.failed) if value in stored),
                        count_tracebacks(cluster) - tracebacks_before, resume,
-                       member.rebalances - rebalances_before)
+                       member.rebalances - rebalances_before,
+                       rocketmq_outcome(cluster, rmq, at) if rmq is not None else None)
 
 
 def show(index: int, r: TrialResult) -> None:
@@ -241,6 +293,12 @@ def show(index: int, r: TrialResult) -> None:
           f"duplicated={r.duplicated} gaps={r.gaps} failed={dict(r.failed_by_code)} "
           f"failed_but_stored={r.failed_but_stored} tracebacks={r.tracebacks} "
           f"resume_s={resume} rebalances={r.rebalances}", flush=True)
+    if r.rocketmq is not None:
+        q = r.rocketmq
+        resume = f"{q.resume_s:.2f}" if q.resume_s is not None else "-"
+        print(f"          rocketmq acked={q.acked} lost={q.lost} duplicated={q.duplicated} "
+              f"failed={dict(q.failed_by_kind)} ({q.failed_after_fault} after the fault) "
+              f"failed_but_stored={q.failed_but_stored} resume_s={resume}", flush=True)
 
 
 def summarize(name: str, results: list[TrialResult]) -> None:
@@ -258,14 +316,28 @@ def summarize(name: str, results: list[TrialResult]) -> None:
         if times:
             print(f"   resume after {fault}: median {statistics.median(times):.2f} s, "
                   f"max {max(times):.2f} s ({len(times)} trials)")
+    rmq = [r.rocketmq for r in results if r.rocketmq is not None]
+    if rmq:
+        kinds: Counter[str] = Counter()
+        for q in rmq:
+            kinds.update(q.failed_by_kind)
+        print(f"   rocketmq: acked {sum(q.acked for q in rmq)}, lost {sum(q.lost for q in rmq)}, "
+              f"duplicated {sum(q.duplicated for q in rmq)}, failed {dict(kinds)}, "
+              f"failed-but-stored {sum(q.failed_but_stored for q in rmq)}")
+        for fault in FAULTS:
+            times = [r.rocketmq.resume_s for r in results if r.fault == fault
+                     and r.rocketmq is not None and r.rocketmq.resume_s is not None]
+            if times:
+                print(f"   rocketmq resume after {fault}: median "
+                      f"{statistics.median(times):.2f} s, max {max(times):.2f} s")
     sys.stdout.flush()
 
 
 def run_topology(name: str, base: Path, trials: int, rng: random.Random,
-                 batch: int) -> tuple[list[TrialResult], bool]:  # fmt: skip
+                 batch: int, rocketmq: bool = False) -> tuple[list[TrialResult], bool]:  # fmt: skip
     results: list[TrialResult] = []
     with Cluster(base / name, bookies=TOPOLOGIES[name], brokers=2, partitions=PARTITIONS,
-                 lost_bookie_delay_s=5.0, open_ledger_grace_s=10.0,
+                 lost_bookie_delay_s=5.0, open_ledger_grace_s=10.0, rocketmq=rocketmq,
                  handback_delay_s=None) as cluster:  # the brokers' own hand-back delay
         try:
             for index in range(trials):
@@ -286,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--batch", type=int, default=300, help="acks before and after a fault")
     parser.add_argument("--base", type=Path, default=None, help="working dir (default: temp)")
+    parser.add_argument("--rocketmq", action="store_true",
+                        help="also a RocketMQ C++ producer in every trial")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.topology.split(",") if n.strip()]
     unknown = [n for n in names if n not in TOPOLOGIES]
@@ -300,11 +374,15 @@ def main(argv: list[str] | None = None) -> int:
     everything: list[TrialResult] = []
     complete = True
     for name in names:
-        results, finished = run_topology(name, base, args.trials, rng, args.batch)
+        results, finished = run_topology(name, base, args.trials, rng, args.batch,
+                                         args.rocketmq)
         summarize(name, results)
         everything += results
         complete = complete and finished
-    lost = sum(r.lost for r in everything)
+    rmq = [r.rocketmq for r in everything if r.rocketmq is not None]
+    lost = sum(r.lost for r in everything) + sum(q.lost for q in rmq)
+    # RocketMQ 4.x sends are at least once (a send the client retried may be stored twice):
+    # its duplicates are reported, not counted against the run
     duplicated = sum(r.duplicated for r in everything)
     print(f"elapsed {time.monotonic() - started:.0f} s")
     print("trials, acked, lost, duplicated")
