@@ -34,6 +34,7 @@ from typing import Any, cast
 
 import trio
 
+from ledger_backend.faults import warn_fault
 from protocols.rocketmq.codec import (
     FrameReader,
     RemotingCommand,
@@ -160,7 +161,10 @@ class RequestForwarder:
             answer = await peer.call(relayed, timeout_s)
         except (OSError, trio.TooSlowError, trio.BrokenResourceError,
                 trio.ClosedResourceError, PeerGone) as exc:
-            log.warning("forwarding request %d to %s failed: %r", request.code, address, exc)
+            # an owner that just died is still named until its session expires: one line
+            # per owner every few seconds, not one per request
+            warn_fault(log, f"forward:{address}", "forwarding request %d to %s failed: %r",
+                       request.code, address, exc)
             return None
         return dataclasses.replace(answer, opaque=request.opaque,
                                    serialize_type=request.serialize_type)
