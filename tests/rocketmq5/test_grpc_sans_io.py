@@ -67,6 +67,23 @@ def test_a_unary_call_and_its_answer() -> None:
     assert (b"grpc-status", b"0") in trailers[0].headers
 
 
+def test_many_calls_in_flight_need_no_window_update() -> None:
+    """The connection window is opened wide at once: 1 MB of requests over 64 calls go out
+    before the client hears anything more from the server, and all of them arrive."""
+    server = GrpcServerConnection(max_message_bytes=64 * 1024)
+    client = _client()
+    client.receive_data(server.data_to_send())  # the server's preface and window
+    body = frame(b"x" * 16_000)  # one DATA frame each
+    for stream_id in range(1, 129, 2):
+        client.send_headers(stream_id, [(":method", "POST"), (":scheme", "http"),
+                                        (":authority", "x"),
+                                        (":path", "/apache.rocketmq.v2.MessagingService/Send"),
+                                        ("content-type", "application/grpc")])
+        client.send_data(stream_id, body, end_stream=True)
+    events = server.receive(client.data_to_send())
+    assert sum(isinstance(e, CallMessage) for e in events) == 64
+
+
 @settings(max_examples=200)
 @given(st.binary(max_size=2000))
 def test_garbage_is_a_protocol_violation_never_a_crash(data: bytes) -> None:

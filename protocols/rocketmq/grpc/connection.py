@@ -38,6 +38,11 @@ FRAME_HEADER = 9
 GOAWAY = 0x7
 MAX_FRAME_BYTES = 16384  # h2's default SETTINGS_MAX_FRAME_SIZE, which this server keeps
 INITIAL_WINDOW_BYTES = 1024 * 1024
+# The connection's receive window.  Data is acknowledged as it arrives (each call buffers at most
+# one message), so this bounds nothing; a large one lets clients keep many calls in flight
+# without waiting for a WINDOW_UPDATE every 32 KiB (HTTP/2's default is 64 KiB).
+CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024
+DEFAULT_WINDOW_BYTES = 65535
 RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
 
 
@@ -112,6 +117,7 @@ class GrpcServerConnection:
             },
         )
         self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(CONNECTION_WINDOW_BYTES - DEFAULT_WINDOW_BYTES)
 
     # ---- input --------------------------------------------------------------------------
     def receive(self, data: bytes) -> list[CallEvent]:
@@ -175,7 +181,11 @@ class GrpcServerConnection:
         return len(self._streams)
 
     def _on_request(self, event: h2.events.RequestReceived, out: list[CallEvent]) -> None:
-        headers = {_text(k): _text(v) for k, v in event.headers or ()}
+        try:  # bytes, as h2 gives them without a header_encoding
+            headers = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                       for k, v in event.headers or ()}  # type: ignore[union-attr]
+        except AttributeError:
+            headers = {_text(k): _text(v) for k, v in event.headers or ()}
         stream_id = event.stream_id
         self._streams[stream_id] = _Stream(MessageReader(self._max_message))
         method = headers.pop(":path", "")
