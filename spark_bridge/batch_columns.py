@@ -1,10 +1,16 @@
 """Decode one record batch straight into column lists (the replay hot path).
 
 `protocols.kafka.record_batch.decode_records` builds a `Record` object per record and calls a
-function per varint; replay decodes every record of a topic, so this module does the same
-decoding (same layout, same codecs through protocols/kafka/compression.py) with the varints
-inlined and the fields appended directly to the columns the Arrow batch is built from. Its
-output is checked against decode_records in tests/spark_bridge/test_spark_batch_columns.py.
+function per varint; replay decodes every record of a topic, so this module fills the columns
+the Arrow batch is built from directly, in one of two ways:
+  - compiled: aiokafka's Cython RecordBatch v2 decoder (aiokafka/record/_crecords, a C
+    extension of a well-kept client; same layout, it decompresses with cramjam) walks the
+    records in C, ~3x faster per record than Python here; used when it imports;
+  - pure Python: the same decoding with the varints inlined (codecs through
+    protocols/kafka/compression.py); used when aiokafka is missing and whenever the compiled
+    decoder refuses a batch (corrupt data, a codec it lacks, a header key that is not UTF-8),
+    so such a batch gets the pure path's answer (rows or CorruptMessageError).
+Both are checked against decode_records in tests/spark_bridge/test_spark_batch_columns.py.
 
 Sans-IO and pure: it must never accept a record that runs past its batch, nor return rows
 outside the requested offset range.
@@ -13,12 +19,24 @@ outside the requested offset range.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from protocols.kafka import compression as codecs
 from protocols.kafka.errors import CorruptMessageError, UnsupportedCompressionTypeError
 from protocols.kafka.record_batch import HEADER_SIZE, BatchHeader
 
 Headers = list[dict[str, object]]
+
+
+def _compiled_decoder() -> Any:
+    try:
+        from aiokafka.record._crecords.default_records import DefaultRecordBatch
+    except ImportError:  # executors without aiokafka use the pure-Python decoder
+        return None
+    return DefaultRecordBatch
+
+
+_CompiledBatch: Any = _compiled_decoder()
 
 
 @dataclass
@@ -47,8 +65,12 @@ class Columns:
 
 
 def decode_batch_columns(batch: bytes, header: BatchHeader, start: int, end: int,
-                         out: Columns) -> None:  # fmt: skip
-    """Append the records of `batch` whose offsets lie in [start, end) to `out`."""
+                         out: Columns, *, compiled: bool = True) -> None:  # fmt: skip
+    """Append the records of `batch` whose offsets lie in [start, end) to `out`
+    (compiled=False: always the pure-Python decoder)."""
+    if compiled and _CompiledBatch is not None and _decode_compiled(batch, header, start, end,
+                                                                    out):  # fmt: skip
+        return
     body = memoryview(batch)[HEADER_SIZE : header.size]
     try:
         payload = bytes(codecs.decompress(header.compression, body))
@@ -60,6 +82,51 @@ def decode_batch_columns(batch: bytes, header: BatchHeader, start: int, end: int
         _decode_records(payload, header, start, end, out)
     except IndexError:
         raise CorruptMessageError("record runs past the batch") from None
+
+
+def _decode_compiled(batch: bytes, header: BatchHeader, start: int, end: int,
+                     out: Columns) -> bool:  # fmt: skip
+    """The compiled decoder; False (and `out` untouched) if it refused the batch."""
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    headers: list[Headers] = []
+    add_key, add_value = keys.append, values.append
+    add_offset, add_ts, add_headers = offsets.append, timestamps.append, headers.append
+    whole = start <= header.base_offset and header.base_offset + header.last_offset_delta < end
+    want_headers = out.want_headers
+    try:
+        records = _CompiledBatch(batch[: header.size] if len(batch) != header.size else batch)
+        if whole and not want_headers:
+            for r in records:
+                add_key(r.key)
+                add_value(r.value)
+                add_offset(r.offset)
+                add_ts(r.timestamp)
+        else:
+            for r in records:
+                offset = r.offset
+                if offset < start or offset >= end:
+                    continue
+                add_key(r.key)
+                add_value(r.value)
+                add_offset(offset)
+                add_ts(r.timestamp)
+                if want_headers:
+                    add_headers([{"key": k, "value": v} for k, v in r.headers])
+    except Exception:  # noqa: BLE001 - the pure decoder decides (rows or CorruptMessageError)
+        return False
+    if len(offsets) > header.records_count:
+        return False
+    out.keys.extend(keys)
+    out.values.extend(values)
+    out.offsets.extend(offsets)
+    out.timestamps.extend(timestamps)
+    out.ts_types.extend([header.timestamp_type] * len(offsets))
+    if want_headers:
+        out.headers.extend(headers)
+    return True
 
 
 def _decode_records(payload: bytes, header: BatchHeader, start: int, end: int,
