@@ -128,6 +128,30 @@ def report(name: str, rows: int, nbytes: int, seconds: float, broker_cpu: float 
           flush=True)  # fmt: skip
 
 
+def write_parquet(path: Path, n: int) -> int:
+    """n rows (key string, value ~256 B hex string, timestamp) for the backfill; its bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"key": [f"user-{i % 9973}" for i in range(n)],
+                      "value": [os.urandom(16).hex() * 8 for _ in range(n)],
+                      "timestamp": pa.array([1_700_000_000_000 + i for i in range(n)],
+                                            pa.int64()).cast(pa.timestamp("ms", tz="UTC"))})
+    pq.write_table(table, path)
+    return n * (len(table["value"][0].as_py()) + 10)
+
+
+def run_cli(name: str, fn: Any, argv: list[str]) -> float:
+    """One `ledgerwire replay|backfill` run in this process (it reuses the bench's session, so
+    the JVM start is not in the figure); its wall time."""
+    t0 = time.time()
+    code = fn(argv)
+    seconds = time.time() - t0
+    if code != 0:
+        raise SystemExit(f"{name} failed with exit code {code}")
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bytes", default="1GiB", help="topic size (default 1GiB)")
@@ -152,41 +176,50 @@ def main() -> None:
 
         cpu0, t0 = cpu_seconds(pid), time.time()
         rows, nbytes = drain(broker.bootstrap, "replay", count)
-        report("confluent-kafka drain", rows, nbytes, time.time() - t0, cpu_seconds(pid) - cpu0)
+        drain_s = time.time() - t0
+        report("confluent-kafka drain", rows, nbytes, drain_s, cpu_seconds(pid) - cpu0)
 
+        t0 = time.time()
         spark = spark_session(args.master)
+        print(f"{'Spark JVM start':<28} {time.time() - t0:>7.1f} s (not in the figures below)",
+              flush=True)
+        from spark_bridge.cli import backfill_main, replay_main
+
+        replay_argv = ["--topic", "replay", "--to", str(work / "replay.parquet"),
+                       "--metadata", str(broker.data_dir), "--master", args.master,
+                       "--no-ui", "--progress-interval", "600"]  # fmt: skip
+        if args.min_partitions:
+            replay_argv += ["--min-partitions", str(args.min_partitions)]
+        cpu0 = cpu_seconds(pid)
+        replay_s = run_cli("replay", replay_main, replay_argv)
+        report("ledgerwire replay (CLI)", count, count * VALUE_BYTES, replay_s,
+               cpu_seconds(pid) - cpu0)
+
         df = (spark.read.format("ledgerwire").option("ledgerwire.metadata", str(broker.data_dir))
               .option("subscribe", "replay"))  # fmt: skip
         if args.min_partitions:
             df = df.option("minPartitions", str(args.min_partitions))
         df = df.load()
-        for run in ("cold", "warm"):  # cold: the session's first job starts Python workers
-            cpu0, t0 = cpu_seconds(pid), time.time()
-            result = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
-            report(f"spark replay {args.master} {run}", int(result["n"]), int(result["b"]),
-                   time.time() - t0, cpu_seconds(pid) - cpu0)
-
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        cpu0, t0 = cpu_seconds(pid), time.time()
+        result = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+        report(f"spark.read {args.master} (count)", int(result["n"]), int(result["b"]),
+               time.time() - t0, cpu_seconds(pid) - cpu0)
 
         n = args.backfill_rows
-        table = pa.table({"key": [f"user-{i % 9973}" for i in range(n)],
-                          "value": [os.urandom(16).hex() * 8 for _ in range(n)],
-                          "timestamp": pa.array([1_700_000_000_000 + i for i in range(n)],
-                                                pa.int64()).cast(pa.timestamp("ms", tz="UTC"))})
         parquet = work / "backfill.parquet"
-        pq.write_table(table, parquet)
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for future in admin.create_topics([NewTopic("backfill", PARTITIONS, 1)]).values():
-            future.result(timeout=60)
-        source = spark.read.parquet(str(parquet))
-        cpu0, t0 = cpu_seconds(pid), time.time()
-        (source.write.format("ledgerwire").mode("append").option("topic", "backfill")
-         .option("kafka.bootstrap.servers", broker.bootstrap).save())  # fmt: skip
-        report("backfill from parquet", n, n * (len(table["value"][0].as_py()) + 10),
-               time.time() - t0, cpu_seconds(pid) - cpu0)
+        backfill_bytes = write_parquet(parquet, n)
+        cpu0 = cpu_seconds(pid)
+        backfill_s = run_cli("backfill", backfill_main, [
+            "--from", str(parquet), "--topic", "backfill", "--key-column", "key",
+            "--timestamp-column", "timestamp", "--value-column", "value",
+            "--bootstrap-servers", broker.bootstrap, "--metadata", str(broker.data_dir),
+            "--partitions", str(PARTITIONS), "--master", args.master, "--no-ui",
+            "--progress-interval", "600"])  # fmt: skip
+        report("ledgerwire backfill (CLI)", n, backfill_bytes, backfill_s,
+               cpu_seconds(pid) - cpu0)
+        print(f"ratios (same run): replay/drain {drain_s / replay_s:.2f}x rows/s; backfill "
+              f"{n / backfill_s:,.0f} rows/s = {n / backfill_s / 200_000:.2f}x the 200k goal, "
+              f"{(n / backfill_s) / (count / drain_s):.2f}x the drain's rows/s", flush=True)
         spark.stop()
     finally:
         broker.stop(timeout_s=120)

@@ -44,11 +44,14 @@ DEFAULT_METADATA = "./data"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
-def _summary(what: str, rows: int, nbytes: int, seconds: float, extra: str = "") -> str:
+def _summary(what: str, rows: int, nbytes: int, seconds: float, extra: str = "",
+             spark_start_s: float = 0.0) -> str:
+    """The closing line; the rate is the job's own (`seconds` after Spark started)."""
     rate = rows / seconds if seconds > 0 else 0.0
     mb_s = nbytes / seconds / 1e6 if seconds > 0 else 0.0
+    started = f", Spark start {spark_start_s:.1f} s" if spark_start_s > 0.05 else ""
     return (f"{what}: {rows} rows, {nbytes / 1e6:.1f} MB in {seconds:.1f} s "
-            f"({rate:,.0f} rows/s, {mb_s:.1f} MB/s){extra}")
+            f"({rate:,.0f} rows/s, {mb_s:.1f} MB/s{started}){extra}")
 
 
 def _report_failure(command: str, exc: BaseException, log: RunLog) -> int:
@@ -178,6 +181,7 @@ def run_backfill(args: argparse.Namespace) -> int:
     try:
         spark, own_session = start_session(args.master, "ledgerwire-backfill", log, ui=args.ui,
                                            ship_code=args.ship_code, conf=conf)
+        spark_start_s, started = time.time() - started, time.time()
         ui = ui_address(spark)
         if ui:
             print(f"backfill: Spark UI {ui}", file=sys.stderr)
@@ -233,7 +237,8 @@ def run_backfill(args: argparse.Namespace) -> int:
         done = json.loads(summary_file.read_text()) if summary_file.exists() else {}
         print(_summary("backfill", int(done.get("rows", 0)), int(done.get("bytes", 0)),
                        time.time() - started,
-                       f", {done.get('skipped', 0)} rows already there from an earlier run"))
+                       f", {done.get('skipped', 0)} rows already there from an earlier run",
+                       spark_start_s))
         return 0
     except Exception as exc:  # noqa: BLE001 - a failed job is reported, not a traceback
         return _report_failure("backfill", exc, log)
@@ -315,6 +320,7 @@ def run_replay(args: argparse.Namespace) -> int:
     try:
         spark, own_session = start_session(args.master, "ledgerwire-replay", log, ui=args.ui,
                                            ship_code=args.ship_code, conf=conf)
+        spark_start_s, started = time.time() - started, time.time()
         ui = ui_address(spark)
         print(f"replay {args.topic}: {plan.records} records in {plan.partitions} partitions"
               f" -> {args.target}" + (f"; Spark UI {ui}" if ui else ""), file=sys.stderr)
@@ -326,7 +332,7 @@ def run_replay(args: argparse.Namespace) -> int:
         written = spark.read.parquet(args.target)
         rows = written.count()
         nbytes = output_bytes(spark, args.target)
-        print(_summary("replay", rows, nbytes, seconds, f" -> {args.target}"))
+        print(_summary("replay", rows, nbytes, seconds, f" -> {args.target}", spark_start_s))
         return 0
     except Exception as exc:  # noqa: BLE001 - a failed job is reported, not a traceback
         return _report_failure("replay", exc, log)

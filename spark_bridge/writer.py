@@ -12,8 +12,10 @@ is its own producer, so throughput scales with executors.
 Rows: value (binary or string, required), key, topic, partition, timestamp, headers (all
 optional; options "topic" sets a default topic as in Spark's Kafka sink). Timestamps are sent as
 CreateTime, so the original times are kept. A row with an explicit partition goes there; a
-keyed row goes where Kafka's partitioner puts it (partitioner.py, murmur2); a row with neither
-goes to a partition chosen from its position, deterministically.
+keyed row goes where Kafka's partitioner puts it (murmur2: librdkafka's "murmur2_random"
+computes it in C, partitioner.py the same in Python where the resume check needs it); a row
+with neither goes to a partition chosen from its position, deterministically. Delivery
+reports come back only for failures (no Python call per delivered row).
 
 Restart rule (option ledgerwire.backfillId): every record carries a header
 `ledgerwire.backfill` = "<backfill id>:<task>:<row number>", where task is the Spark partition
@@ -135,10 +137,15 @@ def _producer_config(options: dict[str, str]) -> dict[str, Any]:
         "batch.size": 1 << 20,
         "queue.buffering.max.messages": 200_000,
         "queue.buffering.max.kbytes": 256 * 1024,
+        # the delivery callback runs only for failures: no Python call per delivered row
+        "delivery.report.only.error": True,
     }
     for key, value in options.items():
         if key.lower().startswith("kafka.") and key.lower() != "kafka.bootstrap.servers":
             config[key[len("kafka."):]] = value
+    # keyed rows sent without a partition go where Kafka's default partitioner puts them (the
+    # murmur2 of partitioner.py, computed by librdkafka in C): not a user's choice
+    config["partitioner"] = "murmur2_random"
     return config
 
 
@@ -184,12 +191,13 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
             progress = {self.default_topic: scan_backfill_progress(
                 self.spec, self.default_topic, self.backfill_id, self.namespace,
                 only_task=task)}
-        producer = Producer(self.producer_config)
         errors: list[str] = []
 
         def on_delivery(err: Any, _msg: Any) -> None:
             if err is not None and len(errors) < 10:
                 errors.append(str(err))
+
+        producer = Producer({**self.producer_config, "on_delivery": on_delivery})
 
         partition_counts: dict[str, int] = {}
 
@@ -204,6 +212,12 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 count = partition_counts[topic] = len(info.partitions)
             return count
 
+        # Rows after the highest one an earlier run left for this task cannot be skipped
+        # whatever their partition; up to it each row's partition is worked out here.
+        resume_upto = {topic: max((row for (t, _p), row in done.items() if t == task),
+                                  default=-1)
+                       for topic, done in progress.items()}  # fmt: skip
+        produce = producer.produce
         row_number = -1
         rows = skipped = nbytes = 0
         for batch in iterator:
@@ -219,25 +233,30 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 topic = (topics[i] if topics is not None and topics[i] else self.default_topic)
                 if topic is None:
                     raise OptionError(f"row {row_number} of task {task} has no topic")
-                count = partitions_of(topic)
                 key = keys[i] if keys is not None else None
                 if isinstance(key, str):
                     key = key.encode()
                 if isinstance(value, str):
                     value = value.encode()
+                resuming = row_number <= resume_upto.get(topic, -1)
+                partition: int | None
                 if parts is not None and parts[i] is not None:
                     partition = int(parts[i])
+                    count = partitions_of(topic)
                     if not 0 <= partition < count:
                         raise OptionError(f"column 'partition': {topic} has no partition "
                                           f"{partition} (row {row_number} of task {task})")
-                elif key is not None:
-                    partition = partition_for_key(key, count)
+                elif key is None:
+                    partition = (task + row_number // _KEYLESS_RUN) % partitions_of(topic)
+                elif resuming or not key:
+                    partition = partition_for_key(key, partitions_of(topic))
                 else:
-                    partition = (task + row_number // _KEYLESS_RUN) % count
-                done = progress.get(topic, {}).get((task, partition), -1)
-                if row_number <= done:
-                    skipped += 1
-                    continue
+                    partition = None  # librdkafka's murmur2_random: the same partition, in C
+                if resuming:
+                    assert partition is not None
+                    if row_number <= progress[topic].get((task, partition), -1):
+                        skipped += 1
+                        continue
                 headers: list[tuple[str, str | bytes | None]] = []
                 if header_lists is not None and header_lists[i]:
                     headers = [(h["key"], h["value"]) for h in header_lists[i]]
@@ -249,9 +268,12 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
                     timestamp = stamps[i] or 0
                 while True:
                     try:
-                        producer.produce(topic, value=value, key=key, partition=partition,
-                                         timestamp=timestamp, headers=headers or None,
-                                         on_delivery=on_delivery)  # fmt: skip
+                        if partition is None:
+                            produce(topic, value, key, timestamp=timestamp,
+                                    headers=headers or None)
+                        else:
+                            produce(topic, value, key, partition, timestamp=timestamp,
+                                    headers=headers or None)
                         break
                     except BufferError:
                         producer.poll(0.05)
