@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -270,6 +271,13 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--bookie-secret-file",
                    help="the cluster's bookie secret (ledgerwire.bookieSecretFile)")
+    tier = p.add_argument_group(
+        "tiered storage", "where the brokers' [offload] store is, to read offloaded ledgers "
+        "straight from it (S3 credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
+    for flag, option in (("--offload-directory", "directory"), ("--offload-bucket", "bucket"),
+                         ("--offload-prefix", "prefix"), ("--offload-endpoint", "endpoint"),
+                         ("--offload-region", "region")):  # fmt: skip
+        tier.add_argument(flag, help=f"[offload] {option} (ledgerwire.offload.{option})")
     _add_run_arguments(p)
 
 
@@ -300,6 +308,15 @@ def _replay_options(args: argparse.Namespace) -> dict[str, str]:
         options["minPartitions"] = str(args.min_partitions)
     if args.bookie_secret_file:
         options["ledgerwire.bookieSecretFile"] = args.bookie_secret_file
+    for name in ("directory", "bucket", "prefix", "endpoint", "region"):
+        value = getattr(args, f"offload_{name}", None)
+        if value:
+            options[f"ledgerwire.offload.{name}"] = value
+    if args.offload_bucket:  # executors on other hosts may not have the driver's environment
+        for env, option in (("AWS_ACCESS_KEY_ID", "accessKeyId"),
+                            ("AWS_SECRET_ACCESS_KEY", "secretAccessKey")):  # fmt: skip
+            if os.environ.get(env):
+                options[f"ledgerwire.offload.{option}"] = os.environ[env]
     return options
 
 

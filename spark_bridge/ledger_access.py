@@ -20,6 +20,8 @@ would keep (it gives up on an entry only after Qw - Qa + 1 bookies lack it), so 
 sees an entry that a later owner could lose. tail="lac" is BookKeeper's plain rule.
 `resolve_read_mode` picks "files" only for a standalone data directory whose registered bookies
 refuse connections (the broker process is not running).
+Ledgers offloaded to tiered storage (`add_offloaded`, from the managed ledger's records) are
+read from the offload store in either mode (offloaded_ledgers.py), never from bookies.
 
 This module must never write metadata, open a ledger with recovery, or read a bookie directory
 while its bookie answers.
@@ -58,6 +60,7 @@ from spark_bridge.metadata_access import (
     open_embedded_sync,
     open_readonly_store,
 )
+from spark_bridge.offloaded_ledgers import OffloadedLedger, OffloadedLedgers
 
 ReadMode = Literal["bookies", "files"]
 TailRule = Literal["quorum", "lac"]
@@ -126,6 +129,7 @@ class LedgerAccess:
         self.closed_spans: dict[int, Any] = {}  # ledger id -> topic_layout.LedgerSpan (final)
         self._thread: threading.Thread | None = None
         self._startup_error: BaseException | None = None
+        self._offloaded = OffloadedLedgers(spec.offload) if spec.offload else None
         if mode == "files":
             self._sync_store = open_embedded_sync(spec)
             self._files = BookieFiles(list(spec.bookie_dirs))
@@ -183,6 +187,8 @@ class LedgerAccess:
         return trio.from_thread.run(bounded, trio_token=self._token)
 
     def close(self) -> None:
+        if self._offloaded is not None:
+            self._offloaded.close()
         if self._files is not None:
             self._files.close()
             self._files = None
@@ -228,8 +234,24 @@ class LedgerAccess:
 
     # ---- ledgers --------------------------------------------------------------------------
 
+    def can_read_offloaded(self, driver: str) -> bool:
+        """Whether the job was told where `driver`'s offload store is."""
+        return self._offloaded is not None and self._offloaded.can_read(driver)
+
+    def add_offloaded(self, ledger: OffloadedLedger) -> None:
+        """Read this ledger from the offload store from now on (never from bookies)."""
+        assert self._offloaded is not None
+        self._offloaded.add(ledger)
+        self._ledgers.pop(ledger.ledger_id, None)
+
+    def _offloaded_ledger(self, ledger_id: int) -> OffloadedLedger | None:
+        return None if self._offloaded is None else self._offloaded.ledgers.get(ledger_id)
+
     def ledger_end(self, ledger_id: int, *, refresh: bool = False) -> LedgerEnd:
         """How far a ledger can be read now (closed: all of it; open: see the module doc)."""
+        offloaded = self._offloaded_ledger(ledger_id)
+        if offloaded is not None:
+            return LedgerEnd(offloaded.last_entry, True)
         known = self._ledgers.get(ledger_id)
         if known is not None and (known[1].closed or not refresh):
             return known[1]
@@ -248,6 +270,10 @@ class LedgerAccess:
 
     def chunk_entries(self, ledger_id: int, target_bytes: int = 8 << 20) -> int:
         """How many entries make about `target_bytes` (from a closed ledger's length)."""
+        offloaded = self._offloaded_ledger(ledger_id)
+        if offloaded is not None:
+            average = offloaded.size / max(offloaded.last_entry + 1, 1)
+            return max(2, min(256, int(target_bytes / max(average, 1.0))))
         end = self.ledger_end(ledger_id)
         metadata = self._ledgers[ledger_id][0]
         if not end.closed or end.last_entry < 0 or metadata.length <= 0:
@@ -298,6 +324,9 @@ class LedgerAccess:
         if last > end.last_entry:
             raise NoSuchEntryError(f"ledger {ledger_id}: entry {last} is past the readable "
                                    f"end {end.last_entry}")
+        if self._offloaded_ledger(ledger_id) is not None:
+            assert self._offloaded is not None
+            return self._offloaded.read(ledger_id, first, last)
         if self._files is not None:
             return [self._files.read(ledger_id, e) for e in range(first, last + 1)]
         metadata = self._ledgers[ledger_id][0]
@@ -326,7 +355,8 @@ class LedgerAccess:
         """Entries first..last in chunks, the next chunk read while the caller works."""
         if first > last:
             return
-        if self._files is not None:
+        if self._files is not None or self._offloaded_ledger(ledger_id) is not None:
+            # files and offloaded objects: synchronous reads (the store's read-ahead works)
             for start in range(first, last + 1, chunk):
                 yield self.read(ledger_id, start, min(last, start + chunk - 1))
             return

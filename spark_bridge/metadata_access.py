@@ -30,6 +30,7 @@ from ledger_backend.metadata.embedded_readonly import (
     ReadOnlyStoreError,
 )
 from ledger_backend.metadata.sqlite_tree import DB_FILE
+from spark_bridge.offloaded_ledgers import OffloadSpec, offload_spec
 
 METADATA_OPTION = "ledgerwire.metadata"
 BOOKIE_SECRET_FILE_OPTION = "ledgerwire.bookieSecretFile"
@@ -46,6 +47,7 @@ class ConnectionSpec:
     bookie_dirs: tuple[str, ...] = ()
     bookie_secret_file: str | None = None  # the cluster's bookie secret: reads authenticate
     bookie_tls: tuple[str, str, str] = ("", "", "")  # certificate, key, CA: TLS to bookies
+    offload: OffloadSpec | None = None  # the tiered-storage store (offloaded_ledgers.py)
 
     @property
     def is_embedded(self) -> bool:
@@ -59,8 +61,11 @@ def resolve_connection(value: str | None, options: Mapping[str, str] | None = No
     spec = _resolve_metadata(value)
     lowered = {k.lower(): v for k, v in (options or {}).items()}
     tls = tuple(lowered.get(name.lower(), "") for name in BOOKIE_TLS_OPTIONS)
+    data_dir = Path(spec.metadata_url[len(READONLY_URL_PREFIX):]).parent \
+        if spec.is_embedded else None  # fmt: skip
     return replace(spec, bookie_secret_file=lowered.get(BOOKIE_SECRET_FILE_OPTION.lower()),
-                   bookie_tls=(tls[0], tls[1], tls[2]))
+                   bookie_tls=(tls[0], tls[1], tls[2]),
+                   offload=offload_spec(lowered, data_dir))
 
 
 def _resolve_metadata(value: str | None) -> ConnectionSpec:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from spark_bridge.ledger_access import LedgerAccess
+from spark_bridge.offloaded_ledgers import OffloadedLedger
 from spark_bridge.options import EARLIEST, LATEST, OffsetBound, OptionError, ReaderOptions
 from spark_bridge.topic_layout import (
     PartitionLayout,
@@ -47,6 +48,7 @@ class LedgerSplit(InputPartition):  # type: ignore[misc]
     end: int
     ranges: tuple[EntryRange, ...]
     continuation: tuple[EntryRange, ...] = ()
+    offloaded: tuple[OffloadedLedger, ...] = ()  # ledgers of the ranges read from the store
 
     @property
     def entries(self) -> int:
@@ -167,10 +169,13 @@ def splits_for_range(access: LedgerAccess, layout: PartitionLayout, start: int, 
     if ranges[-1][2] < span.last_entry:
         rest.append((span.ledger_id, ranges[-1][2] + 1, span.last_entry))
     rest.extend((s.ledger_id, 0, s.last_entry) for s in layout.ledgers[last_span + 1:])
+    offloaded = tuple(s.offloaded for s in layout.ledgers[first_span:]
+                      if s.offloaded is not None)  # fmt: skip
     splits = []
     for k, r in enumerate(ranges):
         continuation = tuple(ranges[k + 1:]) + tuple(rest)
-        splits.append(LedgerSplit(layout.topic, layout.partition, start, end, (r,), continuation))
+        splits.append(LedgerSplit(layout.topic, layout.partition, start, end, (r,), continuation,
+                                  offloaded))
     return splits
 
 
@@ -190,9 +195,9 @@ def apply_min_partitions(splits: list[LedgerSplit], min_partitions: int | None
             break  # nothing left to halve
         mid = (first + last) // 2
         left = LedgerSplit(s.topic, s.partition, s.start, s.end, ((ledger_id, first, mid),),
-                           ((ledger_id, mid + 1, last),) + s.continuation)
+                           ((ledger_id, mid + 1, last),) + s.continuation, s.offloaded)
         right = LedgerSplit(s.topic, s.partition, s.start, s.end, ((ledger_id, mid + 1, last),),
-                            s.continuation)
+                            s.continuation, s.offloaded)
         splits[biggest:biggest + 1] = [left, right]
     return splits
 

@@ -22,6 +22,8 @@ def read_split(spec: ConnectionSpec, mode: ReadMode, split: LedgerSplit, *,
                ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The rows of one split, as Arrow batches (usable outside Spark too)."""
     with LedgerAccess(spec, mode, tail=tail) as access:
+        for ledger in split.offloaded:
+            access.add_offloaded(ledger)
 
         def chunks(ranges: tuple[tuple[int, int, int], ...]) -> Iterator[list[bytes]]:
             for ledger_id, first, last in ranges:

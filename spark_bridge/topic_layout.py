@@ -9,7 +9,9 @@ starts where it ends. The partition state node /ledgerwire/partition-state/<t>/<
 log start offset that DeleteRecords and retention move.
 
 `partition_layout` reads the first and last batch header of each ledger (two entry reads per
-ledger) to learn those spans; `entry_for_offset` binary-searches a ledger's entries by header;
+ledger) to learn those spans (a ledger offloaded to tiered storage is read from the store when
+the job names it, offloaded_ledgers.py, and an OffloadedLedgerError when it lives only there
+and the job does not); `entry_for_offset` binary-searches a ledger's entries by header;
 `offset_for_timestamp` scans headers (timestamps need not be monotonic, so there is no index
 to trust) and decodes only the batch where the answer lies.
 
@@ -27,6 +29,7 @@ from ledger_backend.managed_ledger.metadata_format import (
 )
 from protocols.kafka.record_batch import decode_records, parse_header
 from spark_bridge.ledger_access import LedgerAccess
+from spark_bridge.offloaded_ledgers import OffloadedLedger, OffloadedLedgerError
 
 TOPICS_PATH = "/ledgerwire/topics"
 PARTITION_STATE_PATH = "/ledgerwire/partition-state"
@@ -38,11 +41,6 @@ class UnknownTopicError(ValueError):
     """The topic (or partition) does not exist in ledgerwire's metadata."""
 
 
-class OffloadedLedgerError(ValueError):
-    """A ledger of the partition lives only in tiered storage now (its bookie copy was deleted
-    after an offload): the bridge does not read offloaded ledgers yet."""
-
-
 @dataclass(frozen=True, slots=True)
 class LedgerSpan:
     ledger_id: int
@@ -50,6 +48,7 @@ class LedgerSpan:
     first_offset: int    # base offset of entry 0
     end_offset: int      # one past the last offset of last_entry
     closed: bool
+    offloaded: OffloadedLedger | None = None  # read from the offload store, not bookies
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +104,20 @@ def partition_layout(access: LedgerAccess, topic: str, partition: int,
     if raw is not None:
         node = decode_managed_ledger(raw, path)
         for record in node.ledgers:
-            if record.offload is not None and record.offload.bookie_deleted:
+            offloaded = None
+            if record.offload is not None and access.can_read_offloaded(record.offload.driver):
+                offloaded = OffloadedLedger(record.ledger_id, record.offload.driver,
+                                            record.offload.key, record.offload.size,
+                                            record.entries - 1)  # fmt: skip
+                access.add_offloaded(offloaded)
+            elif record.offload is not None and record.offload.bookie_deleted:
                 raise OffloadedLedgerError(
                     f"{topic}-{partition}: ledger {record.ledger_id} is offloaded to tiered "
                     f"storage ({record.offload.driver} object {record.offload.key!r}) and no "
-                    "longer on bookies; the Spark bridge cannot read offloaded ledgers yet "
-                    "(read the topic with a Kafka client instead)")
+                    "longer on bookies; tell the job where the brokers' [offload] store is: "
+                    "option ledgerwire.offload.directory (filesystem) or "
+                    "ledgerwire.offload.bucket/.prefix/.endpoint/.region (s3); "
+                    "replay: --offload-directory / --offload-bucket ...")
             known = access.closed_spans.get(record.ledger_id)
             if known is not None:  # a closed ledger's span never changes
                 spans.append(known)
@@ -124,7 +131,7 @@ def partition_layout(access: LedgerAccess, topic: str, partition: int,
                 first = access.read(record.ledger_id, 0, 0)[0]
                 last = access.read(record.ledger_id, end.last_entry, end.last_entry)[0]
             span = LedgerSpan(record.ledger_id, end.last_entry, _batch_bounds(first)[0],
-                              _batch_bounds(last)[1], end.closed)
+                              _batch_bounds(last)[1], end.closed, offloaded)
             if span.closed:
                 access.closed_spans[span.ledger_id] = span
             spans.append(span)

@@ -227,10 +227,13 @@ async def test_the_spark_bridge_refuses_offloaded_ledgers_clearly(
     class NodeOnly:  # the slice of LedgerAccess that partition_layout reaches before reading
         closed_spans: dict[int, object] = {}
 
+        def can_read_offloaded(self, driver: str) -> bool:
+            return False  # the job named no offload store
+
         def get(self, wanted: str) -> bytes | None:
             return raw if wanted == path else None
 
-    with pytest.raises(OffloadedLedgerError, match="tiered storage"):
+    with pytest.raises(OffloadedLedgerError, match="ledgerwire.offload.directory"):
         partition_layout(NodeOnly(), "sparked", 0)  # type: ignore[arg-type]
 
 
