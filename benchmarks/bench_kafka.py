@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -131,8 +132,11 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     time.sleep(0.5)
 
 
-def produce_throughput(bootstrap: str, topic: str, partitions: int, count: int) -> float:
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONF})
+def produce_throughput(bootstrap: str, topic: str, partitions: int, count: int,
+                       client_config: dict[str, Any] | None = None) -> float:
+    """msg/s; `client_config` adds settings (security) to the producer's."""
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONF,
+                         **(client_config or {})})
     errors = 0
 
     def on_delivery(err: object, _msg: object) -> None:
@@ -155,7 +159,8 @@ def produce_throughput(bootstrap: str, topic: str, partitions: int, count: int) 
     return count / elapsed
 
 
-def consume_throughput(bootstrap: str, topic: str, partitions: int, count: int) -> float:
+def consume_throughput(bootstrap: str, topic: str, partitions: int, count: int,
+                       client_config: dict[str, Any] | None = None) -> float:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -163,6 +168,7 @@ def consume_throughput(bootstrap: str, topic: str, partitions: int, count: int) 
             "enable.auto.commit": False,
             "fetch.max.bytes": 52428800,
             "max.partition.fetch.bytes": 10485760,
+            **(client_config or {}),
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])

@@ -1,14 +1,18 @@
-"""Cost of security on the Kafka listener: login time and produce throughput, PLAINTEXT vs
-SASL_SSL (TLS + SCRAM-SHA-512) vs SASL_PLAINTEXT (SCRAM-SHA-512), with ACLs enforced.
+"""Cost of security on the Kafka port: produce and consume throughput and the broker's CPU per
+message, PLAINTEXT without ACLs against SASL_SSL (TLS + SCRAM-SHA-512) with ACLs enforced, and
+SASL_PLAINTEXT (SCRAM-SHA-512) with ACLs (the login and authorization checks without TLS).
 
-    .venv/bin/python benchmarks/bench_security.py [--messages 50000] [--logins 20]
+    .venv/bin/python benchmarks/bench_security.py [--messages 100000] [--partitions 1]
+                                                   [--repeat 1] [--logins 10]
 
-Runs the in-process stack of tests/support/security_stack.py (memory metadata store and
-MemoryBookKeeper, so storage costs are out of the picture and the figures isolate the
-listener), with confluent-kafka clients in worker threads of the same process.
-Login: the time from creating a client to its first Metadata answer (TCP, TLS handshake,
-SaslHandshake, the two SCRAM round trips).  Produce: `--messages` 100-byte messages,
-linger 5 ms, acks=all, one partition; messages/s from the first produce() to the last delivery.
+Each configuration is a real `ledgerwire standalone` (fsync on, one bookie), started in turn on
+this machine and driven by the same confluent-kafka code as benchmarks/bench_kafka.py: 1 KB
+values, acks=all, linger.ms=5, batch.size=131072; a consumer then reads the topic back from
+offset 0.  The secured brokers' user holds a prefixed ALLOW ALL on the benchmark topics and
+its group (the authorizer walks the ACL store on every request).  The broker's CPU is user +
+system time of its process, all threads, from /proc.  Login: creating a client until its
+first Metadata answer (TCP, TLS handshake, SaslHandshake and the SCRAM round trips).  The
+overhead lines compare each secured configuration with PLAINTEXT from this one run.
 """
 
 from __future__ import annotations
@@ -18,29 +22,91 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import trio
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from protocols.kafka import acl_model as m  # noqa: E402
-from tests.support.security_stack import make_self_signed_cert, secure_stack  # noqa: E402
+sys.path.insert(0, str(REPO / "benchmarks"))
+from bench_kafka import consume_throughput, cpu_seconds, produce_throughput  # noqa: E402
+
+from tests.support.security_stack import make_self_signed_cert  # noqa: E402
+from tests.support.standalone import Standalone  # noqa: E402
 
 USER, PASSWORD = "bench", "bench-password"
+ADMIN, ADMIN_PASSWORD = "admin", "admin-password"
+PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
 
 
-def client_config(protocol: str, bootstrap: str, cert: Path) -> dict[str, Any]:
+def broker_config(directory: Path, protocol: str, cert: tuple[Path, Path]) -> Path:
+    path = directory / f"{protocol}.toml"
+    if protocol == "PLAINTEXT":
+        path.write_text('[kafka]\nsecurity_protocol = "PLAINTEXT"\n'
+                        '[security]\nauthorization = "off"\n')
+        return path
+    tls = (f'ssl_certfile = "{cert[0]}"\nssl_keyfile = "{cert[1]}"\n'
+           if protocol == "SASL_SSL" else "")
+    path.write_text(f"""
+[kafka]
+security_protocol = "{protocol}"
+sasl_mechanisms = ["SCRAM-SHA-512"]
+{tls}
+[security]
+authorization = "on"
+super_users = ["User:{ADMIN}"]
+users = [{{ name = "{USER}", password = "{PASSWORD}" }},
+         {{ name = "{ADMIN}", password = "{ADMIN_PASSWORD}" }}]
+""")
+    path.chmod(0o600)
+    return path
+
+
+def client_config(protocol: str, bootstrap: str, cert: Path, user: str = USER,
+                  password: str = PASSWORD) -> dict[str, Any]:
     config: dict[str, Any] = {"bootstrap.servers": bootstrap, "security.protocol": protocol}
     if protocol.startswith("SASL_"):
-        config.update({"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER,
-                       "sasl.password": PASSWORD})
+        config.update({"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                       "sasl.password": password})
     if protocol.endswith("SSL"):
         config["ssl.ca.location"] = str(cert)
     return config
+
+
+@contextmanager
+def broker(directory: Path, protocol: str, cert: tuple[Path, Path]) -> Iterator[Standalone]:
+    config = broker_config(directory, protocol, cert)
+    server = Standalone(directory / f"data-{protocol}",
+                        extra_args=["--config", str(config), "--log-level", "WARNING"])
+    server.start(timeout_s=60)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def prepare(protocol: str, bootstrap: str, cert: Path, topic: str, partitions: int) -> None:
+    admin = AdminClient(client_config(protocol, bootstrap, cert, ADMIN, ADMIN_PASSWORD))
+    admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                  replication_factor=1)])[topic].result(30)
+    if protocol != "PLAINTEXT":
+        grants = [AclBinding(kind, "bench", ResourcePatternType.PREFIXED, f"User:{USER}", "*",
+                             AclOperation.ALL, AclPermissionType.ALLOW)
+                  for kind in (ResourceType.TOPIC, ResourceType.GROUP)]
+        for future in admin.create_acls(grants).values():
+            future.result(30)
+    time.sleep(0.5)
 
 
 def logins(config: dict[str, Any], count: int) -> list[float]:
@@ -52,59 +118,73 @@ def logins(config: dict[str, Any], count: int) -> list[float]:
     return times
 
 
-def produce_rate(config: dict[str, Any], topic: str, count: int) -> float:
-    producer = Producer({**config, "linger.ms": 5, "acks": "all"})
-    failed: list[Any] = []
+def measure(server: Standalone, protocol: str, cert: Path, args: argparse.Namespace
+            ) -> dict[str, float]:  # fmt: skip
+    assert server.proc is not None
+    pid = server.proc.pid
+    config = client_config(protocol, server.bootstrap, cert)
+    results: dict[str, float] = {}
+    times = logins(config, args.logins)
+    results["login median ms"] = statistics.median(times) * 1000
+    rates: dict[str, list[float]] = {"produce": [], "consume": []}
+    cpu: dict[str, list[float]] = {"produce": [], "consume": []}
+    for run in range(args.repeat):
+        topic = f"bench-{run}"
+        prepare(protocol, server.bootstrap, cert, topic, args.partitions)
+        for name, work in (("produce", produce_throughput), ("consume", consume_throughput)):
+            before = cpu_seconds(pid)
+            rates[name].append(work(server.bootstrap, topic, args.partitions, args.messages,
+                                    config))
+            after = cpu_seconds(pid)
+            if before is not None and after is not None:
+                cpu[name].append((after - before) * 1e6 / args.messages)
+    for name in ("produce", "consume"):
+        results[f"{name} msg/s"] = statistics.median(rates[name])
+        if cpu[name]:
+            results[f"{name} cpu us/msg"] = statistics.median(cpu[name])
+    print(f"  {protocol}: " + ", ".join(f"{k} {v:,.1f}" for k, v in results.items()),
+          flush=True)
+    return results
 
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failed.append(err)
-    value = b"x" * 100
-    producer.produce(topic, value)  # warm up: metadata and connection
-    producer.flush(10)
-    start = time.perf_counter()
-    for _ in range(count):
-        while True:
-            try:
-                producer.produce(topic, value, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    producer.flush(60)
-    elapsed = time.perf_counter() - start
-    if failed:
-        raise RuntimeError(f"{len(failed)} deliveries failed: {failed[0]}")
-    return count / elapsed
 
-
-async def run(args: argparse.Namespace, cert: tuple[Path, Path]) -> None:
-    print(f"{'listener':<16}{'login median ms':>16}{'login p90 ms':>14}{'produce msg/s':>16}")
-    for protocol in ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"):
-        sasl = ("SCRAM-SHA-512",) if protocol.startswith("SASL_") else None
-        tls = cert if protocol.endswith("SSL") else None
-        async with secure_stack(sasl_mechanisms=sasl, tls=tls, users={USER: PASSWORD},
-                                authorization=sasl is not None) as stack:
-            await stack.acls.create([m.AclBinding(m.RES_TOPIC, "bench", m.PAT_PREFIXED,
-                                                  f"User:{USER}", "*", m.OP_ALL, m.PERM_ALLOW),
-                                     m.AclBinding(m.RES_CLUSTER, m.CLUSTER_NAME, m.PAT_LITERAL,
-                                                  f"User:{USER}", "*", m.OP_ALL, m.PERM_ALLOW)])
-            config = client_config(protocol, stack.bootstrap, cert[0])
-            times = await trio.to_thread.run_sync(logins, config, args.logins)
-            rate = await trio.to_thread.run_sync(produce_rate, config, f"bench-{protocol}",
-                                                 args.messages)
-            p90 = sorted(times)[int(len(times) * 0.9) - 1]
-            print(f"{protocol:<16}{statistics.median(times) * 1000:>16.1f}{p90 * 1000:>14.1f}"
-                  f"{rate:>16,.0f}")
+def overhead(plain: dict[str, float], secured: dict[str, float], metric: str) -> float:
+    """How much worse `secured` is, in percent (fewer msg/s, or more CPU per message)."""
+    if metric.endswith("msg/s"):
+        return (plain[metric] / secured[metric] - 1) * 100
+    return (secured[metric] / plain[metric] - 1) * 100
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--logins", type=int, default=20)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="median of this many runs for each figure")
+    parser.add_argument("--logins", type=int, default=10)
+    parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     args = parser.parse_args()
+    results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        cert = make_self_signed_cert(Path(tmp))
-        trio.run(run, args, cert)
+        directory = Path(tmp)
+        cert = make_self_signed_cert(directory)
+        for protocol in args.protocols.split(","):
+            with broker(directory, protocol, cert) as server:
+                results[protocol] = measure(server, protocol, cert[0], args)
+    metrics = list(next(iter(results.values())))
+    print()
+    print(f"{'metric':22}" + "".join(f"{p:>16}" for p in results))
+    for metric in metrics:
+        print(f"{metric:22}" + "".join(f"{results[p][metric]:>16,.1f}" for p in results))
+    plain = results.get("PLAINTEXT")
+    if plain is None:
+        return
+    print("\noverhead against PLAINTEXT without ACLs (fewer msg/s, more broker CPU per message):")
+    for protocol, secured in results.items():
+        if protocol == "PLAINTEXT":
+            continue
+        figures = ", ".join(f"{metric} {overhead(plain, secured, metric):+.1f}%"
+                            for metric in metrics if "login" not in metric)
+        print(f"  {protocol} + ACLs: {figures}")
 
 
 if __name__ == "__main__":
