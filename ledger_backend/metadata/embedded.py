@@ -25,13 +25,14 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import trio
 
 from .sqlite_tree import (
     DB_FILE,
     LOCK_FILE,
+    PendingWrite,
     SqliteTree,
     acquire_tree,
     memory_tree,
@@ -48,6 +49,7 @@ from .store import (
     SessionState,
     Stat,
     Watcher,
+    WatchEvent,
     validate_path,
 )
 
@@ -90,6 +92,36 @@ class EmbeddedMetadataStore(MetadataStore):
         finally:
             db.dispatch_events()
 
+    async def _write(self, body: Callable[[list[WatchEvent]], T]) -> T:
+        """Run a write; writes queued while a batch commits share the next COMMIT (one fsync
+        for all of them: sqlite_tree.write_batch), in the order they were called."""
+        db = self._db
+        if db.inline:
+            return await self._run(db.write, body)
+        if self._closed:
+            raise MetadataError("metadata store is closed")
+        entry = PendingWrite(body)
+        db.write_queue.append(entry)
+        if db.group_lock is None:
+            db.group_lock = trio.Lock()
+        lock = cast(trio.Lock, db.group_lock)
+        try:
+            async with lock:
+                if not entry.done:  # nobody took it yet: commit everything queued
+                    batch = list(db.write_queue)
+                    db.write_queue.clear()
+                    await self._run(db.write_batch, batch)
+        except BaseException:
+            if not entry.done:  # cancelled before a batch took it: it never happens
+                try:
+                    db.write_queue.remove(entry)
+                except ValueError:
+                    pass
+            raise  # (done: it committed, as a cancelled ZooKeeper call may have)
+        if entry.error is not None:
+            raise entry.error
+        return cast(T, entry.result)
+
     async def get(self, path: str) -> tuple[bytes, Stat]:
         validate_path(path)
         row = await self._run(self._db.row, path)
@@ -106,29 +138,27 @@ class EmbeddedMetadataStore(MetadataStore):
                      sequential: bool = False, make_parents: bool = False) -> str:
         owner = self.session_id if ephemeral else 0
         db = self._db
-        return await self._run(
-            db.write,
-            lambda ev: db.tx_create(ev, path, data, owner, sequential, make_parents),
-        )
+        return await self._write(
+            lambda ev: db.tx_create(ev, path, data, owner, sequential, make_parents))
 
     async def set(self, path: str, data: bytes, version: int) -> Stat:
         db = self._db
-        return await self._run(db.write, lambda ev: db.tx_set(ev, path, data, version))
+        return await self._write(lambda ev: db.tx_set(ev, path, data, version))
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         db = self._db
-        await self._run(db.write, lambda ev: db.tx_delete(ev, path, version, recursive))
+        await self._write(lambda ev: db.tx_delete(ev, path, version, recursive))
 
     async def children(self, path: str) -> list[str]:
         return await self._run(self._db.children, path)
 
     async def multi(self, ops: Sequence[Op]) -> list[OpResult]:
         db, ops = self._db, list(ops)
-        return await self._run(db.write, lambda ev: db.tx_multi(ev, ops, self.session_id))
+        return await self._write(lambda ev: db.tx_multi(ev, ops, self.session_id))
 
     async def next_id(self, counter_path: str) -> int:
         db = self._db
-        return await self._run(db.write, lambda ev: db.tx_next_id(ev, counter_path))
+        return await self._write(lambda ev: db.tx_next_id(ev, counter_path))
 
     def watch(self, path: str, *, children: bool = False) -> Watcher:
         return Watcher(path, children, self._register_watcher, self._unregister_watcher)

@@ -1,12 +1,15 @@
 """The node tree of the embedded metadata store, on one sqlite database.
 
 Durability rule: the tree lives in `<dir>/metadata.db` (WAL journal, synchronous=FULL), so a
-write is on disk when its transaction commits. Every public write is one `BEGIN IMMEDIATE`
-transaction in which version checks and changes happen together: a compare-and-set cannot
-interleave with another writer. The file carries sqlite's own magic plus our application_id
-and a format version (user_version), checked at open. An exclusive flock on
-`<dir>/metadata.lock` keeps a second process out. One connection serves a process; callers
-hold `SqliteTree.lock` around every sqlite call (they block: run them in a worker thread).
+write is on disk when its transaction commits, and no caller hears of a write before that.
+Every public write runs in one `BEGIN IMMEDIATE` transaction, alone (`write`) or as one
+savepoint of a group commit (`write_batch`: writes queued meanwhile share one COMMIT, so one
+fsync), in which version checks and changes happen together: a compare-and-set cannot
+interleave with another writer, and a failing write undoes only itself. The file carries
+sqlite's own magic plus our application_id and a format version (user_version), checked at
+open. An exclusive flock on `<dir>/metadata.lock` keeps a second process out. One connection
+serves a process; callers hold `SqliteTree.lock` around every sqlite call (they block: run
+them in a worker thread).
 
 Methods named `tx_*` run inside an open transaction and append the watch events they cause;
 `write()` commits, then queues those events in commit order in `pending_events`;
@@ -52,7 +55,7 @@ from .store import (
     validate_path,
 )
 
-__all__ = ["DB_FILE", "LOCK_FILE", "SqliteTree", "acquire_tree", "memory_tree",
+__all__ = ["DB_FILE", "LOCK_FILE", "PendingWrite", "SqliteTree", "acquire_tree", "memory_tree",
            "open_file_tree", "release_tree"]
 
 T = TypeVar("T")
@@ -96,6 +99,18 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class PendingWrite:
+    """One write waiting for a group commit (SqliteTree.write_batch)."""
+
+    __slots__ = ("body", "done", "error", "result")
+
+    def __init__(self, body: Callable[[list[WatchEvent]], object]) -> None:
+        self.body = body
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
 class SqliteTree:
     """The node tree on one sqlite connection, shared by all sessions of a process.
 
@@ -113,6 +128,9 @@ class SqliteTree:
         self.watchers: dict[str, set[Watcher]] = {}
         self.sessions = itertools.count(1)
         self.refcount = 0
+        # group commit (embedded.py): writes queued while one batch commits (Trio thread only)
+        self.write_queue: deque[PendingWrite] = deque()
+        self.group_lock: object | None = None
 
     # ---- setup -------------------------------------------------------------------------
 
@@ -152,6 +170,36 @@ class SqliteTree:
         self.conn.execute("COMMIT")
         self.pending_events.extend(events)
         return result
+
+    def write_batch(self, batch: Sequence[PendingWrite]) -> None:
+        """Group commit: each write in its own savepoint (all or nothing, as alone), one
+        COMMIT (one fsync) for the batch.  The outcome of each is in its PendingWrite, set
+        only once the batch is durable; a failed COMMIT fails every write of the batch."""
+        conn = self.conn
+        events: list[WatchEvent] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for entry in batch:
+                own: list[WatchEvent] = []
+                conn.execute("SAVEPOINT one_write")
+                try:
+                    entry.result = entry.body(own)
+                except (MetadataError, ValueError, sqlite3.Error) as exc:
+                    conn.execute("ROLLBACK TO one_write")
+                    entry.error = exc
+                conn.execute("RELEASE one_write")
+                events.extend(own)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for entry in batch:
+                entry.result, entry.error = None, MetadataError(f"metadata write failed: {exc!r}")
+                entry.done = True
+            raise
+        for entry in batch:
+            entry.done = True
+        self.pending_events.extend(events)
 
     def row(self, path: str) -> NodeRow | None:
         found = self.conn.execute(

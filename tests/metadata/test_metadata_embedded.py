@@ -177,3 +177,54 @@ async def test_closing_twice_is_harmless(tmp_path: Path) -> None:
 async def test_empty_url_is_refused() -> None:
     with pytest.raises(ValueError):
         await open_store("embedded:")
+
+
+async def test_concurrent_writes_share_commits_and_fail_alone(tmp_path: Path) -> None:
+    """Group commit: writes queued while a batch commits go in the next one (fewer fsyncs),
+    each all-or-nothing and in call order; one failing write undoes nothing of the others."""
+    store = await open_store(f"embedded:{tmp_path}")
+    assert isinstance(store, EmbeddedMetadataStore)
+    db = store._db
+    batches: list[int] = []
+    real_batch = db.write_batch
+
+    def counting_batch(batch: list) -> None:  # type: ignore[type-arg]
+        batches.append(len(batch))
+        real_batch(batch)
+
+    db.write_batch = counting_batch  # type: ignore[method-assign]
+    await store.create("/cas", b"0")
+    outcomes: dict[str, object] = {}
+
+    async def create(name: str, key: str = "") -> None:
+        try:
+            outcomes[key or name] = await store.create(f"/n/{name}", b"x", make_parents=True)
+        except MetadataError as exc:
+            outcomes[key or name] = exc
+
+    async def bad_cas() -> None:
+        try:
+            await store.set("/cas", b"1", version=7)  # the wrong version
+        except MetadataError as exc:
+            outcomes["cas"] = exc
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(create, f"c{i}")
+                if i == 20:
+                    nursery.start_soon(bad_cas)
+                    nursery.start_soon(create, "c5", "dup")  # NodeExistsError, alone
+        assert sum(batches) == 43 and len(batches) < 43, batches  # some shared a COMMIT
+        assert type(outcomes["cas"]).__name__ == "BadVersionError"
+        kinds = sorted(type(outcomes[k]).__name__ for k in ("c5", "dup"))
+        assert kinds == ["NodeExistsError", "str"]
+        assert sorted(await store.children("/n")) == sorted(f"c{i}" for i in range(40))
+        assert (await store.get("/cas"))[1].version == 0
+    finally:
+        await store.close()
+    store = await open_store(f"embedded:{tmp_path}")  # and all of it is on disk
+    try:
+        assert len(await store.children("/n")) == 40
+    finally:
+        await store.close()
