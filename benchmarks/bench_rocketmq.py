@@ -21,7 +21,8 @@ includes the producers' warm-up sends and route lookups, the same in every run).
 clients: send frames (a C++ client's SEND_MESSAGE_V2 header, 1 KB body) decoded, dispatched
 and answered on the in-memory backend, then pulled back 32 at a time as a push consumer asks;
 thread CPU µs per message of each (what the remoting, header, properties, batch-building and
-pull-encoding work costs, apart from Trio's I/O and the ledger's replication).
+pull-encoding work costs, apart from Trio's I/O and the ledger's replication), and the Python
+and C function calls per message (sys.setprofile; deterministic, unlike time on a shared box).
 """
 
 from __future__ import annotations
@@ -96,13 +97,29 @@ def request_path(count: int) -> None:
             frames = [send_frame(i) for i in range(count + 10)]
             for frame in frames[:10]:  # the topic is created, the queue opened
                 await dispatch(stack.broker, conn, decode_command(frame))
+            calls = {"call": 0, "c_call": 0}
+
+            def counting(frame: Any, event: str, arg: Any) -> None:
+                if event in calls:
+                    calls[event] += 1
+
             start = time.thread_time()
-            for frame in frames[10:]:
+            for frame in frames[10:-100]:
                 encode_command(await dispatch(stack.broker, conn, decode_command(frame)))
-            send_us = (time.thread_time() - start) / count * 1e6
+            send_us = (time.thread_time() - start) / (count - 100) * 1e6
+            sys.setprofile(counting)
+            for frame in frames[-100:]:
+                encode_command(await dispatch(stack.broker, conn, decode_command(frame)))
+            sys.setprofile(None)
+            send_calls = f"{calls['call'] / 100:.0f} + {calls['c_call'] / 100:.0f}"
+            calls.update(call=0, c_call=0)
             offset = got = 0
             start = time.thread_time()
             while offset < count + 10:
+                if offset >= 320 and sys.getprofile() is None and calls["call"] == 0:
+                    pull_us = (time.thread_time() - start) / got * 1e6
+                    counted_from = offset
+                    sys.setprofile(counting)
                 pull = make_request(RequestCode.PULL_MESSAGE, {
                     "consumerGroup": "CG", "topic": "bench", "queueId": 0, "queueOffset": offset,
                     "maxMsgNums": 32, "sysFlag": 0, "commitOffset": -1,
@@ -113,9 +130,12 @@ def request_path(count: int) -> None:
                 encode_command(answer)
                 got += int(answer.ext_fields["nextBeginOffset"]) - offset
                 offset = int(answer.ext_fields["nextBeginOffset"])
-            pull_us = (time.thread_time() - start) / got * 1e6
+            sys.setprofile(None)
+            pulled = offset - counted_from
             print(f"request path (memory backend, no sockets): send {send_us:.1f} us/msg, "
-                  f"pull {pull_us:.1f} us/msg (thread CPU)")
+                  f"pull {pull_us:.1f} us/msg (thread CPU); function calls (Python + C) per "
+                  f"send {send_calls}, per pulled message {calls['call'] / pulled:.1f} + "
+                  f"{calls['c_call'] / pulled:.1f}")
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -286,7 +306,7 @@ def main() -> None:
         serve()
         return
     if args.request_path:
-        request_path(min(args.messages, 20000))
+        request_path(max(1000, min(args.messages, 20000)))
         return
     server: Any = None
     namesrv = args.namesrv
