@@ -3,7 +3,7 @@ message, PLAINTEXT without ACLs against SASL_SSL (TLS + SCRAM-SHA-512) with ACLs
 SASL_PLAINTEXT (SCRAM-SHA-512) with ACLs (the login and authorization checks without TLS).
 
     .venv/bin/python benchmarks/bench_security.py [--messages 100000] [--partitions 1]
-                                                   [--repeat 1] [--logins 10]
+                                                   [--repeat 3] [--logins 10]
 
 Each configuration is a real `ledgerwire standalone` (fsync on, one bookie), started in turn on
 this machine and driven by the same confluent-kafka code as benchmarks/bench_kafka.py: 1 KB
@@ -12,7 +12,9 @@ offset 0.  The secured brokers' user holds a prefixed ALLOW ALL on the benchmark
 its group (the authorizer walks the ACL store on every request).  The broker's CPU is user +
 system time of its process, all threads, from /proc.  Login: creating a client until its
 first Metadata answer (TCP, TLS handshake, SaslHandshake and the SCRAM round trips).  The
-overhead lines compare each secured configuration with PLAINTEXT from this one run.
+overhead lines compare each secured configuration with PLAINTEXT from this one run; with
+--repeat N each configuration runs N rounds on fresh brokers, in rotated order (the first
+broker started ran slower on a loaded machine), and the figures are medians.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def client_config(protocol: str, bootstrap: str, cert: Path, user: str = USER,
 
 @contextmanager
 def broker(directory: Path, protocol: str, cert: tuple[Path, Path]) -> Iterator[Standalone]:
+    directory.mkdir(parents=True, exist_ok=True)
     config = broker_config(directory, protocol, cert)
     server = Standalone(directory / f"data-{protocol}",
                         extra_args=["--config", str(config), "--log-level", "WARNING"])
@@ -118,32 +121,24 @@ def logins(config: dict[str, Any], count: int) -> list[float]:
     return times
 
 
-def measure(server: Standalone, protocol: str, cert: Path, args: argparse.Namespace
-            ) -> dict[str, float]:  # fmt: skip
+def measure(server: Standalone, protocol: str, cert: Path, args: argparse.Namespace,
+            round_: int) -> dict[str, float]:
+    """One round's figures on this broker: login median, then produce and consume."""
     assert server.proc is not None
     pid = server.proc.pid
     config = client_config(protocol, server.bootstrap, cert)
-    results: dict[str, float] = {}
-    times = logins(config, args.logins)
-    results["login median ms"] = statistics.median(times) * 1000
-    rates: dict[str, list[float]] = {"produce": [], "consume": []}
-    cpu: dict[str, list[float]] = {"produce": [], "consume": []}
-    for run in range(args.repeat):
-        topic = f"bench-{run}"
-        prepare(protocol, server.bootstrap, cert, topic, args.partitions)
-        for name, work in (("produce", produce_throughput), ("consume", consume_throughput)):
-            before = cpu_seconds(pid)
-            rates[name].append(work(server.bootstrap, topic, args.partitions, args.messages,
-                                    config))
-            after = cpu_seconds(pid)
-            if before is not None and after is not None:
-                cpu[name].append((after - before) * 1e6 / args.messages)
-    for name in ("produce", "consume"):
-        results[f"{name} msg/s"] = statistics.median(rates[name])
-        if cpu[name]:
-            results[f"{name} cpu us/msg"] = statistics.median(cpu[name])
-    print(f"  {protocol}: " + ", ".join(f"{k} {v:,.1f}" for k, v in results.items()),
-          flush=True)
+    results = {"login median ms": statistics.median(logins(config, args.logins)) * 1000}
+    topic = f"bench-{round_}"
+    prepare(protocol, server.bootstrap, cert, topic, args.partitions)
+    for name, work in (("produce", produce_throughput), ("consume", consume_throughput)):
+        before = cpu_seconds(pid)
+        results[f"{name} msg/s"] = work(server.bootstrap, topic, args.partitions,
+                                        args.messages, config)
+        after = cpu_seconds(pid)
+        if before is not None and after is not None:
+            results[f"{name} cpu us/msg"] = (after - before) * 1e6 / args.messages
+    print(f"  round {round_ + 1} {protocol}: "
+          + ", ".join(f"{k} {v:,.1f}" for k, v in results.items()), flush=True)
     return results
 
 
@@ -159,7 +154,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=1,
-                        help="median of this many runs for each figure")
+                        help="rounds (each configuration on a fresh broker, the order "
+                             "rotated); the figures are their medians")
     parser.add_argument("--logins", type=int, default=10)
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     args = parser.parse_args()
@@ -167,11 +163,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         cert = make_self_signed_cert(directory)
-        for protocol in args.protocols.split(","):
-            with broker(directory, protocol, cert) as server:
-                results[protocol] = measure(server, protocol, cert[0], args)
+        protocols = args.protocols.split(",")
+        rounds: dict[str, list[dict[str, float]]] = {p: [] for p in protocols}
+        for round_ in range(args.repeat):
+            # a fresh broker per round, the order rotated: no configuration always goes first
+            for protocol in protocols[round_ % len(protocols):] + \
+                    protocols[:round_ % len(protocols)]:
+                with broker(directory / f"round-{round_}", protocol, cert) as server:
+                    rounds[protocol].append(measure(server, protocol, cert[0], args, round_))
+        for protocol, runs in rounds.items():
+            results[protocol] = {metric: statistics.median(run[metric] for run in runs)
+                                 for metric in runs[0]}
     metrics = list(next(iter(results.values())))
-    print()
+    print("\nmedians:" if args.repeat > 1 else "")
     print(f"{'metric':22}" + "".join(f"{p:>16}" for p in results))
     for metric in metrics:
         print(f"{metric:22}" + "".join(f"{results[p][metric]:>16,.1f}" for p in results))
