@@ -160,9 +160,14 @@ def from_record(record: Record) -> tuple[bytes, dict[str, str], MessageMeta]:
                 meta = MessageMeta(flag, sys_flag, (socket.inet_ntoa(ip.to_bytes(4, "big")), port),
                                    store_ts, reconsume)
                 continue
-        clean_name = _clean(name)
-        if clean_name:
-            props[clean_name] = _clean((value or b"").decode("utf-8", "replace"))
+        # separators cannot be in what a RocketMQ client wrote; only Kafka headers need cleaning
+        if NAME_VALUE_SEPARATOR in name or PROPERTY_SEPARATOR in name:
+            name = _clean(name)
+        if name:
+            text = (value or b"").decode("utf-8", "replace")
+            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+                text = _clean(text)
+            props[name] = text
     if PROPERTY_KEYS not in props and record.key is not None:
         props[PROPERTY_KEYS] = _clean(record.key.decode("utf-8", "replace"))
     if meta is None:

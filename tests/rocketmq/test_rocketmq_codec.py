@@ -198,3 +198,18 @@ def test_stored_message_bytes_are_fixed() -> None:
         "0000007adaa320a73e933d590000000300000005000000000000004d00000000075bcd15000000000000"
         "019abc8dc97b0a010203000015b30000019abc8dcac87f00000100002a9f000000020000000000000009"
         "0000000a68656c6c6f20626f64790354c3a90012544147530161024b455953016b31206b3202")
+
+
+@given(st.lists(st.tuples(st.text(alphabet="ab\x01\x02", max_size=4),
+                          st.one_of(st.none(), st.text(alphabet="xy\x01\x02", max_size=4))),
+                max_size=6))
+def test_headers_become_properties_without_separators(
+        headers: list[tuple[str, str | None]]) -> None:
+    record = Record(0, 1, None, b"v", [(n, None if v is None else v.encode()) for n, v in headers])
+    _body, props, _meta = from_record(record)
+    expected: dict[str, str] = {}
+    for name, value in headers:
+        clean = name.replace("\x01", "").replace("\x02", "")
+        if clean:
+            expected[clean] = (value or "").replace("\x01", "").replace("\x02", "")
+    assert props == expected
