@@ -309,6 +309,7 @@ def decode_records(
     log_append = header.timestamp_type == 1
     records: list[Record] = []
     pos = 0
+    size = len(payload)
     for _ in range(header.records_count):
         length, pos = _read_varint(payload, pos)
         end = pos + length
@@ -322,9 +323,18 @@ def decode_records(
         header_count, pos = _read_varint(payload, pos)
         headers: list[tuple[str, bytes | None]] = []
         for _h in range(header_count):
-            hkey, pos = _read_bytes(payload, pos)
-            hval, pos = _read_bytes(payload, pos)
-            headers.append(((hkey or b"").decode("utf-8", "replace"), hval))
+            pair: list[bytes | None] = []
+            for _field in (0, 1):  # key, value
+                # a short one (one-byte even varint: 0..63 bytes) is cut without a call;
+                # anything else (null, longer, truncated) takes _read_bytes
+                n = payload[pos] if pos < size else 1
+                if n & 0x81 or pos + 1 + (n >> 1) > size:
+                    item, pos = _read_bytes(payload, pos)
+                else:
+                    item = payload[pos + 1 : pos + 1 + (n >> 1)]
+                    pos += 1 + (n >> 1)
+                pair.append(item)
+            headers.append(((pair[0] or b"").decode("utf-8", "replace"), pair[1]))
         if pos != end:
             raise CorruptMessageError("record length does not match its fields")
         ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta

@@ -70,3 +70,49 @@ def test_a_truncated_varint_is_refused() -> None:
         _read_varint(b"\x80", 0)
     with pytest.raises(CorruptMessageError):
         _read_varint(b"", 0)
+
+
+def reference_headers(payload: bytes, records: int = 1) -> object:
+    """The records' headers read field by field with _read_bytes only (no fast path)."""
+    from protocols.kafka.record_batch import _read_bytes
+
+    out, pos = [], 0
+    try:
+        for _record in range(records):
+            length, pos = _read_varint(payload, pos)
+            end = pos + length
+            if length < 0 or end > len(payload):
+                raise CorruptMessageError("record runs past the batch")
+            pos += 1
+            for _ in range(2):
+                _, pos = _read_varint(payload, pos)
+            for _ in range(2):
+                _, pos = _read_bytes(payload, pos)
+            count, pos = _read_varint(payload, pos)
+            headers = []
+            for _ in range(count):
+                k, pos = _read_bytes(payload, pos)
+                v, pos = _read_bytes(payload, pos)
+                headers.append(((k or b"").decode("utf-8", "replace"), v))
+            if pos != end:
+                raise CorruptMessageError("record length does not match its fields")
+            out.append(headers)
+    except CorruptMessageError:
+        return CorruptMessageError
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=70))),
+                max_size=4), st.integers(0, 400), st.integers(0, 255))
+def test_damaged_headers_read_as_field_by_field(headers: list[tuple[str, bytes | None]],
+                                                at: int, byte: int) -> None:
+    batch = bytearray(build_batch([Record(0, 1, b"k", b"v", headers)]))
+    payload_at = 61 + at % max(1, len(batch) - 61)
+    batch[payload_at] = byte
+    try:
+        got: object = [r.headers for r in decode_records(bytes(batch))]
+    except CorruptMessageError:
+        got = CorruptMessageError
+    # one record: the batch header still says so; the payload is read as the reference does
+    assert got == reference_headers(bytes(batch[61:]))
