@@ -11,7 +11,8 @@ engine's limit is then two past the group's, so a record that reached the group'
 back once more; the fetch that acquires it copies it to the dead-letter topic (partition 0,
 created on first use, headers naming where it came from) and only then archives it, so a crash
 between the two copies it again, never loses it.  The second extra delivery is the retry of a
-copy that failed; after it the record is archived without a copy.
+copy that failed; after it the record is archived without a copy.  Where the copies are
+written is gateway/kafka/share_dead_letters.py's (locally, or to the owner in a cluster).
 
 In a cluster (`coordinates` given) membership lives on the group's coordinator broker (the
 owner of its coordinator partition; elsewhere a heartbeat is told NOT_COORDINATOR) and each
@@ -38,6 +39,7 @@ import trio
 from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
 from gateway.delivery.delivery_state import AckBatch, AckError, DeliverySettings
 from gateway.delivery.group_configs import ShareGroupConfigs
+from gateway.kafka.share_dead_letters import DeadLetterSink
 from protocols.kafka.errors import (
     ErrorCode,
     InvalidConfigError,
@@ -82,10 +84,10 @@ class ShareGroups:
         *,
         is_local: Callable[[str, int], bool] | None = None,
         coordinates: Callable[[str], bool] | None = None,
-        topics: Any = None,
+        dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.configs = configs
-        self._topics = topics  # gateway.topics.TopicService: dead-letter topics (None: off)
+        self._dead_letters = dead_letters  # where dead letters go (None: not served)
         self.dead_lettered: dict[tuple[str, str, int], int] = {}  # for metrics
         self._is_local = is_local
         self._coordinates = coordinates
@@ -112,10 +114,9 @@ class ShareGroups:
                             validate_only: bool) -> None:
         for name, value in configs.items():
             validate_share_config(name, value)
-            if name == DEAD_LETTER_CONFIG and value and (
-                    self._topics is None or self._coordinates is not None):
+            if name == DEAD_LETTER_CONFIG and value and self._dead_letters is None:
                 raise InvalidConfigError(f"{name}: dead-letter topics are not served by "
-                                         "this broker (not yet in a cluster)")
+                                         "this broker")
             if name == DEAD_LETTER_CONFIG and value and value.startswith("__"):
                 raise InvalidConfigError(f"{name}: {value} is an internal topic name")
         if validate_only:
@@ -183,7 +184,7 @@ class ShareGroups:
     async def dead_letter(self, group_id: str, topic: str, partition: int,
                           batches: Sequence[bytes], counts: Mapping[int, int]) -> None:
         target = self.settings(group_id).dead_letter_topic
-        if not target or self._topics is None:
+        if not target or self._dead_letters is None:
             raise InvalidConfigError(f"share group {group_id} has no dead-letter topic")
         copies: list[Record] = []
         for batch in batches:
@@ -199,13 +200,7 @@ class ShareGroups:
                             ("dlq.delivery.count", counts[r.offset])))]))
         if not copies:
             return
-        if target not in self._topics.topics():
-            try:
-                await self._topics.create_topic(target, 1)
-            except Exception:  # noqa: BLE001 - created meanwhile (else the append says why)
-                log.debug("dead-letter topic %s not created here", target)
-        plog = await self._topics.partition(target, 0)
-        await plog.append(build_batch(copies))
+        await self._dead_letters.append(target, build_batch(copies))
         key = (group_id, topic, partition)
         self.dead_lettered[key] = self.dead_lettered.get(key, 0) + len(copies)
         log.info("share group %s: %d records of %s-%d copied to %s after %d deliveries",

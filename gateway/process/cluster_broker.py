@@ -37,6 +37,7 @@ from gateway.admin.routes import serve_admin_api
 from gateway.cluster.bookie_capacity import watch_capacity
 from gateway.cluster.broker_registry import ClusterLayout, init_cluster
 from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService, bundle_of
+from gateway.cluster.peer_client import PeerClient
 from gateway.config.settings import Config
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from gateway.delivery.delivery_service import DeliveryService
@@ -45,6 +46,7 @@ from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.cluster_transactions import setup_cluster_transactions
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
+from gateway.kafka.share_dead_letters import ClusterDeadLetters
 from gateway.kafka.share_groups import (
     SHARE_STATE_LEDGER_PREFIX,
     ShareGroupBundles,
@@ -331,13 +333,17 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             hooks, background, k.broker_id, peer_security=security.peers)
         quotas = QuotaStore(store)  # client quotas: one table, each broker meters its own
         await background.start(quotas.run)
+        share_peers = PeerClient(f"ledgerwire-broker-{k.broker_id}-share",
+                                 security=security.peers)  # dead letters to their owner
+        stack.push_async_callback(share_peers.aclose)
         share_groups = ShareGroups(
             lambda settings_for: DeliveryService(factory, system_ledger_config(config),
                                                  settings_for=settings_for,
                                                  ledger_prefix=SHARE_STATE_LEDGER_PREFIX,
                                                  owns=ownership.is_local),
             ShareGroupConfigs(store), is_local=ownership.is_local,
-            coordinates=lambda group_id: ownership.coordinator_is_local(0, group_id))
+            coordinates=lambda group_id: ownership.coordinator_is_local(0, group_id),
+            dead_letters=ClusterDeadLetters(topics, ownership, share_peers))
         stack.push_async_callback(share_groups.close)
         hooks.add_extension(ShareGroupBundles(share_groups, ownership.bundle_of))
         await background.start(share_groups.run)

@@ -35,6 +35,7 @@ from gateway.delivery.group_configs import ShareGroupConfigs
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
+from gateway.kafka.share_dead_letters import LocalDeadLetters
 from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
 from gateway.process.local_bookies import start_local_bookies
 from gateway.replication.service import ReplicationService
@@ -143,7 +144,7 @@ async def run_standalone(
             lambda settings_for: DeliveryService(factory, system_ledger_config(config),
                                                  settings_for=settings_for,
                                                  ledger_prefix=SHARE_STATE_LEDGER_PREFIX),
-            ShareGroupConfigs(store), topics=topics,
+            ShareGroupConfigs(store), dead_letters=LocalDeadLetters(topics),
         )
         stack.push_async_callback(share_groups.close)
 

@@ -6,7 +6,8 @@ KafkaShareConsumers in one share group on a one-partition topic. The survivor ta
 partition, loads the delivery state the dead owner persisted (fencing its log), and serves
 the consumers, which carry on without a restart of their own; when the killed broker returns,
 the survivor unloads the state and hands the partition back. Afterwards every record was
-accepted, and no record whose acceptance the cluster confirmed (a commitSync without error)
+accepted (but three released at every delivery, which end in the group's dead-letter
+topic), and no record whose acceptance the cluster confirmed (a commitSync without error)
 was delivered again: every delivery of a record has a higher delivery count than the one
 before it, so no delivery may carry a higher count than a confirmed acceptance.
 """
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 COUNT = 600
 TOPIC, GROUP = "share-failover", "share-failover-g"
+DEAD = (7, 300, 550)  # released at every delivery: they go to the dead-letter topic
 
 
 class Consumer:
@@ -97,13 +99,19 @@ def test_owner_killed_mid_work_loses_nothing_and_redelivers_nothing_accepted(
         owner = cluster.partition_owner(TOPIC, 0)
         assert owner is not None
         bootstrap = cluster.bootstrap
-        configs = "share.auto.offset.reset=earliest;share.record.lock.duration.ms=5000"
+        # the dead-letter topic's partition on the other broker: copies go over the wire
+        # (before the kill and after the return) and locally (while one broker serves all)
+        dead_topic = next(name for name in (f"share-failover-dlq-{i}" for i in range(64))
+                          if cluster.partition_owner(name, 0) not in (None, owner))
+        configs = ("share.auto.offset.reset=earliest;share.record.lock.duration.ms=5000;"
+                   f"share.delivery.count.limit=2;share.dead.letter.topic={dead_topic}")
         consumers: list[Consumer] = []
         try:
             for i in range(2):  # the first sets the group's configs before either fetches
                 consumers.append(Consumer(start_java(
                     "KafkaShareConsume", bootstrap=bootstrap, topic=TOPIC, group=GROUP,
                     count=COUNT, timeout_ms=240_000, idle_ms=40_000, sleep_ms=200,
+                    release=",".join(map(str, DEAD)), release_all="true",
                     group_configs=configs if i == 0 else "",
                     kafka={"max.poll.records": "5"})))
                 wait_until(lambda: any(e.get("event") == "ready" for e in consumers[-1].events),
@@ -126,6 +134,8 @@ def test_owner_killed_mid_work_loses_nothing_and_redelivers_nothing_accepted(
             for c in consumers:
                 errors = c.finish(300)
                 assert c.proc.returncode == 0, errors[-4000:]
+            copies = run_java("KafkaConsume", bootstrap=cluster.bootstrap, topics=dead_topic,
+                              count=len(DEAD), timeout_ms=60_000).events("record")
         finally:
             for i, c in enumerate(consumers):  # kept beside the cluster's logs
                 errors = c.close() if not (c.proc.stderr and c.proc.stderr.closed) else ""
@@ -148,9 +158,13 @@ def test_owner_killed_mid_work_loses_nothing_and_redelivers_nothing_accepted(
     assert again == {}, "a confirmed acceptance was delivered again"
     accepted_ever = {e["offset"] for e in events
                      if e.get("event") == "record" and e["action"] == "accept"}
-    assert accepted_ever == set(range(COUNT)), (
-        f"every record accepted (missing {sorted(set(range(COUNT)) - accepted_ever)[:20]})\n"
+    expected = set(range(COUNT)) - set(DEAD)
+    assert accepted_ever == expected, (
+        f"every record accepted (missing {sorted(expected - accepted_ever)[:20]})\n"
         + logs[-6000:])
+    # each released one was delivered at most twice, then copied (a crash may copy it twice)
+    assert {int(dict(c["headers"])["dlq.offset"]) for c in copies} == set(DEAD), copies
+    assert all(max(deliveries[o]) <= 2 for o in DEAD), {o: deliveries[o] for o in DEAD}
     assert sum(1 for e in events if e.get("event") == "record") >= COUNT
     assert all(len(set(counts)) == len(counts) for counts in deliveries.values()), (
         "each delivery of a record has its own delivery count")

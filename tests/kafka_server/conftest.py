@@ -22,6 +22,7 @@ from gateway.delivery.delivery_service import DeliveryService
 from gateway.delivery.group_configs import ShareGroupConfigs
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.listener import serve_kafka
+from gateway.kafka.share_dead_letters import LocalDeadLetters
 from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
 from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.client.memory import MemoryBookKeeper
@@ -73,7 +74,7 @@ async def running_stack(**broker_options: Any) -> AsyncIterator[KafkaStack]:
             share_groups = ShareGroups(
                 lambda settings_for: DeliveryService(factory, settings_for=settings_for,
                                                      ledger_prefix=SHARE_STATE_LEDGER_PREFIX),
-                ShareGroupConfigs(store), topics=topics,
+                ShareGroupConfigs(store), dead_letters=LocalDeadLetters(topics),
             )
             broker = KafkaBroker(topics, config, group_coordinator=coordinator,
                                  transaction_coordinator=transactions, share_groups=share_groups)
