@@ -7,7 +7,9 @@ One `ledgerwire standalone` (fsync on); confluent-kafka fills a one-partition to
 records; then, each on its own group, the same records are read by a classic consumer group
 (confluent-kafka, auto-commit off, one commit at the end), by a share group of one Java
 KafkaShareConsumer (kafka-clients 4.3, explicit acknowledgement, accept + commitSync per poll of
-up to 500 records), and by a share group of three. Records/s counts from a consumer's first
+up to 500 records), by a share group of three, and by a share group of one librdkafka share
+consumer (confluent-kafka's ShareConsumer, a preview; implicit acknowledgement: a poll accepts
+the previous poll's records). Records/s counts from a consumer's first
 record to its last (JVM start-up excluded); broker CPU per record is the standalone's user +
 system CPU time over the phase, divided by the records. A share group pays for per-record state
 made durable twice per poll (the acquisition before the records are revealed, the
@@ -23,7 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -83,6 +92,29 @@ def share(bootstrap: str, topic: str, count: int, consumers: int) -> float:
     return count / max(0.001, (last - first) / 1000)
 
 
+def share_librdkafka(bootstrap: str, topic: str, count: int) -> float:
+    group = "bench-share-librdkafka"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer.subscribe([topic])
+    got, first, last = 0, 0.0, 0.0
+    deadline = time.monotonic() + 300
+    while got < count and time.monotonic() < deadline:
+        messages = consumer.poll(1.0)
+        if len(messages):
+            first = first or time.monotonic()
+            got += sum(1 for m in messages if m.error() is None)
+            last = time.monotonic()
+    consumer.commit_sync(60)
+    consumer.close()
+    if got < count:
+        raise RuntimeError(f"librdkafka share consumer got {got} of {count}")
+    return count / max(0.001, last - first)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=20_000)
@@ -101,6 +133,8 @@ def main() -> None:
                                                           args.records, 1)),
                 ("share group, 3 consumers", lambda: share(server.bootstrap, "bench-share",
                                                            args.records, 3)),
+                ("share group, 1 librdkafka", lambda: share_librdkafka(
+                    server.bootstrap, "bench-share", args.records)),
             ):
                 cpu = cpu_seconds(server.proc.pid)
                 rate = run()
