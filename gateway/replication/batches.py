@@ -10,7 +10,7 @@ written in this cluster: every replicated record carries two headers,
 and a record that already carries `lw.origin` is never sent on, so nothing loops between
 clusters that replicate to each other.  The outgoing batch keeps each record's key, value,
 headers and timestamp (as CreateTime) and its order, under the replicator's own idempotent
-producer id and sequence.
+producer id and sequence (gateway/replication/record_rewrite.py frames it).
 
 This module must never touch a socket, a log or the metadata store.
 """
@@ -18,14 +18,12 @@ This module must never touch a socket, a log or the metadata store.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from protocols.kafka import compression as codecs
 from protocols.kafka.record_batch import (
     CONTROL_ABORT,
     Record,
-    build_batch,
     decode_records,
     parse_control_record,
     parse_header,
@@ -34,15 +32,6 @@ from protocols.kafka.record_batch import (
 ORIGIN_HEADER = "lw.origin"
 ORIGIN_OFFSET_HEADER = "lw.origin.offset"
 _OFFSET = struct.Struct(">q")
-
-
-@dataclass(frozen=True, slots=True)
-class ReadSlice:
-    """The records of a read worth sending, and where the next read starts."""
-
-    records: list[Record]  # local-origin, committed, in offset order
-    inbound: list[tuple[int, str, int]]  # (local offset, origin cluster, origin offset)
-    next_offset: int
 
 
 def origin_of(record: Record) -> tuple[str, int] | None:
@@ -58,20 +47,20 @@ def origin_of(record: Record) -> tuple[str, int] | None:
     return cluster, -1 if offset is None else offset
 
 
-def committed_slice(batches: Iterable[bytes], start: int, end: int,
-                    aborted: Iterable[tuple[int, int]]) -> ReadSlice:
-    """The records of `batches` in [start, end) a read_committed consumer would get, split into
-    local-origin ones (to send) and replicated-in ones (`inbound`, for offset translation).
+def committed_batches(batches: Iterable[bytes], end: int,
+                      aborted: Iterable[tuple[int, int]]) -> tuple[list[bytes], int | None]:
+    """The batches a read_committed consumer would get records from, and the offset after the
+    last batch looked at (None: the first batch reaches past `end`).
 
-    `aborted`: (producer id, first offset) of each aborted transaction overlapping the range
-    (the partition log's answer, as a Fetch response carries it).  Batches must end below `end`
-    (the last stable offset) to count; `next_offset` is where the next read starts.
+    `aborted`: (producer id, first offset) of each aborted transaction overlapping the read
+    (the partition log's answer, as a Fetch response carries it); control batches and batches
+    of an aborted transaction are left out.  Batches must end below `end` (the last stable
+    offset) to count.
     """
     pending = sorted(aborted, key=lambda a: a[1])
     aborting: set[int] = set()
-    records: list[Record] = []
-    inbound: list[tuple[int, str, int]] = []
-    next_offset = start
+    kept: list[bytes] = []
+    next_offset: int | None = None
     for data in batches:
         header = parse_header(data)
         if header.last_offset >= end:
@@ -86,46 +75,8 @@ def committed_slice(batches: Iterable[bytes], start: int, end: int,
             continue
         if header.is_transactional and header.producer_id in aborting:
             continue
-        for record in decode_records(data):
-            if record.offset < start:
-                continue
-            origin = origin_of(record)
-            if origin is None:
-                records.append(record)
-            else:
-                inbound.append((record.offset, origin[0], origin[1]))
-    return ReadSlice(records, inbound, next_offset)
-
-
-def stamped(record: Record, cluster: str) -> Record:
-    """The record as it goes out: its own headers, then where it came from."""
-    headers = [*record.headers, (ORIGIN_HEADER, cluster.encode()),
-               (ORIGIN_OFFSET_HEADER, _OFFSET.pack(record.offset))]
-    return Record(record.offset, record.timestamp, record.key, record.value, headers)
-
-
-def outgoing_batches(records: list[Record], cluster: str, *, max_bytes: int,
-                     compression: int = codecs.NONE) -> Iterator[list[Record]]:
-    """Split stamped records into groups whose batch stays under about `max_bytes`."""
-    group: list[Record] = []
-    size = 0
-    for record in records:
-        out = stamped(record, cluster)
-        weight = 32 + len(out.key or b"") + len(out.value or b"") + sum(
-            len(k) + len(v or b"") + 4 for k, v in out.headers)
-        if group and size + weight > max_bytes:
-            yield group
-            group, size = [], 0
-        group.append(out)
-        size += weight
-    if group:
-        yield group
-
-
-def encode_batch(group: list[Record], producer_id: int, producer_epoch: int,
-                 base_sequence: int, compression: int = codecs.NONE) -> bytes:
-    return build_batch(group, producer_id=producer_id, producer_epoch=producer_epoch,
-                       base_sequence=base_sequence, compression=compression)
+        kept.append(data)
+    return kept, next_offset
 
 
 def whole_batches(records_blob: bytes) -> list[bytes]:
@@ -145,9 +96,14 @@ def last_origin_offset(records_blob: bytes, cluster: str) -> tuple[int, int] | N
     """In a fetched records blob of the remote: (remote offset, origin offset) of the last
     record that came from `cluster`, or None."""
     found: tuple[int, int] | None = None
+    name = cluster.encode()
+    zigzag = 2 * len(name)  # the header value's length as a varint (names are <= 64 bytes)
+    length = bytes([zigzag]) if zigzag < 0x80 else bytes([zigzag & 0x7F | 0x80, zigzag >> 7])
+    mark = ORIGIN_HEADER.encode() + length + name
     for data in whole_batches(records_blob):
-        if parse_header(data).is_control:
-            continue
+        header = parse_header(data)
+        if header.is_control or (header.compression == codecs.NONE and mark not in data):
+            continue  # cheap: the replicator sends uncompressed batches with this in each
         for record in decode_records(data):
             origin = origin_of(record)
             if origin is not None and origin[0] == cluster:

@@ -13,7 +13,8 @@ The exactly-once argument, in the order things happen:
    acknowledged loses nothing (the data is read again).
 3. It reads committed data from source_next (below the last stable offset, aborted transactions
    and control batches dropped, records that came from another cluster kept out), sends it in
-   order, one batch in flight, and advances only after the remote acknowledged.
+   order, one batch in flight (the next ones are framed meanwhile), and advances only after the
+   remote acknowledged.
 4. Every `checkpoint_interval_s` it writes (source_next, remote_next) by compare-and-set.
 
 Any doubt (a timeout, an error answer, a connection lost) ends the session; the next one starts
@@ -34,14 +35,9 @@ from typing import Any
 
 import trio
 
-from gateway.replication.batches import (
-    committed_slice,
-    encode_batch,
-    last_origin_offset,
-    outgoing_batches,
-    whole_batches,
-)
+from gateway.replication.batches import committed_batches, last_origin_offset, whole_batches
 from gateway.replication.checkpoints import Checkpoint, CheckpointLost, CheckpointStore
+from gateway.replication.record_rewrite import OutgoingBatches, frame
 from gateway.replication.remote import RemoteError, RemoteKafka
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.record_batch import MAX_SEQUENCE, parse_header
@@ -49,8 +45,22 @@ from protocols.kafka.record_batch import MAX_SEQUENCE, parse_header
 log = logging.getLogger("ledgerwire.replication")
 
 READ_BYTES = 4 << 20
-SEND_BATCH_BYTES = 1 << 20
+SEND_BATCH_BYTES = 1000 * 1000  # under Kafka's default max.message.bytes (1048588) with headers
 SCAN_BYTES = 4 << 20
+PIPELINE_DEPTH = 2  # framed batches waiting while one is at the remote
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    """One step for the sender: a batch to send (or None: only the position moves), and what
+    becomes true once it is acknowledged."""
+
+    batch: bytes | None
+    records: int
+    next_offset: int | None  # the local position once this is acknowledged
+    inbound: list[tuple[int, str, int]]
+    stable: int  # the local last stable offset when it was read (for the backlog)
+    first_timestamp: int | None
 
 
 @dataclass
@@ -76,6 +86,16 @@ class ReplicatorStatus:
                 "last_error": self.last_error}
 
 
+def _single(group: BaseExceptionGroup) -> BaseException:  # type: ignore[type-arg]
+    """The one error inside nested exception groups (a cancellation or several: the group)."""
+    while len(group.exceptions) == 1:
+        inner = group.exceptions[0]
+        if not isinstance(inner, BaseExceptionGroup):
+            return inner
+        group = inner
+    return group
+
+
 class PartitionReplicator:
     """Replicates local `topic`-`partition` to one remote cluster until cancelled."""
 
@@ -97,7 +117,10 @@ class PartitionReplicator:
         failures = 0
         while True:
             try:
-                await self._session()
+                try:
+                    await self._session()
+                except BaseExceptionGroup as group:  # the session's reader/sender nursery
+                    raise _single(group) from None
             except CheckpointLost as exc:
                 self.status.state, self.status.last_error = "stopped", str(exc)
                 log.warning("replication of %s-%d to %s stopped: %s", self.topic,
@@ -109,8 +132,16 @@ class PartitionReplicator:
                 if failures == 1 or failures % 30 == 0:
                     log.warning("replication of %s-%d to %s: %s; retrying", self.topic,
                                 self.partition, self.remote.cluster.name, exc)
+            self._refresh_backlog()
             self._update_lag()
             await trio.sleep(self.retry_backoff_s)
+
+    def _refresh_backlog(self) -> None:
+        """While the remote is away the sender does not run: count the backlog from the log."""
+        local = self.topics.open_partitions().get((self.topic, self.partition))
+        if local is not None:
+            self.status.backlog_messages = max(
+                0, local.last_stable_offset - self.status.source_next)
 
     def _update_lag(self) -> None:
         oldest = self.status.oldest_unsent_ms
@@ -119,7 +150,7 @@ class PartitionReplicator:
 
     async def _session(self) -> None:
         self.status.state = "starting"
-        local = await self.topics.partition(self.topic, self.partition)
+        await self.topics.partition(self.topic, self.partition)
         info = self.topics.topics().get(self.topic)
         if info is None:
             raise ValueError(f"topic {self.topic} is gone")
@@ -129,52 +160,80 @@ class PartitionReplicator:
                               f"here (partition increases are not followed yet)")
         checkpoint = self.checkpoint = await self.checkpoints.claim()
         producer_id, epoch = await self.remote.init_producer_id()
-        sequence = 0
         source_next, remote_next = await self._reconcile(checkpoint)
         self.status.source_next = source_next
+        # The reader frames batches while the sender waits for the remote's answer to the
+        # previous one; the position moves only in the sender, after each acknowledgement.
+        send, receive = trio.open_memory_channel[_Outgoing](PIPELINE_DEPTH)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read, source_next, producer_id, epoch, send)
+            await self._send(receive, checkpoint, source_next, remote_next)
+
+    async def _read(self, source_next: int, producer_id: int, epoch: int,
+                    send: trio.MemorySendChannel[_Outgoing]) -> None:
+        """Read committed data from `source_next` on and hand framed batches to the sender."""
+        sequence = 0
+        async with send:
+            while True:
+                local = await self.topics.partition(self.topic, self.partition)
+                stable = local.last_stable_offset
+                if source_next < local.log_start_offset:
+                    log.warning("replication of %s-%d to %s: offsets %d..%d were deleted here "
+                                "before they were sent", self.topic, self.partition,
+                                self.remote.cluster.name, source_next, local.log_start_offset)
+                    source_next = local.log_start_offset
+                if source_next >= stable:
+                    await send.send(_Outgoing(None, 0, source_next, [], stable, None))
+                    await local.wait_for_data(source_next, self.checkpoint_interval_s,
+                                              committed=True)
+                    continue
+                batches = await local.read(source_next, READ_BYTES)
+                kept, next_offset = committed_batches(
+                    batches, stable, local.aborted_transactions(source_next, stable))
+                if next_offset is None:  # the first batch reaches past the stable end
+                    await local.wait_for_data(stable, self.checkpoint_interval_s,
+                                              committed=True)
+                    continue
+                out = OutgoingBatches(self.local_cluster, SEND_BATCH_BYTES)
+                for data in kept:
+                    out.add(data, source_next)
+                groups = out.finish()
+                for i, (payload, n, base_ts, max_ts, _last) in enumerate(groups):
+                    batch = frame(payload, n, base_ts, max_ts, producer_id, epoch, sequence)
+                    sequence = (sequence + n) % (MAX_SEQUENCE + 1)
+                    last = i == len(groups) - 1
+                    await send.send(_Outgoing(batch, n, next_offset if last else None,
+                                              out.inbound if last else [], stable, base_ts))
+                if not groups:
+                    await send.send(_Outgoing(None, 0, next_offset, out.inbound, stable, None))
+                source_next = next_offset
+
+    async def _send(self, receive: trio.MemoryReceiveChannel[_Outgoing],
+                    checkpoint: Checkpoint, source_next: int, remote_next: int) -> None:
         last_checkpoint = trio.current_time()
-        while True:
-            local = await self.topics.partition(self.topic, self.partition)
-            stable = local.last_stable_offset
-            if source_next < local.log_start_offset:
-                log.warning("replication of %s-%d to %s: offsets %d..%d were deleted here "
-                            "before they were sent", self.topic, self.partition,
-                            self.remote.cluster.name, source_next, local.log_start_offset)
-                source_next = local.log_start_offset
-            self.status.backlog_messages = max(0, stable - source_next)
-            if trio.current_time() - last_checkpoint >= self.checkpoint_interval_s:
-                await self._save(checkpoint, source_next, remote_next)
-                last_checkpoint = trio.current_time()
-            if source_next >= stable:
-                self.status.state, self.status.oldest_unsent_ms = "idle", None
-                self._update_lag()
-                await local.wait_for_data(source_next, self.checkpoint_interval_s,
-                                          committed=True)
-                continue
-            self.status.state = "replicating"
-            batches = await local.read(source_next, READ_BYTES)
-            read = committed_slice(batches, source_next, stable,
-                                   local.aborted_transactions(source_next, stable))
-            if read.next_offset == source_next:  # the first batch reaches past the stable end
-                await local.wait_for_data(stable, self.checkpoint_interval_s, committed=True)
-                continue
-            if read.records:
-                self.status.oldest_unsent_ms = read.records[0].timestamp
-                self._update_lag()
-            for group in outgoing_batches(read.records, self.local_cluster,
-                                          max_bytes=SEND_BATCH_BYTES):
-                batch = encode_batch(group, producer_id, epoch, sequence)
-                base = await self.remote.produce(self.topic, self.partition, batch)
-                sequence = (sequence + len(group)) % (MAX_SEQUENCE + 1)
-                remote_next = base + len(group)
-                self.status.sent_total += len(group)
-            for local_offset, origin, origin_offset in read.inbound:
-                if origin == self.remote.cluster.name:
-                    checkpoint.add_inbound(local_offset + 1, origin_offset + 1)
-            source_next = read.next_offset
-            self.status.source_next = source_next
-            self.status.oldest_unsent_ms = None
-            self.status.backlog_messages = max(0, stable - source_next)
+        async with receive:
+            async for item in receive:
+                if item.batch is not None:
+                    self.status.state = "replicating"
+                    self.status.oldest_unsent_ms = item.first_timestamp
+                    self._update_lag()
+                    base = await self.remote.produce(self.topic, self.partition, item.batch)
+                    remote_next = base + item.records
+                    self.status.sent_total += item.records
+                for local_offset, origin, origin_offset in item.inbound:
+                    if origin == self.remote.cluster.name:
+                        checkpoint.add_inbound(local_offset + 1, origin_offset + 1)
+                if item.next_offset is not None:
+                    source_next = item.next_offset
+                    self.status.source_next = source_next
+                    self.status.oldest_unsent_ms = None
+                self.status.backlog_messages = max(0, item.stable - source_next)
+                if item.batch is None and source_next >= item.stable:
+                    self.status.state = "idle"
+                    self._update_lag()
+                if trio.current_time() - last_checkpoint >= self.checkpoint_interval_s:
+                    await self._save(checkpoint, source_next, remote_next)
+                    last_checkpoint = trio.current_time()
 
     async def _save(self, checkpoint: Checkpoint, source_next: int, remote_next: int) -> None:
         if (checkpoint.source_next, checkpoint.remote_next) == (source_next, remote_next):

@@ -129,7 +129,11 @@ class ReplicationService:
 
         async def run() -> None:
             with scope:
-                await replicator.run()
+                try:
+                    await replicator.run()
+                except Exception as exc:  # a bug: show it, keep the broker up
+                    log.exception("replicator of %s-%d to %s failed", topic, partition, name)
+                    replicator.status.state, replicator.status.last_error = "failed", repr(exc)
 
         nursery.start_soon(run)
 

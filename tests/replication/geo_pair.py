@@ -6,7 +6,9 @@ confluent-kafka clients on their Kafka ports.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,11 +110,18 @@ def read_all(server: Standalone) -> list[Message]:
 
 
 def status(server: Standalone) -> list[dict[str, Any]]:
-    return list(server.admin("replication", "status")["partitions"])
+    """GET /admin/v1/replication's rows (straight over HTTP: polled often, a CLI run per poll
+    would load the machine; the tests run `ledgerwire admin replication status` too)."""
+    url = f"http://127.0.0.1:{server.admin_port}/admin/v1/replication"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return list(json.load(answer)["partitions"])
 
 
 def drained(server: Standalone) -> bool:
-    rows = status(server)
+    try:
+        rows = status(server)
+    except OSError:  # the admin listener comes up just after the Kafka one
+        return False
     return bool(rows) and all(r["state"] == "idle" and r["backlog_messages"] == 0 for r in rows)
 
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from gateway.replication.batches import (
-    committed_slice,
-    encode_batch,
-    last_origin_offset,
-    outgoing_batches,
-)
+from gateway.replication.batches import committed_batches, last_origin_offset
 from gateway.replication.checkpoints import Checkpoint
 from gateway.replication.offset_translation import translate
+from gateway.replication.record_rewrite import OutgoingBatches, frame
+from protocols.kafka import compression as codecs
 from protocols.kafka.record_batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -41,23 +38,35 @@ def test_aborted_and_control_and_replicated_in_records_stay_home() -> None:
         _batch(8, [b"c"]),
         _batch(9, [b"beyond-stable"]),
     ]
-    read = committed_slice(batches, 1, 9, [(9, 2)])
-    assert [r.value for r in read.records] == [b"b", b"u1", b"c"]
-    assert read.inbound == [(7, "west", 7)]
-    assert read.next_offset == 9
+    kept, next_offset = committed_batches(batches, 9, [(9, 2)])
+    assert next_offset == 9
+    out = OutgoingBatches("east", 1 << 20)
+    for data in kept:
+        out.add(data, 1)
+    [(payload, count, base_ts, max_ts, last)] = out.finish()
+    records = decode_records(frame(payload, count, base_ts, max_ts, 3, 0, 0))
+    assert [r.value for r in records] == [b"b", b"u1", b"c"]
+    assert out.inbound == [(7, "west", 7)]
+    assert last == 8
+    assert committed_batches(batches[-1:], 9, []) == ([], None)
 
 
 def test_outgoing_batches_keep_everything_and_mark_the_origin() -> None:
-    records = decode_records(_batch(40, [b"x" * 100 for _ in range(30)]))
-    groups = list(outgoing_batches(records, "east", max_bytes=1000))
-    assert len(groups) > 1 and sum(len(g) for g in groups) == 30
-    blob = b"".join(encode_batch(g, 5, 0, 0) for g in groups)
-    assert last_origin_offset(blob, "east") == (len(groups[-1]) - 1, 69)
+    source = build_batch([Record(0, 1000 - i, b"k%d" % i, b"x" * 100, [("h", b"1")])
+                          for i in range(30)], base_offset=40, compression=codecs.ZSTD)
+    out = OutgoingBatches("east", 1000)
+    out.add(source, 0)
+    groups = out.finish()
+    assert len(groups) > 1 and sum(g[1] for g in groups) == 30
+    blob = b"".join(frame(p, n, b, m, 5, 0, 0) for p, n, b, m, _ in groups)
+    assert last_origin_offset(blob, "east") == (groups[-1][1] - 1, 69)
     assert last_origin_offset(blob, "west") is None
-    out = decode_records(encode_batch(groups[0], 5, 0, 0))
-    assert out[0].headers[0] == ("h", b"1") and out[0].timestamp == 1000
-    assert out[0].headers[1:] == [("lw.origin", b"east"),
-                                  ("lw.origin.offset", (40).to_bytes(8, "big"))]
+    first = decode_records(frame(*groups[0][:4], 5, 0, 0))
+    assert [(r.key, r.timestamp) for r in first] == [(b"k%d" % i, 1000 - i)
+                                                     for i in range(len(first))]
+    assert first[0].headers[0] == ("h", b"1")
+    assert first[0].headers[1:] == [("lw.origin", b"east"),
+                                    ("lw.origin.offset", (40).to_bytes(8, "big"))]
 
 
 def test_translation_takes_the_lower_bound_of_both_directions() -> None:
@@ -68,3 +77,23 @@ def test_translation_takes_the_lower_bound_of_both_directions() -> None:
     assert translate(cp, 25) == 3  # the remote's own records after 3 may be unread
     assert translate(cp, 35) == 9
     assert translate(cp, 11) == 0
+
+
+def test_a_batch_another_replicator_wrote_is_skipped_whole() -> None:
+    west = OutgoingBatches("west", 1 << 20)
+    west.add(_batch(100, [b"a", b"b", b"c"]), 0)
+    [(payload, n, base_ts, max_ts, _)] = west.finish()
+    arrived = bytearray(frame(payload, n, base_ts, max_ts, 1, 0, 0))
+    arrived[:8] = (500).to_bytes(8, "big")  # stored in east at offsets 500..502
+    east = OutgoingBatches("east", 1 << 20)
+    east.add(bytes(arrived), 0)
+    east.add(_batch(503, [b"mine"]), 0)
+    [(payload, n, *_)] = east.finish()
+    assert n == 1 and east.inbound == [(502, "west", 102)]
+    # the same answer, record by record, when one record lacks the mark
+    mixed = build_batch([*decode_records(bytes(arrived)), Record(0, 5, None, b"plain", [])],
+                        base_offset=500)
+    slow = OutgoingBatches("east", 1 << 20)
+    slow.add(mixed, 0)
+    assert [x[1] for x in slow.finish()] == [1]
+    assert slow.inbound == [(500, "west", 100), (501, "west", 101), (502, "west", 102)]

@@ -1,0 +1,147 @@
+"""Geo-replication throughput against local produce, and end-to-end replication lag.
+
+    .venv/bin/python benchmarks/bench_replication.py [--messages 50000] [--rate-mb 20]
+                                                     [--seconds 10]
+
+Two `ledgerwire standalone` processes ("east", "west") on this machine replicate a namespace
+both ways (tests/replication/geo_pair.py sets them up), 1 KB values, 2 partitions:
+
+1. local produce: with west stopped, confluent-kafka produces --messages to east (acks=all,
+   linger.ms=5); the rate is east's local produce throughput (its replicator only retries).
+2. replication: west starts; the time from then until east's replicators report an empty
+   backlog gives the replication throughput of that backlog (west's start-up excluded: the
+   clock starts when west accepts connections).
+3. lag: a producer sends at --rate-mb MB/s to east for --seconds while a consumer on west reads
+   the replicated records; lag = arrival in west - the record's timestamp (set by the producer
+   in east, kept by replication); p50 / p99 printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.replication.geo_pair import (  # noqa: E402
+    PARTITIONS,
+    TOPIC,
+    drained,
+    start_pair,
+    wait_for,
+)
+
+VALUE = os.urandom(1024)
+PRODUCER_CONF = {"acks": "all", "linger.ms": 5, "batch.size": 131072}
+
+
+def produce_burst(bootstrap: str, count: int) -> float:
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONF})
+    start = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(TOPIC, value=VALUE, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return time.perf_counter() - start
+
+
+def measure_lag(east_bootstrap: str, west_bootstrap: str, rate_mb: float,
+                seconds: float) -> tuple[list[float], int]:
+    consumer = Consumer({"bootstrap.servers": west_bootstrap, "group.id": "bench-lag",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+    ends = [consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10,
+                                           cached=False)[1] for p in range(PARTITIONS)]
+    consumer.assign([TopicPartition(TOPIC, p, ends[p]) for p in range(PARTITIONS)])
+    lags: list[float] = []
+    stop = threading.Event()
+    sent = [0]
+
+    def send() -> None:
+        producer = Producer({"bootstrap.servers": east_bootstrap, **PRODUCER_CONF})
+        per_second = rate_mb * 1024 * 1024 / len(VALUE)
+        start = time.time()
+        while time.time() - start < seconds:
+            due = int((time.time() - start) * per_second)
+            while sent[0] < due:
+                try:
+                    producer.produce(TOPIC, value=VALUE, partition=sent[0] % PARTITIONS,
+                                     timestamp=int(time.time() * 1000))
+                    sent[0] += 1
+                except BufferError:
+                    producer.poll(0.005)
+            producer.poll(0.001)
+        producer.flush(60)
+        stop.set()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    idle_after_stop = 0
+    while len(lags) < sent[0] or not stop.is_set():
+        batch = consumer.consume(1000, 0.2)
+        now = time.time()
+        for msg in batch:
+            if msg.error() is None:
+                lags.append(now - msg.timestamp()[1] / 1000.0)
+        if stop.is_set():
+            idle_after_stop = 0 if batch else idle_after_stop + 1
+            if idle_after_stop > 150:  # 30 s without a record after the producer finished
+                break
+    thread.join()
+    consumer.close()
+    return lags, sent[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--rate-mb", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
+        east, west = start_pair(Path(tmp))
+        try:
+            west.stop()
+            local_s = produce_burst(east.bootstrap, args.messages)
+            mb = args.messages * len(VALUE) / 1e6
+            print(f"local produce to east: {args.messages} x 1 KB in {local_s:.2f} s = "
+                  f"{args.messages / local_s:,.0f} msg/s, {mb / local_s:.1f} MB/s")
+            west.start()
+            start = time.perf_counter()
+            wait_for(lambda: drained(east), "the backlog to drain", timeout_s=600)
+            repl_s = time.perf_counter() - start
+            print(f"replication east -> west of that backlog: {repl_s:.2f} s = "
+                  f"{args.messages / repl_s:,.0f} msg/s, {mb / repl_s:.1f} MB/s "
+                  f"({local_s / repl_s:.2f}x local produce)")
+            lags, sent = measure_lag(east.bootstrap, west.bootstrap, args.rate_mb, args.seconds)
+            lags.sort()
+            achieved = sent * len(VALUE) / 1e6 / args.seconds
+            if lags:
+                p50 = statistics.median(lags)
+                p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+                print(f"lag at {args.rate_mb:g} MB/s offered ({achieved:.1f} MB/s sent, "
+                      f"{len(lags)}/{sent} records seen in west): p50 {p50 * 1000:.0f} ms, "
+                      f"p99 {p99 * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms")
+            else:
+                print("lag: no replicated record arrived")
+        finally:
+            east.stop()
+            west.stop()
+
+
+if __name__ == "__main__":
+    main()
