@@ -19,10 +19,13 @@ import struct
 from gateway.replication.batches import ORIGIN_HEADER, ORIGIN_OFFSET_HEADER
 from protocols.kafka import compression as codecs
 from protocols.kafka.errors import CorruptMessageError
-from protocols.kafka.record_batch import (
+from protocols.kafka.record_batch import (  # the record format's own varints
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    _read_bytes,
+    _read_varint,
+    _write_varint,
     compute_crc,
     parse_header,
 )
@@ -32,28 +35,9 @@ _OFFSET = struct.Struct(">q")
 _MARK = ORIGIN_HEADER.encode()
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise CorruptMessageError("truncated varint in record")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptMessageError("varint is too long")
-
-
 def _varint(value: int) -> bytes:
-    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
     out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
+    _write_varint(out, value)
     return bytes(out)
 
 
@@ -61,18 +45,11 @@ _KEYED_MARK = _varint(len(_MARK)) + _MARK  # the header key with its length: not
 _KEYED_OFFSET = _varint(len(ORIGIN_OFFSET_HEADER)) + ORIGIN_OFFSET_HEADER.encode() + _varint(8)
 
 
-def _skip_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(buf, pos)
-    if length < 0:
-        return None, pos
-    return buf[pos:pos + length], pos + length
-
-
 def _origin_in(headers: bytes, count: int) -> tuple[str, int] | None:
     cluster, offset, pos = None, -1, 0
     for _ in range(count):
-        key, pos = _skip_bytes(headers, pos)
-        value, pos = _skip_bytes(headers, pos)
+        key, pos = _read_bytes(headers, pos)
+        value, pos = _read_bytes(headers, pos)
         if key == _MARK and value is not None:
             cluster = value.decode("utf-8", "replace")
         elif key == ORIGIN_OFFSET_HEADER.encode() and value is not None and len(value) == 8:
@@ -118,8 +95,8 @@ class OutgoingBatches:
             ts_delta, p = _read_varint(payload, pos + 1)
             offset_delta, p = _read_varint(payload, p)
             kv_start = p
-            _, p = _skip_bytes(payload, p)
-            _, p = _skip_bytes(payload, p)
+            _, p = _read_bytes(payload, p)
+            _, p = _read_bytes(payload, p)
             kv_end = p
             header_count, p = _read_varint(payload, p)
             headers = payload[p:end]
@@ -143,7 +120,7 @@ class OutgoingBatches:
         if payload.count(_KEYED_MARK) != count or last_offset < start:
             return False
         at = payload.rfind(_KEYED_MARK) + len(_KEYED_MARK)
-        name, at = _skip_bytes(payload, at)
+        name, at = _read_bytes(payload, at)
         if name is None or payload[at:at + len(_KEYED_OFFSET)] != _KEYED_OFFSET:
             return False
         at += len(_KEYED_OFFSET)
