@@ -40,12 +40,24 @@ class Message:
         return tuple(h for h in self.headers if not h[0].startswith("lw.origin"))
 
 
+def _start(base: Path, name: str) -> Standalone:
+    """A fresh standalone; new ports when another process took one between choosing and
+    binding (the machine is shared)."""
+    for attempt in range(3):
+        server = Standalone(base / f"{name}{attempt or ''}", extra_args=["--cluster-name", name])
+        try:
+            server.start()
+            return server
+        except RuntimeError as exc:
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def start_pair(base: Path) -> tuple[Standalone, Standalone]:
-    east = Standalone(base / "east", extra_args=["--cluster-name", "east"])
-    west = Standalone(base / "west", extra_args=["--cluster-name", "west"])
-    east.start()
+    east = _start(base, "east")
     try:
-        west.start()
+        west = _start(base, "west")
     except BaseException:
         east.stop()
         raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,12 @@ def test_both_ways_once_in_order_no_loops_and_a_group_moves(tmp_path: Path) -> N
         assert {(r["remote"], r["topic"], r["partition"]) for r in shown["partitions"]} == {
             ("west", TOPIC, p) for p in range(PARTITIONS)}
         assert sum(r["sent_total"] for r in shown["partitions"]) == 350
+        url = f"http://127.0.0.1:{east.admin_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            metrics = answer.read().decode()
+        for name in ("ledgerwire_replication_backlog_messages",
+                     "ledgerwire_replication_lag_seconds", "ledgerwire_replication_sent_total"):
+            assert f'{name}{{partition="0",remote="west",topic="{TOPIC}"}}' in metrics, name
 
         # a group reads in east, stops; the next messages must not be skipped in west
         group = {"bootstrap.servers": east.bootstrap, "group.id": "movers",
