@@ -82,9 +82,11 @@ class RemoteCluster:
         if not all(isinstance(v, str) for v in values.values()):
             raise ClusterError("cluster settings must be strings")
         try:
-            parse_host_port(values["kafka"])
+            host, _ = parse_host_port(values["kafka"], default_host="")
         except ValueError as exc:
             raise ClusterError(f"kafka must be host:port of a broker: {exc}") from None
+        if not host:
+            raise ClusterError("kafka must be host:port of a broker (the host is missing)")
         protocol = values["security_protocol"] or "PLAINTEXT"
         if protocol not in SECURITY_PROTOCOLS:
             raise ClusterError(f"security_protocol must be one of {list(SECURITY_PROTOCOLS)}")
