@@ -103,6 +103,8 @@ class PartitionLogConfig:
     index_append_interval: int = 8
     replay_chunk_entries: int = 256
     compacted: bool = False  # cleanup.policy has "compact": records need keys
+    # How long a batch ahead of its producer's sequence waits for the earlier ones (see append)
+    sequence_gap_wait_s: float = 1.0
 
 
 def _now_ms() -> int:
@@ -133,6 +135,8 @@ class PartitionLog:
         self._failure: BaseException | None = None
         self._closed = False
         self._closing = False  # close() started: no new append may take an offset
+        self._sequence_moved = trio.Event()  # set when a producer's state may have advanced
+        self._sequence_waiters = 0
         self._batches_since_snapshot = 0
         self._snapshot_running = False
         self._pending_snapshot: tuple[int, dict[str, object]] | None = None
@@ -268,6 +272,8 @@ class PartitionLog:
         if self.config.compacted:
             self._refuse_keyless(header, view)
         log_append = timestamp_type_log_append or self.config.log_append_time
+        if self._producers.awaits_earlier_batches(header):
+            await self._wait_for_earlier_batches(header)
 
         # From here to the ledger append: no checkpoint (offset order == entry order).
         duplicate = self._producers.check(header)
@@ -284,8 +290,35 @@ class PartitionLog:
             stored = base.to_bytes(8, "big", signed=True) + view[8:]
         header.base_offset = base
         self._producers.update(header, base, now)
+        if self._sequence_waiters:
+            self._wake_sequence_waiters()
         await self._store_batch(header, stored)
         return AppendResult(base, now if log_append else -1, self.log_start_offset)
+
+    async def _wait_for_earlier_batches(self, header: BatchHeader) -> None:
+        """Let a batch that is ahead of its producer's last sequence wait (at most
+        `sequence_gap_wait_s`) for the earlier batches still on their way.
+
+        An idempotent client pipelines up to 5 batches per partition and treats
+        OUT_OF_ORDER_SEQUENCE_NUMBER on the oldest batch it has not seen acknowledged as
+        fatal.  If a later batch were judged before an earlier one that is already in this
+        broker (two requests racing to the partition), the client would see the earlier one
+        acknowledged and then the later one refused: a fatal error for a batch that was in
+        order all along.  Waiting costs nothing in order; a real gap (the earlier batch was
+        refused) is still answered OUT_OF_ORDER, only later."""
+        self._sequence_waiters += 1
+        try:
+            with trio.move_on_after(self.config.sequence_gap_wait_s):
+                while self._producers.awaits_earlier_batches(header):
+                    await self._sequence_moved.wait()
+                    self._check_usable()
+        finally:
+            self._sequence_waiters -= 1
+        self._check_usable()
+
+    def _wake_sequence_waiters(self) -> None:
+        event, self._sequence_moved = self._sequence_moved, trio.Event()
+        event.set()
 
     def _refuse_keyless(self, header: BatchHeader, view: memoryview) -> None:
         keyless = keyless_record_indexes(header, view)
@@ -313,6 +346,8 @@ class PartitionLog:
         header = parse_header(stored)
         self._producers.apply_marker(producer_id, producer_epoch, control_type,
                                      coordinator_epoch, base, now)
+        if self._sequence_waiters:
+            self._wake_sequence_waiters()
         await self._store_batch(header, stored)
         return base
 
@@ -365,6 +400,7 @@ class PartitionLog:
             log.warning("%s: failed, refusing further work: %r", self.name, exc)
         self._cache.clear()
         self._wake_readers()
+        self._wake_sequence_waiters()
 
     def _wake_readers(self) -> None:
         event, self._data_event = self._data_event, trio.Event()
@@ -540,6 +576,7 @@ class PartitionLog:
         # written, then meet a closing ledger: its producer sequence would be remembered here
         # but stored nowhere); those already under way finish or fail on their own.
         self._closing = True
+        self._wake_sequence_waiters()
         try:
             if self._failure is None and (self._batches_since_snapshot or self._pending_snapshot):
                 with trio.CancelScope(shield=True):
@@ -552,6 +589,7 @@ class PartitionLog:
         finally:
             self._closed = True
             self._wake_readers()
+            self._wake_sequence_waiters()
             with trio.CancelScope(shield=True):
                 await self.ledger.close()
 

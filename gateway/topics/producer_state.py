@@ -98,6 +98,13 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == MAX_SEQUENCE)
 
 
+def sequence_ahead(last_seq: int, first_seq: int) -> bool:
+    """True if `first_seq` lies beyond the next expected sequence (a gap, in wrapping int32
+    sequence space, by less than half of it): earlier batches may still be on their way."""
+    gap = (first_seq - last_seq - 1) % (MAX_SEQUENCE + 1)
+    return 0 < gap < (MAX_SEQUENCE + 1) // 2
+
+
 @dataclass(frozen=True, slots=True)
 class AbortedTxn:
     """One aborted transaction: its data lies in [first_offset, last_offset] (the marker).
@@ -160,6 +167,20 @@ class ProducerStateManager:
                 f"follow {entry.last_seq}"
             )
         return None
+
+    def awaits_earlier_batches(self, header: BatchHeader) -> bool:
+        """True if the batch would be OUT_OF_ORDER only because it is ahead of the producer's
+        last sequence here (same epoch, not a retry, a gap before it): the partition log gives
+        earlier batches in flight a moment to arrive before judging it (`check`)."""
+        if header.producer_id < 0 or header.is_control:
+            return False
+        entry = self.producers.get(header.producer_id)
+        if entry is None or not entry.batches or header.producer_epoch != entry.epoch:
+            return False
+        if entry.find_duplicate(header.producer_epoch, header.base_sequence,
+                                header.last_sequence) is not None:
+            return False
+        return sequence_ahead(entry.last_seq, header.base_sequence)
 
     def update(self, header: BatchHeader, first_offset: int, now_ms: int) -> None:
         """Record an appended batch (after `check`, or while replaying the log)."""

@@ -145,6 +145,54 @@ async def test_concurrent_appends_keep_offsets_dense(make_broker) -> None:
         assert [rb.parse_header(b).base_sequence for b in mine] == list(range(10))
 
 
+async def test_a_batch_judged_before_an_earlier_one_waits_for_it(make_broker) -> None:
+    # Two pipelined batches of one producer reach the log in the wrong order (the later one
+    # first). Judged at once, the later one was OUT_OF_ORDER and the earlier one appended: a
+    # client sees its oldest unacknowledged batch refused after everything before it was
+    # acknowledged, which librdkafka treats as a fatal sequence desynchronisation.
+    broker = await make_broker()
+    await broker.topics.create_topic("pipe", 1)
+    plog = await broker.topics.partition("pipe", 0)
+    await plog.append(batch(2, pid=7, epoch=0, seq=0))
+    later: list[int] = []
+
+    async def send_later() -> None:
+        later.append((await plog.append(batch(3, pid=7, epoch=0, seq=4))).base_offset)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_later)
+        await trio.testing.wait_all_tasks_blocked()
+        assert later == []  # waiting for sequences 2 and 3
+        assert (await plog.append(batch(2, pid=7, epoch=0, seq=2))).base_offset == 2
+    assert later == [4] and plog.high_watermark == 7
+    stored = await plog.read(0, 1 << 20)
+    assert [rb.parse_header(b).base_sequence for b in stored] == [0, 2, 4]
+
+
+async def test_a_real_sequence_gap_is_still_out_of_order(make_broker, autojump_clock) -> None:  # noqa: ARG001
+    broker = await make_broker()
+    await broker.topics.create_topic("gap", 1)
+    plog = await broker.topics.partition("gap", 0)
+    await plog.append(batch(2, pid=7, epoch=0, seq=0))
+    start = trio.current_time()
+    with pytest.raises(OutOfOrderSequenceError):
+        await plog.append(batch(1, pid=7, epoch=0, seq=5))
+    assert trio.current_time() - start == pytest.approx(plog.config.sequence_gap_wait_s)
+    with pytest.raises(OutOfOrderSequenceError):
+        await plog.append(batch(1, pid=7, epoch=0, seq=1))  # behind: refused at once
+    assert trio.current_time() - start == pytest.approx(plog.config.sequence_gap_wait_s)
+
+    async def close_soon() -> None:
+        await trio.sleep(0.1)
+        await plog.close()
+
+    async with trio.open_nursery() as nursery:  # a waiting batch fails with the closing log
+        nursery.start_soon(close_soon)
+        with pytest.raises(NotLeaderOrFollowerError):
+            await plog.append(batch(1, pid=7, epoch=0, seq=5))
+    assert plog.high_watermark == 2
+
+
 async def test_log_append_time_topic(make_broker) -> None:
     broker = await make_broker()
     await broker.topics.create_topic("lat", 1, {"message.timestamp.type": "LogAppendTime"})

@@ -85,3 +85,19 @@ def test_expire_and_truncate() -> None:
     assert list(state.producers) == [2]
     state.truncate_before(6)
     assert len(state) == 0
+
+
+def test_a_batch_ahead_of_the_sequence_awaits_earlier_batches_nothing_else_does() -> None:
+    state = ProducerStateManager()
+    assert not state.awaits_earlier_batches(header(1, 0, 7))  # unknown producer: any sequence
+    appended(state, 1, 0, 0, 3, 0)
+    assert state.awaits_earlier_batches(header(1, 0, 5))  # 3 and 4 may still be on their way
+    assert not state.awaits_earlier_batches(header(1, 0, 3))  # in sequence
+    assert not state.awaits_earlier_batches(header(1, 0, 0, 3))  # a retry
+    assert not state.awaits_earlier_batches(header(1, 0, 1))  # behind: refused at once
+    assert not state.awaits_earlier_batches(header(1, 1, 5))  # another epoch: check decides
+    assert not state.awaits_earlier_batches(header(-1, -1, -1))
+    wrapping = ProducerStateManager()
+    appended(wrapping, 2, 0, MAX_SEQUENCE - 1, 1, 0)
+    assert wrapping.awaits_earlier_batches(header(2, 0, 1))  # MAX and 0 are missing
+    assert not wrapping.awaits_earlier_batches(header(2, 0, MAX_SEQUENCE))
