@@ -415,13 +415,13 @@ def acquire_tree(key: str, opener: Callable[[], SqliteTree]) -> SqliteTree:
 
 
 def release_tree(db: SqliteTree) -> None:
-    with _OPEN_TREES_LOCK:
+    with _OPEN_TREES_LOCK:  # closed under it: a concurrent reopen waits for the flock's release
         db.refcount -= 1
         if db.refcount > 0:
             return
         _OPEN_TREES.pop(db.key, None)
-    with db.lock:
-        db.close_connection()
+        with db.lock:
+            db.close_connection()
 
 
 def memory_tree(key: str) -> SqliteTree:

@@ -27,9 +27,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 async def start_server(nursery: trio.Nursery, tmp_path: Path) -> str:
+    """A server as the supervisor runs it: with its own session, so the tree stays open."""
     socket_path = str(tmp_path / "m.sock")
-    await nursery.start(serve_shared_store,
-                        partial(open_store, f"embedded:{tmp_path / 'metadata'}"), socket_path)
+    own = await open_store(f"embedded:{tmp_path / 'metadata'}")
+
+    async def serve(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await serve_shared_store(partial(open_store, f"embedded:{tmp_path / 'metadata'}"),
+                                     socket_path, task_status=task_status)
+        finally:
+            with trio.CancelScope(shield=True):
+                await own.close()
+
+    await nursery.start(serve)
     return socket_path
 
 
