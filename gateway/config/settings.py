@@ -190,6 +190,10 @@ class RocketMQConfig:
     transaction_check_timeout_s: float = 6.0
     transaction_check_interval_s: float = 60.0
     transaction_max_checks: int = 15
+    # Connections held at once on the RocketMQ ports of this process together (name server,
+    # brokers, gRPC), in all and per client address, as Kafka's max.connections[.per.ip]
+    max_connections: int = 0  # 0: no limit
+    max_connections_per_ip: int = 0  # 0: no limit
     acl: RocketMQAclConfig = field(default_factory=RocketMQAclConfig)
 
 

@@ -75,7 +75,7 @@ from gateway.rocketmq.service import (
     ensure_storage_topic,
     register_backlog_offsets,
 )
-from gateway.rocketmq.setup import pre_auth_limits, rocketmq_guard
+from gateway.rocketmq.setup import connection_limits, listener_limits, rocketmq_guard
 from gateway.rocketmq.subscription_groups import SubscriptionGroupStore
 from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -313,6 +313,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
         self.config = config
         # as in the standalone: the Kafka ACLs on a secured broker, else [rocketmq.acl]
         self.acl = rocketmq_guard(config, topics, authorizer=authorizer, secured=secured)
+        self.connections = connection_limits(config)  # one count for every RocketMQ port
         self.topics = topics
         self.ownership = ownership
         self._store = store
@@ -478,7 +479,8 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
                 lambda: self.ownership.changed, acl=self.acl, broker=broker)
             await servers.start(partial(serve_rocketmq_broker, broker, self.bind_host,
                                         self.base_port + broker.bundle, acl=self.acl,
-                                        router=router, **pre_auth_limits(self.config)))
+                                        router=router,
+                                        **listener_limits(self.config, self.connections)))
         if name_server:
             await self.serve_name_server(servers)
 
@@ -488,7 +490,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
         ns = await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
                                          ns_port, guard=self.acl,
-                                         **pre_auth_limits(self.config)))
+                                         **listener_limits(self.config, self.connections)))
         log.info("rocketmq cluster brokers ready", extra={
             "bundle_ports": f"{self.base_port}-{self.base_port + len(self.brokers) - 1}",
             "advertised": f"{self.advertised_host}:{self.advertised_base}+bundle",

@@ -26,6 +26,8 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError, Message
 
+from gateway.rocketmq.listener import serve_if_admitted
+from gateway.security.connection_limits import ConnectionLimits
 from protocols.rocketmq.grpc.backend import Caller, MessagingBackend
 from protocols.rocketmq.grpc.connection import (
     CallCancelled,
@@ -287,6 +289,7 @@ async def serve_rocketmq_grpc(backend: MessagingBackend, host: str | None, port:
                               authenticate: Authenticator = anonymous,
                               max_message_bytes: int = 5 * 1024 * 1024,
                               drain_timeout_s: float = DRAIN_TIMEOUT_S,
+                              connection_limits: ConnectionLimits | None = None,
                               on_bound: Callable[[int], None] | None = None,
                               task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     listeners = await trio.open_tcp_listeners(port, host=host or None)
@@ -296,6 +299,9 @@ async def serve_rocketmq_grpc(backend: MessagingBackend, host: str | None, port:
     live: set[_Connection] = set()
 
     async def serve_connection(stream: trio.SocketStream) -> None:
+        await serve_if_admitted(connection_limits, stream, serve_admitted)
+
+    async def serve_admitted(stream: trio.SocketStream) -> None:
         conn = _Connection(stream, backend, authenticate, max_message_bytes)
         live.add(conn)
         try:

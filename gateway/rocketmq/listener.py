@@ -37,6 +37,7 @@ from typing import Any, NamedTuple, Protocol
 import trio
 
 from gateway.rocketmq.service import RocketMQBroker
+from gateway.security.connection_limits import ConnectionLimits, ConnectionRefused
 from protocols.rocketmq.access import RocketMQGuard
 from protocols.rocketmq.broker_api import BrokerLike
 from protocols.rocketmq.codec import (
@@ -70,6 +71,22 @@ _connection_ids = itertools.count(1)
 
 RequestHandler = Callable[["RemotingConnection", RemotingCommand],
                           Awaitable[RemotingCommand | None]]
+
+
+async def serve_if_admitted(limits: ConnectionLimits | None, stream: trio.SocketStream,
+                            serve: Callable[[trio.SocketStream], Awaitable[None]]) -> None:
+    """Serve `stream` when `limits` admit its address (counted until it ends), else close it
+    at once with one INFO line.  Shared by the 4.x and 5.x listeners."""
+    if limits is None:
+        await serve(stream)
+        return
+    host = _peer(stream)[0]
+    try:
+        with limits.admitted(host):
+            await serve(stream)
+    except ConnectionRefused as exc:
+        log.info("connection refused: %s", exc, extra={"client": host})
+        await trio.aclose_forcefully(stream)
 
 
 class ListenAddress(NamedTuple):
@@ -267,6 +284,7 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
                           on_bound: Callable[[int], None] | None = None,
                           on_close: Callable[[RemotingConnection], None] | None = None,
                           login: LoginGate | None = None,
+                          connection_limits: ConnectionLimits | None = None,
                           task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
@@ -277,6 +295,9 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
     closing = trio.Event()
 
     async def serve_connection(stream: trio.SocketStream) -> None:
+        await serve_if_admitted(connection_limits, stream, serve_admitted)
+
+    async def serve_admitted(stream: trio.SocketStream) -> None:
         conn = RemotingConnection(stream, max_frame_bytes, max_header_bytes, login)
         live.add(conn)
         try:
@@ -333,6 +354,7 @@ async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, 
                                      pre_auth_max_frame_bytes: int =
                                      DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
                                      pre_auth_timeout_s: float = DEFAULT_PRE_AUTH_TIMEOUT_S,
+                                     connection_limits: ConnectionLimits | None = None,
                                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the name server on host:port until cancelled; started(ListenAddress).  With a
     RocketMQGuard (a secured broker) each request's principal is established first (refused:
@@ -356,7 +378,7 @@ async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, 
     await _serve_remoting("name server", handle, host, port, max_frame_bytes=max_frame_bytes,
                           max_header_bytes=min(max_frame_bytes, 1 << 20),
                           login=login_gate(guard, pre_auth_max_frame_bytes, pre_auth_timeout_s),
-                          task_status=task_status)
+                          connection_limits=connection_limits, task_status=task_status)
 
 
 class ServedBroker(BrokerLike, Protocol):
@@ -379,6 +401,7 @@ async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str
                                 router: RequestRouter | None = None,
                                 pre_auth_max_frame_bytes: int = DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
                                 pre_auth_timeout_s: float = DEFAULT_PRE_AUTH_TIMEOUT_S,
+                                connection_limits: ConnectionLimits | None = None,
                                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the broker on host:port until cancelled; started(ListenAddress).  With
     advertised_port 0 the broker advertises the bound port.  With `acl`, every request is
@@ -397,4 +420,4 @@ async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str
                           max_header_bytes=broker.config.max_header_bytes,
                           on_bound=broker.listener_bound, on_close=broker.connection_closed,
                           login=login_gate(acl, pre_auth_max_frame_bytes, pre_auth_timeout_s),
-                          task_status=task_status)
+                          connection_limits=connection_limits, task_status=task_status)

@@ -24,6 +24,7 @@ from gateway.rocketmq.grpc_listener import serve_rocketmq_grpc
 from gateway.rocketmq.grpc_receive import GrpcReceiver
 from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
+from gateway.security.connection_limits import ConnectionLimits
 from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from protocols.rocketmq.access import AuthorizerLike, RocketMQGuard
@@ -44,6 +45,7 @@ class RocketMQSide:
     config: RocketMQConfig
     acl: RequestGuard | None = None  # see rocketmq_guard: checked on the broker
     grpc: GrpcBackend | None = None  # RocketMQ 5 clients, when grpc_listener is set
+    connections: ConnectionLimits | None = None  # shared by the ports (see connection_limits)
 
     async def serve(self, servers: trio.Nursery) -> None:
         """Start the listeners in `servers` (each returns once it accepts)."""
@@ -52,11 +54,13 @@ class RocketMQSide:
         with naming_listener("RocketMQ broker", self.config.broker_listener,
                              "rocketmq.broker_listener", "--rocketmq-broker-listener"):
             await servers.start(partial(serve_rocketmq_broker, self.broker, rb_host, rb_port,
-                                        acl=self.acl, **pre_auth_limits(self.config)))
+                                        acl=self.acl,
+                                        **listener_limits(self.config, self.connections)))
         with naming_listener("RocketMQ name server", self.config.name_server_listener,
                              "rocketmq.name_server_listener", "--rocketmq-name-server-listener"):
             await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
-                                        ns_port, guard=self.acl, **pre_auth_limits(self.config)))
+                                        ns_port, guard=self.acl,
+                                        **listener_limits(self.config, self.connections)))
         if self.grpc is not None:
             g_host, g_port = parse_host_port(self.config.grpc_listener)
             guard = self.grpc.guard
@@ -64,7 +68,8 @@ class RocketMQSide:
                                  "rocketmq.grpc_listener", "--rocketmq-grpc-listener"):
                 await servers.start(partial(
                     serve_rocketmq_grpc, self.grpc, g_host, g_port,
-                    authenticate=lambda meta, conn: principal_of(meta, conn, guard)))
+                    authenticate=lambda meta, conn: principal_of(meta, conn, guard),
+                    connection_limits=self.connections))
 
 
 async def build_rocketmq(
@@ -107,7 +112,8 @@ async def build_rocketmq(
         NameServerConfig(r.auto_create_topics, r.default_queue_nums),
     )
     side = RocketMQSide(broker, name_server, r,
-                        rocketmq_guard(r, topics, authorizer=authorizer, secured=secured))
+                        rocketmq_guard(r, topics, authorizer=authorizer, secured=secured),
+                        connections=connection_limits(r))
     if r.grpc_listener:
         delivery = GrpcReceiver.build_delivery(broker, factory, ledger_config)
         stack.push_async_callback(delivery.close)
@@ -121,10 +127,20 @@ async def build_rocketmq(
     return side
 
 
-def pre_auth_limits(r: RocketMQConfig) -> dict[str, Any]:
-    """The listeners' limits for connections not yet authenticated ([rocketmq.acl])."""
+def connection_limits(r: RocketMQConfig) -> ConnectionLimits | None:
+    """One count for all RocketMQ ports of this process (None: no limit configured)."""
+    if not (r.max_connections or r.max_connections_per_ip):
+        return None
+    return ConnectionLimits(r.max_connections, r.max_connections_per_ip)
+
+
+def listener_limits(r: RocketMQConfig, connections: ConnectionLimits | None
+                    ) -> dict[str, Any]:  # fmt: skip
+    """A 4.x listener's limits: the shared connection count, and for connections not yet
+    authenticated [rocketmq.acl]'s pre_auth_* settings."""
     return {"pre_auth_max_frame_bytes": r.acl.pre_auth_max_frame_bytes,
-            "pre_auth_timeout_s": r.acl.pre_auth_timeout_ms / 1000}
+            "pre_auth_timeout_s": r.acl.pre_auth_timeout_ms / 1000,
+            "connection_limits": connections}
 
 
 def rocketmq_guard(r: RocketMQConfig, topics: TopicService, *,

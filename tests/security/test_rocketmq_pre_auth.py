@@ -13,7 +13,9 @@ The broker takes only signed requests (Kafka SASL and ACLs on, one RocketMQ acco
 - a connection that proves nothing within the timeout is closed, on the broker port and on
   the name server's;
 - a header nested deeper than Python's stack closes that connection only (json.loads raised
-  RecursionError, which took the whole standalone down).
+  RecursionError, which took the whole standalone down);
+- `[rocketmq] max_connections_per_ip` (5 here) counts the name server, broker and gRPC ports
+  together: the connections past it are closed at once, and a closed one makes room.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
+import grpc
 import pytest
 import trio
 from confluent_kafka.admin import AclOperation, ResourceType
 
 from protocols.rocketmq.codec import encode_command, make_request
 from protocols.rocketmq.errors import ResponseCode
+from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
+from protocols.rocketmq.grpc.v2 import service_pb2 as spb
 from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.rocketmq.remoting_client import RawClient
 from tests.rocketmq.test_rocketmq_broker_raw import send_ext
@@ -40,7 +45,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AK, SK = "RmqPreAuth1", "RmqPreAuthSecret1"
 TOPIC = "rmq_pre_auth"
 MIB = 1 << 20
+PER_IP = 5
 CONFIG = f"""
+[rocketmq]
+max_connections_per_ip = {PER_IP}
+
 [rocketmq.acl]
 pre_auth_max_frame_bytes = {256 * 1024}
 pre_auth_timeout_ms = 2000
@@ -171,3 +180,61 @@ async def test_deeply_nested_header_closes_only_that_connection(server: Standalo
         assert await signed_send(other, b"still serving") == ResponseCode.SUCCESS
     finally:
         await other.aclose()
+
+
+async def logged_in(addr: str, name_server: bool = False) -> RawClient | None:
+    """A connection whose signed request was answered, or None if the broker closed it."""
+    client = await RawClient.connect(addr)
+    try:
+        if name_server:
+            answer = await client.call(RC.GET_ROUTEINFO_BY_TOPIC,
+                                       signed({"topic": TOPIC}, b"", AK, SK), wait_s=10)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+        else:
+            assert await signed_send(client, b"counted") == ResponseCode.SUCCESS
+        return client
+    except (AssertionError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        assert "connection closed" in str(exc) or not isinstance(exc, AssertionError), exc
+        await client.aclose()
+        return None
+
+
+def grpc_refused(server: Standalone) -> bool:
+    """Is a RocketMQ 5 call from this address turned away (UNAVAILABLE: closed at accept)?"""
+    request = spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC))
+    with grpc.insecure_channel(f"127.0.0.1:{server.rocketmq_grpc_port}") as channel:
+        call = channel.unary_unary("/apache.rocketmq.v2.MessagingService/QueryRoute",
+                                   request_serializer=lambda m: m.SerializeToString(),
+                                   response_deserializer=spb.QueryRouteResponse.FromString)
+        try:
+            call(request, timeout=5)
+        except grpc.RpcError as exc:
+            return exc.code() in (grpc.StatusCode.UNAVAILABLE,
+                                  grpc.StatusCode.DEADLINE_EXCEEDED)
+    return False
+
+
+async def test_connections_per_ip_are_limited_across_the_rocketmq_ports(
+        server: Standalone) -> None:
+    clients = [await logged_in(f"127.0.0.1:{server.name_server_port}", name_server=True)]
+    try:
+        for _ in range(PER_IP + 1):
+            clients.append(await logged_in(broker(server)))
+        assert [c is not None for c in clients] == [True] * PER_IP + [False, False]
+        assert await trio.to_thread.run_sync(grpc_refused, server)
+        first = clients.pop(0)
+        assert first is not None
+        await first.aclose()
+        again = None
+        for _ in range(100):  # the broker sees the close: a new connection is admitted
+            again = await logged_in(broker(server))
+            if again is not None:
+                break
+            await trio.sleep(0.1)
+        assert again is not None
+        clients.append(again)
+    finally:
+        for client in clients:
+            if client is not None:
+                await client.aclose()
+    assert "max_connections_per_ip=5 reached" in server.log()
