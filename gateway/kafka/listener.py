@@ -428,11 +428,25 @@ class _KafkaServer:
                                        broker.config.max_connections_per_ip)
         self._closing = trio.Event()
 
-    async def run_connections(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the (shielded) connections nursery until a drain is asked for and completes."""
+    async def open_connections(self, nursery: trio.Nursery) -> trio.Nursery:
+        """Start the (shielded) connections nursery as a task of `nursery` and return it.
+
+        Not `nursery.start`: a start cancelled before the task reports leaves the task in
+        trio's temporary nursery, where its shielded wait for a drain would never end. Here
+        the wait for the nursery is the caller's own (cancellable), and a drain asked for
+        meanwhile (begin_drain in the caller's `finally`) ends the task however early."""
+        ready: list[trio.Nursery] = []
+        started = trio.Event()
+        nursery.start_soon(self._run_connections, ready, started)
+        await started.wait()
+        return ready[0]
+
+    async def _run_connections(self, ready: list[trio.Nursery], started: trio.Event) -> None:
+        """Own the connections nursery until a drain is asked for and completes."""
         async with trio.open_nursery() as connections:
             connections.cancel_scope.shield = True
-            task_status.started(connections)
+            ready.append(connections)
+            started.set()
             await self._closing.wait()
             connections.cancel_scope.deadline = trio.current_time() + self.drain_timeout_s
             for connection in list(self.connections):
@@ -521,8 +535,8 @@ async def serve_kafka(
         ssl_context=ssl_context, sasl_mechanisms=sasl_mechanisms, ssl_principal=ssl_principal,
     )
     async with trio.open_nursery() as nursery:
-        connections = await nursery.start(server.run_connections)
-        try:
+        try:  # from here on the listeners close however this ends (a cancelled start too)
+            connections = await server.open_connections(nursery)
             log.info("kafka listener ready", extra={"address": f"{bound_host}:{bound_port}"})
             task_status.started(ListenAddress(bound_host, bound_port))
             async with trio.open_nursery() as accepting:

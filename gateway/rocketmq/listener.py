@@ -310,11 +310,17 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
             if on_close is not None:
                 on_close(conn)
 
-    async def run_connections(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """The connections nursery: shielded, so a shutdown drains it within its deadline."""
+    ready: list[trio.Nursery] = []
+    started = trio.Event()
+
+    async def run_connections() -> None:
+        """The connections nursery: shielded, so a shutdown drains it within its deadline.
+        Started with start_soon, not nursery.start: a start cancelled before it reports
+        would leave this task in trio's temporary nursery, its shielded wait never ending."""
         async with trio.open_nursery() as connections:
             connections.cancel_scope.shield = True
-            task_status.started(connections)
+            ready.append(connections)
+            started.set()
             await closing.wait()
             connections.cancel_scope.deadline = trio.current_time() + drain_timeout_s
             for conn in list(live):
@@ -333,8 +339,10 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
             nursery.start_soon(serve_connection, stream)
 
     async with trio.open_nursery() as outer:
-        connections = await outer.start(run_connections)
-        try:
+        try:  # from here on the listeners close however this ends (a cancelled start too)
+            outer.start_soon(run_connections)
+            await started.wait()
+            connections = ready[0]
             async with trio.open_nursery() as accepting:
                 for listener in listeners:
                     accepting.start_soon(accept_loop, listener, connections)
