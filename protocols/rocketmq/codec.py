@@ -13,10 +13,10 @@ reads a response field only when it is a JSON string).
 
 JSON headers are read and written with orjson (a well-kept Rust JSON library: for these small
 maps about 2x faster to parse and >10x faster to write than the standard library, which every
-request and response pays).  What orjson refuses but the standard library accepts (integers
-beyond 64 bits, lone surrogate escapes, UTF-16/32 text) goes through the standard library, so
-the accepted input is exactly what it was; orjson writes non-ASCII text as UTF-8 rather than
-"\\u" escapes, which is the same JSON.
+request and response pays).  What orjson refuses or reads differently from the standard library
+(integers beyond 64 bits, which it reads as floats; lone surrogate escapes, UTF-16/32 text) goes
+through the standard library, so the accepted input is exactly what it was; orjson writes
+non-ASCII text as UTF-8 rather than "\\u" escapes, which is the same JSON.
 
 This module must never touch a socket, Trio, or broker state.
 """
@@ -196,9 +196,28 @@ def _int_field(doc: dict[str, object], name: str, default: int | None = None) ->
         raise MalformedFrameError(f"header field {name!r} is not an integer") from exc
 
 
+def _exact_with_orjson(doc: object) -> bool:
+    """False when orjson's reading may differ from the standard library's: orjson reads an
+    integer beyond 64 bits as a float (the standard library keeps it exact), so any float
+    among the fields read, or a nested container, is read again with the standard library."""
+    if not isinstance(doc, dict):
+        return True
+    for key, value in doc.items():
+        if type(value) is float or (key != "extFields" and isinstance(value, (dict, list))):
+            return False
+    ext = doc.get("extFields")
+    if isinstance(ext, dict):
+        for value in ext.values():
+            if type(value) is float or isinstance(value, (dict, list)):
+                return False
+    return True
+
+
 def _load_json(header: bytes) -> object:
     try:
-        return orjson.loads(header)
+        doc = orjson.loads(header)
+        if _exact_with_orjson(doc):
+            return doc
     except orjson.JSONDecodeError:
         pass  # maybe what only the standard library reads (see the module docstring)
     try:
