@@ -271,6 +271,17 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--bookie-secret-file",
                    help="the cluster's bookie secret (ledgerwire.bookieSecretFile)")
+    auth = p.add_argument_group(
+        "authorization", "read as a Kafka principal: the brokers check READ on the topics "
+        "before anything is read (kafka.sasl.* options)")
+    auth.add_argument("--user", help="SASL user name")
+    auth.add_argument("--password-file", help="file holding the user's password")
+    auth.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
+                      choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    auth.add_argument("--security-protocol", default="SASL_PLAINTEXT",
+                      choices=["SASL_PLAINTEXT", "SASL_SSL"])
+    auth.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP,
+                      help="the brokers that check the principal (with --user)")
     tier = p.add_argument_group(
         "tiered storage", "where the brokers' [offload] store is, to read offloaded ledgers "
         "straight from it (S3 credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
@@ -308,6 +319,12 @@ def _replay_options(args: argparse.Namespace) -> dict[str, str]:
         options["minPartitions"] = str(args.min_partitions)
     if args.bookie_secret_file:
         options["ledgerwire.bookieSecretFile"] = args.bookie_secret_file
+    if args.user:
+        options.update({"kafka.bootstrap.servers": args.bootstrap_servers,
+                        "kafka.security.protocol": args.security_protocol,
+                        "kafka.sasl.mechanism": args.sasl_mechanism,
+                        "kafka.sasl.username": args.user,
+                        "kafka.sasl.password": _read_secret(args.password_file)})  # fmt: skip
     for name in ("directory", "bucket", "prefix", "endpoint", "region"):
         value = getattr(args, f"offload_{name}", None)
         if value:
@@ -320,9 +337,23 @@ def _replay_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
+def _read_secret(path: str | None) -> str:
+    if not path:
+        raise PreflightError("--user needs --password-file (the password is never taken on "
+                             "the command line)", 2)
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise PreflightError(f"--password-file {path!r}: {exc.strerror or exc}", 2) from None
+
+
 def run_replay(args: argparse.Namespace) -> int:
     """Run a parsed replay command (for gateway/commands: run)."""
-    options = _replay_options(args)
+    try:
+        options = _replay_options(args)
+    except PreflightError as exc:
+        print(f"ledgerwire replay: {exc}", file=sys.stderr)
+        return exc.exit_code
     log = RunLog.create("replay", args.verbose, args.log_file)  # kazoo's retries log there
     try:
         conf = _spark_conf(args)

@@ -15,6 +15,11 @@ A job that used Spark's Kafka source changes only the format name and the connec
   ledgerwire.namespace                              managed-ledger namespace (public/default)
   ledgerwire.tailRead                               quorum (default) | lac: how far to read the
                                                     open ledger (see ledger_access.py)
+  kafka.security.protocol=SASL_*, kafka.sasl.*, kafka.bootstrap.servers
+                                                    read as that principal: READ is checked
+                                                    by the brokers first (authorization.py)
+  ledgerwire.offload.*                              the tiered-storage store
+                                                    (offloaded_ledgers.py)
 Precedence, as in Spark: a global timestamp beats the per-partition timestamps, which beat
 offsets. Option names are matched case-insensitively (Spark's options are). Every error is an
 `OptionError` whose message starts with the option's name.
@@ -30,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from spark_bridge.authorization import ReadPrincipal, read_principal
 from spark_bridge.metadata_access import (
     METADATA_OPTION,
     ConnectionSpec,
@@ -72,6 +78,7 @@ class ReaderOptions:
     read_committed: bool
     max_offsets_per_trigger: int | None
     tail_read: Literal["quorum", "lac"] = "quorum"
+    principal: ReadPrincipal | None = None  # whose READ the brokers check (authorization.py)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -233,6 +240,10 @@ def parse_reader_options(options: Mapping[str, str], *, streaming: bool = False
     tail_read = opts.get("ledgerwire.tailread", "quorum").strip().lower()
     if tail_read not in ("quorum", "lac"):
         raise OptionError(f"option 'ledgerwire.tailRead'={tail_read!r}: expected quorum or lac")
+    try:
+        principal = read_principal(options)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
     return ReaderOptions(
         spec=spec,
         read_from=read_from,
@@ -249,4 +260,5 @@ def parse_reader_options(options: Mapping[str, str], *, streaming: bool = False
         read_committed=isolation == "read_committed",
         max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
         tail_read=tail_read,  # type: ignore[arg-type]
+        principal=principal,
     )

@@ -79,6 +79,7 @@ def check_read(options: Mapping[str, str], connect_timeout_s: float = 3.0,
                plan_timeout_s: float = 60.0) -> ReadPlan:
     """Parse, reach the metadata (bounded by connect_timeout_s), resolve topics and offset
     ranges (bounded by plan_timeout_s); see the module doc."""
+    from spark_bridge.authorization import AuthorizationError, check_read_access
     from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
     from spark_bridge.planner import offset_range, resolve_topic_partitions
     from spark_bridge.topic_layout import partition_layout
@@ -97,6 +98,8 @@ def check_read(options: Mapping[str, str], connect_timeout_s: float = 3.0,
     def plan(access: LedgerAccess) -> ReadPlan:
         with access:
             pairs = resolve_topic_partitions(access, opts)
+            if opts.principal is not None:
+                check_read_access(opts.principal, sorted({t for t, _p in pairs}))
             records = 0
             for topic, partition in pairs:
                 layout = partition_layout(access, topic, partition, opts.namespace)
@@ -111,6 +114,8 @@ def check_read(options: Mapping[str, str], connect_timeout_s: float = 3.0,
                         f"reading the topics' ledgers through {where}")  # fmt: skip
     except PreflightError:
         raise
+    except AuthorizationError as exc:
+        raise PreflightError(str(exc)) from None
     except (OptionError, ValueError) as exc:
         raise PreflightError(str(exc), 2) from None
     except RuntimeError as exc:  # LedgerAccess: "cannot reach ledgerwire metadata at ..."

@@ -25,9 +25,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from spark_bridge.authorization import check_read_access
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.options import parse_reader_options
-from spark_bridge.planner import LedgerSplit, plan_batch
+from spark_bridge.planner import LedgerSplit, plan_batch, resolve_topic_partitions
 from spark_bridge.split_reader import read_split
 
 
@@ -38,6 +39,9 @@ class LedgerwireBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def partitions(self) -> list[InputPartition]:
         with LedgerAccess(self.opts.spec, self.mode, tail=self.opts.tail_read) as access:
+            if self.opts.principal is not None:  # the brokers' ACLs decide, before any read
+                topics = sorted({t for t, _p in resolve_topic_partitions(access, self.opts)})
+                check_read_access(self.opts.principal, topics)
             splits: list[InputPartition] = list(plan_batch(access, self.opts))
         # Spark needs at least one partition; an empty split reads nothing.
         return list(splits) or [LedgerSplit("", 0, 0, 0, ())]

@@ -16,12 +16,14 @@ This module must never move a partition's offset backwards, nor skip offsets sil
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from spark_bridge.authorization import check_read_access
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.options import OptionError, parse_reader_options
 from spark_bridge.planner import (
@@ -34,6 +36,7 @@ from spark_bridge.split_reader import read_split
 from spark_bridge.topic_layout import PartitionLayout, partition_layout
 
 Offsets = dict[str, dict[str, int]]
+_RECHECK_S = 60.0  # a principal's READ is checked again after this long (authorization.py)
 
 
 def _flatten(offsets: Offsets) -> dict[tuple[str, int], int]:
@@ -69,6 +72,7 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.mode = resolve_read_mode(self.opts.spec, self.opts.read_from)
         self._access: LedgerAccess | None = None
         self._layouts: dict[tuple[str, int], PartitionLayout] = {}
+        self._checked: tuple[list[str], float] = ([], 0.0)  # topics whose READ was checked
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
@@ -85,7 +89,13 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def _refresh(self) -> dict[tuple[str, int], PartitionLayout]:
         access = self._acc()
         layouts = {}
-        for topic, partition in resolve_topic_partitions(access, self.opts):
+        pairs = resolve_topic_partitions(access, self.opts)
+        topics = sorted({t for t, _p in pairs})
+        if self.opts.principal is not None and (  # a new topic at once, a revoked ACL within
+                topics != self._checked[0] or time.monotonic() - self._checked[1] > _RECHECK_S):
+            check_read_access(self.opts.principal, topics)  # a minute (a login per check)
+            self._checked = (topics, time.monotonic())
+        for topic, partition in pairs:
             layouts[(topic, partition)] = partition_layout(
                 access, topic, partition, self.opts.namespace, refresh=True)
         self._layouts = layouts
