@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spark_bridge.backfill_resume import PROGRESS_OPTION, encode_progress, scan_progress_job
 from spark_bridge.preflight import PreflightError, check_master, check_metadata, check_read
 from spark_bridge.progress import Progress
 from spark_bridge.spark_session import (
@@ -226,6 +227,8 @@ def run_backfill(args: argparse.Namespace) -> int:
         summary_file = Path(tempfile.mkdtemp(prefix="ledgerwire-backfill-")) / "summary.json"
         print(f"backfill {args.source} ({fmt}) -> {args.topic}, backfill id {backfill_id}",
               file=sys.stderr)
+        progress = scan_progress_job(spark, {"ledgerwire.metadata": args.metadata},
+                                     args.topic, backfill_id)  # in the executors
         with Progress(spark, None, sys.stderr, interval_s=args.progress_interval):
             (df.select(*selected).write.format("ledgerwire").mode("append")
                .option("topic", args.topic)
@@ -233,6 +236,7 @@ def run_backfill(args: argparse.Namespace) -> int:
                .option("kafka.compression.type", args.compression)
                .option("ledgerwire.metadata", args.metadata)
                .option("ledgerwire.backfillId", backfill_id)
+               .option(PROGRESS_OPTION, encode_progress(progress))
                .option("ledgerwire.summaryPath", str(summary_file))
                .save())  # fmt: skip
         done = json.loads(summary_file.read_text()) if summary_file.exists() else {}

@@ -24,7 +24,10 @@ input reproduces both, and the same target partitions. An idempotent producer ne
 gap in one partition (the broker refuses a batch whose sequence does not follow), so what an
 interrupted run left in a partition is a PREFIX of what each task sent there. Before writing,
 the job reads the topic from the bookies (ledger_access.py, no broker involved), finds for each
-(task, partition) the highest row number already there, and each task skips those rows. A
+(task, partition) the highest row number already there, and each task skips those rows.
+`ledgerwire backfill` has the executors find them (backfill_resume.py, a Spark job over the
+topic's ledgers) and passes them as the option ledgerwire.backfillProgress; without it the
+writer scans on the driver. A
 retried task attempt re-reads before it writes. Without a backfill id nothing is skipped, and
 the rule covers the option's topic (rows routed to other topics by a topic column are not
 checked).
@@ -46,6 +49,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from spark_bridge.backfill_resume import (
+    BACKFILL_HEADER,
+    PROGRESS_OPTION,
+    Progress,
+    decode_progress,
+)
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.metadata_access import (
     METADATA_OPTION,
@@ -58,10 +67,7 @@ from spark_bridge.planner import splits_for_range
 from spark_bridge.split_reader import read_split
 from spark_bridge.topic_layout import partition_layout, topic_partition_count
 
-BACKFILL_HEADER = "ledgerwire.backfill"
 _KEYLESS_RUN = 512  # keyless rows go to one partition in runs, so batches stay large
-
-Progress = dict[tuple[int, int], int]  # (task, target partition) -> highest row number present
 
 
 @dataclass
@@ -175,8 +181,10 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 raise OptionError(f"{exc} (needed to resume a backfill)") from None
             if self.default_topic is None:
                 raise OptionError("option 'topic' is required with 'ledgerwire.backfillId'")
-            self.progress[self.default_topic] = scan_backfill_progress(
-                self.spec, self.default_topic, self.backfill_id, self.namespace)
+            given = lowered.get(PROGRESS_OPTION.lower())
+            self.progress[self.default_topic] = decode_progress(given) if given is not None \
+                else scan_backfill_progress(self.spec, self.default_topic, self.backfill_id,
+                                            self.namespace)  # fmt: skip
         self.started = time.time()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackfillCommit:

@@ -20,6 +20,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPart
 from spark_bridge_support import BASE_TS, create_topic
 from support.standalone import REPO, Standalone
 
+from spark_bridge.backfill_resume import decode_progress, encode_progress
 from spark_bridge.cli import backfill_main
 from spark_bridge.partitioner import partition_for_key
 
@@ -186,3 +187,21 @@ def test_backfill_cli_names_a_bad_column(spark: Any, history_broker: Standalone,
                           "--metadata", str(history_broker.data_dir)])  # fmt: skip
     assert code == 2
     assert "topic 'never-created' does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(600)  # two backfills (four Spark jobs) on a loaded machine
+def test_a_rerun_finds_its_progress_with_a_spark_job(
+        spark: Any, history_broker: Standalone, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """The resume point comes from a Spark job in the executors (backfill_resume.py): a
+    finished backfill run again writes nothing; the id scopes the scan."""
+    source = tmp_path / "rows.json"
+    source.write_text("".join(f'{{"k": "k{i}", "value": "v{i}"}}\n' for i in range(300)))
+    args = ["--from", str(source), "--topic", "rerun", "--partitions", "3", "--key-column", "k",
+            "--tasks", "2", "--bootstrap-servers", history_broker.bootstrap,
+            "--metadata", str(history_broker.data_dir), "--backfill-id", "rerun-1"]  # fmt: skip
+    assert backfill_main(args) == 0
+    assert "0 rows already there" in capsys.readouterr().out
+    assert backfill_main(args) == 0
+    assert "300 rows already there" in capsys.readouterr().out
+    assert decode_progress(encode_progress({(1, 2): 149, (0, 0): 7})) == {(1, 2): 149, (0, 0): 7}
