@@ -177,9 +177,7 @@ class ProducerStateManager:
         entry = self.producers.get(header.producer_id)
         if entry is None or not entry.batches or header.producer_epoch != entry.epoch:
             return False
-        if entry.find_duplicate(header.producer_epoch, header.base_sequence,
-                                header.last_sequence) is not None:
-            return False
+        # a retry of a remembered batch lies behind the last sequence, never ahead of it
         return sequence_ahead(entry.last_seq, header.base_sequence)
 
     def update(self, header: BatchHeader, first_offset: int, now_ms: int) -> None:
