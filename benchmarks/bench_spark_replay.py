@@ -23,12 +23,14 @@ runs. Two runs:
 2026-11-25, 128 MiB (134,217 messages; ~6-10 minutes per run here), after the compiled decoder,
 with `ledgerwire replay` / `backfill` run as CLIs in the bench's session (JVM start apart). The
 VM's load average was 8-25 (other engineers' test suites), so only same-run ratios mean much:
-                      before (load ~8)          after (load ~20-25)
-    drain             53k rows/s (2.5 s)        22k rows/s (6.1 s)
-    Spark JVM start   23.8 s                    229 s
-    replay CLI        5.0k rows/s: 0.09x        1.8k rows/s: 0.08x   (Parquet write, cold workers)
-    spark.read count  30k rows/s                7.1k rows/s
-    backfill CLI      8.2k rows/s               3.9k rows/s           (100k rows of ~266 B)
+                      before (load ~8)          after (load ~20-25)    after (load ~4)
+    drain             53k rows/s (2.5 s)        22k rows/s (6.1 s)     73k rows/s (1.8 s)
+    Spark JVM start   23.8 s                    229 s                  15.9 s
+    replay CLI        5.0k rows/s: 0.09x        1.8k rows/s: 0.08x     6.0k rows/s: 0.08x
+    spark.read count  30k rows/s                7.1k rows/s            34k rows/s
+    backfill CLI      8.2k rows/s               3.9k rows/s            8.9k rows/s
+(replay CLI: Parquet write and the first job's worker start; backfill: 100k rows of ~266 B,
+including the resume scan job; at 128 MiB the drain's own start weighs in its figure.)
 The replay's own decoding costs ~1.4-3 us per 1 KB record with the compiled decoder against
 3.8-10 us before (same process, alternating); the Parquet write in the JVM (Arrow -> rows ->
 Parquet) and the tasks' start now dominate: the 1.0x goal is not met.
