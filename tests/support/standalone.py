@@ -25,6 +25,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def distinct_free_ports(count: int, taken: set[int]) -> list[int]:
+    """`count` free ports, all different and none in `taken` (free_port alone may hand out
+    the same port twice: each socket is closed before the next is bound)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in taken and port not in ports:
+            ports.append(port)
+    return ports
+
+
 def free_port_range(count: int) -> int:
     """A first port such that [first, first + count) are all free right now."""
     for _ in range(200):
@@ -52,12 +63,10 @@ class Standalone:
     def __init__(self, data_dir: Path, *, bookies: int = 1, extra_args: list[str] | None = None):
         self.data_dir = data_dir
         self.bookies = bookies
-        self.kafka_port = free_port()
         self.bookie_port = free_port_range(bookies)
-        self.admin_port = free_port()
-        self.name_server_port = free_port()
-        self.rocketmq_broker_port = free_port()
-        self.rocketmq_grpc_port = free_port()
+        taken = set(range(self.bookie_port, self.bookie_port + bookies))
+        (self.kafka_port, self.admin_port, self.name_server_port, self.rocketmq_broker_port,
+         self.rocketmq_grpc_port) = distinct_free_ports(5, taken)
         self.extra_args = list(extra_args or [])
         self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
         self.proc: subprocess.Popen[bytes] | None = None
