@@ -54,6 +54,8 @@ from ledger_backend.client.read_handle import read_entry_from_bookies
 log = logging.getLogger(__name__)
 
 _RECOVERY_BATCH = 16
+_RECOVERY_READ_ROUNDS = 3
+_RECOVERY_READ_BACKOFF_S = 0.2
 
 
 async def _mark_in_recovery(ctx: ClientContext, ledger_id: int) -> tuple[LedgerMetadata, int]:
@@ -198,50 +200,71 @@ class _RewriteTarget:
 async def _recovery_read(
     ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata, entry_id: int
 ) -> bytes | None:
-    """The stored bytes of `entry_id` if any bookie has it, None if enough say it is absent."""
+    """The stored bytes of `entry_id` if any bookie has it, None if enough say it is absent.
+
+    A bookie that times out or fails is asked again (up to _RECOVERY_READ_ROUNDS rounds, with a
+    short back-off): a slow or restarting bookie must not fail the recovery of a healthy
+    ledger. A bookie's "no such entry" is kept across rounds (the ledger is fenced there, so
+    the entry cannot appear on it later)."""
     bookies = metadata.write_set_bookies(entry_id)
-    key = ctx.master_key(metadata)
     needed_negative = metadata.write_quorum - metadata.ack_quorum + 1
-    negative = 0
-    problems: list[str] = []
+    negative: set[str] = set()
+    problems: dict[str, str] = {}
+    for attempt in range(_RECOVERY_READ_ROUNDS):
+        if attempt:
+            await trio.sleep(_RECOVERY_READ_BACKOFF_S * attempt)
+        asked = [bookie for bookie in bookies if bookie not in negative]
+        found = await _ask_for_entry(ctx, ledger_id, metadata, entry_id, asked, negative,
+                                     needed_negative, problems)  # fmt: skip
+        if found is not None:
+            return found
+        if len(negative) >= needed_negative:
+            return None
+    raise LedgerRecoveryError(
+        f"ledger {ledger_id}: cannot tell whether entry {entry_id} exists "
+        f"({len(negative)} negative answers of {needed_negative} needed after "
+        f"{_RECOVERY_READ_ROUNDS} rounds; {sorted(problems.items())})"
+    )
+
+
+async def _ask_for_entry(
+    ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata, entry_id: int,
+    bookies: list[str], negative: set[str], needed_negative: int, problems: dict[str, str],
+) -> bytes | None:  # fmt: skip
+    """One round of fencing recovery reads: the entry's bytes as soon as one bookie has it;
+    otherwise None, with `negative` and `problems` updated per bookie."""
+    key = ctx.master_key(metadata)
     found: list[bytes] = []
 
     async with trio.open_nursery() as nursery:
 
         async def ask(bookie: str) -> None:
-            nonlocal negative
             try:
                 response = await ctx.pool.connection(bookie).request(
                     lambda rid: ReadEntryRequest(rid, ledger_id, entry_id, True, master_key=key)
                 )
             except LedgerError as exc:
-                problems.append(f"{bookie}: {exc}")
+                problems[bookie] = str(exc)
                 return
             if response.status is Status.OK and isinstance(response, ReadEntryResponse):
                 try:
                     decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id)
                 except DigestMismatchError as exc:
-                    problems.append(f"{bookie}: {exc}")
+                    problems[bookie] = str(exc)
                     return
                 found.append(response.body)
                 nursery.cancel_scope.cancel()
             elif response.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
-                negative += 1
-                if negative >= needed_negative:
+                negative.add(bookie)
+                problems.pop(bookie, None)
+                if len(negative) >= needed_negative:
                     nursery.cancel_scope.cancel()
             else:
-                problems.append(f"{bookie}: {response.status.name}")
+                problems[bookie] = response.status.name
 
         for bookie in bookies:
             nursery.start_soon(ask, bookie)
-    if found:
-        return found[0]
-    if negative >= needed_negative:
-        return None
-    raise LedgerRecoveryError(
-        f"ledger {ledger_id}: cannot tell whether entry {entry_id} exists "
-        f"({negative} negative answers of {needed_negative} needed; {problems})"
-    )
+    return found[0] if found else None
 
 
 async def _rewrite_entry(
