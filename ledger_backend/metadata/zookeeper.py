@@ -1,4 +1,5 @@
-"""The metadata store on a ZooKeeper ensemble, through kazoo. The only module importing kazoo.
+"""The metadata store on a ZooKeeper ensemble, through kazoo. With zk_session.py (how a session
+is opened: identity, ACL, TLS) the only modules importing kazoo.
 
 Threads. kazoo is blocking and calls back from its own threads. Every request runs in
 `trio.to_thread.run_sync` and waits at most `op_timeout_s` (then MetadataUnavailableError:
@@ -16,8 +17,10 @@ session_events() get LOST; kazoo then opens a new session, so the store stays us
 old session's ephemeral nodes are gone and their owners must re-create them.
 
 Identity and ACLs. A URL naming a digest identity (zk_url.py) authenticates the session with it
-(kazoo re-sends it after every reconnect) and creates every znode, parents and the chroot
-included, with an ACL giving that identity all permissions and nobody else any.
+(kazoo re-sends it after every reconnect; with sasl=DIGEST-MD5 kazoo runs the SASL exchange
+through pure-sasl instead) and creates every znode, parents and the chroot included, with an
+ACL giving that identity (digest:user:hash, or sasl:user) all permissions and nobody else any.
+TLS (tls=true) wraps every connection, verified against the URL's CA file.
 `secure_tree()` puts that ACL on the nodes of an existing cluster (`ledgerwire cluster secure`).
 
 This module must never block the Trio thread, and never let a kazoo exception escape
@@ -37,7 +40,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
-from kazoo.security import ACL, make_digest_acl
+from kazoo.security import ACL
 
 from .store import (
     BadVersionError,
@@ -62,7 +65,8 @@ from .store import (
     parse_counter,
     validate_path,
 )
-from .zk_url import DigestIdentity, parse_zk_url, zk_identity
+from .zk_session import connect, session_args, stop_client
+from .zk_url import parse_zk_url, zk_identity, zk_transport
 
 __all__ = ["PROJECT_ROOT", "ZooKeeperMetadataStore", "open_zookeeper", "parse_zk_url"]
 
@@ -501,7 +505,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._sessions.close()
         self.client.remove_listener(self._on_kazoo_state)
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(_stop_client, self.client)
+            await trio.to_thread.run_sync(stop_client, self.client)
 
 
 def _first_failure(results: list[Any]) -> BaseException | None:
@@ -513,61 +517,21 @@ def _first_failure(results: list[Any]) -> BaseException | None:
     return failures[0] if failures else None
 
 
-def _stop_client(client: KazooClient) -> None:
-    try:
-        client.stop()
-    finally:
-        client.close()
-
-
-def _identity_args(identity: DigestIdentity | None) -> dict[str, Any]:
-    """kazoo's session authentication and default ACL for a digest identity."""
-    if identity is None:
-        return {}
-    return {
-        "auth_data": [("digest", f"{identity.user}:{identity.password}")],
-        "default_acl": [make_digest_acl(identity.user, identity.password, all=True)],
-    }
-
-
-def _start_client(hosts: str, session_timeout_s: float, connect_timeout_s: float,
-                  identity: DigestIdentity | None) -> KazooClient:  # fmt: skip
-    client = KazooClient(
-        hosts=hosts,
-        timeout=session_timeout_s,
-        connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 1.5, "max_delay": 2.0},
-        **_identity_args(identity),
-    )
-    try:
-        client.start(timeout=connect_timeout_s)
-    except BaseException:
-        _stop_client(client)
-        raise
-    return client
-
-
-def _connect(hosts: str, chroot: str, session_timeout_s: float, connect_timeout_s: float,
-             identity: DigestIdentity | None) -> KazooClient:  # fmt: skip
-    if chroot:
-        # the chroot must exist before a chrooted client can use it
-        setup = _start_client(hosts, session_timeout_s, connect_timeout_s, identity)
-        try:
-            setup.ensure_path(chroot)
-        finally:
-            _stop_client(setup)
-    return _start_client(hosts + chroot, session_timeout_s, connect_timeout_s, identity)
-
-
 async def open_zookeeper(url: str) -> ZooKeeperMetadataStore:
     """Connect to the ensemble in url ("zk://h1:2181,h2:2181/chroot?session_timeout_s=10")."""
     hosts, chroot, options = parse_zk_url(url)
     identity = zk_identity(url)
+    transport = zk_transport(url)
     session_timeout_s = options.get("session_timeout_s", DEFAULT_SESSION_TIMEOUT_S)
     op_timeout_s = options.get("op_timeout_s", DEFAULT_OP_TIMEOUT_S)
     connect_timeout_s = max(op_timeout_s, 1.0)
     try:
+        args = session_args(identity, transport)
+    except OSError as exc:  # a TLS file missing or unusable (ssl.SSLError is an OSError)
+        raise MetadataError(f"ZooKeeper TLS files in the metadata URL: {exc}") from exc
+    try:
         client = await trio.to_thread.run_sync(
-            _connect, hosts, chroot, session_timeout_s, connect_timeout_s, identity
+            connect, hosts, chroot, session_timeout_s, connect_timeout_s, args
         )
     except (kz.NoAuthError, kz.AuthFailedError) as exc:
         raise _map_error(exc, f"ZooKeeper at {hosts}{chroot}") from exc

@@ -5,7 +5,9 @@
 secret (bookies refuse unauthenticated connections) and a ledger password (brokers' ledgers take
 adds, fences and recovery adds only with its key; the bookies' auto-recovery has it too), and
 the metadata URL names a ZooKeeper digest identity in an auth_file (every znode closed to
-other clients).
+other clients).  `zk_sasl_tls=True` (with secure) has that identity log in with SASL DIGEST-MD5
+over ZooKeeper's TLS port instead, with client certificates from a throwaway CA (the server
+keeps its plain port for readiness checks and the tests' anonymous clients).
 
 Synchronous (plain subprocess), so pytest fixtures, confluent-kafka code and the benchmark
 scripts can all drive it.  Processes can be SIGKILLed, SIGSTOPped and SIGCONTed by the tests.
@@ -27,7 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "tests") not in sys.path:
     sys.path.insert(0, str(REPO / "tests"))
 
-from support.zookeeper import ZooKeeperServer  # noqa: E402
+from support.pki import issue, make_ca  # noqa: E402
+from support.zookeeper import ServerTls, ZooKeeperServer  # noqa: E402
 
 
 def free_port() -> int:
@@ -123,7 +126,7 @@ class Cluster:
                  partitions: int = 6, bundles: int = 16, lost_bookie_delay_s: float = 2.0,
                  open_ledger_grace_s: float = 4.0, autorecovery: bool = True,
                  fsync: bool = False, broker_args: list[str] | None = None,
-                 rocketmq: bool = False, secure: bool = False,
+                 rocketmq: bool = False, secure: bool = False, zk_sasl_tls: bool = False,
                  handback_delay_s: float | None = 0.0) -> None:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
@@ -137,8 +140,21 @@ class Cluster:
                                (self.ledger_password_file, os.urandom(12).hex())):
                 path.write_text(text + "\n")
                 path.chmod(0o600)
-        self.zk = ZooKeeperServer(base / "zk")
         (base / "zk").mkdir(exist_ok=True)
+        self.zk_tls_query = ""
+        if zk_sasl_tls:
+            assert secure, "zk_sasl_tls secures a secure cluster's ZooKeeper"
+            user, _, password = self.zk_auth_file.read_text().strip().partition(":")
+            (base / "pki").mkdir(exist_ok=True)
+            ca = make_ca(base / "pki")
+            server = issue(base / "pki", ca, "zk", "/CN=localhost", "DNS:localhost,IP:127.0.0.1")
+            client = issue(base / "pki", ca, "ledgerwire", "/CN=ledgerwire")
+            self.zk = ZooKeeperServer(base / "zk", sasl_users={user: password},
+                                      tls=ServerTls(server[0], server[1], ca[0]))
+            self.zk_tls_query = (f"&sasl=DIGEST-MD5&tls=true&tls_cafile={ca[0]}"
+                                 f"&tls_certfile={client[0]}&tls_keyfile={client[1]}")
+        else:
+            self.zk = ZooKeeperServer(base / "zk")
         self.quorum = quorum
         self.session_timeout_s = session_timeout_s
         self.partitions = partitions
@@ -166,7 +182,10 @@ class Cluster:
     @property
     def metadata_url(self) -> str:
         url = self.zk.store_url("/ledgerwire-test", session_timeout_s=self.session_timeout_s)
-        return url + (f"&auth_file={self.zk_auth_file}" if self.secure else "")
+        if self.zk_tls_query:
+            url = url.replace(self.zk.connect_string, self.zk.secure_connect_string)
+        return url + (f"&auth_file={self.zk_auth_file}{self.zk_tls_query}" if self.secure
+                      else "")
 
     @property
     def secret_args(self) -> list[str]:

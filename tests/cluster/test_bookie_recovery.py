@@ -2,8 +2,10 @@
 change, re-replication (automatic, or `ledgerwire recover` by hand) restores two copies of
 every entry on the remaining bookies, and every entry stays readable after a second bookie
 is killed. The automatic case runs on an open and on a secured cluster (bookie secret, ledger
-password and ZooKeeper ACLs): there, re-replication presents the ledgers' keys, and an
-anonymous bookie client and an anonymous kazoo client get nothing."""
+password, ZooKeeper ACLs for an identity that logs in with SASL DIGEST-MD5 over ZooKeeper's TLS
+port with client certificates: brokers, bookies, auto-recovery and the CLI): there,
+re-replication presents the ledgers' keys, and an anonymous bookie client and an anonymous
+kazoo client (or one with the cluster's password in the digest scheme) get nothing."""
 
 from __future__ import annotations
 
@@ -58,12 +60,15 @@ def _assert_closed_to_strangers(cluster: Cluster) -> None:
     anonymous = KazooClient(hosts=cluster.zk.connect_string, timeout=10)
     anonymous.start(timeout=20)
     try:
-        for path in ("/ledgerwire-test/ledgerwire/ledgers", "/ledgerwire-test/ledgerwire"):
-            try:
-                anonymous.get_children(path)
-                raise AssertionError(f"{path} is readable without the cluster identity")
-            except kz.NoAuthError:
-                pass
+        for attempt in ("anonymous", "digest with the cluster's password"):
+            if attempt != "anonymous":  # the nodes belong to sasl:<user>, not digest:<user>
+                anonymous.add_auth("digest", cluster.zk_auth_file.read_text().strip())
+            for path in ("/ledgerwire-test/ledgerwire/ledgers", "/ledgerwire-test/ledgerwire"):
+                try:
+                    anonymous.get_children(path)
+                    raise AssertionError(f"{path} is readable {attempt}")
+                except kz.NoAuthError:
+                    pass
     finally:
         anonymous.stop()
         anonymous.close()
@@ -72,7 +77,8 @@ def _assert_closed_to_strangers(cluster: Cluster) -> None:
 @pytest.mark.parametrize("secure", [False, True], ids=["open", "secured"])
 def test_auto_recovery_after_bookie_loss(tmp_path: Path, secure: bool) -> None:
     with Cluster(tmp_path / "c", bookies=4, brokers=1, partitions=PARTITIONS,
-                 lost_bookie_delay_s=1.0, open_ledger_grace_s=3.0, secure=secure) as cluster:
+                 lost_bookie_delay_s=1.0, open_ledger_grace_s=3.0, secure=secure,
+                 zk_sasl_tls=secure) as cluster:
         secret = cluster.bookie_secret_file if secure else None
         create_topic(cluster.bootstrap, TOPIC, PARTITIONS)
         run = ProduceRun(cluster.bootstrap, TOPIC, "auto").start()

@@ -11,7 +11,6 @@ With ssl_client_auth required a client without a certificate does not get in at 
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tests.support.pki import issue, make_ca
 from tests.support.security_stack import produce
 from tests.support.standalone import Standalone
 
@@ -36,34 +36,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RULES = '["RULE:^CN=([a-z]+),OU=people,O=ledgerwire$/$1/L", "DEFAULT"]'
 BOB = "User:CN=bob,OU=robots,O=ledgerwire"
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def make_ca(directory: Path) -> tuple[Path, Path]:
-    ca, key = directory / "ca.pem", directory / "ca-key.pem"
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(ca), "-days", "2",
-            "-subj", "/CN=ledgerwire test CA")
-    return ca, key
-
-
-def issue(directory: Path, ca: tuple[Path, Path], name: str, subject: str,
-          san: str | None = None) -> tuple[Path, Path]:
-    cert, key, csr = (directory / f"{name}.pem", directory / f"{name}-key.pem",
-                      directory / f"{name}.csr")
-    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", subject)
-    extra: list[str] = []
-    if san is not None:
-        ext = directory / f"{name}.ext"
-        ext.write_text(f"subjectAltName={san}\n")
-        extra = ["-extfile", str(ext)]
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
-            "-CAcreateserial", "-out", str(cert), "-days", "2", *extra)
-    return cert, key
 
 
 @pytest.fixture(scope="module")

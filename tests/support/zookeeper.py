@@ -6,6 +6,12 @@ ready when the `srvr` four-letter word answers with a `Mode:` line (`ruok` answe
 server accepts sessions). `stop()` then `start()` restarts it on the same port and data
 directory, which is how tests provoke connection loss and session expiry.
 
+Secured variants: `sasl_users={"lw": "pw"}` writes a JAAS file whose Server section holds those
+DIGEST-MD5 users and turns on ZooKeeper's SASL authentication provider; `tls=ServerTls(...)`
+serves a TLS port (`secure_port`, Netty, PEM key store and trust store, client certificates
+required unless client_auth says otherwise) beside the plain one, which stays for readiness
+checks and for the tests' anonymous clients.
+
 Synchronous on purpose (usable from plain pytest fixtures). It must never touch a ZooKeeper it
 did not start, nor leave its JVM running: `stop()` / the context manager exit always reap it.
 """
@@ -17,10 +23,22 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["ZooKeeperServer", "expire_session", "four_letter_word", "pyspark_jars_dir"]
+__all__ = ["ServerTls", "ZooKeeperServer", "expire_session", "four_letter_word",
+           "pyspark_jars_dir"]
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The server's TLS files: its certificate chain and key (PEM), the CA it trusts."""
+
+    certfile: Path
+    keyfile: Path
+    cafile: Path
+    client_auth: str = "need"  # ZooKeeper's ssl.clientAuth: none, want or need
 
 
 def pyspark_jars_dir() -> Path:
@@ -67,6 +85,8 @@ class ZooKeeperServer:
         tick_ms: int = 500,
         start_timeout_s: float = 60.0,
         max_heap: str = "256m",
+        sasl_users: dict[str, str] | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.base_dir = Path(tmp_dir)
         self.data_dir = self.base_dir / "zk-data"
@@ -77,11 +97,21 @@ class ZooKeeperServer:
         self.tick_ms = tick_ms
         self.start_timeout_s = start_timeout_s
         self.max_heap = max_heap
+        self.sasl_users = dict(sasl_users or {})
+        self.tls = tls
+        self.secure_port = _free_loopback_port() if tls is not None else None
+        self.jaas_path = self.base_dir / "zk-jaas.conf"
+        self.keystore_path = self.base_dir / "zk-keystore.pem"
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def connect_string(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def secure_connect_string(self) -> str:
+        assert self.secure_port is not None, "a server started without tls"
+        return f"{self.host}:{self.secure_port}"
 
     def store_url(self, chroot: str = "", **options: float) -> str:
         """A metadata store URL for this server: "zk://127.0.0.1:PORT/chroot?opt=value"."""
@@ -108,10 +138,31 @@ class ZooKeeperServer:
             "forceSync=no",
             "autopurge.purgeInterval=0",
         ]
+        if self.sasl_users:
+            users = "".join(f'    user_{name}="{password}"\n'
+                            for name, password in self.sasl_users.items())
+            self.jaas_path.write_text("Server {\n"
+                                      "    org.apache.zookeeper.server.auth.DigestLoginModule "
+                                      f"required\n{users.rstrip()};\n}};\n")
+            lines.append("authProvider.sasl="
+                         "org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+        if self.tls is not None:
+            # the key store is one PEM file holding the key and the certificate chain
+            self.keystore_path.write_text(self.tls.keyfile.read_text()
+                                          + self.tls.certfile.read_text())
+            lines += [
+                f"secureClientPort={self.secure_port}",
+                f"secureClientPortAddress={self.host}",
+                f"ssl.keyStore.location={self.keystore_path}",
+                "ssl.keyStore.type=PEM",
+                f"ssl.trustStore.location={self.tls.cafile}",
+                "ssl.trustStore.type=PEM",
+                f"ssl.clientAuth={self.tls.client_auth}",
+            ]
         self.config_path.write_text("\n".join(lines) + "\n")
 
     def _command(self) -> list[str]:
-        return [
+        command = [
             "java",
             f"-Xmx{self.max_heap}",
             "-Xms32m",
@@ -120,11 +171,15 @@ class ZooKeeperServer:
             "-Dzookeeper.admin.enableServer=false",
             "-Dzookeeper.jmx.log4j.disable=true",
             "-Dlog4j2.level=WARN",
-            "-cp",
-            str(pyspark_jars_dir() / "*"),
-            "org.apache.zookeeper.server.ZooKeeperServerMain",
-            str(self.config_path),
         ]
+        if self.sasl_users:
+            command.append(f"-Djava.security.auth.login.config={self.jaas_path}")
+        if self.tls is not None:
+            command.append("-Dzookeeper.serverCnxnFactory="
+                           "org.apache.zookeeper.server.NettyServerCnxnFactory")
+        return command + ["-cp", str(pyspark_jars_dir() / "*"),
+                          "org.apache.zookeeper.server.ZooKeeperServerMain",
+                          str(self.config_path)]
 
     def start(self) -> ZooKeeperServer:
         """Start the server (same port and data dir as before) and wait until it serves."""
