@@ -65,6 +65,7 @@ from gateway.process.standalone import (
     topic_service_config,
 )
 from gateway.rocketmq.cluster import ClusterRocketMQ
+from gateway.rocketmq.cluster_grpc import ClusterGrpc
 from gateway.security.quota_store import QuotaStore
 from gateway.topics.offload_service import offloader_from_config
 from gateway.topics.quorums import QuorumPolicyFactory
@@ -321,6 +322,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         background.start_soon(watch_capacity, store, config.storage.ensemble_size)
         stack.push_async_callback(groups.stop_all)
         rocketmq: ClusterRocketMQ | None = None
+        rocketmq_grpc: ClusterGrpc | None = None
         if config.rocketmq.enabled:  # one RocketMQ broker per bundle (gateway/rocketmq/cluster.py)
             rocketmq = ClusterRocketMQ(config.rocketmq, topics, ownership, store, factory,
                                        system_ledger_config(config),
@@ -328,6 +330,12 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             hooks.add_extension(rocketmq)  # per-bundle offsets, delay and transaction services
             ownership.registration_extra.update(rocketmq.registration())
             stack.push_async_callback(rocketmq.close)
+            if config.rocketmq.grpc_listener:  # RocketMQ 5: bundle b on the gRPC base + b
+                rocketmq_grpc = ClusterGrpc(config.rocketmq, rocketmq, factory,
+                                            system_ledger_config(config))
+                hooks.add_extension(rocketmq_grpc)  # released before the bundle's offsets
+                ownership.registration_extra.update(rocketmq_grpc.registration())
+                stack.push_async_callback(rocketmq_grpc.close)
         transactions = setup_cluster_transactions(
             stack, store, factory, system_ledger_config(config), topics, groups, ownership,
             hooks, background, k.broker_id, peer_security=security.peers)
@@ -368,6 +376,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             ownership.me = BrokerEndpoint(k.broker_id, adv_host, broker.advertised_port)
             if rocketmq is not None:  # bundle ports now; its name server once registered
                 await rocketmq.serve(servers, name_server=False)
+                if rocketmq_grpc is not None:
+                    await rocketmq_grpc.serve(servers, background)
                 background.start_soon(rocketmq.run)
             admin.kafka_address = f"{adv_host}:{broker.advertised_port}"
             # Up before registration, so that /ready says 503 while the broker joins.

@@ -425,6 +425,16 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
             return None  # the owner serves no RocketMQ (or we have not read it yet)
         return f"{doc['host']}:{int(doc['base_port']) + bundle}"
 
+    def owner_registration(self, bundle: int, key: str, mine: dict[str, object]) -> object:
+        """What `bundle`'s owner published under `key` in its live node (`mine` when this
+        broker owns it; None when no owner is known)."""
+        owner = self.ownership.bundle_owner(bundle)
+        if owner is None:
+            return None
+        if owner.node_id == self.ownership.me.node_id:
+            return mine.get(key)
+        return self._registrations.get(owner.node_id, {}).get(key)
+
     async def refresh_registrations(self) -> None:
         self._registrations = await read_live_registrations(self._store)
 

@@ -42,6 +42,7 @@ from protocols.rocketmq.errors import MessageIllegalError, TopicNotExistError
 from protocols.rocketmq.grpc.backend import (
     Caller,
     MessagingBackend,
+    QueueRoute,
     ReceiveRequest,
     SendResult,
     TelemetrySink,
@@ -70,6 +71,7 @@ from protocols.rocketmq.topic_names import RETRY_PREFIX, to_storage
 
 log = logging.getLogger("ledgerwire.rocketmq.grpc")
 
+STANDALONE_BROKER_NAME = "ledgerwire"  # the one broker of a standalone's 5.x routes
 TXN_GROUP_PREFIX = "%GRPC_TXN%"  # a topic's 5.x transactional producers, as a 4.x group
 COMMIT, ROLLBACK = 8, 12
 _connection_ids = itertools.count(1 << 40)
@@ -179,6 +181,7 @@ class GrpcBackend(MessagingBackend):
 
     # ---- routes -------------------------------------------------------------------------
     async def queue_count(self, topic: str, *, create: bool) -> int:
+        """The topic's queue count on this broker (auto-created when `create` allows)."""
         try:
             return (await find_topic(self.broker, topic)).partitions
         except TopicNotExistError:
@@ -187,6 +190,11 @@ class GrpcBackend(MessagingBackend):
                 raise
         info = await self.broker.ensure_topic(to_storage(topic), cfg.default_queue_nums)
         return info.partitions
+
+    async def routes(self, topic: str, *, create: bool) -> list[QueueRoute]:
+        host, port = self._advertised
+        return [QueueRoute(STANDALONE_BROKER_NAME, host, port,
+                           await self.queue_count(topic, create=create))]
 
     # ---- sends --------------------------------------------------------------------------
     async def send(self, caller: Caller, messages: list[OutgoingMessage]) -> list[SendResult]:

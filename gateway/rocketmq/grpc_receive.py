@@ -33,8 +33,9 @@ from collections.abc import Callable
 
 import trio
 
-from gateway.delivery.delivery_service import DeliveryService
+from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
 from gateway.delivery.delivery_state import AckBatch, AckType, AcquiredRange, DeliverySettings
+from gateway.rocketmq.bundle_logs import BundleNotServedError
 from gateway.rocketmq.service import RocketMQBroker
 from protocols.kafka.record_batch import Record, parse_header
 from protocols.rocketmq.grpc.backend import Caller, ReceiveRequest
@@ -93,16 +94,21 @@ class GrpcReceiver:
             for group, topic, queue_id in sorted(dirty):
                 try:
                     await self._commit_progress(group, topic, queue_id)
+                except (BundleNotServedError, NotOwnedError):
+                    pass  # a cluster bundle moved away: its new owner follows from its state
                 except Exception:  # noqa: BLE001 - a storage fault: next time
                     log.warning("%s: offset of %s-%d not committed yet", group, topic, queue_id)
                     self._progress_dirty.add((group, topic, queue_id))
             await trio.sleep(FOLLOW_INTERVAL_S)
 
     @staticmethod
-    def build_delivery(broker: RocketMQBroker, factory: object, config: object) -> DeliveryService:
+    def build_delivery(broker: RocketMQBroker, factory: object, config: object, *,
+                       ledger_name: Callable[[str, int], str] = pop_ledger_name,
+                       owns: Callable[[str, int], bool] | None = None) -> DeliveryService:
         """The engine instance RocketMQ 5 consumers use: its own ledgers, and per group a
         delivery limit two past the max attempts (the extra acquisitions are the dead-letter
-        step, taken again if a crash interrupts it)."""
+        step, taken again if a crash interrupts it).  A cluster's bundle names its logs after
+        the storage partition and serves only while it owns the bundle (`owns`)."""
 
         def settings_for(group: str) -> DeliverySettings:
             return DeliverySettings(lock_duration_ms=30_000,
@@ -110,7 +116,7 @@ class GrpcReceiver:
                                     max_in_flight=20_000)
 
         return DeliveryService(factory, config, settings_for=settings_for,  # type: ignore[arg-type]
-                               ledger_name=pop_ledger_name)
+                               ledger_name=ledger_name, owns=owns)
 
     def max_attempts(self, group: str) -> int:
         return _max_attempts(self.broker, group)

@@ -178,6 +178,7 @@ class Cluster:
         self.rocketmq = rocketmq
         self.rocketmq_base_ports: dict[int, int] = {}  # bundle b on base + b
         self.name_server_ports: dict[int, int] = {}
+        self.grpc_base_ports: dict[int, int] = {}  # RocketMQ 5: bundle b on base + b
 
     @property
     def metadata_url(self) -> str:
@@ -257,8 +258,17 @@ class Cluster:
         base = self.rocketmq_base_ports.get(node_id) or free_port_range(self.bundles)
         ns = self.name_server_ports.get(node_id) or free_port()
         self.rocketmq_base_ports[node_id], self.name_server_ports[node_id] = base, ns
+        grpc = self.grpc_base_ports.get(node_id) or 0
+        while not grpc or abs(grpc - base) < self.bundles:  # ranges picked now, bound later
+            grpc = free_port_range(self.bundles)
+        self.grpc_base_ports[node_id] = grpc
         return ["--rocketmq", "--rocketmq-broker-listener", f"127.0.0.1:{base}",
-                "--rocketmq-name-server-listener", f"127.0.0.1:{ns}"]
+                "--rocketmq-name-server-listener", f"127.0.0.1:{ns}",
+                "--rocketmq-grpc-listener", f"127.0.0.1:{grpc}"]
+
+    def grpc_endpoint(self, node_id: int, bundle: int = 0) -> str:
+        """The RocketMQ 5 (gRPC) port of `bundle` on broker `node_id` (routes on any)."""
+        return f"127.0.0.1:{self.grpc_base_ports[node_id] + bundle}"
 
     def name_server(self, node_id: int) -> str:
         return f"127.0.0.1:{self.name_server_ports[node_id]}"

@@ -215,10 +215,80 @@ def bench_receive(args: argparse.Namespace) -> None:
     emit(rate=got / elapsed, received=got)
 
 
+def send_until_acked(producer: Producer, args: argparse.Namespace, body: str) -> None:
+    """Send one message until acknowledged (a cluster broker may die under the producer)."""
+    deadline = time.time() + args.max_seconds
+    while True:
+        m = Message()
+        m.topic, m.body, m.keys = args.topic, body.encode(), body
+        try:
+            receipt = producer.send(m)
+            emit(sent=body, message_id=receipt.message_id)
+            return
+        except Exception as exc:  # noqa: BLE001 - retried; the test counts the failures
+            emit(failed=body, error=type(exc).__name__)
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def produce_phases(args: argparse.Namespace) -> None:
+    """`count` messages "<prefix>-before-i", then (after a line on stdin) `count` more
+    "<prefix>-after-i" with the same producer, each sent until acknowledged."""
+    producer = Producer(config(args), (args.topic,))
+    producer.startup()
+    try:
+        for phase in ("before", "after"):
+            if phase == "after":
+                sys.stdin.readline()
+            for i in range(args.count):
+                send_until_acked(producer, args, f"{args.prefix}-{phase}-{i}")
+            emit(phase=phase)
+    finally:
+        producer.shutdown()
+
+
+def receive_tolerant(args: argparse.Namespace) -> None:
+    """Receive until `expect` distinct bodies came (errors of a dying broker are retried);
+    acknowledge only those whose index (the number after the last '-') is even when
+    --ack-even, else all; linger a little for redeliveries that must not come."""
+    consumer = SimpleConsumer(config(args), args.consumer_group,
+                              {args.topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    seen: set[str] = set()
+    deadline = time.time() + args.max_seconds
+    linger_until = None
+    try:
+        while time.time() < deadline and (linger_until is None or time.time() < linger_until):
+            try:
+                messages = consumer.receive(args.batch, args.invisible_s) or []
+            except Exception as exc:  # noqa: BLE001 - a dead endpoint in the routes
+                emit(error=type(exc).__name__)
+                time.sleep(0.5)
+                continue
+            for m in messages:
+                body = m.body.decode()
+                acked = not args.ack_even or int(body.rsplit("-", 1)[1]) % 2 == 0
+                if acked:
+                    try:
+                        consumer.ack(m)
+                    except Exception as exc:  # noqa: BLE001 - it comes back: acked later
+                        emit(ack_failed=body, error=type(exc).__name__)
+                        acked = False
+                emit(body=body, attempt=m.delivery_attempt, acked=acked)
+                seen.add(body)
+            if len(seen) >= args.expect and linger_until is None:
+                linger_until = time.time() + args.linger_s
+    finally:
+        consumer.shutdown()
+    emit(done=len(seen))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("command", choices=["produce", "transaction", "receive", "bench-send",
-                                        "bench-receive", "fifo-check", "push"])
+                                        "bench-receive", "fifo-check", "push",
+                                        "produce-phases", "receive-tolerant"])
     p.add_argument("--endpoint", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--ak", default="")
@@ -241,10 +311,12 @@ def main() -> None:
     p.add_argument("--action", choices=["ack", "none", "invisible"], default="ack")
     p.add_argument("--max-seconds", type=float, default=30.0)
     p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--ack-even", action="store_true")
     args = p.parse_args()
     {"produce": produce, "transaction": transaction, "receive": receive,
      "bench-send": bench_send, "bench-receive": bench_receive,
-     "fifo-check": fifo_check, "push": push}[args.command](args)
+     "fifo-check": fifo_check, "push": push, "produce-phases": produce_phases,
+     "receive-tolerant": receive_tolerant}[args.command](args)
 
 
 if __name__ == "__main__":

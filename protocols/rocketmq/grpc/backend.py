@@ -36,6 +36,16 @@ class SendResult:
 
 
 @dataclass(frozen=True)
+class QueueRoute:
+    """One broker's share of a topic's queues: ids 0..queues-1 served at host:port."""
+
+    broker_name: str
+    host: str
+    port: int
+    queues: int
+
+
+@dataclass(frozen=True)
 class ReceiveRequest:
     group: str
     topic: str
@@ -63,7 +73,10 @@ class MessagingBackend(Protocol):
 
     def topic_exists(self, topic: str) -> bool: ...
 
-    async def queue_count(self, topic: str, *, create: bool) -> int: ...
+    async def routes(self, topic: str, *, create: bool) -> list[QueueRoute]:
+        """Where the topic's queues are served now (a cluster: each owning broker's endpoint);
+        `create` auto-creates a missing topic as a producer's first route query does."""
+        ...
 
     async def send(self, caller: Caller, messages: list[OutgoingMessage]) -> list[SendResult]: ...
 

@@ -30,7 +30,7 @@ from protocols.rocketmq.grpc.auth import (
     needs_write,
     topic_need,
 )
-from protocols.rocketmq.grpc.backend import Caller, MessagingBackend, ReceiveRequest
+from protocols.rocketmq.grpc.backend import Caller, MessagingBackend, QueueRoute, ReceiveRequest
 from protocols.rocketmq.grpc.errors import RpcFailure, failure_of
 from protocols.rocketmq.grpc.messages import (
     duration_millis,
@@ -81,15 +81,17 @@ def status_of(failure: RpcFailure) -> pb.Status:
     return pb.Status(code=failure.code, message=failure.message)  # type: ignore[arg-type]
 
 
-def _queues(backend: MessagingBackend, topic: str, namespace: str,
-            count: int) -> list[pb.MessageQueue]:
-    host, port = backend.endpoint()
-    scheme = pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME
-    broker = pb.Broker(name="ledgerwire", id=0, endpoints=pb.Endpoints(
-        scheme=scheme, addresses=[pb.Address(host=host, port=port)]))
-    return [pb.MessageQueue(topic=pb.Resource(resource_namespace=namespace, name=topic), id=i,
-                            permission=pb.READ_WRITE, broker=broker,
-                            accept_message_types=ACCEPTED_TYPES) for i in range(count)]
+def _queues(routes: list[QueueRoute], topic: str, namespace: str) -> list[pb.MessageQueue]:
+    out: list[pb.MessageQueue] = []
+    for route in routes:
+        scheme = pb.IPv4 if route.host.replace(".", "").isdigit() else pb.DOMAIN_NAME
+        broker = pb.Broker(name=route.broker_name, id=0, endpoints=pb.Endpoints(
+            scheme=scheme, addresses=[pb.Address(host=route.host, port=route.port)]))
+        out.extend(pb.MessageQueue(topic=pb.Resource(resource_namespace=namespace, name=topic),
+                                   id=i, permission=pb.READ_WRITE, broker=broker,
+                                   accept_message_types=ACCEPTED_TYPES)
+                   for i in range(route.queues))
+    return out
 
 
 async def query_route(backend: MessagingBackend, caller: Caller,
@@ -97,9 +99,9 @@ async def query_route(backend: MessagingBackend, caller: Caller,
     topic = req.topic.name
     backend.authorize(caller, needs_describe(topic) if backend.topic_exists(topic)
                       else [create_need(topic)])
-    count = await backend.queue_count(topic, create=True)
+    routes = await backend.routes(topic, create=True)
     return spb.QueryRouteResponse(status=ok(), message_queues=_queues(
-        backend, topic, req.topic.resource_namespace, count))
+        routes, topic, req.topic.resource_namespace))
 
 
 async def query_assignment(backend: MessagingBackend, caller: Caller,
@@ -108,8 +110,8 @@ async def query_assignment(backend: MessagingBackend, caller: Caller,
     # every member is assigned every queue, as RocketMQ 5's pop mode does.
     topic = req.topic.name
     backend.authorize(caller, [topic_need(topic, OP_DESCRIBE), group_need(req.group.name, OP_READ)])
-    count = await backend.queue_count(topic, create=False)
-    queues = _queues(backend, topic, req.topic.resource_namespace, count)
+    queues = _queues(await backend.routes(topic, create=False), topic,
+                     req.topic.resource_namespace)
     return spb.QueryAssignmentResponse(status=ok(),
                                        assignments=[pb.Assignment(message_queue=q) for q in queues])
 

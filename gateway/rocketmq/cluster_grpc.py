@@ -1,0 +1,219 @@
+"""RocketMQ 5 (gRPC) in a cluster broker: bundle b's queues on the gRPC port `base + b`.
+
+As for 4.x (gateway/rocketmq/cluster.py), each ownership bundle is one RocketMQ broker
+("<cluster>-b<b>"), and every cluster broker binds the gRPC ports base..base+bundles-1 at start
+(`[rocketmq] grpc_listener` is the base port).  A call on port base+b is served by bundle b's
+`BundleBroker` (sends, delays, transactions, offsets) and by b's own delivery engine (receive,
+ack, invisibility), whose state logs are named after the storage partition, as a standalone's
+are, and live with the bundle: opened (fencing the earlier owner) on first use by b's owner,
+unloaded when b is released.
+
+Routes: QueryRoute and QueryAssignment, asked on any port of any broker, list every bundle's
+queues with the gRPC endpoint of the bundle's owner (read from the live registrations, where
+each broker publishes its gRPC host and base port).  A bundle with no known owner is left out
+until it has one.
+
+A call that reaches a broker not owning the port's bundle (a client's route is refreshed every
+30 s; a bundle moved or its owner died) is answered INTERNAL_SERVER_ERROR "not served here": the
+5.x producer then retries the send on its next queue, consumers try again, and the next route
+refresh sends them to the owner.  Not forwarded (yet).  Receipts handed out by an earlier owner
+are no longer valid after a move; their records come back after the invisible duration from the
+new owner's durable state (redelivery, never loss).
+
+This module must never serve a queue of a bundle this broker does not own, nor answer a send
+before the bundle broker made it durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, TypeVar
+
+import trio
+
+from gateway.config.settings import RocketMQConfig, parse_host_port
+from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
+from gateway.rocketmq.bundle_logs import BundleNotServedError
+from gateway.rocketmq.cluster import ClusterRocketMQ
+from gateway.rocketmq.grpc_backend import GrpcBackend, guard_for_grpc
+from gateway.rocketmq.grpc_listener import serve_rocketmq_grpc
+from gateway.rocketmq.grpc_receive import GrpcReceiver, pop_ledger_name
+from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from protocols.rocketmq.access import RocketMQGuard
+from protocols.rocketmq.grpc.auth import principal_of
+from protocols.rocketmq.grpc.backend import Caller, QueueRoute, ReceiveRequest, SendResult
+from protocols.rocketmq.grpc.errors import RpcFailure
+from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage
+from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
+from protocols.rocketmq.topic_names import to_storage
+
+log = logging.getLogger("ledgerwire.rocketmq.grpc")
+
+REGISTRATION_KEY = "rocketmq_grpc"
+_WILDCARD = ("", "0.0.0.0", "::")
+T = TypeVar("T")
+
+
+def not_served(exc: BaseException) -> RpcFailure:
+    """What a call on a bundle owned elsewhere is answered (a code 5.x clients retry)."""
+    return RpcFailure(pb.INTERNAL_SERVER_ERROR,
+                      f"{exc}: not served by this broker now; the next route refresh finds "
+                      "the owner")
+
+
+@asynccontextmanager
+async def _served() -> AsyncIterator[None]:
+    try:
+        yield
+    except (BundleNotServedError, NotOwnedError) as exc:
+        raise not_served(exc) from exc
+
+
+def _principal(metadata: dict[str, str], conn: Any, *, guard: RocketMQGuard | None) -> str:
+    return principal_of(metadata, conn, guard)
+
+
+class ClusterGrpcBackend(GrpcBackend):
+    """Bundle b's MessagingBackend: routes for the whole cluster, calls for b only."""
+
+    def __init__(self, grpc: ClusterGrpc, bundle: int, receiver: GrpcReceiver) -> None:
+        side = grpc.side
+        broker = side.brokers[bundle]
+        super().__init__(broker, receiver,  # type: ignore[arg-type]  # a BrokerLike
+                         (grpc.advertised_host, grpc.base_port + bundle),
+                         guard_for_grpc(side.acl))  # type: ignore[arg-type]
+        self._grpc = grpc
+        self.bundle = bundle
+
+    async def routes(self, topic: str, *, create: bool) -> list[QueueRoute]:
+        await self.queue_count(topic, create=create)  # exists (or is made) with its queues
+        side = self._grpc.side
+        info = side.topics.topics().get(to_storage(topic))
+        if info is None:
+            return []
+        out = []
+        for b in range(side.queue_map.bundles):
+            count = side.queue_map.queue_count(info.name, info.partitions, b)
+            address = self._grpc.address_of(b)
+            if count and address is not None:
+                out.append(QueueRoute(side.queue_map.broker_name(b), *address, count))
+        return out
+
+    async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        async with _served():
+            return await fn(*args)
+
+    async def send(self, caller: Caller, messages: list[OutgoingMessage]) -> list[SendResult]:
+        return await self._call(super().send, caller, messages)
+
+    async def end_transaction(self, caller: Caller, topic: str, message_id: str,
+                              transaction_id: str, commit: bool) -> None:
+        await self._call(super().end_transaction, caller, topic, message_id, transaction_id,
+                         commit)
+
+    async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]:
+        return await self._call(super().receive, caller, request)
+
+    async def ack(self, caller: Caller, group: str, topic: str,
+                  handles: list[str]) -> list[Exception | None]:
+        refusals = await self._call(super().ack, caller, group, topic, handles)
+        return [not_served(r) if isinstance(r, BundleNotServedError | NotOwnedError) else r
+                for r in refusals]
+
+    async def change_invisible(self, caller: Caller, group: str, topic: str, handle: str,
+                               invisible_ms: int) -> str:
+        return await self._call(super().change_invisible, caller, group, topic, handle,
+                                invisible_ms)
+
+    async def forward_to_dead_letter(self, caller: Caller, group: str, topic: str,
+                                     handle: str) -> None:
+        await self._call(super().forward_to_dead_letter, caller, group, topic, handle)
+
+    async def get_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return await self._call(super().get_offset, group, topic, queue_id)
+
+    async def update_offset(self, caller: Caller, group: str, topic: str, queue_id: int,
+                            offset: int) -> None:
+        await self._call(super().update_offset, caller, group, topic, queue_id, offset)
+
+    async def query_offset(self, topic: str, queue_id: int, policy: int,
+                           timestamp_ms: int) -> int:
+        return await self._call(super().query_offset, topic, queue_id, policy, timestamp_ms)
+
+
+class ClusterGrpc:
+    """Every bundle's gRPC port of one cluster broker (a BundleExtension: see the docstring)."""
+
+    def __init__(self, config: RocketMQConfig, side: ClusterRocketMQ,
+                 factory: ManagedLedgerFactory, ledger_config: ManagedLedgerConfig) -> None:
+        self.side = side
+        self.bind_host, self.base_port = parse_host_port(config.grpc_listener)
+        if self.base_port <= 0:
+            raise ValueError("a cluster broker needs a fixed rocketmq.grpc_listener port: "
+                             "bundle b is served on that port + b")
+        self.advertised_host = config.advertised_host or (
+            self.bind_host if self.bind_host not in _WILDCARD else "127.0.0.1")
+        self.deliveries: list[DeliveryService] = []
+        self.receivers: list[GrpcReceiver] = []
+        self.backends: list[ClusterGrpcBackend] = []
+        for b, broker in enumerate(side.brokers):
+            delivery = GrpcReceiver.build_delivery(
+                broker, factory, ledger_config,  # type: ignore[arg-type]
+                ledger_name=partial(self._ledger_name, b),
+                owns=partial(self._owns, b))
+            receiver = GrpcReceiver(broker, delivery)  # type: ignore[arg-type]
+            self.deliveries.append(delivery)
+            self.receivers.append(receiver)
+            self.backends.append(ClusterGrpcBackend(self, b, receiver))
+
+    def _owns(self, bundle: int, _topic: str, _queue_id: int) -> bool:
+        return self.side.ownership.bundle_is_local(bundle)
+
+    def _ledger_name(self, bundle: int, storage_topic: str, queue_id: int) -> str:
+        """The state log of queue `queue_id` of `bundle`: named after its partition (refused
+        unless the bundle is owned here)."""
+        return pop_ledger_name(storage_topic,
+                               self.side.partition_of(bundle, storage_topic, queue_id))
+
+    def registration(self) -> dict[str, object]:
+        return {REGISTRATION_KEY: {"host": self.advertised_host, "base_port": self.base_port}}
+
+    def address_of(self, bundle: int) -> tuple[str, int] | None:
+        """The gRPC endpoint serving `bundle` now (None: no owner known, or it serves none)."""
+        doc = self.side.owner_registration(bundle, REGISTRATION_KEY, self.registration())
+        if not isinstance(doc, dict):
+            return None
+        return str(doc["host"]), int(doc["base_port"]) + bundle
+
+    # ---- bundles --------------------------------------------------------------------------
+    async def acquired(self, bundle: int) -> None:
+        """Nothing: the first call on the bundle loads its state (opening fences the earlier
+        owner's logs)."""
+
+    async def releasing(self, bundle: int) -> None:
+        delivery = self.deliveries[bundle]
+        for topic, queue_id in delivery.loaded_partitions():
+            await delivery.unload(topic, queue_id)
+
+    async def close(self) -> None:
+        for delivery in self.deliveries:
+            await delivery.close()
+
+    def __repr__(self) -> str:
+        return "ClusterGrpc"
+
+    # ---- running --------------------------------------------------------------------------
+    async def serve(self, servers: trio.Nursery, background: trio.Nursery) -> None:
+        """Bind every bundle's gRPC port (each returns once it accepts) and start the
+        receivers' background work."""
+        for backend, receiver in zip(self.backends, self.receivers, strict=True):
+            await servers.start(partial(
+                serve_rocketmq_grpc, backend, self.bind_host, self.base_port + backend.bundle,
+                authenticate=partial(_principal, guard=backend.guard),
+                connection_limits=self.side.connections))
+            background.start_soon(receiver.run)
+        log.info("rocketmq 5 gRPC ports ready", extra={
+            "grpc_ports": f"{self.base_port}-{self.base_port + len(self.backends) - 1}"})

@@ -1,0 +1,142 @@
+"""RocketMQ 5 (gRPC) on a real cluster (ZooKeeper, 3 bookies, 2 `ledgerwire broker` processes,
+4 bundles) with the real rocketmq-python-client 5.1.2: QueryRoute on either broker names each
+bundle's queue at its owner's gRPC port; a producer started against broker 1 reaches the queues
+of both; a SimpleConsumer leaves half of what it received unacknowledged; after SIGKILL of
+broker 2 the same producer goes on (each send retried until acknowledged, as an application
+does), and a consumer of the same group gets every acknowledged send that it had not
+acknowledged, the in-flight ones again once their invisible duration ends, and none of those it
+had acknowledged before the kill."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.cluster.cluster_processes import Cluster
+from tests.cluster.kafka_workload import create_topic
+from tests.rocketmq5.support import PYTHON, SCRIPT, RawClient, run5
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOPIC = "rmq5_orders"
+BUNDLES = 4
+CLUSTER_NAME = "DefaultCluster"
+GROUP = "CG5_CLUSTER"
+COUNT = 60
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster(tmp_path / "cluster", bookies=3, brokers=2, bundles=BUNDLES,
+                 rocketmq=True) as c:
+        yield c
+
+
+def grpc_route(endpoint: str) -> set[tuple[str, int, int]]:
+    """(broker name, gRPC port, queue id) of every queue QueryRoute names."""
+    with RawClient(endpoint) as client:
+        answer = client.route(TOPIC)
+    assert answer.status.code == 20000, answer.status  # OK
+    return {(q.broker.name, q.broker.endpoints.addresses[0].port, q.id)
+            for q in answer.message_queues}
+
+
+def wait_grpc_routes(cluster: Cluster, owners: dict[int, int],
+                     timeout_s: float = 30.0) -> set[tuple[str, int, int]]:
+    """The route every live broker's gRPC endpoint gives, once it matches bundle `owners`
+    (one queue per bundle: 4 partitions over 4 bundles)."""
+    want = {(f"{CLUSTER_NAME}-b{b}", cluster.grpc_base_ports[o] + b, 0)
+            for b, o in owners.items()}
+    seen: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen = [grpc_route(cluster.grpc_endpoint(i, b)) for i in sorted(cluster.brokers)
+                if cluster.brokers[i].alive for b in (0, BUNDLES - 1)]
+        if all(s == want for s in seen):
+            return want
+        time.sleep(0.5)
+    raise AssertionError(f"gRPC routes {seen} never became {want}")
+
+
+def read_until(proc: subprocess.Popen[str], key: str, value: str,
+               lines: list[dict[str, Any]], timeout_s: float) -> None:
+    """Collect the client's JSON lines until one has `key` == `value`."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("{"):
+            doc = json.loads(line)
+            lines.append(doc)
+            if doc.get(key) == value:
+                return
+    raise AssertionError(f"no {key}={value} from the producer: {lines[-5:]}\n"
+                         f"{proc.stderr.read() if proc.stderr else ''}")
+
+
+async def test_python_client_across_bundles_and_broker_sigkill(cluster: Cluster) -> None:
+    await trio.to_thread.run_sync(create_topic, cluster.bootstrap, TOPIC, BUNDLES)
+    owners = await trio.to_thread.run_sync(cluster.wait_all_bundles_owned)
+    assert set(owners.values()) == {1, 2}
+    await trio.to_thread.run_sync(wait_grpc_routes, cluster, owners)
+
+    producer = subprocess.Popen(  # noqa: ASYNC220 - a long-lived client, read from a thread
+        [str(PYTHON), str(SCRIPT), "produce-phases", "--endpoint", cluster.grpc_endpoint(1),
+         "--topic", TOPIC, "--count", str(COUNT), "--max-seconds", "120"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd="/tmp")
+    lines: list[dict[str, Any]] = []
+    try:
+        await trio.to_thread.run_sync(read_until, producer, "phase", "before", lines, 120.0)
+        before = [d["sent"] for d in lines if "sent" in d]
+        assert sorted(before) == sorted(f"m-before-{i}" for i in range(COUNT))
+
+        # the same group receives all of them and acknowledges the even ones only
+        first = await trio.to_thread.run_sync(lambda: run5(
+            "receive-tolerant", cluster.grpc_endpoint(1), TOPIC, "--consumer-group", GROUP,
+            "--expect", str(COUNT), "--ack-even", "--invisible-s", "10",
+            "--max-seconds", "60", timeout_s=120))
+        got_first = {d["body"] for d in first if "body" in d}
+        assert got_first == set(before)
+        acked_first = {d["body"] for d in first if d.get("acked")}
+        in_flight = set(before) - acked_first
+        assert in_flight, first
+
+        killed_at = time.monotonic()
+        cluster.brokers[2].kill()
+        owners = await trio.to_thread.run_sync(
+            lambda: cluster.wait_all_bundles_owned(by={1}, timeout_s=60))
+        await trio.to_thread.run_sync(wait_grpc_routes, cluster, owners)
+        moved_s = time.monotonic() - killed_at
+
+        assert producer.stdin is not None
+        producer.stdin.write("go\n")
+        producer.stdin.flush()
+        await trio.to_thread.run_sync(read_until, producer, "phase", "after", lines, 150.0)
+        after = [d["sent"] for d in lines if "sent" in d and "-after-" in d["sent"]]
+        assert sorted(after) == sorted(f"m-after-{i}" for i in range(COUNT))
+        failures = sum(1 for d in lines if "failed" in d)
+    finally:
+        producer.kill()
+        producer.communicate()
+
+    wanted = in_flight | set(after)
+    second = await trio.to_thread.run_sync(lambda: run5(
+        "receive-tolerant", cluster.grpc_endpoint(1), TOPIC, "--consumer-group", GROUP,
+        "--expect", str(len(wanted)), "--linger-s", "3", "--max-seconds", "90",
+        timeout_s=150))
+    got_second = {d["body"] for d in second if "body" in d}
+    assert got_second >= wanted, (sorted(wanted - got_second), cluster.logs())  # none lost
+    assert not got_second & acked_first, sorted(got_second & acked_first)  # acks were durable
+    print(f"bundles moved and gRPC routes agreed {moved_s:.1f} s after the kill; sends that "
+          f"failed (and were retried) after it: {failures}; redelivered in-flight: "
+          f"{len(in_flight)}")
