@@ -14,9 +14,10 @@ of one partition of every topic the read resolved: the broker answers a principa
 READ (or DESCRIBE) on the topic with TOPIC_AUTHORIZATION_FAILED, exactly as it answers a Kafka
 consumer, and the job ends with an AuthorizationError naming the principal and the topic.
 
-What this is not (yet): a boundary below the driver. The executors still read ledgers with the
-cluster's bookie credentials (ledgerwire.bookieSecretFile), so whoever holds those can read any
-topic; delegation tokens or scoped read tickets that bookies check are not built.
+Below the driver: with `ledgerwire.adminUrl` the executors read with a read ticket that a
+broker issues for the principal's topics (read_tickets.py), never with the password (the data
+source drops it before Spark ships it) nor the bookie secret; without it they read with
+ledgerwire.bookieSecretFile, which reaches every topic. Streaming reads keep the principal.
 
 This module must never log or put a password into an error message, and never consume records
 (it asks for the end of a partition and stops at the first answer).

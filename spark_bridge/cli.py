@@ -286,6 +286,10 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
                       choices=["SASL_PLAINTEXT", "SASL_SSL"])
     auth.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP,
                       help="the brokers that check the principal (with --user)")
+    auth.add_argument("--admin-url",
+                      help="a broker's admin API (http://host:port): the executors then read "
+                           "with a read ticket it issues, not the password or the bookie "
+                           "secret (ledgerwire.adminUrl)")
     tier = p.add_argument_group(
         "tiered storage", "where the brokers' [offload] store is, to read offloaded ledgers "
         "straight from it (S3 credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
@@ -329,6 +333,8 @@ def _replay_options(args: argparse.Namespace) -> dict[str, str]:
                         "kafka.sasl.mechanism": args.sasl_mechanism,
                         "kafka.sasl.username": args.user,
                         "kafka.sasl.password": _read_secret(args.password_file)})  # fmt: skip
+        if args.admin_url:
+            options["ledgerwire.adminUrl"] = args.admin_url
     for name in ("directory", "bucket", "prefix", "endpoint", "region"):
         value = getattr(args, f"offload_{name}", None)
         if value:

@@ -38,8 +38,9 @@ from typing import Any, Literal, TypeVar
 
 import trio
 
-from ledger_backend.bookie.auth import BookieSecret
+from ledger_backend.bookie.auth import BookieCredential, BookieSecret
 from ledger_backend.bookie.protocol import ReadEntryRequest, ReadEntryResponse
+from ledger_backend.bookie.read_ticket import ReadTicket
 from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookie_client import check_status
 from ledger_backend.client.bookkeeper import BookKeeper
@@ -149,7 +150,9 @@ class LedgerAccess:
                 ready.set()
                 return
             try:
-                secret = BookieSecret.load(file=self.spec.bookie_secret_file)
+                secret: BookieCredential | None = (
+                    ReadTicket.decode(self.spec.read_ticket) if self.spec.read_ticket
+                    else BookieSecret.load(file=self.spec.bookie_secret_file))
                 tls = BookieTls(*self.spec.bookie_tls)
                 async with BookKeeper(store, timeout_s=self.timeout_s, bookie_secret=secret,
                                       bookie_tls=tls) as bk, \

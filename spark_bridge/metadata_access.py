@@ -20,7 +20,7 @@ never keep a kazoo session open longer than the caller's `with` block.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ledger_backend.metadata import MetadataStore, open_store
@@ -34,6 +34,7 @@ from spark_bridge.offloaded_ledgers import OffloadSpec, offload_spec
 
 METADATA_OPTION = "ledgerwire.metadata"
 BOOKIE_SECRET_FILE_OPTION = "ledgerwire.bookieSecretFile"
+READ_TICKET_OPTION = "ledgerwire.readTicket"
 BOOKIE_TLS_OPTIONS = ("ledgerwire.bookieTlsCertFile", "ledgerwire.bookieTlsKeyFile",
                       "ledgerwire.bookieTlsCaFile")  # as storage.bookie_tls_* of the cluster
 
@@ -48,6 +49,9 @@ class ConnectionSpec:
     bookie_secret_file: str | None = None  # the cluster's bookie secret: reads authenticate
     bookie_tls: tuple[str, str, str] = ("", "", "")  # certificate, key, CA: TLS to bookies
     offload: OffloadSpec | None = None  # the tiered-storage store (offloaded_ledgers.py)
+    # a read ticket (ledger_backend/bookie/read_ticket.py, its text form): bookies are read
+    # with it instead of the secret (read_tickets.py); never shown by repr
+    read_ticket: str | None = field(default=None, repr=False)
 
     @property
     def is_embedded(self) -> bool:
@@ -64,6 +68,7 @@ def resolve_connection(value: str | None, options: Mapping[str, str] | None = No
     data_dir = Path(spec.metadata_url[len(READONLY_URL_PREFIX):]).parent \
         if spec.is_embedded else None  # fmt: skip
     return replace(spec, bookie_secret_file=lowered.get(BOOKIE_SECRET_FILE_OPTION.lower()),
+                   read_ticket=lowered.get(READ_TICKET_OPTION.lower()) or None,
                    bookie_tls=(tls[0], tls[1], tls[2]),
                    offload=offload_spec(lowered, data_dir))
 

@@ -18,6 +18,10 @@ A job that used Spark's Kafka source changes only the format name and the connec
   kafka.security.protocol=SASL_*, kafka.sasl.*, kafka.bootstrap.servers
                                                     read as that principal: READ is checked
                                                     by the brokers first (authorization.py)
+  ledgerwire.adminUrl, ledgerwire.readTicketTtl     with a principal: the executors read with
+                                                    a read ticket from that broker's admin API,
+                                                    not the password (read_tickets.py)
+  ledgerwire.readTicket                             a ticket obtained beforehand
   ledgerwire.offload.*                              the tiered-storage store
                                                     (offloaded_ledgers.py)
 Precedence, as in Spark: a global timestamp beats the per-partition timestamps, which beat
@@ -79,6 +83,8 @@ class ReaderOptions:
     max_offsets_per_trigger: int | None
     tail_read: Literal["quorum", "lac"] = "quorum"
     principal: ReadPrincipal | None = None  # whose READ the brokers check (authorization.py)
+    admin_url: str | None = None  # a broker's admin API: read tickets (read_tickets.py)
+    ticket_ttl_s: int = 3600
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -261,4 +267,6 @@ def parse_reader_options(options: Mapping[str, str], *, streaming: bool = False
         max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
         tail_read=tail_read,  # type: ignore[arg-type]
         principal=principal,
+        admin_url=opts.get("ledgerwire.adminurl", "").strip() or None,
+        ticket_ttl_s=_positive_int(opts, "ledgerwire.readTicketTtl") or 3600,
     )

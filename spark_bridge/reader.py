@@ -21,6 +21,7 @@ This module must never write to ledgerwire, and never open a ledger with recover
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -29,19 +30,33 @@ from spark_bridge.authorization import check_read_access
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.options import parse_reader_options
 from spark_bridge.planner import LedgerSplit, plan_batch, resolve_topic_partitions
+from spark_bridge.read_tickets import obtain_read_ticket
 from spark_bridge.split_reader import read_split
 
 
 class LedgerwireBatchReader(DataSourceReader):  # type: ignore[misc]
+    """Spark pickles this object for the executors right after __init__ (before
+    `partitions()`), so a job with a principal is authorized here, on the driver, and keeps
+    no password: with `ledgerwire.adminUrl` its executors read with a read ticket only."""
+
     def __init__(self, options: dict[str, str]) -> None:
         self.opts = parse_reader_options(options, streaming=False)
         self.mode = resolve_read_mode(self.opts.spec, self.opts.read_from)
+        principal = self.opts.principal
+        if principal is not None:  # the brokers' ACLs decide, before any read
+            with LedgerAccess(self.opts.spec, self.mode, tail=self.opts.tail_read) as access:
+                topics = sorted({t for t, _p in resolve_topic_partitions(access, self.opts)})
+            check_read_access(principal, topics)
+            spec = self.opts.spec
+            if self.opts.admin_url is not None and self.mode == "bookies":
+                ticket = obtain_read_ticket(self.opts.admin_url, principal, topics,
+                                            self.opts.ticket_ttl_s)  # fmt: skip
+                if ticket is not None:  # the ticket replaces the secret, here and there
+                    spec = replace(spec, read_ticket=ticket, bookie_secret_file=None)
+            self.opts = replace(self.opts, principal=None, spec=spec)
 
     def partitions(self) -> list[InputPartition]:
         with LedgerAccess(self.opts.spec, self.mode, tail=self.opts.tail_read) as access:
-            if self.opts.principal is not None:  # the brokers' ACLs decide, before any read
-                topics = sorted({t for t, _p in resolve_topic_partitions(access, self.opts)})
-                check_read_access(self.opts.principal, topics)
             splits: list[InputPartition] = list(plan_batch(access, self.opts))
         # Spark needs at least one partition; an empty split reads nothing.
         return list(splits) or [LedgerSplit("", 0, 0, 0, ())]

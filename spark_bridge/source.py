@@ -15,6 +15,7 @@ from spark_bridge.stream_reader import LedgerwireStreamReader
 from spark_bridge.writer import LedgerwireBackfillWriter
 
 FORMAT_NAME = "ledgerwire"
+_DRIVER_ONLY = frozenset({"kafka.sasl.password", "kafka.sasl.jaas.config"})
 
 
 class LedgerwireDataSource(DataSource):  # type: ignore[misc]
@@ -29,7 +30,12 @@ class LedgerwireDataSource(DataSource):  # type: ignore[misc]
         return spark_schema_ddl(lowered.get("includeheaders", "false").strip().lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LedgerwireBatchReader(dict(self.options))
+        reader = LedgerwireBatchReader(dict(self.options))
+        # Spark ships this data source to the executors with the reader: the principal was
+        # checked on the driver (reader.py), so its password stays here
+        for key in [k for k in self.options if str(k).lower() in _DRIVER_ONLY]:
+            del self.options[key]
+        return reader
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return LedgerwireStreamReader(dict(self.options))

@@ -72,6 +72,7 @@ class AdminContext:
     tokens: Any = None  # gateway.security.admin_tokens.TokenStore (the /admin/v1/tokens API)
     share_groups: Any = None  # gateway.kafka.share_groups.ShareGroups (metrics, listings)
     replication: Any = None  # gateway.replication.service.ReplicationService (clusters, status)
+    read_tickets: Any = None  # gateway.admin.read_tickets.ReadTicketIssuer (Spark executors)
     started_at: float = field(default_factory=time.time)
 
     def is_ready(self) -> bool:

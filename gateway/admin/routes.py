@@ -4,7 +4,8 @@
 (gateway/admin/auth.py): reading needs DESCRIBE on the resource (or on the cluster), changing
 needs the Kafka operation on the resource (CREATE, DELETE; READ on group and topic to reset
 offsets) or ALTER on the cluster; tenants, namespaces, policies, bookies, GC, retention and
-tokens are cluster-wide (DESCRIBE to read, ALTER to change).  Lists of topics and groups are
+tokens are cluster-wide (DESCRIBE to read, ALTER to change); a read ticket for Spark executors
+needs READ on every topic it names (gateway/admin/read_tickets.py).  Lists of topics and groups are
 filtered to what the caller may DESCRIBE.  `build_admin_app` adds the console
 (gateway/admin/console/) and its static assets; `serve_admin_api` serves it all with hypercorn
 (gateway/admin/http_server.py).
@@ -43,6 +44,7 @@ from gateway.admin.console.pages import ANY_PRINCIPAL, ConsolePages
 from gateway.admin.console.rendering import Pages
 from gateway.admin.http_server import HttpError, HttpRequest, HttpResponse, serve
 from gateway.admin.metrics import render_metrics
+from gateway.admin.read_tickets import ticket_access
 from gateway.admin.replication_routes import replication_routes
 from gateway.security.admin_tokens import TokenError
 
@@ -157,6 +159,11 @@ def api_routes(ctx: AdminContext, auth: AdminAuth) -> list[AdminRoute]:
             raise HttpError(404, "no such token")
         return {"revoked": q.params["token_id"]}
 
+    async def read_ticket(q: HttpRequest) -> Any:
+        if ctx.read_tickets is None:
+            raise HttpError(503, "read tickets are not issued by this process")
+        return await ctx.read_tickets.issue(q)
+
     def topic_param(rule: Callable[[str], Access]) -> Callable[[HttpRequest], Access]:
         return lambda q: rule(q.params["topic"])
 
@@ -214,6 +221,7 @@ def api_routes(ctx: AdminContext, auth: AdminAuth) -> list[AdminRoute]:
         ("GET", "/tokens", lambda q: _value_async_list(tokens()), 200, fixed(CLUSTER_ALTER)),
         ("POST", "/tokens", create_token, 201, fixed(CLUSTER_ALTER)),
         ("DELETE", "/tokens/{token_id}", revoke_token, 200, fixed(CLUSTER_ALTER)),
+        ("POST", "/read-tickets", read_ticket, 201, ticket_access),
     ]
     routes = [AdminRoute(method, V1 + path, _json(fn, status), access)
               for method, path, fn, status, access in table]

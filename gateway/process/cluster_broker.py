@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import trio
 
 from gateway.admin.listener import admin_auth, admin_tls, announce
+from gateway.admin.read_tickets import ReadTicketIssuer
 from gateway.admin.routes import serve_admin_api
 from gateway.cluster.bookie_capacity import watch_capacity
 from gateway.cluster.broker_registry import ClusterLayout, init_cluster
@@ -367,6 +368,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                                              lambda: ownership_running)
         broker.request_observer = admin.broker_metrics.observe_request
         admin.share_groups = share_groups  # metrics and listings of what this broker holds
+        admin.read_tickets = ReadTicketIssuer(store, topics, bookie_secret)
         bind_host, bind_port = config.kafka_bind
         async with trio.open_nursery() as servers:
             await servers.start(partial(serve_kafka, broker, bind_host, bind_port,

@@ -25,6 +25,7 @@ import trio
 from gateway.admin.api import AdminContext
 from gateway.admin.listener import admin_auth, admin_tls, announce
 from gateway.admin.metrics import BrokerMetrics
+from gateway.admin.read_tickets import ReadTicketIssuer
 from gateway.admin.routes import serve_admin_api
 from gateway.config.listen_errors import naming_listener
 from gateway.config.settings import Config
@@ -214,7 +215,8 @@ async def run_standalone(
         admin = AdminContext(store, topics, namespaces, coordinator, broker_metrics,
                              local_bookies, config.kafka.broker_id, f"{adv_host}:{adv_port}",
                              retention=RetentionPolicies(topics, namespaces, coordinator),
-                             tokens=TokenStore(store), share_groups=share_groups)
+                             tokens=TokenStore(store), share_groups=share_groups,
+                             read_tickets=ReadTicketIssuer(store, topics, bookie_secret))
         background.start_soon(admin.retention.run)
         backlog_quotas = BacklogQuotas(topics, namespaces, coordinator)
         topics.backlog_quotas = backlog_quotas  # the produce/send handlers ask it

@@ -17,6 +17,10 @@ ephemeral node at /ledgerwire/bookies/available/<host:port> (registration.py). S
 Adds and fencing reads of a ledger with a password must carry its master key (ledger_keys.py;
 checked when the bookie has a metadata store).
 
+A connection that authenticated with a read ticket (bookie/read_ticket.py) runs only what the
+ticket's scope allows (non-fencing reads of its ledgers until it expires); anything else is
+answered UNAUTHORIZED.
+
 This module must never run a request of an unauthenticated connection to a bookie with a
 secret, never acknowledge an add before ``storage.add_entry`` returned (that is the journal
 fsync), and never closes the storage: its owner (``open_bookie_storage``) does.
@@ -185,6 +189,7 @@ class _Connection:
         self.stream = stream
         self.peer = peer
         self.handshake = handshake  # None: this bookie does not authenticate
+        self.ticket_refusal_logged = False
         self.scope = trio.CancelScope()
         self.read_scope = trio.CancelScope()
         self.in_flight = trio.Semaphore(max_in_flight)
@@ -359,6 +364,10 @@ class _BookieServer:
                             if not await self._authenticate(conn, request, decoder):
                                 return  # the refusal is flushed, then the connection closes
                             continue
+                        if conn.handshake is not None and conn.handshake.scope is not None \
+                                and not conn.handshake.scope.allows(request):  # fmt: skip
+                            await self._refuse_outside_ticket(conn, request)
+                            continue
                         size = len(request.body) if type(request) is AddEntryRequest else 0
                         while conn.bytes_in_flight and (
                             conn.bytes_in_flight + size > self._max_in_flight_bytes
@@ -384,6 +393,19 @@ class _BookieServer:
             logger.warning("bookie connection %s: no authentication within %.0fs; closing",
                            conn.peer, self._auth_timeout_s)  # fmt: skip
 
+    async def _refuse_outside_ticket(self, conn: _Connection, request: Message) -> None:
+        """A request of a read-ticket connection that its scope does not allow (another
+        ledger, a write or fence, or after the expiry): refused, one line per connection."""
+        assert conn.handshake is not None and conn.handshake.scope is not None
+        scope = conn.handshake.scope
+        if not conn.ticket_refusal_logged:
+            conn.ticket_refusal_logged = True
+            logger.warning("bookie connection %s: %s of ledger %s refused: outside the read "
+                           "ticket of User:%s%s", conn.peer, type(request).__name__,
+                           getattr(request, "ledger_id", "-"), scope.principal,
+                           " (expired)" if scope.expired() else "")  # fmt: skip
+        await conn.respond(refusal(request, Status.UNAUTHORIZED))  # type: ignore[arg-type]
+
     async def _authenticate(self, conn: _Connection, request: Message,
                             decoder: FrameDecoder) -> bool:  # fmt: skip
         """One handshake step of a connection that has not authenticated yet; False when the
@@ -397,8 +419,9 @@ class _BookieServer:
         response = conn.handshake.answer(request)
         await conn.respond(response)
         if response.status is not Status.OK:
-            logger.warning("bookie connection %s: authentication failed (wrong bookie secret?); "
-                           "closing", conn.peer)  # fmt: skip
+            logger.warning("bookie connection %s: authentication failed (%s); closing",
+                           conn.peer, conn.handshake.refusal or "wrong bookie secret or "
+                           "read ticket?")  # fmt: skip
             return False
         if conn.handshake.authenticated:
             decoder.max_frame_bytes = self._max_frame_bytes

@@ -37,7 +37,7 @@ import outcome
 import trio
 
 from ledger_backend.bookie import local_bookies
-from ledger_backend.bookie.auth import BookieSecret
+from ledger_backend.bookie.auth import BookieCredential
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     FrameDecoder,
@@ -114,7 +114,7 @@ class BookieConnection:
         *,
         timeout_s: float,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-        secret: BookieSecret | None = None,
+        secret: BookieCredential | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
@@ -417,7 +417,7 @@ class BookieClientPool:
     def __init__(self, nursery: trio.Nursery, *, timeout_s: float,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  local_bookies: bool = False,
-                 secret: BookieSecret | None = None,
+                 secret: BookieCredential | None = None,
                  ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
         self._nursery = nursery
         self._secret = secret

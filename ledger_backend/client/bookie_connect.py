@@ -14,7 +14,7 @@ import ssl
 
 import trio
 
-from ledger_backend.bookie.auth import BookieAuthError, BookieSecret, ClientHandshake
+from ledger_backend.bookie.auth import BookieAuthError, BookieCredential, ClientHandshake
 from ledger_backend.bookie.protocol import (
     AuthResponse,
     FrameDecoder,
@@ -32,7 +32,7 @@ _STREAM_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, t
 
 async def open_bookie_stream(
     address: str, host: str, port: int, *, timeout_s: float, max_frame_bytes: int,
-    ssl_context: ssl.SSLContext | None, secret: BookieSecret | None,
+    ssl_context: ssl.SSLContext | None, secret: BookieCredential | None,
 ) -> tuple[trio.abc.Stream, FrameDecoder]:  # fmt: skip
     try:
         with trio.fail_after(timeout_s):
@@ -64,7 +64,7 @@ async def open_bookie_stream(
 
 
 async def _authenticate(stream: trio.abc.Stream, decoder: FrameDecoder,
-                        secret: BookieSecret) -> None:  # fmt: skip
+                        secret: BookieCredential) -> None:  # fmt: skip
     """The AUTH handshake (bookie/auth.py); BookieAuthError if the bookie refuses it."""
     handshake = ClientHandshake(secret)
 

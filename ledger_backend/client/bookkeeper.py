@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ledger_backend.bookie.auth import BookieSecret
+from ledger_backend.bookie.auth import BookieCredential
 from ledger_backend.bookie.master_key import derive_master_key, master_key_hash, new_salt
 from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
 from ledger_backend.bookie.tls import BookieTls
@@ -53,7 +53,7 @@ class BookKeeper:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         local_bookies: bool = False,
         explicit_lac_delay_s: float = 0.2,
-        bookie_secret: BookieSecret | None = None,
+        bookie_secret: BookieCredential | None = None,
         bookie_tls: BookieTls | None = None,
         ledger_password: bytes | None = None,
     ) -> None:

@@ -1,12 +1,14 @@
-"""Authorized reads (issue 27): on a SASL standalone with ACLs on, a Spark read that names a
-principal gets the brokers' answer first -- alice, with READ on one topic, reads it; she is
-refused the other topic by spark.read and by `ledgerwire replay` (one line, before any Spark
-job), and a wrong password is refused at login. (The executors' own storage reads are not
-checked yet: see spark_bridge/authorization.py.)"""
+"""Authorized reads (issue 27): on a SASL standalone with ACLs on and a bookie secret, a Spark
+read that names a principal gets the brokers' answer first -- alice, with READ on one topic,
+reads it; she is refused the other topic by spark.read and by `ledgerwire replay` (one line,
+before any Spark job), and a wrong password is refused at login. Her job's executors hold
+neither her password nor the bookie secret: only a read ticket the broker issued for her
+topic's ledgers, which the bookies refuse for any other ledger."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,11 @@ def _as(user: str, password: str | None = None) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    sa = secured_standalone(tmp_path_factory.mktemp("spark-acls"))
+    home = tmp_path_factory.mktemp("spark-acls")
+    (home / "bookie.secret").write_text("spark-acls-bookie-secret-0123\n")
+    (home / "bookie.secret").chmod(0o600)
+    sa = secured_standalone(home, extra=f'[storage]\nbookie_secret_file = '
+                                         f'"{home / "bookie.secret"}"')
     sa.start()
     try:
         admin = AdminClient({"bootstrap.servers": sa.bootstrap, **_as("admin")})
@@ -64,6 +70,7 @@ def _read(spark: Any, sa: Standalone, topic: str, **kafka: str) -> Any:
     return (spark.read.format("ledgerwire").option("ledgerwire.metadata", str(sa.data_dir))
             .option("subscribe", topic).option("kafka.bootstrap.servers", sa.bootstrap)
             .option("kafka.security.protocol", "SASL_PLAINTEXT")
+            .option("ledgerwire.adminUrl", f"http://127.0.0.1:{sa.admin_port}")
             .option("kafka.sasl.mechanism", "PLAIN").options(**kafka).load())  # fmt: skip
 
 
@@ -96,3 +103,56 @@ def test_replay_refuses_an_unauthorized_topic_in_one_line(
         "ledgerwire replay: User:alice may not read topic 'guarded' (no READ in the cluster's "
         "ACLs)"] or "may not read topic 'guarded'" in err.strip().splitlines()[-1], err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_executors_hold_only_a_ticket_for_the_granted_ledgers(secured: Standalone) -> None:
+    """What Spark ships to the executors (the pickled reader and data source) has no password
+    and no bookie secret, only a ticket; with it GRANTED's ledgers read and GUARDED's are
+    refused by the bookie; nothing at all reads without it; alice gets no GUARDED ticket."""
+    from pyspark import cloudpickle
+
+    from ledger_backend.client.errors import LedgerError
+    from spark_bridge.authorization import AuthorizationError, read_principal
+    from spark_bridge.ledger_access import LedgerAccess
+    from spark_bridge.metadata_access import resolve_connection
+    from spark_bridge.read_tickets import obtain_read_ticket
+    from spark_bridge.reader import LedgerwireBatchReader
+    from spark_bridge.source import LedgerwireDataSource
+
+    options = {"ledgerwire.metadata": str(secured.data_dir), "subscribe": GRANTED,
+               "kafka.bootstrap.servers": secured.bootstrap,
+               "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
+               "ledgerwire.adminUrl": f"http://127.0.0.1:{secured.admin_port}",
+               **_jaas("alice", PASSWORDS["alice"])}  # fmt: skip
+    source = LedgerwireDataSource(dict(options))
+    reader = source.reader(None)  # type: ignore[arg-type]
+    assert isinstance(reader, LedgerwireBatchReader)
+    shipped = cloudpickle.dumps((source, reader))
+    assert PASSWORDS["alice"].encode() not in shipped
+    assert b"spark-acls-bookie-secret" not in shipped and b"bookie.secret" not in shipped
+    ticket = reader.opts.spec.read_ticket
+    assert ticket is not None and ticket.encode() in shipped
+
+    alice = read_principal(options)
+    assert alice is not None
+    with pytest.raises(AuthorizationError, match="User:alice may not read topics guarded"):
+        obtain_read_ticket(f"http://127.0.0.1:{secured.admin_port}", alice, [GUARDED])
+
+    def first_ledger(access: LedgerAccess, topic: str) -> int:
+        from ledger_backend.managed_ledger.metadata_format import (
+            decode_managed_ledger,
+            managed_ledger_path,
+        )
+        path = managed_ledger_path("/ledgerwire/managed-ledgers", f"public/default/{topic}-0")
+        raw = access.get(path)
+        assert raw is not None
+        return decode_managed_ledger(raw, path).ledgers[0].ledger_id
+
+    base = resolve_connection(str(secured.data_dir))
+    with LedgerAccess(replace(base, read_ticket=ticket), "bookies", timeout_s=5) as access:
+        granted, guarded = first_ledger(access, GRANTED), first_ledger(access, GUARDED)
+        assert access.read(granted, 0, 0)  # the ticket's own ledger reads
+        with pytest.raises(LedgerError):
+            access.read(guarded, 0, 0)  # the bookie refuses the other topic's
+    with LedgerAccess(base, "bookies", timeout_s=5) as bare, pytest.raises(LedgerError):
+        bare.read(granted, 0, 0)  # no credential at all: refused too
