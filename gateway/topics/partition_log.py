@@ -305,7 +305,10 @@ class PartitionLog:
         broker (two requests racing to the partition), the client would see the earlier one
         acknowledged and then the later one refused: a fatal error for a batch that was in
         order all along.  Waiting costs nothing in order; a real gap (the earlier batch was
-        refused) is still answered OUT_OF_ORDER, only later."""
+        refused) is still answered OUT_OF_ORDER, only later.  Batches pipelined on one
+        connection are judged in arrival order and never wait here
+        (tests/kafka_server/test_idempotent_pipelining.py).  A guard: no path that reorders
+        them has been found."""
         self._sequence_waiters += 1
         try:
             with trio.move_on_after(self.config.sequence_gap_wait_s):
