@@ -38,7 +38,7 @@ from gateway.config.settings import RocketMQConfig, parse_host_port
 from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
 from gateway.rocketmq.bundle_logs import BundleNotServedError
 from gateway.rocketmq.cluster import ClusterRocketMQ
-from gateway.rocketmq.grpc_backend import GrpcBackend, guard_for_grpc
+from gateway.rocketmq.grpc_backend import GrpcBackend, guard_for_grpc, recall_on
 from gateway.rocketmq.grpc_listener import serve_rocketmq_grpc
 from gateway.rocketmq.grpc_receive import GrpcReceiver, pop_ledger_name
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -46,7 +46,7 @@ from protocols.rocketmq.access import RocketMQGuard
 from protocols.rocketmq.grpc.auth import principal_of
 from protocols.rocketmq.grpc.backend import Caller, QueueRoute, ReceiveRequest, SendResult
 from protocols.rocketmq.grpc.errors import RpcFailure
-from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage
+from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage, RecallHandle
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
 from protocols.rocketmq.topic_names import to_storage
 
@@ -87,6 +87,7 @@ class ClusterGrpcBackend(GrpcBackend):
                          guard_for_grpc(side.acl))  # type: ignore[arg-type]
         self._grpc = grpc
         self.bundle = bundle
+        self.broker_name = side.queue_map.broker_name(bundle)
 
     async def routes(self, topic: str, *, create: bool) -> list[QueueRoute]:
         await self.queue_count(topic, create=create)  # exists (or is made) with its queues
@@ -113,6 +114,16 @@ class ClusterGrpcBackend(GrpcBackend):
                               transaction_id: str, commit: bool) -> None:
         await self._call(super().end_transaction, caller, topic, message_id, transaction_id,
                          commit)
+
+    async def recall(self, caller: Caller, topic: str, handle: RecallHandle) -> None:
+        """The handle names the bundle broker (clients send RecallMessage to their access
+        point, any port): served when that bundle is owned here."""
+        side = self._grpc.side
+        bundle = next((b for b in range(side.queue_map.bundles)
+                       if side.queue_map.broker_name(b) == handle.broker_name), None)
+        if bundle is None:
+            raise RpcFailure(pb.BAD_REQUEST, f"no broker {handle.broker_name} in this cluster")
+        await self._call(recall_on, side.brokers[bundle], topic, handle)
 
     async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]:
         return await self._call(super().receive, caller, request)

@@ -15,7 +15,16 @@ number of levels) in arrival order, not due order: its task keeps up to TIMER_WI
 a heap by due time and commits the position up to which everything was delivered (a restart
 re-delivers the ones delivered beyond that position: at least once again).
 
-This module must never deliver a message before its delay passed.
+A message waiting in the timer queue can be recalled (RocketMQ 5's RecallMessage) until it is
+delivered: `recall` appends a marker naming its offset to the same queue, durable before it
+answers, and the timer task drops the message when it comes due.  The check and the marker are
+made under the lock the timer task delivers under, so a recall either wins (never delivered) or
+is refused because the message was already delivered.  A restart re-reads the markers with the
+messages they name (a marker always lies after its message, so never behind the committed
+position while its message is not delivered).
+
+This module must never deliver a message before its delay passed, nor one whose recall it
+acknowledged.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from protocols.rocketmq.message_encoding import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_KEY,
     MessageMeta,
     from_record,
     to_record,
@@ -49,12 +59,26 @@ SCHEDULE_GROUP = "__ledgerwire_schedule"
 RETRY_PAUSE_S = 1.0
 TIMER_WINDOW = 100_000
 DELIVER_AT_PROPERTY = TIMER_PROPERTIES[1]  # TIMER_DELIVER_MS, normalised at schedule time
+RECALL_PROPERTY = "__LEDGERWIRE_RECALL"  # a recall marker: the timer queue offset it drops
+
+
+class RecallRefusedError(Exception):
+    """The scheduled message cannot be recalled (unknown, or already delivered)."""
+
+
+class SchedulerNotRunningError(Exception):
+    """The timer queue is not delivered by this broker now (starting, or a bundle elsewhere)."""
 
 
 class DelayScheduler:
     def __init__(self, broker: object, levels: str) -> None:
         self.broker = broker
         self.levels = parse_delay_levels(levels)
+        # the timer task's state, shared with `recall` under `_timer_lock`
+        self._timer_lock = trio.Lock()
+        self._timer_committed: int | None = None  # None: the timer task is not running
+        self._timer_delivered: set[int] = set()  # offsets delivered beyond the committed one
+        self._recalled: set[int] = set()  # offsets whose recall marker is durable
 
     async def _ensure_topic(self) -> None:
         queues = len(self.levels) + 1  # one per level, then the timer queue
@@ -128,33 +152,75 @@ class DelayScheduler:
         scan = committed
         heap: list[tuple[int, int, Record]] = []
         delivered: set[int] = set()
-        while True:
-            plog = await get_queue(broker, SCHEDULE_TOPIC, queue)  # type: ignore[arg-type]
-            while scan < plog.high_watermark and len(heap) < TIMER_WINDOW:
-                records = records_of(await plog.read(scan, 1 << 20), scan)
-                if not records:
-                    break
-                for record in records:
-                    _, props, _ = from_record(record)
-                    due = int(props.get(DELIVER_AT_PROPERTY, "0") or 0)
-                    heapq.heappush(heap, (due, record.offset, record))
-                    scan = record.offset + 1
-            now_ms = time.time() * 1000
-            while heap and heap[0][0] <= now_ms:
-                _, offset, record = heapq.heappop(heap)
-                body, props, meta = from_record(record)
-                await self._deliver(record, props, body, meta)
-                delivered.add(offset)
-            moved = committed
-            while moved in delivered:
-                delivered.discard(moved)
-                moved += 1
-            if moved != committed:
-                await offsets.commit(SCHEDULE_GROUP, SCHEDULE_TOPIC, queue, moved)
-                committed = moved
-            wait_s = 5.0 if not heap else max(0.0, min(5.0, (heap[0][0] - now_ms) / 1000))
-            if wait_s > 0:
-                await plog.wait_for_data(scan, wait_s)
+        async with self._timer_lock:
+            self._timer_committed, self._timer_delivered = committed, delivered
+            self._recalled = set()  # rebuilt from the markers scanned below
+        try:
+            while True:
+                plog = await get_queue(broker, SCHEDULE_TOPIC, queue)  # type: ignore[arg-type]
+                while scan < plog.high_watermark and len(heap) < TIMER_WINDOW:
+                    records = records_of(await plog.read(scan, 1 << 20), scan)
+                    if not records:
+                        break
+                    for record in records:
+                        _, props, _ = from_record(record)
+                        scan = record.offset + 1
+                        if RECALL_PROPERTY in props:
+                            self._recalled.add(int(props[RECALL_PROPERTY]))
+                            delivered.add(record.offset)  # nothing to deliver
+                            continue
+                        due = int(props.get(DELIVER_AT_PROPERTY, "0") or 0)
+                        heapq.heappush(heap, (due, record.offset, record))
+                now_ms = time.time() * 1000
+                async with self._timer_lock:
+                    while heap and heap[0][0] <= now_ms:
+                        _, offset, record = heapq.heappop(heap)
+                        if offset in self._recalled:
+                            self._recalled.discard(offset)
+                        else:
+                            body, props, meta = from_record(record)
+                            await self._deliver(record, props, body, meta)
+                        delivered.add(offset)
+                    moved = committed
+                    while moved in delivered:
+                        delivered.discard(moved)
+                        moved += 1
+                    if moved != committed:
+                        await offsets.commit(SCHEDULE_GROUP, SCHEDULE_TOPIC, queue, moved)
+                        committed = self._timer_committed = moved
+                wait_s = 5.0 if not heap else max(0.0, min(5.0, (heap[0][0] - now_ms) / 1000))
+                if wait_s > 0:
+                    await plog.wait_for_data(scan, wait_s)
+        finally:
+            self._timer_committed = None
+
+    async def recall(self, topic: str, offset: int, message_id: str) -> None:
+        """Drop the message waiting at `offset` of the timer queue (see the docstring)."""
+        queue = self.timer_queue
+        plog = await get_queue(self.broker, SCHEDULE_TOPIC, queue)  # type: ignore[arg-type]
+        target = next((r for r in records_of(await plog.read(offset, 1 << 16), offset)
+                       if r.offset == offset), None)
+        if target is None:
+            raise RecallRefusedError("no scheduled message has this recall handle")
+        _, props, meta = from_record(target)
+        if (props.get(PROPERTY_REAL_TOPIC) != topic or RECALL_PROPERTY in props
+                or props.get(PROPERTY_UNIQ_KEY) != message_id):
+            raise RecallRefusedError("the recall handle names another message")
+        async with self._timer_lock:
+            committed = self._timer_committed
+            if committed is None:
+                raise SchedulerNotRunningError("timed messages are not delivered here now")
+            if offset in self._recalled:
+                return  # recalled before: the same answer
+            if offset < committed or offset in self._timer_delivered:
+                raise RecallRefusedError(f"message {message_id} is no longer waiting "
+                                         "(delivered, or recalled and past its time)")
+            marker = MessageMeta(born_host=meta.born_host, store_timestamp=int(time.time() * 1000))
+            await append_records(self.broker, SCHEDULE_TOPIC, queue,  # type: ignore[arg-type]
+                                 [to_record(b"", {RECALL_PROPERTY: str(offset)}, marker,
+                                            marker.store_timestamp)])
+            self._recalled.add(offset)
+        log.info("scheduled message %s of %s recalled", message_id, topic)
 
     async def _run_level(self, level: int) -> None:
         while True:

@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from gateway.rocketmq.delays import RecallRefusedError, SchedulerNotRunningError
 from gateway.rocketmq.grpc_receive import GrpcReceiver
 from gateway.rocketmq.service import RocketMQBroker
 from protocols.kafka.acl_model import OP_WRITE, RES_GROUP, RES_TOPIC
@@ -38,6 +39,7 @@ from protocols.rocketmq.acl import (
     perm_allows,
 )
 from protocols.rocketmq.codec import RemotingCommand
+from protocols.rocketmq.delay_levels import PROPERTY_TIMER_DELIVER_MS
 from protocols.rocketmq.errors import MessageIllegalError, TopicNotExistError
 from protocols.rocketmq.grpc.backend import (
     Caller,
@@ -48,7 +50,13 @@ from protocols.rocketmq.grpc.backend import (
     TelemetrySink,
 )
 from protocols.rocketmq.grpc.errors import RpcFailure
-from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage, to_grpc
+from protocols.rocketmq.grpc.messages import (
+    Delivered,
+    OutgoingMessage,
+    RecallHandle,
+    recall_handle,
+    to_grpc,
+)
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
 from protocols.rocketmq.grpc.v2 import service_pb2 as spb
 from protocols.rocketmq.handlers.common import find_topic, get_queue, topic_info
@@ -125,6 +133,19 @@ class _SendConnection:
 Guard = RocketMQGuard | PlainAclValidator | None
 
 
+async def recall_on(broker: RocketMQBroker, topic: str, handle: RecallHandle) -> None:
+    """Recall a timed message waiting in `broker`'s timer queue (RecallMessage)."""
+    delays = getattr(broker, "delays", None)
+    if delays is None:
+        raise RpcFailure(pb.UNSUPPORTED, "timed messages are not enabled")
+    try:
+        await delays.recall(topic, handle.offset, handle.message_id)
+    except RecallRefusedError as exc:
+        raise RpcFailure(pb.NOT_FOUND, str(exc)) from exc
+    except SchedulerNotRunningError as exc:
+        raise RpcFailure(pb.INTERNAL_SERVER_ERROR, str(exc)) from exc
+
+
 def guard_for_grpc(guard: Guard) -> RocketMQGuard | None:
     """The 4.x door's guard as the 5.x door authenticates with it: the plain ACL alone (an
     unsecured broker with [rocketmq.acl] on) always wants a signature."""
@@ -140,6 +161,7 @@ class GrpcBackend(MessagingBackend):
         self.receiver = receiver
         self._advertised = advertised
         self.guard = guard
+        self.broker_name = STANDALONE_BROKER_NAME  # what routes and recall handles name
         self._sessions: dict[str, tuple[TelemetryConnection, list[str]]] = {}
 
     def endpoint(self) -> tuple[str, int]:
@@ -193,7 +215,7 @@ class GrpcBackend(MessagingBackend):
 
     async def routes(self, topic: str, *, create: bool) -> list[QueueRoute]:
         host, port = self._advertised
-        return [QueueRoute(STANDALONE_BROKER_NAME, host, port,
+        return [QueueRoute(self.broker_name, host, port,
                            await self.queue_count(topic, create=create))]
 
     # ---- sends --------------------------------------------------------------------------
@@ -217,8 +239,11 @@ class GrpcBackend(MessagingBackend):
             diverted = await divert_special(broker, conn, header, queue_id,
                                             (m.body, dict(m.properties), 0), now, born)
             if diverted is not None:
-                results.append(SendResult(m.message_id, str(diverted["msgId"]) if txn else "",
-                                          int(diverted["queueOffset"])))  # type: ignore[call-overload]
+                offset = int(diverted["queueOffset"])  # type: ignore[call-overload]
+                timed = not txn and PROPERTY_TIMER_DELIVER_MS in m.properties
+                results.append(SendResult(
+                    m.message_id, str(diverted["msgId"]) if txn else "", offset,
+                    recall_handle(self.broker_name, offset, m.message_id) if timed else ""))
                 continue
             if txn:
                 raise MessageIllegalError("transactional messages are not enabled")
@@ -232,6 +257,12 @@ class GrpcBackend(MessagingBackend):
             for i, (index, _record, message_id) in enumerate(items):
                 results[index] = SendResult(message_id, "", base + i)
         return results
+
+    async def recall(self, caller: Caller, topic: str, handle: RecallHandle) -> None:
+        if handle.broker_name != self.broker_name:
+            raise RpcFailure(pb.BAD_REQUEST, f"the recall handle names broker "
+                             f"{handle.broker_name}, not this one")
+        await recall_on(self.broker, topic, handle)
 
     async def end_transaction(self, caller: Caller, topic: str, message_id: str,
                               transaction_id: str, commit: bool) -> None:

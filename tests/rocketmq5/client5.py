@@ -232,6 +232,29 @@ def send_until_acked(producer: Producer, args: argparse.Namespace, body: str) ->
             time.sleep(0.2)
 
 
+def recall(args: argparse.Namespace) -> None:
+    """Send `count` timed messages (--delay-ms ahead) and recall the even ones (twice); with
+    --handle, only recall that handle (the answer or the error's class)."""
+    producer = Producer(config(args), (args.topic,))
+    producer.startup()
+    try:
+        if args.handle:
+            try:
+                emit(recalled=producer.recall_message(args.topic, args.handle))
+            except Exception as exc:  # noqa: BLE001 - the test reads the refusal
+                emit(refused=type(exc).__name__, message=str(exc))
+            return
+        for i in range(args.count):
+            receipt = producer.send(make_message(args, i))
+            emit(sent=f"{args.prefix}-{i}", message_id=receipt.message_id,
+                 recall_handle=receipt.recall_handle)
+            if i % 2 == 0:
+                emit(recalled=producer.recall_message(args.topic, receipt.recall_handle))
+                emit(again=producer.recall_message(args.topic, receipt.recall_handle))
+    finally:
+        producer.shutdown()
+
+
 def produce_phases(args: argparse.Namespace) -> None:
     """`count` messages "<prefix>-before-i", then (after a line on stdin) `count` more
     "<prefix>-after-i" with the same producer, each sent until acknowledged."""
@@ -288,7 +311,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("command", choices=["produce", "transaction", "receive", "bench-send",
                                         "bench-receive", "fifo-check", "push",
-                                        "produce-phases", "receive-tolerant"])
+                                        "produce-phases", "receive-tolerant", "recall"])
     p.add_argument("--endpoint", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--ak", default="")
@@ -312,11 +335,12 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=30.0)
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--ack-even", action="store_true")
+    p.add_argument("--handle", default="", help="recall: this recall handle only")
     args = p.parse_args()
     {"produce": produce, "transaction": transaction, "receive": receive,
      "bench-send": bench_send, "bench-receive": bench_receive,
      "fifo-check": fifo_check, "push": push, "produce-phases": produce_phases,
-     "receive-tolerant": receive_tolerant}[args.command](args)
+     "receive-tolerant": receive_tolerant, "recall": recall}[args.command](args)
 
 
 if __name__ == "__main__":

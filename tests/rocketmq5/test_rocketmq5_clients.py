@@ -164,6 +164,36 @@ def test_delivery_timestamp_delays_the_message(module_standalone: Standalone) ->
     assert time.monotonic() - start >= 3.5
 
 
+def test_recall_drops_a_timed_message_before_its_delivery(module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    out = run5("recall", ep, "r5-recall", "--count", "4", "--delay-ms", "3000", "--prefix", "rc")
+    sent = {line["sent"]: line for line in out if "sent" in line}
+    recalled = [sent["rc-0"]["message_id"], sent["rc-2"]["message_id"]]
+    assert [line["recalled"] for line in out if "recalled" in line] == recalled
+    assert [line["again"] for line in out if "again" in line] == recalled  # the same answer
+    got = received(run5("receive", ep, "r5-recall", "--consumer-group", "recall", "--expect",
+                        "3", "--max-seconds", "12"))
+    assert sorted(m["body"] for m in got) == ["rc-1", "rc-3"]  # and nothing else came
+    # no longer waiting (delivered, or recalled and past its time): nothing to recall
+    for body in ("rc-1", "rc-0"):
+        late = run5("recall", ep, "r5-recall", "--handle", sent[body]["recall_handle"])
+        assert late[0]["refused"] == "NotFoundException", late
+    forged = run5("recall", ep, "r5-recall", "--handle", "bm90IGEgaGFuZGxl")
+    assert forged[0]["refused"] == "BadRequestException", forged
+
+
+def test_a_recall_survives_sigkill(dlq_standalone: Standalone) -> None:
+    ep = endpoint(dlq_standalone)
+    out = run5("recall", ep, "r5-recall-kill", "--count", "2", "--delay-ms", "6000",
+               "--prefix", "rk")
+    assert len([line for line in out if "recalled" in line]) == 1  # rk-0
+    dlq_standalone.kill()  # SIGKILL: the recall marker must already be durable
+    dlq_standalone.start()
+    got = received(run5("receive", ep, "r5-recall-kill", "--consumer-group", "recall",
+                        "--expect", "2", "--max-seconds", "15"))
+    assert [m["body"] for m in got] == ["rk-1"]
+
+
 def test_transactions_commit_rollback_and_orphan_check_back(
         module_standalone: Standalone) -> None:
     ep = endpoint(module_standalone)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from protocols.rocketmq.access import Need
-from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage
+from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage, RecallHandle
 from protocols.rocketmq.sql_filter import SqlFilter
 
 
@@ -33,6 +33,7 @@ class SendResult:
     message_id: str
     transaction_id: str
     offset: int
+    recall_handle: str = ""  # a timed message's, while it waits
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ class MessagingBackend(Protocol):
 
     async def end_transaction(self, caller: Caller, topic: str, message_id: str,
                               transaction_id: str, commit: bool) -> None: ...
+
+    async def recall(self, caller: Caller, topic: str, handle: RecallHandle) -> None:
+        """Drop a timed message before it is delivered (RpcFailure when it cannot be)."""
+        ...
 
     async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]: ...
 

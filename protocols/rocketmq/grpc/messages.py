@@ -6,6 +6,10 @@ as the 4.x property names, so a 4.x consumer and a Kafka consumer read a 5.x pro
 as they read each other's: TAGS, KEYS (space-separated), UNIQ_KEY, __SHARDINGKEY (the message
 group), TIMER_DELIVER_MS (a delivery time), user properties as they are.
 
+A recall handle names a timed message while it waits: the broker (a cluster's bundle broker),
+the offset in its timer queue and the message id, base64url-encoded; RecallMessage checks that
+the message there has that id and topic, so a forged handle recalls nothing else.
+
 A receipt handle names one delivery of one record: "<partition>.<offset>.<delivery count>.<n>"
 (n makes handles of redeliveries distinct).  It is opaque to clients and carries no secret:
 acknowledging with it needs the group's and topic's permissions like any other call.
@@ -15,6 +19,8 @@ This module never does I/O.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import zlib
 from dataclasses import dataclass
 
@@ -200,3 +206,26 @@ def parse_receipt_handle(handle: str) -> Receipt:
     if partition < 0 or offset < 0 or count < 1:
         raise RpcFailure(pb.INVALID_RECEIPT_HANDLE, "invalid receipt handle")
     return Receipt(partition, offset, count)
+
+
+@dataclass(frozen=True)
+class RecallHandle:
+    broker_name: str
+    offset: int  # in the broker's timer queue
+    message_id: str
+
+
+def recall_handle(broker_name: str, offset: int, message_id: str) -> str:
+    text = f"1 {broker_name} {offset} {message_id}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def parse_recall_handle(handle: str) -> RecallHandle:
+    try:
+        raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode()
+        version, broker, offset, message_id = raw.split(" ")
+        if version != "1" or not broker or not message_id or int(offset) < 0:
+            raise ValueError(raw)
+        return RecallHandle(broker, int(offset), message_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise RpcFailure(pb.BAD_REQUEST, "invalid recall handle") from None

@@ -35,6 +35,7 @@ from protocols.rocketmq.grpc.errors import RpcFailure, failure_of
 from protocols.rocketmq.grpc.messages import (
     duration_millis,
     from_grpc,
+    parse_recall_handle,
     timestamp,
     to_grpc,
     to_millis,
@@ -140,9 +141,18 @@ async def send_message(backend: MessagingBackend, caller: Caller,
     backend.authorize(caller, needs_write(outgoing[0].topic))
     results = await backend.send(caller, outgoing)
     entries = [spb.SendResultEntry(status=ok(), message_id=r.message_id,
-                                   transaction_id=r.transaction_id, offset=r.offset)
+                                   transaction_id=r.transaction_id, offset=r.offset,
+                                   recall_handle=r.recall_handle)
                for r in results]
     return spb.SendMessageResponse(status=ok(), entries=entries)
+
+
+async def recall_message(backend: MessagingBackend, caller: Caller,
+                         req: spb.RecallMessageRequest) -> spb.RecallMessageResponse:
+    handle = parse_recall_handle(req.recall_handle)
+    backend.authorize(caller, needs_write(req.topic.name))
+    await backend.recall(caller, req.topic.name, handle)
+    return spb.RecallMessageResponse(status=ok(), message_id=handle.message_id)
 
 
 async def end_transaction(backend: MessagingBackend, caller: Caller,
@@ -301,6 +311,7 @@ METHODS: dict[str, Method] = dict([
     _method("GetOffset", Kind.UNARY, get_offset),
     _method("UpdateOffset", Kind.UNARY, update_offset),
     _method("QueryOffset", Kind.UNARY, query_offset),
+    _method("RecallMessage", Kind.UNARY, recall_message),
     _method("Telemetry", Kind.BIDI, None),
 ])
 
