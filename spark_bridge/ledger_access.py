@@ -301,6 +301,7 @@ class LedgerAccess:
         if handle.is_closed or self.tail == "lac":
             return last
         ctx = self._bk.context
+        mac_key = ctx.mac_key(metadata)  # MAC'd entries need the ledger password (an error)
         while True:
             entry_id = last + 1
             copies = 0
@@ -313,7 +314,8 @@ class LedgerAccess:
                     response = await connection.request(request)  # type: ignore[misc]
                     check_status(response, bookie)
                     assert isinstance(response, ReadEntryResponse)
-                    decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id)
+                    decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id,
+                                 mac_key=mac_key)
                     copies += 1
                 except LedgerError:
                     continue

@@ -114,6 +114,10 @@ class StorageConfig:
     # take their adds, fencing reads and recovery adds only with its master key. Brokers and
     # auto-recovery (`--ledger-password-file`) need the same one. Empty: no password.
     ledger_password_file: str = ""
+    # Entries of the ledgers this process creates carry an HMAC-SHA256 keyed from the ledger
+    # password instead of a CRC (BookKeeper's MAC digest type): a bookie cannot forge or alter
+    # them. Needs ledger_password_file; every reader of those ledgers needs the password too.
+    entry_mac: bool = False
 
 
 @dataclass
@@ -318,6 +322,9 @@ class Config:
             raise ConfigError("storage.bookie_secret needs at least 16 bytes")
         if bool(s.bookie_tls_certfile) != bool(s.bookie_tls_keyfile):
             raise ConfigError("storage.bookie_tls_certfile and bookie_tls_keyfile go together")
+        if s.entry_mac and not s.ledger_password_file:
+            raise ConfigError("storage.entry_mac needs storage.ledger_password_file (the MAC "
+                              "key comes from the ledger password)")
         if self.kafka.max_partitions_per_request < 1:
             raise ConfigError("kafka.max_partitions_per_request must be at least 1")
         if self.kafka.default_partitions < 1:

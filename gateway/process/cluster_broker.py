@@ -269,7 +269,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                                config.storage.bookie_tls_keyfile, config.storage.bookie_tls_cafile)
         bookkeeper = await stack.enter_async_context(
             BookKeeper(store, bookie_secret=bookie_secret, bookie_tls=bookie_tls,
-                       ledger_password=ledger_password(config)))
+                       ledger_password=ledger_password(config),
+                       entry_mac=config.storage.entry_mac))
         factory = ManagedLedgerFactory(
             store, bookkeeper, offloader=offloader_from_config(config.offload, config.data_dir),
             offload_cache_bytes=config.offload.cache_mb << 20)

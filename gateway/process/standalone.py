@@ -120,7 +120,8 @@ async def run_standalone(
 
         bookkeeper = await stack.enter_async_context(
             BookKeeper(store, local_bookies=True, bookie_secret=bookie_secret,
-                       bookie_tls=bookie_tls, ledger_password=ledger_password(config)))
+                       bookie_tls=bookie_tls, ledger_password=ledger_password(config),
+                       entry_mac=config.storage.entry_mac))
 
         async def active_ledgers() -> set[int]:
             return set(await bookkeeper.list_ledgers())

@@ -70,7 +70,8 @@ async def run_bookies(config: Config, metadata_url: str) -> None:
             stack.push_async_callback(store.close)
             bookkeeper = await stack.enter_async_context(
                 BookKeeper(store, bookie_secret=secret, bookie_tls=tls,
-                           ledger_password=ledger_password(config)))
+                           ledger_password=ledger_password(config),
+                           entry_mac=config.storage.entry_mac))
 
             async def active_ledgers() -> set[int]:
                 return set(await bookkeeper.list_ledgers())

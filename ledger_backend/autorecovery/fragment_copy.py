@@ -70,6 +70,7 @@ def fragment_last_entry(metadata: LedgerMetadata, index: int) -> int | None:
 async def _read_surviving(ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata,
                           entry_id: int, lost: set[str]) -> bytes:
     problems: list[str] = []
+    mac_key = ctx.mac_key(metadata)
     for bookie in metadata.write_set_bookies(entry_id):
         if bookie in lost:
             continue
@@ -81,7 +82,8 @@ async def _read_surviving(ctx: ClientContext, ledger_id: int, metadata: LedgerMe
             continue
         if isinstance(response, ReadEntryResponse) and response.status is Status.OK:
             try:
-                decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id)
+                decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id,
+                             mac_key=mac_key)
             except LedgerError as exc:
                 problems.append(f"{bookie}: {exc}")
                 continue
@@ -92,8 +94,8 @@ async def _read_surviving(ctx: ClientContext, ledger_id: int, metadata: LedgerMe
 
 
 async def _store_on(ctx: ClientContext, bookie: str, ledger_id: int, entry_id: int,
-                    body: bytes, key: bytes) -> None:  # fmt: skip
-    decoded = decode_entry(body, ledger_id=ledger_id, entry_id=entry_id)
+                    body: bytes, key: bytes, mac_key: bytes | None) -> None:  # fmt: skip
+    decoded = decode_entry(body, ledger_id=ledger_id, entry_id=entry_id, mac_key=mac_key)
     response = await ctx.pool.connection(bookie).request(
         lambda rid: AddEntryRequest(rid, ledger_id, entry_id, decoded.lac, True, body, key))
     if not (isinstance(response, AddEntryResponse) and response.status is Status.OK):
@@ -114,6 +116,7 @@ async def copy_fragment(ctx: ClientContext, ledger_id: int, metadata: LedgerMeta
     limiter = trio.CapacityLimiter(_PARALLEL_COPIES)
     errors: list[LedgerError] = []
     key = ctx.master_key(metadata)  # recovery adds present the ledger's key
+    mac_key = ctx.mac_key(metadata)
 
     async def copy(entry_id: int, bookie: str) -> None:
         async with limiter:
@@ -121,7 +124,7 @@ async def copy_fragment(ctx: ClientContext, ledger_id: int, metadata: LedgerMeta
                 return
             try:
                 body = await _read_surviving(ctx, ledger_id, metadata, entry_id, lost)
-                await _store_on(ctx, bookie, ledger_id, entry_id, body, key)
+                await _store_on(ctx, bookie, ledger_id, entry_id, body, key, mac_key)
             except LedgerError as exc:
                 errors.append(exc)
 

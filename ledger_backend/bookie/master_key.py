@@ -7,6 +7,10 @@ read the ledger's metadata refuses those requests (UNAUTHORIZED) when the key's 
 Plain reads need no key (as in BookKeeper). A ledger without a stored hash is not checked, so
 ledgers written before passwords existed keep working.
 
+A ledger with MAC digests (client/entry_format.py) signs its entries with a second key from the
+same password and salt under another label, as BookKeeper keeps its MAC key apart from the
+master key: bookies see the master key, never the MAC key, so they cannot forge entries.
+
 This module must never log a password or a key, or compare them with ``==``.
 """
 
@@ -27,6 +31,11 @@ def new_salt() -> str:
 
 def derive_master_key(password: bytes, salt_hex: str) -> bytes:
     return hmac.new(password, bytes.fromhex(salt_hex), hashlib.sha256).digest()
+
+
+def derive_mac_key(password: bytes, salt_hex: str) -> bytes:
+    return hmac.new(password, b"ledgerwire entry MAC:" + bytes.fromhex(salt_hex),
+                    hashlib.sha256).digest()
 
 
 def master_key_hash(master_key: bytes) -> str:

@@ -26,6 +26,7 @@ from ledger_backend.client.bookie_client import BookieClientPool
 from ledger_backend.client.client_context import ClientContext
 from ledger_backend.client.errors import LedgerClosedError
 from ledger_backend.client.ledger_metadata import (
+    DIGEST_TYPE_HMAC_SHA256,
     LEDGER_ID_COUNTER_PATH,
     LedgerMetadata,
     validate_quorums,
@@ -56,9 +57,13 @@ class BookKeeper:
         bookie_secret: BookieCredential | None = None,
         bookie_tls: BookieTls | None = None,
         ledger_password: bytes | None = None,
+        entry_mac: bool = False,
     ) -> None:
+        if entry_mac and ledger_password is None:
+            raise ValueError("MAC digests on entries need a ledger password")
         self._store = store
         self._ledger_password = ledger_password  # new ledgers get it; recovery presents it
+        self._entry_mac = entry_mac  # new ledgers' entries carry an HMAC-SHA256, not a CRC
         self._bookie_secret = bookie_secret  # authenticates every TCP bookie connection
         self._bookie_tls = bookie_tls.client_context() if bookie_tls else None
         self.explicit_lac_delay_s = explicit_lac_delay_s  # 0: readers trail by one entry
@@ -129,6 +134,8 @@ class BookKeeper:
             salt = new_salt()
             key = derive_master_key(self._ledger_password, salt)
             metadata = metadata.replace(password_salt=salt, password_hash=master_key_hash(key))
+            if self._entry_mac:
+                metadata = metadata.replace(digest_type=DIGEST_TYPE_HMAC_SHA256)
         version = await ctx.create_metadata(ledger_id, metadata)
         return WriteHandle(ctx, ledger_id, metadata, version)
 

@@ -14,16 +14,19 @@ from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
-from ledger_backend.bookie.master_key import derive_master_key
+from ledger_backend.bookie.master_key import derive_mac_key, derive_master_key
 from ledger_backend.client.bookie_client import BookieClientPool
 from ledger_backend.client.errors import (
     BKTimeoutError,
+    DigestMismatchError,
     LedgerMetadataError,
     MetadataStoreError,
     NoSuchLedgerError,
 )
 from ledger_backend.client.ledger_metadata import (
     AVAILABLE_BOOKIES_PATH,
+    DIGEST_TYPE_CRC32C,
+    DIGEST_TYPE_HMAC_SHA256,
     LEDGERS_PATH,
     LedgerMetadata,
     ledger_id_from_node_name,
@@ -60,6 +63,18 @@ class ClientContext:
         if not metadata.password_hash or self.ledger_password is None:
             return b""
         return derive_master_key(self.ledger_password, metadata.password_salt)
+
+    def mac_key(self, metadata: LedgerMetadata) -> bytes | None:
+        """The key of `metadata`'s entry MACs; None for a ledger with CRC digests.
+        DigestMismatchError when the ledger's entries carry MACs this client cannot check."""
+        if metadata.digest_type == DIGEST_TYPE_CRC32C:
+            return None
+        if metadata.digest_type != DIGEST_TYPE_HMAC_SHA256 or not metadata.password_salt:
+            raise DigestMismatchError(f"unknown entry digest type {metadata.digest_type!r}")
+        if self.ledger_password is None:
+            raise DigestMismatchError("this ledger's entries carry MACs: reading it needs the "
+                                      "ledger password (storage.ledger_password_file)")
+        return derive_mac_key(self.ledger_password, metadata.password_salt)
 
     async def _bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run a store call within the client timeout. Errors a caller handles (no node, node

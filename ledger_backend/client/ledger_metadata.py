@@ -23,6 +23,7 @@ LEDGERS_PATH = "/ledgerwire/ledgers"
 LEDGER_ID_COUNTER_PATH = "/ledgerwire/ledger-id"
 AVAILABLE_BOOKIES_PATH = "/ledgerwire/bookies/available"
 DIGEST_TYPE_CRC32C = "CRC32C"
+DIGEST_TYPE_HMAC_SHA256 = "HMAC_SHA256"  # entries carry a MAC (entry_format.py version 2)
 _LEDGER_ID_DIGITS = 20
 
 

@@ -44,6 +44,7 @@ async def read_entry_from_bookies(
     """Read and verify one entry, trying each bookie of its write set in turn (`last_resort`,
     a bookie that just failed for this entry, only after the others)."""
     errors: list[LedgerError] = []
+    mac_key = ctx.mac_key(metadata)
     bookies = metadata.write_set_bookies(entry_id)
     if last_resort in bookies:
         bookies = [b for b in bookies if b != last_resort] + [last_resort]
@@ -56,7 +57,8 @@ async def read_entry_from_bookies(
             )
             check_status(response, bookie)
             assert isinstance(response, ReadEntryResponse)
-            return decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id)
+            return decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id,
+                                mac_key=mac_key)
         except LedgerError as exc:
             if isinstance(exc, DigestMismatchError):
                 log.error("ledger %d entry %d from %s: %s", ledger_id, entry_id, bookie, exc)
@@ -186,11 +188,13 @@ class ReadHandle:
                 break
         else:
             return None
+        mac_key = self._ctx.mac_key(metadata)
         bodies = await conn.read_entries(self.ledger_id, first, last)
         if bodies is None or len(bodies) != last - first + 1:
             return None
         try:
-            return [decode_entry(body, ledger_id=self.ledger_id, entry_id=first + i).payload
+            return [decode_entry(body, ledger_id=self.ledger_id, entry_id=first + i,
+                                 mac_key=mac_key).payload
                     for i, body in enumerate(bodies)]  # fmt: skip
         except DigestMismatchError as exc:
             log.error("ledger %d: local range read %d..%d: %s", self.ledger_id, first, last, exc)
@@ -202,6 +206,7 @@ class ReadHandle:
         through request callbacks (no task per entry). Returns the verified payloads (None where
         that bookie failed) and (entry id, bookie) of each failure."""
         ledger_id, metadata, pool = self.ledger_id, self._metadata, self._ctx.pool
+        mac_key = self._ctx.mac_key(metadata)
         results: list[bytes | None] = [None] * (last - first + 1)
         failed: list[tuple[int, str]] = []  # (entry id, the bookie that failed it)
         all_answered = trio.Event()
@@ -240,7 +245,8 @@ class ReadHandle:
                     raise outcome
                 check_status(outcome, bookie)
                 assert isinstance(outcome, ReadEntryResponse)
-                decoded = decode_entry(outcome.body, ledger_id=ledger_id, entry_id=entry_id)
+                decoded = decode_entry(outcome.body, ledger_id=ledger_id, entry_id=entry_id,
+                                       mac_key=mac_key)
                 results[entry_id - first] = decoded.payload
             except LedgerError:
                 failed.append((entry_id, bookie))

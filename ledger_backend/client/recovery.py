@@ -234,6 +234,7 @@ async def _ask_for_entry(
     """One round of fencing recovery reads: the entry's bytes as soon as one bookie has it;
     otherwise None, with `negative` and `problems` updated per bookie."""
     key = ctx.master_key(metadata)
+    mac_key = ctx.mac_key(metadata)
     found: list[bytes] = []
 
     async with trio.open_nursery() as nursery:
@@ -248,7 +249,8 @@ async def _ask_for_entry(
                 return
             if response.status is Status.OK and isinstance(response, ReadEntryResponse):
                 try:
-                    decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id)
+                    decode_entry(response.body, ledger_id=ledger_id, entry_id=entry_id,
+                                 mac_key=mac_key)
                 except DigestMismatchError as exc:
                     problems[bookie] = str(exc)
                     return
@@ -326,10 +328,11 @@ async def _rewrite_batch(
     if not recovered:
         return
     metadata = await target.write_metadata()
+    mac_key = ctx.mac_key(metadata)
     errors: list[LedgerError] = []
 
     async def rewrite(entry_id: int, stored: bytes) -> None:
-        decoded = decode_entry(stored, ledger_id=ledger_id, entry_id=entry_id)
+        decoded = decode_entry(stored, ledger_id=ledger_id, entry_id=entry_id, mac_key=mac_key)
         try:
             await _rewrite_entry(ctx, ledger_id, metadata, entry_id, decoded.lac, stored)
         except LedgerError as exc:
@@ -367,7 +370,8 @@ async def _recover_entries(
         await _rewrite_batch(ctx, ledger_id, target, recovered)
         if recovered:
             last_entry_id, stored = recovered[-1]
-            length = decode_entry(stored, ledger_id=ledger_id, entry_id=last_entry_id).ledger_length
+            length = decode_entry(stored, ledger_id=ledger_id, entry_id=last_entry_id,
+                                  mac_key=ctx.mac_key(metadata)).ledger_length
         if ended:
             return last_entry_id, length
         next_entry += _RECOVERY_BATCH

@@ -84,6 +84,7 @@ class WriteHandle:
         self._metadata = metadata
         self._version = version
         self._master_key = ctx.master_key(metadata)  # sent with every add
+        self._mac_key = ctx.mac_key(metadata)  # None: entries carry a CRC
         self._next_entry_id = 0
         self._lac = -1
         self._length = 0
@@ -126,7 +127,8 @@ class WriteHandle:
         entry_id = self._next_entry_id  # synchronous: ids follow call order
         self._next_entry_id += 1
         self._assigned_length += len(data)
-        body = encode_entry(self.ledger_id, entry_id, self._lac, self._assigned_length, data)
+        body = encode_entry(self.ledger_id, entry_id, self._lac, self._assigned_length, data,
+                            mac_key=self._mac_key)
         deadline = trio.current_time() + self._ctx.timeout_s * _APPEND_TIMEOUTS
         add = _PendingAdd(entry_id, self._assigned_length, self._lac, body, deadline)
         self._lac_told = max(self._lac_told, self._lac)

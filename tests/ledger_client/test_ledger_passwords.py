@@ -40,13 +40,16 @@ async def _status(address: str, request: AddEntryRequest | ReadEntryRequest) -> 
 
 
 @asynccontextmanager
-async def password_ledger(bookies: int, quorums: tuple[int, int, int], entries: int
+async def password_ledger(bookies: int, quorums: tuple[int, int, int], entries: int,
+                          *, entry_mac: bool = False,
                           ) -> AsyncIterator[tuple[MetadataStore, InProcessCluster, BookKeeper,
                                                    WriteHandle]]:  # fmt: skip
-    """A ledger created with PASSWORD holding `entries` entries, on in-process bookies."""
+    """A ledger created with PASSWORD holding `entries` entries, on in-process bookies (with
+    MAC digests on its entries if entry_mac)."""
     store = await open_store("memory:")
     async with running_bookies(store, bookies) as cluster, \
-            BookKeeper(store, timeout_s=2, ledger_password=PASSWORD) as bk:  # fmt: skip
+            BookKeeper(store, timeout_s=2, ledger_password=PASSWORD,
+                       entry_mac=entry_mac) as bk:  # fmt: skip
         writer = await bk.create_ledger(*quorums)
         for i in range(entries):
             await writer.append(b"entry-%d" % i)

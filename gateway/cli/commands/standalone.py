@@ -136,6 +136,8 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                    help="CA that bookie (and client) certificates must be signed by")
     p.add_argument("--ledger-password-file", dest="storage.ledger_password_file", metavar="PATH",
                    help="password of the ledgers this broker creates (bookies check it)")
+    bool_flag(p, "entry-mac", "storage.entry_mac", "new ledgers' entries carry an HMAC-SHA256 "
+              "keyed from the ledger password, not a CRC (needs --ledger-password-file)")
     p.add_argument(
         "--users-file",
         dest="security.users_file",
