@@ -23,11 +23,11 @@ from protocols.kafka.record_batch import (  # the record format's own varints
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
-    _read_bytes,
-    _read_varint,
-    _write_varint,
     compute_crc,
     parse_header,
+    read_bytes,
+    read_varint,
+    write_varint,
 )
 
 _CRC = struct.Struct(">I")
@@ -37,7 +37,7 @@ _MARK = ORIGIN_HEADER.encode()
 
 def _varint(value: int) -> bytes:
     out = bytearray()
-    _write_varint(out, value)
+    write_varint(out, value)
     return bytes(out)
 
 
@@ -48,8 +48,8 @@ _KEYED_OFFSET = _varint(len(ORIGIN_OFFSET_HEADER)) + ORIGIN_OFFSET_HEADER.encode
 def _origin_in(headers: bytes, count: int) -> tuple[str, int] | None:
     cluster, offset, pos = None, -1, 0
     for _ in range(count):
-        key, pos = _read_bytes(headers, pos)
-        value, pos = _read_bytes(headers, pos)
+        key, pos = read_bytes(headers, pos)
+        value, pos = read_bytes(headers, pos)
         if key == _MARK and value is not None:
             cluster = value.decode("utf-8", "replace")
         elif key == ORIGIN_OFFSET_HEADER.encode() and value is not None and len(value) == 8:
@@ -87,18 +87,18 @@ class OutgoingBatches:
         log_append = header.timestamp_type == 1
         pos = 0
         for _ in range(header.records_count):
-            length, pos = _read_varint(payload, pos)
+            length, pos = read_varint(payload, pos)
             end = pos + length
             if length < 0 or end > len(payload):
                 raise CorruptMessageError("record runs past the batch")
             attributes = payload[pos]
-            ts_delta, p = _read_varint(payload, pos + 1)
-            offset_delta, p = _read_varint(payload, p)
+            ts_delta, p = read_varint(payload, pos + 1)
+            offset_delta, p = read_varint(payload, p)
             kv_start = p
-            _, p = _read_bytes(payload, p)
-            _, p = _read_bytes(payload, p)
+            _, p = read_bytes(payload, p)
+            _, p = read_bytes(payload, p)
             kv_end = p
-            header_count, p = _read_varint(payload, p)
+            header_count, p = read_varint(payload, p)
             headers = payload[p:end]
             pos = end
             offset = header.base_offset + offset_delta
@@ -120,7 +120,7 @@ class OutgoingBatches:
         if payload.count(_KEYED_MARK) != count or last_offset < start:
             return False
         at = payload.rfind(_KEYED_MARK) + len(_KEYED_MARK)
-        name, at = _read_bytes(payload, at)
+        name, at = read_bytes(payload, at)
         if name is None or payload[at:at + len(_KEYED_OFFSET)] != _KEYED_OFFSET:
             return False
         at += len(_KEYED_OFFSET)

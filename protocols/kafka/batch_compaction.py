@@ -45,7 +45,7 @@ from protocols.kafka.record_batch import (
     compute_crc,
     parse_header,
 )
-from protocols.kafka.record_batch import _read_varint as _varint  # one varint reader
+from protocols.kafka.record_batch import read_varint as _varint  # one varint reader
 
 _CRC = struct.Struct(">I")
 _CONTROL_KEY = struct.Struct(">hh")

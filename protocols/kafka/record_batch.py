@@ -247,7 +247,8 @@ class ControlRecord:
     coordinator_epoch: int
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A record-format (zigzag) varint at `pos`: (value, the position after it)."""
     if pos < len(buf):  # one byte (|value| < 64: lengths, deltas, counts): no loop
         b = buf[pos]
         if not b & 0x80:
@@ -267,7 +268,8 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise CorruptMessageError("varint is too long")
 
 
-def _write_varint(out: bytearray, value: int) -> None:
+def write_varint(out: bytearray, value: int) -> None:
+    """Append `value` to `out` as a record-format (zigzag) varint."""
     if 0 <= value < 64:  # one byte, the common case (deltas, counts, short lengths)
         out.append(value << 1)
         return
@@ -279,8 +281,9 @@ def _write_varint(out: bytearray, value: int) -> None:
     out.append(v)
 
 
-def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(buf, pos)
+def read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    """A varint-length-prefixed field (a key, value or header; length -1 is None)."""
+    length, pos = read_varint(buf, pos)
     if length < 0:
         return None, pos
     if pos + length > len(buf):
@@ -311,25 +314,25 @@ def decode_records(
     pos = 0
     size = len(payload)
     for _ in range(header.records_count):
-        length, pos = _read_varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         end = pos + length
         if length < 0 or end > len(payload):
             raise CorruptMessageError("record runs past the batch")
         pos += 1  # record attributes (unused)
-        ts_delta, pos = _read_varint(payload, pos)
-        offset_delta, pos = _read_varint(payload, pos)
-        key, pos = _read_bytes(payload, pos)
-        value, pos = _read_bytes(payload, pos)
-        header_count, pos = _read_varint(payload, pos)
+        ts_delta, pos = read_varint(payload, pos)
+        offset_delta, pos = read_varint(payload, pos)
+        key, pos = read_bytes(payload, pos)
+        value, pos = read_bytes(payload, pos)
+        header_count, pos = read_varint(payload, pos)
         headers: list[tuple[str, bytes | None]] = []
         for _h in range(header_count):
             pair: list[bytes | None] = []
             for _field in (0, 1):  # key, value
                 # a short one (one-byte even varint: 0..63 bytes) is cut without a call;
-                # anything else (null, longer, truncated) takes _read_bytes
+                # anything else (null, longer, truncated) takes read_bytes
                 n = payload[pos] if pos < size else 1
                 if n & 0x81 or pos + 1 + (n >> 1) > size:
-                    item, pos = _read_bytes(payload, pos)
+                    item, pos = read_bytes(payload, pos)
                 else:
                     item = payload[pos + 1 : pos + 1 + (n >> 1)]
                     pos += 1 + (n >> 1)
@@ -391,25 +394,25 @@ def build_batch(
     payload = bytearray()
     for delta, (r, ts) in enumerate(zip(norm, timestamps, strict=True)):
         body = bytearray(b"\x00")
-        _write_varint(body, ts - base_ts)
-        _write_varint(body, delta)
+        write_varint(body, ts - base_ts)
+        write_varint(body, delta)
         for blob in (r.key, r.value):
             if blob is None:
-                _write_varint(body, -1)
+                write_varint(body, -1)
             else:
-                _write_varint(body, len(blob))
+                write_varint(body, len(blob))
                 body += blob
-        _write_varint(body, len(r.headers))
+        write_varint(body, len(r.headers))
         for hkey, hval in r.headers:
             encoded = hkey.encode("utf-8")
-            _write_varint(body, len(encoded))
+            write_varint(body, len(encoded))
             body += encoded
             if hval is None:
-                _write_varint(body, -1)
+                write_varint(body, -1)
             else:
-                _write_varint(body, len(hval))
+                write_varint(body, len(hval))
                 body += hval
-        _write_varint(payload, len(body))
+        write_varint(payload, len(body))
         payload += body
     try:
         compressed = codecs.compress(compression, payload)
@@ -455,5 +458,6 @@ def build_control_batch(
 __all__ = [
     "BatchHeader", "ControlRecord", "Record", "build_batch", "build_control_batch",
     "decode_records", "iter_batches", "parse_control_record", "parse_header", "patch_base_offset",
-    "records_magic", "set_log_append_time", "validate_batch",
+    "read_bytes", "read_varint", "records_magic", "set_log_append_time", "validate_batch",
+    "write_varint",
 ]

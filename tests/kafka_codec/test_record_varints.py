@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from protocols.kafka.errors import CorruptMessageError
 from protocols.kafka.record_batch import (
     Record,
-    _read_varint,
-    _write_varint,
     build_batch,
     decode_records,
+    read_varint,
+    write_varint,
 )
 
 longs = st.one_of(st.integers(-70, 70), st.integers(-(2**63), 2**63 - 1))
@@ -33,16 +33,16 @@ def reference_write(value: int) -> bytes:
 @given(longs, st.binary(max_size=3))
 def test_varints_round_trip_as_the_general_encoding(value: int, tail: bytes) -> None:
     out = bytearray()
-    _write_varint(out, value)
+    write_varint(out, value)
     assert bytes(out) == reference_write(value)
-    assert _read_varint(bytes(out) + tail, 0) == (value, len(out))
+    assert read_varint(bytes(out) + tail, 0) == (value, len(out))
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=12), st.integers(0, 12))
 def test_any_bytes_read_or_refuse(data: bytes, pos: int) -> None:
     try:
-        value, end = _read_varint(data, pos)
+        value, end = read_varint(data, pos)
     except CorruptMessageError:
         return
     assert pos < end <= len(data) and not data[end - 1] & 0x80
@@ -67,32 +67,32 @@ def test_batches_round_trip(items: list[tuple[bytes | None, bytes | None,
 
 def test_a_truncated_varint_is_refused() -> None:
     with pytest.raises(CorruptMessageError):
-        _read_varint(b"\x80", 0)
+        read_varint(b"\x80", 0)
     with pytest.raises(CorruptMessageError):
-        _read_varint(b"", 0)
+        read_varint(b"", 0)
 
 
 def reference_headers(payload: bytes, records: int = 1) -> object:
-    """The records' headers read field by field with _read_bytes only (no fast path)."""
-    from protocols.kafka.record_batch import _read_bytes
+    """The records' headers read field by field with read_bytes only (no fast path)."""
+    from protocols.kafka.record_batch import read_bytes
 
     out, pos = [], 0
     try:
         for _record in range(records):
-            length, pos = _read_varint(payload, pos)
+            length, pos = read_varint(payload, pos)
             end = pos + length
             if length < 0 or end > len(payload):
                 raise CorruptMessageError("record runs past the batch")
             pos += 1
             for _ in range(2):
-                _, pos = _read_varint(payload, pos)
+                _, pos = read_varint(payload, pos)
             for _ in range(2):
-                _, pos = _read_bytes(payload, pos)
-            count, pos = _read_varint(payload, pos)
+                _, pos = read_bytes(payload, pos)
+            count, pos = read_varint(payload, pos)
             headers = []
             for _ in range(count):
-                k, pos = _read_bytes(payload, pos)
-                v, pos = _read_bytes(payload, pos)
+                k, pos = read_bytes(payload, pos)
+                v, pos = read_bytes(payload, pos)
                 headers.append(((k or b"").decode("utf-8", "replace"), v))
             if pos != end:
                 raise CorruptMessageError("record length does not match its fields")
