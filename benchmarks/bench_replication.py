@@ -10,7 +10,9 @@ both ways (tests/replication/geo_pair.py sets them up), 1 KB values, 2 partition
    linger.ms=5); the rate is east's local produce throughput (its replicator only retries).
 2. replication: west starts; the time from then until east's replicators report an empty
    backlog gives the replication throughput of that backlog (west's start-up excluded: the
-   clock starts when west accepts connections).
+   clock starts when west accepts connections).  The ratio of the two rates is the figure to
+   quote (both from this one run); beside each rate, the CPU of each broker process per message
+   (user + system, /proc: load on a shared machine disturbs it far less than the rates).
 3. lag: a producer sends at --rate-mb MB/s to east for --seconds while a consumer on west reads
    the replicated records; lag = arrival in west - the record's timestamp (set by the producer
    in east, kept by replication); p50 / p99 printed.
@@ -29,6 +31,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests.support.standalone import Standalone
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.replication.geo_pair import (  # noqa: E402
@@ -41,6 +45,16 @@ from tests.replication.geo_pair import (  # noqa: E402
 
 VALUE = os.urandom(1024)
 PRODUCER_CONF = {"acks": "all", "linger.ms": 5, "batch.size": 131072}
+
+
+def cpu_seconds(server: Standalone) -> float:
+    """User + system CPU seconds of the broker process so far (0.0 where /proc is missing)."""
+    assert server.proc is not None
+    try:
+        fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def produce_burst(bootstrap: str, count: int) -> float:
@@ -116,17 +130,26 @@ def main() -> None:
         east, west = start_pair(Path(tmp))
         try:
             west.stop()
-            local_s = produce_burst(east.bootstrap, args.messages)
-            mb = args.messages * len(VALUE) / 1e6
-            print(f"local produce to east: {args.messages} x 1 KB in {local_s:.2f} s = "
-                  f"{args.messages / local_s:,.0f} msg/s, {mb / local_s:.1f} MB/s")
+            n = args.messages
+            cpu_east = cpu_seconds(east)
+            local_s = produce_burst(east.bootstrap, n)
+            local_cpu = (cpu_seconds(east) - cpu_east) / n * 1e6
+            mb = n * len(VALUE) / 1e6
+            print(f"local produce to east: {n} x 1 KB in {local_s:.2f} s = "
+                  f"{n / local_s:,.0f} msg/s, {mb / local_s:.1f} MB/s "
+                  f"(east CPU {local_cpu:.0f} us/msg)")
             west.start()
+            cpu_east, cpu_west = cpu_seconds(east), cpu_seconds(west)
             start = time.perf_counter()
             wait_for(lambda: drained(east), "the backlog to drain", timeout_s=600)
             repl_s = time.perf_counter() - start
+            sender_cpu = (cpu_seconds(east) - cpu_east) / n * 1e6
+            receiver_cpu = (cpu_seconds(west) - cpu_west) / n * 1e6
             print(f"replication east -> west of that backlog: {repl_s:.2f} s = "
-                  f"{args.messages / repl_s:,.0f} msg/s, {mb / repl_s:.1f} MB/s "
-                  f"({local_s / repl_s:.2f}x local produce)")
+                  f"{n / repl_s:,.0f} msg/s, {mb / repl_s:.1f} MB/s "
+                  f"(east CPU {sender_cpu:.0f} us/msg sending, west {receiver_cpu:.0f} "
+                  f"us/msg receiving)")
+            print(f"ratio: replication {local_s / repl_s:.2f}x local produce (same run)")
             lags, sent = measure_lag(east.bootstrap, west.bootstrap, args.rate_mb, args.seconds)
             lags.sort()
             achieved = sent * len(VALUE) / 1e6 / args.seconds

@@ -21,6 +21,11 @@ makes the tokens) before its first request.  A refused login raises `PeerAuthent
 is logged once in a while as an error naming the user and the setting to fix, and the address is
 not tried again for `AUTH_RETRY_BACKOFF_S` (a wrong password must not hammer the peer's PBKDF2).
 
+A caller that pipelines (gateway/replication's produce pipeline: several Produce requests in
+flight to one partition, answered in order) takes a `PeerConnection` of its own from
+`open_connection`: logged in like a pooled one, outside the pool, closed by its owner (or by
+`aclose` of the client).  Its answers are matched to requests by correlation id, oldest first.
+
 This module must never decide *where* a request goes (callers look owners up in the ownership
 service) nor retry: a failed request raises, and the caller's own retry loop decides.  It must
 never log, repr or keep in an exception the inter-broker password.
@@ -31,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +152,61 @@ class _Connection:
     stream: trio.abc.Stream
     reader: FrameReader = field(default_factory=FrameReader)
     next_correlation_id: int = 1
+    frames: deque[Any] = field(default_factory=deque)  # answers read, not yet taken
+
+    def send_frame(self, client_id: str, api_key: int, version: int,
+                   body: dict[str, Any]) -> tuple[int, bytes]:
+        correlation_id = self.next_correlation_id
+        self.next_correlation_id += 1
+        return correlation_id, encode_request(
+            RequestHeader(api_key, version, correlation_id, client_id), body)
+
+    async def next_frame(self) -> Any:
+        while not self.frames:
+            data = await self.stream.receive_some(65536)
+            if not data:
+                raise EOFError("connection closed by the peer")
+            self.frames.extend(self.reader.feed(data))
+        return self.frames.popleft()
+
+
+class PeerConnection:
+    """A connection of one caller's own, for pipelined requests (see the module docstring).
+    `send` and `receive` may run in different tasks; each is used by one task at a time."""
+
+    def __init__(self, client: PeerClient, connection: _Connection,
+                 address: tuple[str, int]) -> None:
+        self._client = client
+        self._connection = connection
+        self.address = address
+        self._pending: deque[tuple[int, int, int]] = deque()  # (correlation id, api, version)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def send(self, api_key: int, version: int, body: dict[str, Any]) -> int:
+        """Write one request; its correlation id.  A failure leaves the connection unusable."""
+        correlation_id, data = self._connection.send_frame(self._client.client_id, api_key,
+                                                           version, body)
+        self._pending.append((correlation_id, api_key, version))
+        await self._connection.stream.send_all(data)
+        return correlation_id
+
+    async def receive(self) -> tuple[int, dict[str, Any]]:
+        """The answer to the oldest request in flight: (its correlation id, its body)."""
+        if not self._pending:
+            raise EOFError("no request in flight")
+        correlation_id, api_key, version = self._pending[0]
+        frame = await self._connection.next_frame()
+        got, answer = decode_response(api_key, version, frame)
+        if got != correlation_id:
+            raise EOFError(f"answer {got} where {correlation_id} was due")
+        self._pending.popleft()
+        return correlation_id, answer
+
+    async def aclose(self) -> None:
+        await self._client._close(self._connection)
 
 
 @dataclass
@@ -193,6 +254,15 @@ class PeerClient:
             return await self._request_on(pool, address, api_key, version, body)
         finally:
             pool.slots.release()
+
+    async def open_connection(self, host: str, port: int) -> PeerConnection:
+        """A logged-in connection outside the pool, for a caller that pipelines on it."""
+        address = (host, port)
+        pool = self._pools.get(address)
+        if pool is None:
+            pool = self._pools[address] = _Pool(trio.Semaphore(self.max_connections))
+        with trio.fail_after(self.timeout_s):
+            return PeerConnection(self, await self._new(pool, address), address)
 
     async def _request_on(self, pool: _Pool, address: tuple[str, int], api_key: int,
                           version: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -296,19 +366,12 @@ class PeerClient:
 
     async def _exchange(self, connection: _Connection, api_key: int, version: int,
                         body: dict[str, Any]) -> dict[str, Any]:
-        correlation_id = connection.next_correlation_id
-        connection.next_correlation_id += 1
-        header = RequestHeader(api_key, version, correlation_id, self.client_id)
-        await connection.stream.send_all(encode_request(header, body))
-        frames: list[Any] = []
-        while not frames:
-            data = await connection.stream.receive_some(65536)
-            if not data:
-                raise EOFError("connection closed by the peer")
-            frames = connection.reader.feed(data)
-        if len(frames) != 1:  # one request in flight: anything more is a broken stream
-            raise EOFError(f"{len(frames)} answers to one request")
-        got, answer = decode_response(api_key, version, frames[0])
+        correlation_id, data = connection.send_frame(self.client_id, api_key, version, body)
+        await connection.stream.send_all(data)
+        frame = await connection.next_frame()
+        if connection.frames:  # one request in flight: anything more is a broken stream
+            raise EOFError(f"{1 + len(connection.frames)} answers to one request")
+        got, answer = decode_response(api_key, version, frame)
         if got != correlation_id:
             raise EOFError(f"answer {got} to request {correlation_id}")
         return answer

@@ -2,10 +2,15 @@
 
 Built on gateway/cluster/peer_client.py (the project's own codec, connection pool, TLS and SASL
 login), not on confluent-kafka: that is a test dependency only, and its producer hides what a
-replicator must control itself (one produce in flight, the exact remote offset of each batch for
-the offset syncs, a new producer id after any doubt).  Requests go to the registered bootstrap
-broker; a remote that answers NOT_LEADER_OR_FOLLOWER for a partition is asked for its metadata
-and the partition's leader gets the next request.
+replicator must control itself (which produce is acknowledged, the exact remote offset of each
+batch for the offset syncs, a new producer id after any doubt).  Requests go to the registered
+bootstrap broker; a remote that answers NOT_LEADER_OR_FOLLOWER for a partition is asked for its
+metadata and the partition's leader gets the next request.
+
+Produce goes through a `ProducePipeline`: one connection of its own to the partition's leader
+with up to `MAX_IN_FLIGHT` requests on it (Kafka's limit for an idempotent producer, whose
+sequence numbers let the remote apply them in order and refuse a gap); the answers come back in
+request order and are matched by correlation id.
 
 Each call raises `RemoteError` (retriable: the caller backs off and starts a new session) or
 returns the decoded answer.  This module must never retry on its own, nor log a password.
@@ -15,15 +20,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.cluster.peer_client import PeerClient, PeerSecurity
+import trio
+
+from gateway.cluster.peer_client import PeerClient, PeerConnection, PeerSecurity
 from gateway.replication.clusters import RemoteCluster
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, CREATE_TOPICS, INIT_PRODUCER_ID = (
     0, 1, 2, 3, 8, 19, 22)
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
+RESOURCE_TOPIC = 2
+SOURCE_DYNAMIC_TOPIC = 1  # a config set on the topic itself (not a default)
+CONFIG_SET, CONFIG_DELETE = 0, 1
 REMOTE_TIMEOUT_S = 30.0
 EARLIEST = -2
 PUSHED_METADATA = "lw.replication"  # the metadata of group offsets a replicator committed
+MAX_IN_FLIGHT = 5  # produce requests in flight per partition (Kafka's idempotent limit)
+PRODUCE_VERSION = 7
 
 
 class RemoteError(Exception):
@@ -102,7 +115,40 @@ class RemoteKafka:
             meta = await self.metadata(topic)
             if meta is None:
                 raise RemoteError(f"cluster {self.cluster.name}: topic {topic} not created")
-        return len(meta["partitions"])
+        count = len(meta["partitions"])
+        if count < partitions:  # partitions were added here: add them there too
+            answer = await self._call(CREATE_PARTITIONS, 1, {
+                "topics": [{"name": topic, "count": partitions, "assignments": None}],
+                "timeout_ms": 30000, "validate_only": False})
+            for t in answer["results"]:
+                if t["error_code"] != ErrorCode.INVALID_PARTITIONS:  # another one was first
+                    _check(t["error_code"], f"adding partitions to {topic} "
+                           f"({t.get('error_message')})")
+            meta = await self.metadata(topic)
+            count = len(meta["partitions"]) if meta is not None else count
+        return count
+
+    async def topic_configs(self, topic: str) -> dict[str, str]:
+        """The configs set on the topic there (defaults left out)."""
+        answer = await self._call(DESCRIBE_CONFIGS, 1, {
+            "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                           "configuration_keys": None}], "include_synonyms": False})
+        result = answer["results"][0]
+        _check(result["error_code"], f"configs of {topic}")
+        return {c["name"]: c["value"] for c in result["configs"]
+                if c.get("config_source") == SOURCE_DYNAMIC_TOPIC and c["value"] is not None}
+
+    async def alter_topic_configs(self, topic: str, changes: dict[str, str | None]) -> None:
+        """Set (a value) or remove (None) these configs of the topic there."""
+        answer = await self._call(INCREMENTAL_ALTER_CONFIGS, 0, {
+            "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                           "configs": [{"name": k, "value": v,
+                                        "config_operation": CONFIG_DELETE if v is None
+                                        else CONFIG_SET} for k, v in sorted(changes.items())]}],
+            "validate_only": False})
+        result = answer["responses"][0]
+        _check(result["error_code"], f"altering configs of {topic} "
+               f"({result.get('error_message')})")
 
     async def init_producer_id(self) -> tuple[int, int]:
         """A fresh idempotent producer id and epoch."""
@@ -113,16 +159,28 @@ class RemoteKafka:
 
     async def produce(self, topic: str, partition: int, batch: bytes) -> int:
         """Append one batch with acks=all; its base offset there."""
-        answer = await self._call(PRODUCE, 7, {
-            "transactional_id": None, "acks": -1, "timeout_ms": int(REMOTE_TIMEOUT_S * 1000),
-            "topic_data": [{"name": topic, "partition_data": [
-                {"index": partition, "records": batch}]}]},
-            self._leader(topic, partition))
+        answer = await self._call(PRODUCE, PRODUCE_VERSION, _produce_body(topic, partition, batch),
+                                  self._leader(topic, partition))
+        return self.base_offset_of(topic, partition, answer)
+
+    def base_offset_of(self, topic: str, partition: int, answer: dict[str, Any]) -> int:
+        """The base offset a Produce answer gives the batch (its error raised; a partition that
+        moved is looked up again before the next request)."""
         part = answer["responses"][0]["partition_responses"][0]
         if part["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER:
             self._leaders.pop((topic, partition), None)
         _check(part["error_code"], f"produce to {topic}-{partition}")
         return int(part["base_offset"])
+
+    async def open_pipeline(self, topic: str, partition: int) -> ProducePipeline:
+        """A produce pipeline to the partition's leader (the bootstrap broker if not known)."""
+        host, port = self._leader(topic, partition) or self.cluster.bootstrap
+        try:
+            connection = await self._peers.open_connection(host, port)
+        except (KafkaProtocolError, OSError, trio.TooSlowError) as exc:
+            raise RemoteError(f"cluster {self.cluster.name} ({host}:{port}): "
+                              f"{exc or type(exc).__name__}") from None
+        return ProducePipeline(self, connection, topic, partition)
 
     async def fetch(self, topic: str, partition: int, offset: int,
                     max_bytes: int = 4 << 20) -> tuple[bytes, int]:
@@ -158,3 +216,56 @@ class RemoteKafka:
                  "committed_metadata": PUSHED_METADATA} for p, o in sorted(offsets.items())]}]})
         return {int(p["partition_index"]): int(p["error_code"])
                 for t in answer["topics"] for p in t["partitions"]}
+
+
+def _produce_body(topic: str, partition: int, batch: bytes) -> dict[str, Any]:
+    return {"transactional_id": None, "acks": -1, "timeout_ms": int(REMOTE_TIMEOUT_S * 1000),
+            "topic_data": [{"name": topic, "partition_data": [
+                {"index": partition, "records": batch}]}]}
+
+
+class ProducePipeline:
+    """Produce requests to one remote partition, up to `MAX_IN_FLIGHT` on one connection.
+
+    `send` writes a batch (the caller keeps at most MAX_IN_FLIGHT unanswered); `receive` waits
+    for the answer to the oldest one and returns its base offset there.  Each has the remote
+    timeout; any failure raises `RemoteError` and leaves the pipeline unusable (close it: the
+    batches still in flight are in doubt, which the replicator's next session settles).
+    """
+
+    def __init__(self, remote: RemoteKafka, connection: PeerConnection, topic: str,
+                 partition: int) -> None:
+        self._remote = remote
+        self._connection = connection
+        self.topic = topic
+        self.partition = partition
+
+    @property
+    def in_flight(self) -> int:
+        return self._connection.in_flight
+
+    def _failed(self, exc: BaseException) -> RemoteError:
+        host, port = self._connection.address
+        return RemoteError(f"cluster {self._remote.cluster.name} ({host}:{port}): produce to "
+                           f"{self.topic}-{self.partition}: {exc!r}")
+
+    async def send(self, batch: bytes) -> None:
+        try:
+            with trio.fail_after(REMOTE_TIMEOUT_S):
+                await self._connection.send(PRODUCE, PRODUCE_VERSION,
+                                            _produce_body(self.topic, self.partition, batch))
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                trio.TooSlowError) as exc:
+            raise self._failed(exc) from None
+
+    async def receive(self) -> int:
+        try:
+            with trio.fail_after(REMOTE_TIMEOUT_S):
+                _, answer = await self._connection.receive()
+        except (OSError, EOFError, KafkaProtocolError, trio.BrokenResourceError,
+                trio.ClosedResourceError, trio.TooSlowError) as exc:
+            raise self._failed(exc) from None
+        return self._remote.base_offset_of(self.topic, self.partition, answer)
+
+    async def aclose(self) -> None:
+        await self._connection.aclose()

@@ -12,10 +12,15 @@ The exactly-once argument, in the order things happen:
    but before the checkpoint was written duplicates nothing, and a crash before the remote
    acknowledged loses nothing (the data is read again).
 3. It reads committed data from source_next (below the last stable offset, aborted transactions
-   and control batches dropped, records that came from another cluster kept out), sends it in
-   order, one batch in flight (the next ones are framed meanwhile), and advances only after the
-   remote acknowledged.
-4. Every `checkpoint_interval_s` it writes (source_next, remote_next) by compare-and-set.
+   and control batches dropped, records that came from another cluster kept out) and sends it
+   in order on one connection, up to `MAX_IN_FLIGHT` batches unanswered (remote.py's produce
+   pipeline; the next ones are framed meanwhile).  The answers are taken in request order, and
+   the position advances past a batch only when its answer, and so every earlier one, said
+   acknowledged.
+4. Every `checkpoint_interval_s` it writes the last acknowledged (source_next, remote_next) by
+   compare-and-set; batches still in flight are never part of it.  A failed answer anywhere in
+   the pipeline ends the session: the ones behind it are in doubt, and step 2 of the next
+   session finds which of them landed.
 
 Any doubt (a timeout, an error answer, a connection lost) ends the session; the next one starts
 at step 1.  A remote that stays down only grows the backlog.  What is left: a produce that the
@@ -38,7 +43,7 @@ import trio
 from gateway.replication.batches import committed_batches, last_origin_offset, whole_batches
 from gateway.replication.checkpoints import Checkpoint, CheckpointLost, CheckpointStore
 from gateway.replication.record_rewrite import OutgoingBatches, frame
-from gateway.replication.remote import RemoteError, RemoteKafka
+from gateway.replication.remote import MAX_IN_FLIGHT, ProducePipeline, RemoteError, RemoteKafka
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.record_batch import MAX_SEQUENCE, parse_header
 
@@ -47,7 +52,7 @@ log = logging.getLogger("ledgerwire.replication")
 READ_BYTES = 4 << 20
 SEND_BATCH_BYTES = 1000 * 1000  # under Kafka's default max.message.bytes (1048588) with headers
 SCAN_BYTES = 4 << 20
-PIPELINE_DEPTH = 2  # framed batches waiting while one is at the remote
+FRAMED_AHEAD = 2  # framed batches waiting for a place in the pipeline
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class ReplicatorStatus:
     remote: str
     topic: str
     partition: int
-    state: str = "starting"  # starting | replicating | idle | error | stopped
+    state: str = "starting"  # starting | replicating | idle | error | stopped | paused
     source_next: int = 0
     backlog_messages: int = 0
     lag_seconds: float = 0.0
@@ -86,14 +91,27 @@ class ReplicatorStatus:
                 "last_error": self.last_error}
 
 
-def _single(group: BaseExceptionGroup) -> BaseException:  # type: ignore[type-arg]
-    """The one error inside nested exception groups (a cancellation or several: the group)."""
-    while len(group.exceptions) == 1:
-        inner = group.exceptions[0]
-        if not isinstance(inner, BaseExceptionGroup):
-            return inner
-        group = inner
-    return group
+_RETRIABLE = (RemoteError, KafkaProtocolError, OSError, ValueError)
+
+
+def _settled(group: BaseExceptionGroup) -> BaseException:  # type: ignore[type-arg]
+    """The error a session's nursery ended with: a lost checkpoint if any task saw one, else the
+    first error when every one is retriable (the transmitter and the acknowledger may both see
+    one broken connection), else the group itself (a bug: shown, never retried)."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        error = pending.pop(0)
+        if isinstance(error, BaseExceptionGroup):
+            pending[:0] = list(error.exceptions)
+        else:
+            leaves.append(error)
+    lost = [e for e in leaves if isinstance(e, CheckpointLost)]
+    if lost:
+        return lost[0]
+    if leaves and all(isinstance(e, _RETRIABLE) for e in leaves):
+        return leaves[0]
+    return group if len(leaves) != 1 else leaves[0]
 
 
 class PartitionReplicator:
@@ -119,25 +137,26 @@ class PartitionReplicator:
             try:
                 try:
                     await self._session()
-                except BaseExceptionGroup as group:  # the session's reader/sender nursery
-                    raise _single(group) from None
+                except BaseExceptionGroup as group:  # the session's nursery
+                    raise _settled(group) from None
             except CheckpointLost as exc:
                 self.status.state, self.status.last_error = "stopped", str(exc)
                 log.warning("replication of %s-%d to %s stopped: %s", self.topic,
                             self.partition, self.remote.cluster.name, exc)
                 return
-            except (RemoteError, KafkaProtocolError, OSError, ValueError) as exc:
+            except _RETRIABLE as exc:
                 failures += 1
                 self.status.state, self.status.last_error = "error", str(exc)
                 if failures == 1 or failures % 30 == 0:
                     log.warning("replication of %s-%d to %s: %s; retrying", self.topic,
                                 self.partition, self.remote.cluster.name, exc)
-            self._refresh_backlog()
+            self.refresh_backlog()
             self._update_lag()
             await trio.sleep(self.retry_backoff_s)
 
-    def _refresh_backlog(self) -> None:
-        """While the remote is away the sender does not run: count the backlog from the log."""
+    def refresh_backlog(self) -> None:
+        """While the remote is away (or replication is paused) nothing is sent: count the
+        backlog from the log."""
         local = self.topics.open_partitions().get((self.topic, self.partition))
         if local is not None:
             self.status.backlog_messages = max(
@@ -157,83 +176,104 @@ class PartitionReplicator:
         count = await self.remote.ensure_topic(self.topic, info.partitions, dict(info.configs))
         if self.partition >= count:
             raise RemoteError(f"{self.topic} has {count} partitions there, {info.partitions} "
-                              f"here (partition increases are not followed yet)")
+                              f"here, and adding partitions there did not take")
         checkpoint = self.checkpoint = await self.checkpoints.claim()
         producer_id, epoch = await self.remote.init_producer_id()
         source_next, remote_next = await self._reconcile(checkpoint)
         self.status.source_next = source_next
-        # The reader frames batches while the sender waits for the remote's answer to the
-        # previous one; the position moves only in the sender, after each acknowledgement.
-        send, receive = trio.open_memory_channel[_Outgoing](PIPELINE_DEPTH)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read, source_next, producer_id, epoch, send)
-            await self._send(receive, checkpoint, source_next, remote_next)
+        # The reader frames batches; the transmitter keeps up to MAX_IN_FLIGHT of them at the
+        # remote; the acknowledger takes the answers in order and alone moves the position.
+        framed, to_transmit = trio.open_memory_channel[_Outgoing](FRAMED_AHEAD)
+        sent, to_acknowledge = trio.open_memory_channel[_Outgoing](MAX_IN_FLIGHT * 4)
+        pipeline = await self.remote.open_pipeline(self.topic, self.partition)
+        try:
+            async with trio.open_nursery() as nursery:
+                slots = trio.Semaphore(MAX_IN_FLIGHT)
+                nursery.start_soon(self._read, source_next, producer_id, epoch, framed)
+                nursery.start_soon(self._transmit, to_transmit, pipeline, slots, sent)
+                await self._acknowledge(to_acknowledge, pipeline, slots, checkpoint,
+                                        source_next, remote_next)
+        finally:
+            with trio.CancelScope(shield=True):
+                await pipeline.aclose()
 
     async def _read(self, source_next: int, producer_id: int, epoch: int,
                     send: trio.MemorySendChannel[_Outgoing]) -> None:
-        """Read committed data from `source_next` on and hand framed batches to the sender."""
+        """Read committed data from `source_next` on and hand framed batches on in order."""
         sequence = 0
-        async with send:
-            while True:
-                local = await self.topics.partition(self.topic, self.partition)
-                stable = local.last_stable_offset
-                if source_next < local.log_start_offset:
-                    log.warning("replication of %s-%d to %s: offsets %d..%d were deleted here "
-                                "before they were sent", self.topic, self.partition,
-                                self.remote.cluster.name, source_next, local.log_start_offset)
-                    source_next = local.log_start_offset
-                if source_next >= stable:
-                    await send.send(_Outgoing(None, 0, source_next, [], stable, None))
-                    await local.wait_for_data(source_next, self.checkpoint_interval_s,
-                                              committed=True)
-                    continue
-                batches = await local.read(source_next, READ_BYTES)
-                kept, next_offset = committed_batches(
-                    batches, stable, local.aborted_transactions(source_next, stable))
-                if next_offset is None:  # the first batch reaches past the stable end
-                    await local.wait_for_data(stable, self.checkpoint_interval_s,
-                                              committed=True)
-                    continue
-                out = OutgoingBatches(self.local_cluster, SEND_BATCH_BYTES)
-                for data in kept:
-                    out.add(data, source_next)
-                groups = out.finish()
-                for i, (payload, n, base_ts, max_ts, _last) in enumerate(groups):
-                    batch = frame(payload, n, base_ts, max_ts, producer_id, epoch, sequence)
-                    sequence = (sequence + n) % (MAX_SEQUENCE + 1)
-                    last = i == len(groups) - 1
-                    await send.send(_Outgoing(batch, n, next_offset if last else None,
-                                              out.inbound if last else [], stable, base_ts))
-                if not groups:
-                    await send.send(_Outgoing(None, 0, next_offset, out.inbound, stable, None))
-                source_next = next_offset
+        while True:
+            local = await self.topics.partition(self.topic, self.partition)
+            stable = local.last_stable_offset
+            if source_next < local.log_start_offset:
+                log.warning("replication of %s-%d to %s: offsets %d..%d were deleted here "
+                            "before they were sent", self.topic, self.partition,
+                            self.remote.cluster.name, source_next, local.log_start_offset)
+                source_next = local.log_start_offset
+            if source_next >= stable:
+                await send.send(_Outgoing(None, 0, source_next, [], stable, None))
+                await local.wait_for_data(source_next, self.checkpoint_interval_s,
+                                          committed=True)
+                continue
+            batches = await local.read(source_next, READ_BYTES)
+            kept, next_offset = committed_batches(
+                batches, stable, local.aborted_transactions(source_next, stable))
+            if next_offset is None:  # the first batch reaches past the stable end
+                await local.wait_for_data(stable, self.checkpoint_interval_s,
+                                          committed=True)
+                continue
+            out = OutgoingBatches(self.local_cluster, SEND_BATCH_BYTES)
+            for data in kept:
+                out.add(data, source_next)
+            groups = out.finish()
+            for i, (payload, n, base_ts, max_ts, _last) in enumerate(groups):
+                batch = frame(payload, n, base_ts, max_ts, producer_id, epoch, sequence)
+                sequence = (sequence + n) % (MAX_SEQUENCE + 1)
+                last = i == len(groups) - 1
+                await send.send(_Outgoing(batch, n, next_offset if last else None,
+                                          out.inbound if last else [], stable, base_ts))
+            if not groups:
+                await send.send(_Outgoing(None, 0, next_offset, out.inbound, stable, None))
+            source_next = next_offset
 
-    async def _send(self, receive: trio.MemoryReceiveChannel[_Outgoing],
-                    checkpoint: Checkpoint, source_next: int, remote_next: int) -> None:
+    async def _transmit(self, framed: trio.MemoryReceiveChannel[_Outgoing],
+                        pipeline: ProducePipeline, slots: trio.Semaphore,
+                        sent: trio.MemorySendChannel[_Outgoing]) -> None:
+        """Send each framed batch as soon as the pipeline has room, and hand every item, sent
+        or not, to the acknowledger in order."""
+        async for item in framed:
+            if item.batch is not None:
+                await slots.acquire()
+                await pipeline.send(item.batch)
+            await sent.send(item)
+
+    async def _acknowledge(self, sent: trio.MemoryReceiveChannel[_Outgoing],
+                           pipeline: ProducePipeline, slots: trio.Semaphore,
+                           checkpoint: Checkpoint, source_next: int, remote_next: int) -> None:
+        """Take the answers in order; the position moves only here (see the module doc)."""
         last_checkpoint = trio.current_time()
-        async with receive:
-            async for item in receive:
-                if item.batch is not None:
-                    self.status.state = "replicating"
-                    self.status.oldest_unsent_ms = item.first_timestamp
-                    self._update_lag()
-                    base = await self.remote.produce(self.topic, self.partition, item.batch)
-                    remote_next = base + item.records
-                    self.status.sent_total += item.records
-                for local_offset, origin, origin_offset in item.inbound:
-                    if origin == self.remote.cluster.name:
-                        checkpoint.add_inbound(local_offset + 1, origin_offset + 1)
-                if item.next_offset is not None:
-                    source_next = item.next_offset
-                    self.status.source_next = source_next
-                    self.status.oldest_unsent_ms = None
-                self.status.backlog_messages = max(0, item.stable - source_next)
-                if item.batch is None and source_next >= item.stable:
-                    self.status.state = "idle"
-                    self._update_lag()
-                if trio.current_time() - last_checkpoint >= self.checkpoint_interval_s:
-                    await self._save(checkpoint, source_next, remote_next)
-                    last_checkpoint = trio.current_time()
+        async for item in sent:
+            if item.batch is not None:
+                self.status.state = "replicating"
+                self.status.oldest_unsent_ms = item.first_timestamp
+                self._update_lag()
+                base = await pipeline.receive()
+                slots.release()
+                remote_next = base + item.records
+                self.status.sent_total += item.records
+            for local_offset, origin, origin_offset in item.inbound:
+                if origin == self.remote.cluster.name:
+                    checkpoint.add_inbound(local_offset + 1, origin_offset + 1)
+            if item.next_offset is not None:
+                source_next = item.next_offset
+                self.status.source_next = source_next
+                self.status.oldest_unsent_ms = None
+            self.status.backlog_messages = max(0, item.stable - source_next)
+            if item.batch is None and source_next >= item.stable:
+                self.status.state = "idle"
+                self._update_lag()
+            if trio.current_time() - last_checkpoint >= self.checkpoint_interval_s:
+                await self._save(checkpoint, source_next, remote_next)
+                last_checkpoint = trio.current_time()
 
     async def _save(self, checkpoint: Checkpoint, source_next: int, remote_next: int) -> None:
         if (checkpoint.source_next, checkpoint.remote_next) == (source_next, remote_next):
