@@ -7,6 +7,8 @@
     DELETE /admin/v1/clusters/{name}
     GET    /admin/v1/replication         this cluster's name and, per remote, topic and
                                          partition: state, position, backlog, lag, sent, error
+    POST   /admin/v1/replication/{topic}/pause    stop replicating the topic (durable)
+    POST   /admin/v1/replication/{topic}/resume   start again from where it stopped
 
 Reading needs DESCRIBE on the cluster, changing needs ALTER.  This module must never reach the
 replicators except through gateway/replication/service.py.
@@ -58,6 +60,12 @@ def replication_routes(ctx: AdminContext) -> list[AdminRoute]:
     async def status(_: HttpRequest) -> Any:
         return _service(ctx).status()
 
+    async def pause(q: HttpRequest) -> Any:
+        return await _service(ctx).set_paused(q.params["topic"], True)
+
+    async def resume(q: HttpRequest) -> Any:
+        return await _service(ctx).set_paused(q.params["topic"], False)
+
     return [
         AdminRoute("GET", f"{V1}/clusters", _handler(list_clusters), fixed(CLUSTER_DESCRIBE)),
         AdminRoute("PUT", f"{V1}/clusters/{{name}}", _handler(add_cluster, 201),
@@ -65,4 +73,8 @@ def replication_routes(ctx: AdminContext) -> list[AdminRoute]:
         AdminRoute("DELETE", f"{V1}/clusters/{{name}}", _handler(remove_cluster),
                    fixed(CLUSTER_ALTER)),
         AdminRoute("GET", f"{V1}/replication", _handler(status), fixed(CLUSTER_DESCRIBE)),
+        AdminRoute("POST", f"{V1}/replication/{{topic}}/pause", _handler(pause),
+                   fixed(CLUSTER_ALTER)),
+        AdminRoute("POST", f"{V1}/replication/{{topic}}/resume", _handler(resume),
+                   fixed(CLUSTER_ALTER)),
     ]

@@ -9,6 +9,15 @@ a group's offset is committed there as an admin commit, which a remote group wit
 refuses, so a group that already runs there is left alone.  Those commits carry the metadata
 "lw.replication", and an offset with that metadata is never pushed on: offsets do not loop.
 
+Each replicated topic's configs follow it: every `CONFIG_LOOK_INTERVAL_S` a topic whose configs
+here differ from those last agreed with a remote has the changes pushed there
+(gateway/replication/topic_configs.py settles which side's change wins); a partition added here
+is added there when its replicator starts (remote.py's ensure_topic).
+
+A topic paused by an operator (gateway/replication/paused_topics.py) has its replicators
+stopped; its rows stay in the status as "paused", with the backlog counted from the log, until
+it is resumed and they start again from their checkpoints.
+
 A process that owns every partition (a standalone) replicates them all; in a cluster, the
 replicator of a partition belongs on its owner broker and that wiring is not done yet.
 
@@ -18,17 +27,20 @@ This module must never reach into a partition log except through the topic servi
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from gateway.config.settings import ReplicationConfig
-from gateway.replication.checkpoints import CheckpointStore
+from gateway.replication.checkpoints import CheckpointStore, read_checkpoint
 from gateway.replication.clusters import ClusterError, ClusterRegistry
 from gateway.replication.offset_translation import translate
+from gateway.replication.paused_topics import paused_topics, write_paused
 from gateway.replication.remote import PUSHED_METADATA, RemoteError, RemoteKafka
 from gateway.replication.replicator import PartitionReplicator
+from gateway.replication.topic_configs import config_changes, read_agreed, save_agreed
 from gateway.topics.namespaces import NamespaceRegistry
 from ledger_backend.metadata.store import MetadataError, MetadataStore
 
@@ -36,6 +48,8 @@ log = logging.getLogger("ledgerwire.replication")
 
 SCAN_INTERVAL_S = 2.0
 OFFSET_SYNC_INTERVAL_S = 2.0
+CONFIG_LOOK_INTERVAL_S = 0.5  # configs here against those agreed (in memory: cheap)
+FULL_CONFIG_LOOK_EVERY = 20  # a topic whose configs did not change here is compared this seldom
 
 Key = tuple[str, str, int]  # remote cluster, topic, partition
 
@@ -61,6 +75,10 @@ class ReplicationService:
         self._running: dict[Key, _Running] = {}
         self._remotes: dict[str, RemoteKafka] = {}
         self._problems: dict[Key, str] = {}
+        self._paused: dict[Key, PartitionReplicator] = {}  # stopped by a pause, for the status
+        self._agreed: dict[tuple[str, str], dict[str, str]] = {}  # (remote, topic) -> configs
+        self._stuck_configs: dict[tuple[str, str], dict[str, int]] = {}
+        self._config_looks: dict[tuple[str, str], int] = {}
 
     @property
     def cluster_name(self) -> str:
@@ -82,6 +100,7 @@ class ReplicationService:
             async with trio.open_nursery() as nursery:
                 task_status.started()
                 nursery.start_soon(self._push_offsets_forever)
+                nursery.start_soon(self._follow_configs_forever)
                 while True:
                     try:
                         await self._reconcile(nursery)
@@ -95,6 +114,7 @@ class ReplicationService:
 
     async def _reconcile(self, nursery: trio.Nursery) -> None:
         wanted = self.wanted()
+        paused = await paused_topics(self.store)
         registered = {c.name: c for c in await self.clusters.list()}
         self._problems = {}
         keep: set[Key] = set()
@@ -112,18 +132,51 @@ class ReplicationService:
                 remote = self._remotes[cluster.name] = RemoteKafka(
                     cluster, f"ledgerwire-replicator-{self.cluster_name}")
             keep.add(key)
-            if key not in self._running:
+            if key[1] in paused:
+                await self._pause(key, remote)
+            elif key not in self._running:
+                self._paused.pop(key, None)
                 self._start(nursery, key, remote)
         for key in [k for k in self._running if k not in keep]:
             self._running.pop(key).scope.cancel()
+        for key in [k for k in self._paused if k not in keep or k[1] not in paused]:
+            del self._paused[key]
 
-    def _start(self, nursery: trio.Nursery, key: Key, remote: RemoteKafka) -> None:
+    async def _pause(self, key: Key, remote: RemoteKafka) -> None:
+        """Stop the key's replicator (if it runs) and keep its status row up to date."""
+        running = self._running.pop(key, None)
+        if running is not None:
+            running.scope.cancel()
+            self._paused[key] = running.replicator
+        elif key not in self._paused:
+            replicator = self._paused[key] = self._replicator(key, remote)
+            checkpoint = await read_checkpoint(self.store, *key)
+            replicator.status.source_next = checkpoint.source_next if checkpoint else 0
+        replicator = self._paused[key]
+        replicator.status.state, replicator.status.last_error = "paused", ""
+        replicator.status.oldest_unsent_ms = None
+        replicator.refresh_backlog()
+        replicator.status.lag_seconds = 0.0
+
+    async def set_paused(self, topic: str, paused: bool) -> dict[str, Any]:
+        """Pause or resume replication of a topic (effective within a scan interval here, and
+        on every process sharing the metadata store)."""
+        if topic not in self.topics.topics():
+            raise ClusterError(f"topic {topic!r} does not exist", 404)
+        await write_paused(self.store, topic, paused)
+        return {"topic": topic, "paused": paused}
+
+    def _replicator(self, key: Key, remote: RemoteKafka) -> PartitionReplicator:
         name, topic, partition = key
-        replicator = PartitionReplicator(
+        return PartitionReplicator(
             self.topics, remote, CheckpointStore(self.store, name, topic, partition),
             self.cluster_name, topic, partition,
             checkpoint_interval_s=self.config.checkpoint_interval_s,
             retry_backoff_s=self.config.retry_backoff_s)
+
+    def _start(self, nursery: trio.Nursery, key: Key, remote: RemoteKafka) -> None:
+        name, topic, partition = key
+        replicator = self._replicator(key, remote)
         scope = trio.CancelScope()
         self._running[key] = _Running(replicator, scope)
 
@@ -138,7 +191,7 @@ class ReplicationService:
         nursery.start_soon(run)
 
     def status(self) -> dict[str, Any]:
-        rows = [r.replicator.status.to_json() for _, r in sorted(self._running.items())]
+        rows = self.metrics_rows()
         rows += [{"remote": k[0], "topic": k[1], "partition": k[2], "state": "error",
                   "position": None, "backlog_messages": None, "lag_seconds": None,
                   "sent_total": 0, "last_error": problem}
@@ -146,7 +199,43 @@ class ReplicationService:
         return {"cluster": self.cluster_name, "partitions": rows}
 
     def metrics_rows(self) -> list[dict[str, Any]]:
-        return [r.replicator.status.to_json() for _, r in sorted(self._running.items())]
+        replicators = {k: r.replicator for k, r in self._running.items()} | self._paused
+        return [r.status.to_json() for _, r in sorted(replicators.items())]
+
+    async def _follow_configs_forever(self) -> None:
+        while True:  # jittered: two sides' pushes crossing on the wire must not repeat
+            await trio.sleep(CONFIG_LOOK_INTERVAL_S * random.uniform(0.5, 1.5))
+            for remote_name, topic in sorted({k[:2] for k in self._running}):
+                remote = self._remotes.get(remote_name)
+                info = self.topics.topics().get(topic)
+                if remote is None or info is None:
+                    continue
+                try:
+                    await self.follow_configs(remote, topic, dict(info.configs))
+                except (RemoteError, MetadataError, ValueError) as exc:
+                    log.debug("configs of %s to %s: %s", topic, remote_name, exc)
+
+    async def follow_configs(self, remote: RemoteKafka, topic: str,
+                             here: dict[str, str]) -> None:
+        """Push the topic's config changes to `remote` (see the module docstring)."""
+        key = (remote.cluster.name, topic)
+        agreed = self._agreed.get(key)
+        if agreed is None:
+            agreed = self._agreed[key] = await read_agreed(self.store, *key)
+        stuck = self._stuck_configs.setdefault(key, {})
+        looks = self._config_looks[key] = self._config_looks.get(key, 0) + 1
+        if here == agreed and not stuck and looks % FULL_CONFIG_LOOK_EVERY:
+            return  # nothing changed here; now and then look there too (a stuck key)
+        there = await remote.topic_configs(topic)
+        push, now_agreed = config_changes(here, agreed, there,
+                                          self.cluster_name < remote.cluster.name, stuck)
+        if push:
+            await remote.alter_topic_configs(topic, push)
+            log.info("configs of topic %s pushed to cluster %s: %s", topic, remote.cluster.name,
+                     push)
+        if now_agreed != agreed:
+            await save_agreed(self.store, *key, now_agreed)
+            self._agreed[key] = now_agreed
 
     async def _push_offsets_forever(self) -> None:
         while True:

@@ -91,20 +91,21 @@ def produce(server: Standalone, prefix: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def read_all(server: Standalone) -> list[Message]:
+def read_all(server: Standalone, topic: str = TOPIC, partitions: int = PARTITIONS
+             ) -> list[Message]:
     """Every message of the topic up to the high watermarks, read_committed."""
     consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "geo-verify",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
     try:
         ends = {}
-        for p in range(PARTITIONS):
-            ends[p] = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10,
+        for p in range(partitions):
+            ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
                                                      cached=False)[1]
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         got: list[Message] = []
         done: set[int] = {p for p, end in ends.items() if end == 0}
         deadline = time.monotonic() + 60
-        while len(done) < PARTITIONS and time.monotonic() < deadline:
+        while len(done) < partitions and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
                 assert msg.error() is None, msg.error()
                 got.append(Message(msg.partition(), msg.offset(), msg.key(), msg.value(),
@@ -112,10 +113,10 @@ def read_all(server: Standalone) -> list[Message]:
                 if msg.offset() + 1 >= ends[msg.partition()]:
                     done.add(msg.partition())
             # an aborted tail or markers: the position reaches the end without a message
-            for tp in consumer.position([TopicPartition(TOPIC, p) for p in range(PARTITIONS)]):
+            for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)]):
                 if tp.offset >= ends[tp.partition]:
                     done.add(tp.partition)
-        assert len(done) == PARTITIONS, f"read stopped short: {ends}"
+        assert len(done) == partitions, f"read stopped short: {ends}"
         return got
     finally:
         consumer.close()

@@ -3,7 +3,7 @@
     admin clusters     list | add NAME --kafka HOST:PORT [--remote-admin-url URL]
                        [--security-protocol P] [--sasl-mechanism M] [--sasl-user U]
                        [--sasl-password-env VAR] [--ssl-cafile F] | remove NAME
-    admin replication  status
+    admin replication  status | pause TOPIC | resume TOPIC
 
 (`--admin-url` already names the admin API this command talks to, so the remote cluster's
 admin URL is `--remote-admin-url`.)  The SASL password is read from an environment variable
@@ -25,7 +25,8 @@ from gateway.cli.admin.tables import table
 RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "clusters": ("geo-replication: the other clusters: list, add, remove",
                  ("list", "add", "remove")),
-    "replication": ("geo-replication: status per remote, topic and partition", ("status",)),
+    "replication": ("geo-replication: status per remote, topic and partition; pause or resume "
+                    "a topic", ("status", "pause", "resume")),
 }
 
 
@@ -46,6 +47,10 @@ def add_arguments(resource: str, p: argparse.ArgumentParser) -> None:
 def request(args: argparse.Namespace,
             need_name: Callable[[argparse.Namespace], str]) -> tuple[str, str, Any,
                                                                      Callable[[Any], str]]:
+    if args.admin_resource == "replication" and args.action in ("pause", "resume"):
+        topic = need_name(args)
+        return "POST", path("replication", topic, args.action), None, lambda d: (
+            f"replication of {d['topic']} {'paused' if d['paused'] else 'resumed'}")
     if args.admin_resource == "replication":
         return "GET", path("replication"), None, lambda d: f"cluster {d['cluster']}\n" + table(
             d["partitions"], ["remote", "topic", "partition", "state", "position",
