@@ -44,7 +44,14 @@ from gateway.rocketmq.grpc_receive import GrpcReceiver, pop_ledger_name
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from protocols.rocketmq.access import RocketMQGuard
 from protocols.rocketmq.grpc.auth import principal_of
-from protocols.rocketmq.grpc.backend import Caller, QueueRoute, ReceiveRequest, SendResult
+from protocols.rocketmq.grpc.backend import (
+    Caller,
+    PullRequest,
+    PullResult,
+    QueueRoute,
+    ReceiveRequest,
+    SendResult,
+)
 from protocols.rocketmq.grpc.errors import RpcFailure
 from protocols.rocketmq.grpc.messages import Delivered, OutgoingMessage, RecallHandle
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
@@ -127,6 +134,9 @@ class ClusterGrpcBackend(GrpcBackend):
 
     async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]:
         return await self._call(super().receive, caller, request)
+
+    async def pull(self, caller: Caller, request: PullRequest) -> PullResult:
+        return await self._call(super().pull, caller, request)
 
     async def ack(self, caller: Caller, group: str, topic: str,
                   handles: list[str]) -> list[Exception | None]:

@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from gateway.rocketmq.delays import RecallRefusedError, SchedulerNotRunningError
+from gateway.rocketmq.grpc_pull import pull
 from gateway.rocketmq.grpc_receive import GrpcReceiver
 from gateway.rocketmq.service import RocketMQBroker
 from protocols.kafka.acl_model import OP_WRITE, RES_GROUP, RES_TOPIC
@@ -44,6 +45,8 @@ from protocols.rocketmq.errors import MessageIllegalError, TopicNotExistError
 from protocols.rocketmq.grpc.backend import (
     Caller,
     MessagingBackend,
+    PullRequest,
+    PullResult,
     QueueRoute,
     ReceiveRequest,
     SendResult,
@@ -278,6 +281,9 @@ class GrpcBackend(MessagingBackend):
     # ---- receiving (the delivery engine) --------------------------------------------------
     async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]:
         return await self.receiver.receive(caller, request)
+
+    async def pull(self, caller: Caller, request: PullRequest) -> PullResult:
+        return await pull(self.broker, request)
 
     async def ack(self, caller: Caller, group: str, topic: str,
                   handles: list[str]) -> list[Exception | None]:

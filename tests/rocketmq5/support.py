@@ -119,3 +119,30 @@ class RawClient:
             group=pb.Resource(name=group), topic=pb.Resource(name=topic),
             entries=[spb.AckMessageEntry(message_id=m, receipt_handle=h) for m, h in handles]),
             spb.AckMessageResponse)
+
+    def pull(self, topic: str, group: str, offset: int, batch: int = 32, poll_s: float = 0,
+             sql: str = "") -> tuple[int, list, int]:
+        """PullMessage on queue 0: (status code, messages, next offset)."""
+        from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
+        from protocols.rocketmq.grpc.v2 import service_pb2 as spb
+
+        request = spb.PullMessageRequest(
+            group=pb.Resource(name=group),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+            offset=offset, batch_size=batch,
+            filter_expression=pb.FilterExpression(type=pb.SQL if sql else pb.TAG,
+                                                  expression=sql or "*"))
+        request.long_polling_timeout.FromMilliseconds(int(poll_s * 1000))
+        call = self.channel.unary_stream(PREFIX + "PullMessage",
+                                         request_serializer=lambda m: m.SerializeToString(),
+                                         response_deserializer=spb.PullMessageResponse.FromString)
+        code, messages, next_offset = -1, [], -1
+        for answer in call(request, metadata=self.metadata, timeout=poll_s + 30):
+            kind = answer.WhichOneof("content")
+            if kind == "status":
+                code = int(answer.status.code)
+            elif kind == "message":
+                messages.append(answer.message)
+            elif kind == "next_offset":
+                next_offset = answer.next_offset
+        return code, messages, next_offset

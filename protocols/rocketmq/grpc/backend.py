@@ -10,6 +10,7 @@ This module holds no behaviour.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,6 +60,23 @@ class ReceiveRequest:
     sql: SqlFilter | None = None  # a SQL92 filter instead of the tag expression
 
 
+@dataclass(frozen=True)
+class PullRequest:
+    topic: str
+    queue_id: int
+    offset: int
+    batch_size: int
+    long_poll_ms: int
+    wanted: Callable[[dict[str, str]], bool]  # the tag or SQL92 filter
+
+
+@dataclass(frozen=True)
+class PullResult:
+    code: int  # OK, MESSAGE_NOT_FOUND or ILLEGAL_OFFSET
+    messages: list[Delivered]
+    next_offset: int
+
+
 class TelemetrySink(Protocol):
     """A client's open Telemetry stream, to push commands to."""
 
@@ -89,6 +107,8 @@ class MessagingBackend(Protocol):
         ...
 
     async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]: ...
+
+    async def pull(self, caller: Caller, request: PullRequest) -> PullResult: ...
 
     async def ack(self, caller: Caller, group: str, topic: str,
                   handles: list[str]) -> list[Exception | None]:

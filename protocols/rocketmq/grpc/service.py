@@ -30,7 +30,13 @@ from protocols.rocketmq.grpc.auth import (
     needs_write,
     topic_need,
 )
-from protocols.rocketmq.grpc.backend import Caller, MessagingBackend, QueueRoute, ReceiveRequest
+from protocols.rocketmq.grpc.backend import (
+    Caller,
+    MessagingBackend,
+    PullRequest,
+    QueueRoute,
+    ReceiveRequest,
+)
 from protocols.rocketmq.grpc.errors import RpcFailure, failure_of
 from protocols.rocketmq.grpc.messages import (
     duration_millis,
@@ -42,11 +48,14 @@ from protocols.rocketmq.grpc.messages import (
 )
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
 from protocols.rocketmq.grpc.v2 import service_pb2 as spb
-from protocols.rocketmq.sql_filter import SqlFilterError, parse_sql_filter
+from protocols.rocketmq.message_encoding import PROPERTY_TAGS
+from protocols.rocketmq.sql_filter import SqlFilter, SqlFilterError, parse_sql_filter
+from protocols.rocketmq.subscription import parse_tag_expression
 
 SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
 ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 MAX_BATCH = 32
+MAX_PULL_BATCH = 1024
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MIN_INVISIBLE_MS = 1000
 MAX_LONG_POLL_MS = 30_000
@@ -173,23 +182,25 @@ def _millis(value: duration_pb2.Duration, default: int, low: int, high: int, cod
     return ms
 
 
-async def receive_message(backend: MessagingBackend, caller: Caller,
-                          req: spb.ReceiveMessageRequest) -> list[spb.ReceiveMessageResponse]:
-    if not req.group.name:
+def _consumer_request(group: pb.Resource, expression: pb.FilterExpression, batch: int,
+                      max_batch: int) -> tuple[str, SqlFilter | None]:
+    """Check what a receive or pull names; (tag expression, SQL92 filter or None)."""
+    if not group.name:
         raise RpcFailure(pb.ILLEGAL_CONSUMER_GROUP, "no consumer group")
-    expression = req.filter_expression
-    sql = None
+    if not 1 <= batch <= max_batch:
+        raise RpcFailure(pb.BAD_REQUEST, f"batch size {batch} is outside [1, {max_batch}]")
     if expression.type == pb.SQL:
         try:
-            sql = parse_sql_filter(expression.expression)
+            return "*", parse_sql_filter(expression.expression)
         except SqlFilterError as exc:
             raise RpcFailure(pb.ILLEGAL_FILTER_EXPRESSION, f"SQL92 filter: {exc}") from exc
-        tags = "*"
-    else:
-        tags = expression.expression.strip() or "*"
+    return expression.expression.strip() or "*", None
+
+
+async def receive_message(backend: MessagingBackend, caller: Caller,
+                          req: spb.ReceiveMessageRequest) -> list[spb.ReceiveMessageResponse]:
     batch = req.batch_size
-    if not 1 <= batch <= MAX_BATCH:
-        raise RpcFailure(pb.BAD_REQUEST, f"batch size {batch} is outside [1, {MAX_BATCH}]")
+    tags, sql = _consumer_request(req.group, req.filter_expression, batch, MAX_BATCH)
     invisible = _millis(req.invisible_duration, 30_000, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS,
                         pb.ILLEGAL_INVISIBLE_TIME, "invisible duration")
     poll = _millis(req.long_polling_timeout, DEFAULT_LONG_POLL_MS, 0, MAX_LONG_POLL_MS,
@@ -207,6 +218,32 @@ async def receive_message(backend: MessagingBackend, caller: Caller,
                for d in delivered)
     # When the batch left the broker: clients measure their receive latency from it.
     out.append(spb.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000))))
+    return out
+
+
+async def pull_message(backend: MessagingBackend, caller: Caller,
+                       req: spb.PullMessageRequest) -> list[spb.PullMessageResponse]:
+    batch = req.batch_size
+    tags, sql = _consumer_request(req.group, req.filter_expression, batch, MAX_PULL_BATCH)
+    if req.offset < 0:
+        raise RpcFailure(pb.ILLEGAL_OFFSET, "offset must not be negative")
+    poll = _millis(req.long_polling_timeout, DEFAULT_LONG_POLL_MS, 0, MAX_LONG_POLL_MS,
+                   pb.ILLEGAL_POLLING_TIME, "long polling timeout")
+    queue = req.message_queue
+    backend.authorize(caller, needs_consume(queue.topic.name, req.group.name))
+    tag_filter = parse_tag_expression(tags)
+    wanted: Callable[[dict[str, str]], bool] = (
+        sql.matches if sql is not None
+        else lambda props: tag_filter.matches(props.get(PROPERTY_TAGS)))
+    result = await backend.pull(caller, PullRequest(queue.topic.name, queue.id, req.offset,
+                                                    batch, poll, wanted))
+    message = "OK" if result.code == pb.OK else (
+        "no new message" if result.code == pb.MESSAGE_NOT_FOUND else "offset out of range")
+    out = [spb.PullMessageResponse(status=pb.Status(code=result.code,  # type: ignore[arg-type]
+                                                    message=message))]
+    out.extend(spb.PullMessageResponse(message=to_grpc(d, queue.topic.resource_namespace))
+               for d in result.messages)
+    out.append(spb.PullMessageResponse(next_offset=result.next_offset))
     return out
 
 
@@ -312,6 +349,7 @@ METHODS: dict[str, Method] = dict([
     _method("UpdateOffset", Kind.UNARY, update_offset),
     _method("QueryOffset", Kind.UNARY, query_offset),
     _method("RecallMessage", Kind.UNARY, recall_message),
+    _method("PullMessage", Kind.SERVER_STREAM, pull_message),
     _method("Telemetry", Kind.BIDI, None),
 ])
 
