@@ -1,6 +1,6 @@
-"""Authorized reads: a job that names a Kafka principal may read only the topics that principal
-may READ, decided by the brokers' own authorizer (the cluster's users and ACLs), before Spark
-plans anything.
+"""Authorized reads and writes: a job that names a Kafka principal may read only the topics
+that principal may READ, and a backfill write only a topic it may WRITE, decided by the
+brokers' own authorizer (the cluster's users and ACLs), before Spark plans anything.
 
 The options are those of Spark's Kafka source:
   kafka.bootstrap.servers                 the brokers to ask
@@ -152,4 +152,36 @@ def check_read_access(principal: ReadPrincipal, topics: list[str],
         consumer.close()
 
 
-__all__ = ["AuthorizationError", "ReadPrincipal", "check_read_access", "read_principal"]
+def check_write_access(principal: ReadPrincipal, topic: str, timeout_s: float = 30.0) -> None:
+    """AuthorizationError unless `principal` logs in and may WRITE `topic`: the brokers list
+    the principal's operations on the topic (Metadata's topic_authorized_operations, computed
+    from their ACLs), so nothing is written to find out; RuntimeError if they do not answer."""
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient
+
+    who = f"User:{principal.user}"
+    settings: dict[str, Any] = {**dict(principal.client_config), "logger": log, "log_level": 0}
+    admin = AdminClient(settings)
+    future = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                                   request_timeout=timeout_s)[topic]  # fmt: skip
+    try:
+        description = future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        code = err.code() if isinstance(err, KafkaError) else None
+        if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise AuthorizationError(f"{who} may not write topic {topic!r} (no DESCRIBE or "
+                                     "WRITE in the cluster's ACLs)") from None
+        if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            raise AuthorizationError(f"the brokers refused the login of {who}: "
+                                     f"{err.str() if err else exc}") from None  # fmt: skip
+        raise RuntimeError(f"the brokers did not answer the authorization check of {who} "
+                           f"on {topic!r}: {err.str() if err else exc}") from None
+    allowed = set(description.authorized_operations or ())
+    if not allowed & {AclOperation.WRITE, AclOperation.ALL}:
+        raise AuthorizationError(f"{who} may not write topic {topic!r} (no WRITE in the "
+                                 "cluster's ACLs)")
+
+
+__all__ = ["AuthorizationError", "ReadPrincipal", "check_read_access", "check_write_access",
+           "read_principal"]

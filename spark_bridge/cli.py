@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spark_bridge.authorization import AuthorizationError, check_write_access, read_principal
 from spark_bridge.backfill_resume import PROGRESS_OPTION, encode_progress, scan_progress_job
 from spark_bridge.preflight import PreflightError, check_master, check_metadata, check_read
 from spark_bridge.progress import Progress
@@ -114,7 +115,35 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compression", default="lz4",
                    choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--tasks", type=int, help="repartition the input into this many tasks")
+    _add_principal_arguments(p, "write as a Kafka principal: the brokers check WRITE on the "
+                                "topic before the job starts, and every produce (the resume "
+                                "scan reads the topic as that principal: READ)")
     _add_run_arguments(p)
+
+
+def _add_principal_arguments(p: argparse.ArgumentParser, what: str) -> Any:
+    auth = p.add_argument_group("authorization", f"{what} (kafka.sasl.* options)")
+    auth.add_argument("--user", help="SASL user name")
+    auth.add_argument("--password-file", help="file holding the user's password")
+    auth.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
+                      choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    auth.add_argument("--security-protocol", default="SASL_PLAINTEXT",
+                      choices=["SASL_PLAINTEXT", "SASL_SSL"])
+    auth.add_argument("--admin-url",
+                      help="a broker's admin API (http://host:port): the executors then read "
+                           "with a read ticket it issues, not the password or the bookie "
+                           "secret (ledgerwire.adminUrl)")
+    return auth
+
+
+def _principal_options(args: argparse.Namespace) -> dict[str, str]:
+    """Spark's Kafka options naming the --user principal ({} without --user)."""
+    if not args.user:
+        return {}
+    return {"kafka.bootstrap.servers": args.bootstrap_servers,
+            "kafka.security.protocol": args.security_protocol,
+            "kafka.sasl.mechanism": args.sasl_mechanism, "kafka.sasl.username": args.user,
+            "kafka.sasl.password": _read_secret(args.password_file)}  # fmt: skip
 
 
 def _infer_format(path: str) -> str:
@@ -131,11 +160,12 @@ def default_backfill_id(args: argparse.Namespace) -> str:
     return "bf-" + hashlib.sha256(basis.encode()).hexdigest()[:16]
 
 
-def _ensure_topic(bootstrap: str, topic: str, partitions: int | None) -> None:
+def _ensure_topic(bootstrap: str, topic: str, partitions: int | None,
+                  login: dict[str, str]) -> None:  # fmt: skip
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 0,
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 0, **login,
                                 "logger": logging.getLogger("ledgerwire.backfill.admin")}
     admin = AdminClient(settings)  # the logger is a real setting its stubs do not know
     try:
@@ -169,14 +199,22 @@ def run_backfill(args: argparse.Namespace) -> int:
         conf = _spark_conf(args)
         check_master(args.master)
         check_metadata(args.metadata)
+        kafka = _principal_options(args)
     except PreflightError as exc:
         print(f"ledgerwire backfill: {exc}", file=sys.stderr)
         return exc.exit_code
+    principal = read_principal(kafka)
     try:
-        _ensure_topic(args.bootstrap_servers, args.topic, args.partitions)
+        _ensure_topic(args.bootstrap_servers, args.topic, args.partitions,
+                      dict(principal.client_config) if principal else {})  # fmt: skip
+        if principal is not None:  # the brokers' ACLs decide, before any JVM starts
+            check_write_access(principal, args.topic)
     except SystemExit as exc:
         print(exc, file=sys.stderr)
         return 2
+    except (AuthorizationError, RuntimeError) as exc:
+        print(f"ledgerwire backfill: {exc}", file=sys.stderr)
+        return 1
     spark = None
     own_session = False
     started = time.time()
@@ -227,8 +265,10 @@ def run_backfill(args: argparse.Namespace) -> int:
         summary_file = Path(tempfile.mkdtemp(prefix="ledgerwire-backfill-")) / "summary.json"
         print(f"backfill {args.source} ({fmt}) -> {args.topic}, backfill id {backfill_id}",
               file=sys.stderr)
-        progress = scan_progress_job(spark, {"ledgerwire.metadata": args.metadata},
-                                     args.topic, backfill_id)  # in the executors
+        scan = {"ledgerwire.metadata": args.metadata, **kafka}
+        if kafka and args.admin_url:
+            scan["ledgerwire.adminUrl"] = args.admin_url
+        progress = scan_progress_job(spark, scan, args.topic, backfill_id)  # in the executors
         with Progress(spark, None, sys.stderr, interval_s=args.progress_interval):
             (df.select(*selected).write.format("ledgerwire").mode("append")
                .option("topic", args.topic)
@@ -237,6 +277,7 @@ def run_backfill(args: argparse.Namespace) -> int:
                .option("ledgerwire.metadata", args.metadata)
                .option("ledgerwire.backfillId", backfill_id)
                .option(PROGRESS_OPTION, encode_progress(progress))
+               .options(**{k: v for k, v in kafka.items() if k != "kafka.bootstrap.servers"})
                .option("ledgerwire.summaryPath", str(summary_file))
                .save())  # fmt: skip
         done = json.loads(summary_file.read_text()) if summary_file.exists() else {}
@@ -275,21 +316,10 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--bookie-secret-file",
                    help="the cluster's bookie secret (ledgerwire.bookieSecretFile)")
-    auth = p.add_argument_group(
-        "authorization", "read as a Kafka principal: the brokers check READ on the topics "
-        "before anything is read (kafka.sasl.* options)")
-    auth.add_argument("--user", help="SASL user name")
-    auth.add_argument("--password-file", help="file holding the user's password")
-    auth.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
-                      choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-    auth.add_argument("--security-protocol", default="SASL_PLAINTEXT",
-                      choices=["SASL_PLAINTEXT", "SASL_SSL"])
+    auth = _add_principal_arguments(p, "read as a Kafka principal: the brokers check READ on "
+                                       "the topics before anything is read")
     auth.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP,
                       help="the brokers that check the principal (with --user)")
-    auth.add_argument("--admin-url",
-                      help="a broker's admin API (http://host:port): the executors then read "
-                           "with a read ticket it issues, not the password or the bookie "
-                           "secret (ledgerwire.adminUrl)")
     tier = p.add_argument_group(
         "tiered storage", "where the brokers' [offload] store is, to read offloaded ledgers "
         "straight from it (S3 credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
@@ -328,11 +358,7 @@ def _replay_options(args: argparse.Namespace) -> dict[str, str]:
     if args.bookie_secret_file:
         options["ledgerwire.bookieSecretFile"] = args.bookie_secret_file
     if args.user:
-        options.update({"kafka.bootstrap.servers": args.bootstrap_servers,
-                        "kafka.security.protocol": args.security_protocol,
-                        "kafka.sasl.mechanism": args.sasl_mechanism,
-                        "kafka.sasl.username": args.user,
-                        "kafka.sasl.password": _read_secret(args.password_file)})  # fmt: skip
+        options.update(_principal_options(args))
         if args.admin_url:
             options["ledgerwire.adminUrl"] = args.admin_url
     for name in ("directory", "bucket", "prefix", "endpoint", "region"):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -25,12 +25,12 @@ from confluent_kafka.admin import (
 )
 from support.standalone import Standalone
 
-from spark_bridge.cli import replay_main
+from spark_bridge.cli import backfill_main, replay_main
 from tests.support.secured_standalone import PASSWORDS, secured_standalone
 
 pytestmark = [pytest.mark.integration]
 
-GRANTED, GUARDED = "granted", "guarded"
+GRANTED, GUARDED, FILLED = "granted", "guarded", "filled"
 
 
 def _as(user: str, password: str | None = None) -> dict[str, str]:
@@ -51,9 +51,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
         for future in admin.create_topics([NewTopic(t, 2, 1) for t in (GRANTED, GUARDED)]
                                           ).values():  # fmt: skip
             future.result(30)
+        for future in admin.create_topics([NewTopic(FILLED, 1, 1)]).values():
+            future.result(30)
         for future in admin.create_acls([AclBinding(
-                ResourceType.TOPIC, GRANTED, ResourcePatternType.LITERAL, "User:alice", "*",
-                AclOperation.READ, AclPermissionType.ALLOW)]).values():  # fmt: skip
+                ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                operation, AclPermissionType.ALLOW) for topic, operation in (
+                    (GRANTED, AclOperation.READ), (FILLED, AclOperation.READ),
+                    (FILLED, AclOperation.WRITE))]).values():  # fmt: skip
             future.result(30)
         producer = Producer({"bootstrap.servers": sa.bootstrap, **_as("admin")})
         for i in range(200):
@@ -156,3 +160,31 @@ def test_the_executors_hold_only_a_ticket_for_the_granted_ledgers(secured: Stand
             access.read(guarded, 0, 0)  # the bookie refuses the other topic's
     with LedgerAccess(base, "bookies", timeout_s=5) as bare, pytest.raises(LedgerError):
         bare.read(granted, 0, 0)  # no credential at all: refused too
+
+
+def test_backfill_as_a_principal_needs_write(
+        spark: Any, secured: Standalone, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """alice (READ only on GRANTED) is refused a backfill into it in one line before any job;
+    into FILLED (WRITE and READ) her backfill writes every row (the test's Spark session is
+    reused: no JVM start), its resume scan reading with a read ticket."""
+    secret = tmp_path / "alice.pw"
+    secret.write_text(PASSWORDS["alice"] + "\n")
+    source = tmp_path / "rows.json"
+    source.write_text("".join(f'{{"value": "row {i}"}}\n' for i in range(40)))
+    args = ["--from", str(source), "--metadata", str(secured.data_dir), "--user", "alice",
+            "--password-file", str(secret), "--sasl-mechanism", "PLAIN",
+            "--bootstrap-servers", secured.bootstrap, "--master", "local[1]", "--no-ui",
+            "--admin-url", f"http://127.0.0.1:{secured.admin_port}"]  # fmt: skip
+    assert backfill_main([*args, "--topic", GRANTED]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == ("ledgerwire backfill: User:alice may not write "
+                                            "topic 'granted' (no WRITE in the cluster's ACLs)")
+    assert backfill_main([*args, "--topic", FILLED]) == 0, capsys.readouterr().err
+    consumer = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": "filled-check",
+                         **_as("admin")})  # fmt: skip
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(FILLED, 0), timeout=30)
+    finally:
+        consumer.close()
+    assert (low, high) == (0, 40)
