@@ -2,8 +2,8 @@
 
 Spark calls the data source from plain threads, and its `read` methods are generators, which
 cannot live inside `trio.run`. `LedgerAccess` therefore runs one Trio loop in a daemon thread
-holding a read-only metadata store and a `BookKeeper` ledger client, and exposes blocking calls
-(`trio.from_thread.run`) plus a prefetching chunk iterator: while Spark's thread decodes one
+(trio_thread.py) holding a read-only metadata store and a `BookKeeper` ledger client, and
+exposes blocking calls plus a prefetching chunk iterator: while Spark's thread decodes one
 chunk of entries, the Trio thread already reads the next from the bookies.
 
 Two ways to reach the entries (`ReadMode`):
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import queue
 import socket
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -62,6 +62,7 @@ from spark_bridge.metadata_access import (
     open_readonly_store,
 )
 from spark_bridge.offloaded_ledgers import OffloadedLedger, OffloadedLedgers
+from spark_bridge.trio_thread import TrioThread
 
 ReadMode = Literal["bookies", "files"]
 TailRule = Literal["quorum", "lac"]
@@ -121,15 +122,11 @@ class LedgerAccess:
         self.timeout_s = timeout_s
         self._files: BookieFiles | None = None
         self._sync_store: ReadOnlyEmbeddedStore | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
+        self._loop = TrioThread("ledgerwire-access", call_timeout_s=timeout_s * 2)
         self._store: MetadataStore | None = None
         self._bk: BookKeeper | None = None
-        self._nursery: trio.Nursery | None = None
-        self._stop: trio.Event | None = None
         self._ledgers: dict[int, tuple[LedgerMetadata, LedgerEnd]] = {}
         self.closed_spans: dict[int, Any] = {}  # ledger id -> topic_layout.LedgerSpan (final)
-        self._thread: threading.Thread | None = None
-        self._startup_error: BaseException | None = None
         self._offloaded = OffloadedLedgers(spec.offload) if spec.offload else None
         if mode == "files":
             self._sync_store = open_embedded_sync(spec)
@@ -139,55 +136,31 @@ class LedgerAccess:
 
     # ---- the Trio thread ------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def _resources(self) -> AsyncIterator[None]:
+        store = await open_readonly_store(self.spec)
+        try:
+            secret: BookieCredential | None = (
+                ReadTicket.decode(self.spec.read_ticket) if self.spec.read_ticket
+                else BookieSecret.load(file=self.spec.bookie_secret_file))
+            tls = BookieTls(*self.spec.bookie_tls)
+            async with BookKeeper(store, timeout_s=self.timeout_s, bookie_secret=secret,
+                                  bookie_tls=tls) as bk:  # fmt: skip
+                self._store, self._bk = store, bk
+                yield
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.close()
+
     def _start_loop(self) -> None:
-        ready = threading.Event()
-
-        async def main() -> None:
-            try:
-                store = await open_readonly_store(self.spec)
-            except BaseException as exc:
-                self._startup_error = exc
-                ready.set()
-                return
-            try:
-                secret: BookieCredential | None = (
-                    ReadTicket.decode(self.spec.read_ticket) if self.spec.read_ticket
-                    else BookieSecret.load(file=self.spec.bookie_secret_file))
-                tls = BookieTls(*self.spec.bookie_tls)
-                async with BookKeeper(store, timeout_s=self.timeout_s, bookie_secret=secret,
-                                      bookie_tls=tls) as bk, \
-                        trio.open_nursery() as nursery:  # fmt: skip
-                    self._store, self._bk, self._nursery = store, bk, nursery
-                    self._stop = trio.Event()
-                    self._token = trio.lowlevel.current_trio_token()
-                    ready.set()
-                    await self._stop.wait()
-                    nursery.cancel_scope.cancel()
-            finally:
-                with trio.CancelScope(shield=True):
-                    await store.close()
-
-        def run() -> None:
-            try:
-                trio.run(main)
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
-                self._startup_error = self._startup_error or exc
-                ready.set()
-
-        self._thread = threading.Thread(target=run, name="ledgerwire-access", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if self._startup_error is not None or self._token is None:
+        try:
+            self._loop.start(self._resources)
+        except BaseException as exc:
             where = redact(self.spec.metadata_url)
-            raise RuntimeError(f"cannot reach ledgerwire metadata at {where}: "
-                               f"{self._startup_error}") from self._startup_error
+            raise RuntimeError(f"cannot reach ledgerwire metadata at {where}: {exc}") from exc
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        async def bounded() -> Any:
-            with trio.fail_after(self.timeout_s * 2):
-                return await fn(*args)
-
-        return trio.from_thread.run(bounded, trio_token=self._token)
+        return self._loop.call(fn, *args)
 
     def close(self) -> None:
         if self._offloaded is not None:
@@ -198,16 +171,7 @@ class LedgerAccess:
         if self._sync_store is not None:
             self._sync_store.close_sync()
             self._sync_store = None
-        if self._token is not None and self._stop is not None:
-            stop = self._stop
-            try:
-                trio.from_thread.run_sync(stop.set, trio_token=self._token)
-            except trio.RunFinishedError:
-                pass
-            self._token = None
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._loop.stop()
 
     def __enter__(self) -> LedgerAccess:
         return self
@@ -384,8 +348,7 @@ class LedgerAccess:
                 except Exception as exc:  # noqa: BLE001 - handed to the consumer
                     await _put(out, exc)
 
-        assert self._nursery is not None
-        trio.from_thread.run_sync(self._nursery.start_soon, produce, trio_token=self._token)
+        self._loop.start_soon(produce)
         try:
             while True:
                 item = out.get(timeout=self.timeout_s * 4)
@@ -395,11 +358,7 @@ class LedgerAccess:
                     raise item
                 yield item  # type: ignore[misc]
         finally:
-            if self._token is not None:
-                try:
-                    trio.from_thread.run_sync(cancel.cancel, trio_token=self._token)
-                except trio.RunFinishedError:
-                    pass
+            self._loop.run_sync(cancel.cancel)
 
 
 async def _put(out: queue.Queue[object], item: object) -> None:

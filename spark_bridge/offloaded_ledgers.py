@@ -18,22 +18,21 @@ one, ledgers still on bookies are read there and a ledger that lives only in the
 OffloadedLedgerError naming the ledger, its object and the options to set.
 
 Spark's readers are plain threads, the OffloadedReader is Trio code: `OffloadedLedgers` runs it
-in a Trio loop on its own daemon thread and answers blocking calls. This module must never
-write to the store, and never return a byte the object's checksums did not verify.
+in a Trio loop on its own daemon thread (trio_thread.py) and answers blocking calls. This
+module must never write to the store, and never return a byte the object's checksums did not
+verify.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import trio
-
 from ledger_backend.offload import FilesystemOffloader, OffloadedReader, OffloadLocation
 from ledger_backend.offload.offloader import Offloader
+from spark_bridge.trio_thread import TrioThread
 
 T = TypeVar("T")
 OFFLOAD_OPTIONS = ("ledgerwire.offload.directory", "ledgerwire.offload.bucket",
@@ -125,9 +124,7 @@ class OffloadedLedgers:
         self.ledgers: dict[int, OffloadedLedger] = {}
         self._reader = OffloadedReader(_offloaders(spec), cache_bytes=_CACHE_BYTES,
                                        readahead_bytes=_READAHEAD_BYTES)  # fmt: skip
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._thread: threading.Thread | None = None
+        self._loop = TrioThread("ledgerwire-offload", call_timeout_s=timeout_s)
 
     def add(self, ledger: OffloadedLedger) -> None:
         self.ledgers[ledger.ledger_id] = ledger
@@ -135,29 +132,10 @@ class OffloadedLedgers:
     def can_read(self, driver: str) -> bool:
         return driver in self.spec.drivers
 
-    def _start(self) -> None:
-        ready = threading.Event()
-
-        async def main() -> None:
-            self._stop = trio.Event()
-            self._token = trio.lowlevel.current_trio_token()
-            ready.set()
-            await self._stop.wait()
-
-        self._thread = threading.Thread(target=trio.run, args=(main,),
-                                        name="ledgerwire-offload", daemon=True)  # fmt: skip
-        self._thread.start()
-        ready.wait()
-
     def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        if self._token is None:
-            self._start()
-
-        async def bounded() -> T:
-            with trio.fail_after(self.timeout_s):
-                return await fn(*args)
-
-        return trio.from_thread.run(bounded, trio_token=self._token)
+        if not self._loop.running:
+            self._loop.start()
+        return self._loop.call(fn, *args)
 
     def read(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         """Entries first..last of an added ledger; OffloadedReadError names the object."""
@@ -166,15 +144,7 @@ class OffloadedLedgers:
         return self._call(self._reader.read, where, ledger_id, first, last)
 
     def close(self) -> None:
-        if self._token is not None and self._stop is not None:
-            try:
-                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-            except trio.RunFinishedError:
-                pass
-            self._token = None
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._loop.stop()
 
     def __enter__(self) -> OffloadedLedgers:
         return self
