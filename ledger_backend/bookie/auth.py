@@ -37,6 +37,8 @@ from ledger_backend.bookie.protocol import (
     AuthResponse,
     BookieInfoRequest,
     BookieInfoResponse,
+    ReadEntriesRequest,
+    ReadEntriesResponse,
     ReadEntryRequest,
     ReadEntryResponse,
     ReadLacRequest,
@@ -202,6 +204,8 @@ def refusal(request: Request, status: Status) -> Response:
         return AddEntryResponse(rid, status, request.ledger_id, request.entry_id)
     if type(request) is ReadEntryRequest:
         return ReadEntryResponse(rid, status, request.ledger_id, request.entry_id, -1)
+    if type(request) is ReadEntriesRequest:
+        return ReadEntriesResponse(rid, status, request.ledger_id, request.first_entry_id, -1)
     if type(request) is ReadLacRequest:
         return ReadLacResponse(rid, status, request.ledger_id, -1)
     if type(request) is WriteLacRequest:

@@ -12,6 +12,11 @@ Frame layout (all integers big-endian)::
     ... fixed fields      per op code, see the ``_*_FIELDS`` structs below
     ... body              the rest of the frame (entry bytes, or the bookie id in UTF-8)
 
+READ_ENTRIES (BookKeeper 4.17's batch read) asks for up to ``max_entries`` consecutive entries
+of at most ``max_bytes`` in all, starting at ``first_entry_id``; its answer carries as many as
+the bookie serves and its own caps allow (at least the first when the status is OK), each as
+``u32 length`` + bytes. A bookie that does not serve batch reads answers BAD_REQUEST.
+
 A bookie configured with a secret first runs the AUTH handshake (``bookie/auth.py``): until it
 succeeds, any other request is answered ``Status.UNAUTHORIZED`` and the connection is closed.
 
@@ -65,6 +70,7 @@ class OpCode(enum.IntEnum):
     BOOKIE_INFO = 4
     WRITE_LAC = 5
     AUTH = 6
+    READ_ENTRIES = 7
 
 
 # --- messages -------------------------------------------------------------------------
@@ -96,6 +102,31 @@ class ReadEntryRequest:
     wait_for_lac_above: int = -1
     timeout_ms: int = 0
     master_key: bytes = b""  # checked when fencing (bookie/master_key.py)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntriesRequest:
+    """Batch read: entries first_entry_id.. (consecutive), at most max_entries of them and
+    max_bytes in all; the bookie may answer fewer (its own caps, an entry it lacks), never 0
+    with Status.OK. No fencing, no long poll: those stay single-entry reads."""
+
+    request_id: int
+    ledger_id: int
+    first_entry_id: int
+    max_entries: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntriesResponse:
+    """Entries first_entry_id, first_entry_id + 1, ... (stored bytes, digests unchecked)."""
+
+    request_id: int
+    status: Status
+    ledger_id: int
+    first_entry_id: int
+    lac: int
+    bodies: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +214,11 @@ class BookieInfoResponse:
 
 
 Request = (AddEntryRequest | ReadEntryRequest | ReadLacRequest | WriteLacRequest
-           | BookieInfoRequest | AuthRequest)
+           | BookieInfoRequest | AuthRequest | ReadEntriesRequest)
 Response = (AddEntryResponse | ReadEntryResponse | ReadLacResponse | WriteLacResponse
-            | BookieInfoResponse | AuthResponse)
+            | BookieInfoResponse | AuthResponse | ReadEntriesResponse)
+_REQUEST_TYPES: Final = (AddEntryRequest, ReadEntryRequest, ReadLacRequest, WriteLacRequest,
+                         BookieInfoRequest, AuthRequest, ReadEntriesRequest)
 Message = Request | Response
 
 # --- layouts ----------------------------------------------------------------------------
@@ -206,6 +239,9 @@ _LAC_RESP = struct.Struct(">QHqq")  # request_id, status, ledger_id, lac
 _INFO_RESP = struct.Struct(">QHQQB")  # request_id, status, free, total, flags(read_only)
 _AUTH_REQ = struct.Struct(">QB")  # request_id, step; payload follows
 _AUTH_RESP = struct.Struct(">QHB")  # request_id, status, step; payload follows
+_BATCH_REQ = struct.Struct(">QqqII")  # request_id, ledger_id, first entry, max entries, max bytes
+_BATCH_RESP = struct.Struct(">QHqqqI")  # request_id, status, ledger, first entry, lac, count
+_BODY_LENGTH = struct.Struct(">I")  # before each entry of a batch answer
 
 
 def _frame_struct(fields: struct.Struct) -> struct.Struct:
@@ -225,6 +261,8 @@ _WLAC_REQ_FRAME = _frame_struct(_WLAC_REQ)
 _WLAC_RESP_FRAME = _frame_struct(_WLAC_RESP)
 _AUTH_REQ_FRAME = _frame_struct(_AUTH_REQ)
 _AUTH_RESP_FRAME = _frame_struct(_AUTH_RESP)
+_BATCH_REQ_FRAME = _frame_struct(_BATCH_REQ)
+_BATCH_RESP_FRAME = _frame_struct(_BATCH_RESP)
 
 _STATUS_BY_VALUE: Final = {s.value: s for s in Status}
 
@@ -240,6 +278,8 @@ _WLAC_REQ_OP: Final = int(OpCode.WRITE_LAC)
 _WLAC_RESP_OP: Final = _WLAC_REQ_OP | _RESPONSE_BIT
 _AUTH_REQ_OP: Final = int(OpCode.AUTH)
 _AUTH_RESP_OP: Final = _AUTH_REQ_OP | _RESPONSE_BIT
+_BATCH_REQ_OP: Final = int(OpCode.READ_ENTRIES)
+_BATCH_RESP_OP: Final = _BATCH_REQ_OP | _RESPONSE_BIT
 
 # --- encoding ---------------------------------------------------------------------------
 
@@ -265,6 +305,13 @@ def encode(msg: Message) -> bytes:
                 _READ_RESP_FRAME.size - 4 + len(body), PROTOCOL_VERSION, _READ_RESP_OP,
                 msg.request_id, msg.status, msg.ledger_id, msg.entry_id, msg.lac,
             ) + body  # fmt: skip
+        if type(msg) is ReadEntriesResponse:
+            return _encode_batch(msg)
+        if type(msg) is ReadEntriesRequest:
+            return _BATCH_REQ_FRAME.pack(
+                _BATCH_REQ_FRAME.size - 4, PROTOCOL_VERSION, _BATCH_REQ_OP, msg.request_id,
+                msg.ledger_id, msg.first_entry_id, msg.max_entries, msg.max_bytes,
+            )  # fmt: skip
         if type(msg) is AddEntryResponse:
             return _ADD_RESP_FRAME.pack(
                 _ADD_RESP_FRAME.size - 4, PROTOCOL_VERSION, _ADD_RESP_OP,
@@ -322,6 +369,46 @@ def encode(msg: Message) -> bytes:
     except struct.error as exc:
         raise ProtocolError(f"cannot encode {type(msg).__name__}: {exc}") from exc
     raise ProtocolError(f"not a bookie protocol message: {type(msg).__name__}")
+
+
+def _encode_batch(msg: ReadEntriesResponse) -> bytes:
+    """A batch answer in one join: header, then length + bytes of each entry."""
+    bodies = msg.bodies
+    size = sum(len(b) for b in bodies) + _BODY_LENGTH.size * len(bodies)
+    parts = [_BATCH_RESP_FRAME.pack(
+        _BATCH_RESP_FRAME.size - 4 + size, PROTOCOL_VERSION, _BATCH_RESP_OP, msg.request_id,
+        msg.status, msg.ledger_id, msg.first_entry_id, msg.lac, len(bodies),
+    )]  # fmt: skip
+    pack = _BODY_LENGTH.pack
+    for body in bodies:
+        parts.append(pack(len(body)))
+        parts.append(body)
+    return b"".join(parts)
+
+
+def _decode_batch(fields: memoryview, op: int) -> ReadEntriesResponse:
+    rid, status, ledger, first, lac, count = _at_least(_BATCH_RESP, fields, op)
+    pos = _BATCH_RESP.size
+    end = len(fields)
+    # every entry needs its 4-byte length: a count the frame cannot hold is refused before
+    # anything is allocated for it
+    if count * _BODY_LENGTH.size > end - pos:
+        raise ProtocolError(f"op {op:#04x}: {count} entries cannot fit in {end - pos} bytes")
+    bodies: list[bytes] = []
+    unpack = _BODY_LENGTH.unpack_from
+    for _ in range(count):
+        if end - pos < _BODY_LENGTH.size:
+            raise ProtocolError(f"op {op:#04x}: entry {len(bodies)} has no length")
+        (length,) = unpack(fields, pos)
+        pos += _BODY_LENGTH.size
+        if length > end - pos:
+            raise ProtocolError(f"op {op:#04x}: entry {len(bodies)} of {length} bytes overruns "
+                                f"the frame")  # fmt: skip
+        bodies.append(bytes(fields[pos : pos + length]))
+        pos += length
+    if pos != end:
+        raise ProtocolError(f"op {op:#04x}: {end - pos} bytes after the last entry")
+    return ReadEntriesResponse(rid, _status(status), ledger, first, lac, tuple(bodies))
 
 
 # --- decoding ---------------------------------------------------------------------------
@@ -422,6 +509,10 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> Message:
         return BookieInfoResponse(
             rid, _status(status), free, total, _flag(flags, "read-only"), bookie_id
         )
+    if op == _BATCH_RESP_OP:
+        return _decode_batch(fields, op)
+    if op == _BATCH_REQ_OP:
+        return ReadEntriesRequest(*_exact(_BATCH_REQ, fields, op))
     if op == _AUTH_REQ_OP:
         rid, step = _at_least(_AUTH_REQ, fields, op)
         return AuthRequest(rid, step, bytes(fields[_AUTH_REQ.size :]))
@@ -514,10 +605,7 @@ class FrameDecoder:
         return messages
 
     def _check_direction(self, msg: Message) -> None:
-        is_request = isinstance(
-            msg, AddEntryRequest | ReadEntryRequest | ReadLacRequest | WriteLacRequest
-            | BookieInfoRequest | AuthRequest
-        )
+        is_request = isinstance(msg, _REQUEST_TYPES)
         if is_request and not self._accept_requests:
             raise ProtocolError(f"unexpected request {type(msg).__name__} on a response stream")
         if not is_request and not self._accept_responses:

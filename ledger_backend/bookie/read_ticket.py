@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from ledger_backend.bookie.protocol import ReadEntryRequest, ReadLacRequest
+from ledger_backend.bookie.protocol import ReadEntriesRequest, ReadEntryRequest, ReadLacRequest
 
 TICKET_LABEL: Final = b"ledgerwire bookie read ticket v1"
 _MAGIC: Final = b"LWRT"
@@ -59,12 +59,13 @@ class TicketScope:
         return (now_ms if now_ms is not None else int(time.time() * 1000)) >= self.expires_ms
 
     def allows(self, request: object, now_ms: int | None = None) -> bool:
-        """True for a non-fencing ReadEntry or a ReadLac of a listed ledger before expiry."""
+        """True for a non-fencing ReadEntry, a batch read (ReadEntries, never fencing) or a
+        ReadLac of a listed ledger before expiry."""
         if self.expired(now_ms):
             return False
         if type(request) is ReadEntryRequest:
             return not request.fence and request.ledger_id in self.ledgers
-        if type(request) is ReadLacRequest:
+        if type(request) is ReadLacRequest or type(request) is ReadEntriesRequest:
             return request.ledger_id in self.ledgers
         return False
 

@@ -253,6 +253,11 @@ class DurableBookieStorage(BookieStorage):
         """Entries first..last of one ledger (see EntryReads.read_entries)."""
         return await self.reads.read_entries(ledger_id, first, last)
 
+    async def read_batch(self, ledger_id: int, first: int, max_entries: int,
+                         max_bytes: int) -> list[bytes]:  # fmt: skip
+        """A batch read's entries (see EntryReads.read_batch)."""
+        return await self.reads.read_batch(ledger_id, first, max_entries, max_bytes)
+
     async def fence(self, ledger_id: int) -> int:
         journal = self._check_accepting()
         if self.disk.read_only:

@@ -134,6 +134,10 @@ class BookieConnection:
         self._cancel_scope: trio.CancelScope | None = None
         self._fd = -1  # the connected socket's descriptor while `submit` may write to it
         self._sending = False  # the writer task holds frames not yet fully sent
+        # batch reads (client/batch_reads.py): False once this bookie is known not to serve them
+        self.batch_reads = True
+        self.batch_answers = 0
+        self.batch_losses = 0  # connections lost under batch reads before any batch answer
 
     @property
     def in_flight(self) -> int:
@@ -307,6 +311,9 @@ class LocalBookieConnection:
         self._sweeping = False
         self._closed = False
         self._idle_workers: list[trio.lowlevel.Task] = []  # parked in _park, newest last
+        self.batch_reads = True  # as BookieConnection's (client/batch_reads.py)
+        self.batch_answers = 0
+        self.batch_losses = 0
 
     @property
     def in_flight(self) -> int:
@@ -418,8 +425,10 @@ class BookieClientPool:
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  local_bookies: bool = False,
                  secret: BookieCredential | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+                 ssl_context: ssl.SSLContext | None = None,
+                 batch_reads: bool = True) -> None:  # fmt: skip
         self._nursery = nursery
+        self._batch_reads = batch_reads  # False: every connection starts without batch reads
         self._secret = secret
         self._ssl_context = ssl_context
         self._timeout_s = timeout_s
@@ -441,6 +450,7 @@ class BookieClientPool:
                                         max_frame_bytes=self._max_frame_bytes,
                                         secret=self._secret,
                                         ssl_context=self._ssl_context)  # fmt: skip
+            conn.batch_reads = self._batch_reads
             self._connections[address] = conn
         return conn
 

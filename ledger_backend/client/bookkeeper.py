@@ -58,10 +58,12 @@ class BookKeeper:
         bookie_tls: BookieTls | None = None,
         ledger_password: bytes | None = None,
         entry_mac: bool = False,
+        batch_reads: bool = True,
     ) -> None:
         if entry_mac and ledger_password is None:
             raise ValueError("MAC digests on entries need a ledger password")
         self._store = store
+        self._batch_reads = batch_reads  # range reads as READ_ENTRIES (client/batch_reads.py)
         self._ledger_password = ledger_password  # new ledgers get it; recovery presents it
         self._entry_mac = entry_mac  # new ledgers' entries carry an HMAC-SHA256, not a CRC
         self._bookie_secret = bookie_secret  # authenticates every TCP bookie connection
@@ -81,7 +83,8 @@ class BookKeeper:
                                 max_frame_bytes=self._max_frame_bytes,
                                 local_bookies=self._local_bookies,
                                 secret=self._bookie_secret,
-                                ssl_context=self._bookie_tls)  # fmt: skip
+                                ssl_context=self._bookie_tls,
+                                batch_reads=self._batch_reads)  # fmt: skip
         self._ctx = ClientContext(self._store, pool, self._placement, nursery, self.timeout_s,
                                   self.explicit_lac_delay_s, self._ledger_password)
         return self

@@ -3,10 +3,12 @@
 A closed ledger is readable up to its last entry; an open one up to the LAC learned from the
 bookies of its last fragment (the highest LAC they saw piggybacked on adds). Each entry is read
 from a bookie of its write set, trying the next one on an error, a timeout or a digest
-mismatch. A range goes out as one request per entry through callbacks (no task per entry),
-failures retried entry by entry; a range that a bookie of this process holds whole (one
-fragment, Qw == E) is read from it in one call. This module must never return bytes that failed
-their CRC-32C check, and never read past the LAC (use recovery for that).
+mismatch. A range goes out as batch reads (client/batch_reads.py: a run of entries per
+request) when every bookie of a fragment holds all its entries (Qw == E), else as one request
+per entry through callbacks (no task per entry); failures are retried entry by entry. A range
+that a bookie of this process holds whole (one fragment, Qw == E) is read from it in one call.
+This module must never return bytes that failed their CRC-32C check, and never read past the
+LAC (use recovery for that).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 import trio
 
 from ledger_backend.bookie.protocol import ReadEntryRequest, ReadEntryResponse, Response, Status
+from ledger_backend.client.batch_reads import batch_capable, read_range_batched
 from ledger_backend.client.bookie_client import LocalBookieConnection, check_status
 from ledger_backend.client.client_context import ClientContext
 from ledger_backend.client.entry_format import DecodedEntry, decode_entry
@@ -94,6 +97,107 @@ async def read_lac_from_bookies(ctx: ClientContext, ledger_id: int, metadata: Le
     return max(max(lacs), first_entry - 1)
 
 
+async def read_range_from_bookies(ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata,
+                                  first: int, last: int) -> list[bytes]:  # fmt: skip
+    """Verified payloads of entries first..last (the caller knows they exist: at most the LAC,
+    or entries it checked otherwise): batch reads where the ledger allows them, else one
+    request per entry; what fails is retried entry by entry from the other bookies."""
+    if batch_capable(ctx, metadata, first, last):
+        results, failed = await read_range_batched(ctx, ledger_id, metadata, first, last)
+    else:
+        results, failed = await _read_range_once(ctx, ledger_id, metadata, first, last)
+    if failed:
+        await _retry_failed(ctx, ledger_id, metadata, first, results, failed)
+    return [r if r is not None else b"" for r in results]
+
+
+async def _retry_failed(ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata, first: int,
+                        results: list[bytes | None], failed: list[tuple[int, str]]) -> None:
+    """Entries whose first bookie failed (error, timeout, bad digest) go through the full
+    per-entry path, in parallel, the failed bookie tried last; the first error is raised."""
+    limiter = trio.Semaphore(_MAX_PARALLEL_READS)
+    errors: list[LedgerError] = []
+
+    async with trio.open_nursery() as nursery:
+
+        async def retry(entry_id: int, bookie: str) -> None:
+            try:
+                async with limiter:
+                    entry = await read_entry_from_bookies(ctx, ledger_id, metadata, entry_id,
+                                                          last_resort=bookie)  # fmt: skip
+            except LedgerError as exc:  # raised plainly below, not in an ExceptionGroup
+                errors.append(exc)
+                nursery.cancel_scope.cancel()
+                return
+            results[entry_id - first] = entry.payload
+
+        for entry_id, bookie in sorted(failed):
+            nursery.start_soon(retry, entry_id, bookie)
+    if errors:
+        raise errors[0]
+
+
+async def _read_range_once(ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata,
+                           first: int, last: int
+                           ) -> tuple[list[bytes | None], list[tuple[int, str]]]:  # fmt: skip
+    """Ask the first bookie of each entry's write set, at most _MAX_PARALLEL_READS at a time,
+    through request callbacks (no task per entry). Returns the verified payloads (None where
+    that bookie failed) and (entry id, bookie) of each failure."""
+    pool = ctx.pool
+    mac_key = ctx.mac_key(metadata)
+    results: list[bytes | None] = [None] * (last - first + 1)
+    failed: list[tuple[int, str]] = []  # (entry id, the bookie that failed it)
+    all_answered = trio.Event()
+    next_id = first
+    outstanding = 0
+    pumping = False
+
+    def pump() -> None:
+        # Keep up to _MAX_PARALLEL_READS requests out. Re-entrant calls (an answer delivered
+        # synchronously inside submit) return at once; the outer loop carries on.
+        nonlocal next_id, outstanding, pumping
+        if pumping:
+            return
+        pumping = True
+        try:
+            while next_id <= last and outstanding < _MAX_PARALLEL_READS:
+                entry_id = next_id
+                next_id += 1
+                outstanding += 1
+                bookie = metadata.write_set_bookies(entry_id)[0]
+                pool.connection(bookie).submit(
+                    functools.partial(ReadEntryRequest, ledger_id=ledger_id,
+                                      entry_id=entry_id, fence=False),
+                    functools.partial(on_answer, entry_id, bookie),
+                )
+        finally:
+            pumping = False
+        if next_id > last and outstanding == 0:
+            all_answered.set()
+
+    def on_answer(entry_id: int, bookie: str, outcome: Response | LedgerError) -> None:
+        nonlocal outstanding
+        outstanding -= 1
+        try:
+            if isinstance(outcome, LedgerError):
+                raise outcome
+            check_status(outcome, bookie)
+            assert isinstance(outcome, ReadEntryResponse)
+            decoded = decode_entry(outcome.body, ledger_id=ledger_id, entry_id=entry_id,
+                                   mac_key=mac_key)
+            results[entry_id - first] = decoded.payload
+        except LedgerError:
+            failed.append((entry_id, bookie))
+        pump()
+
+    pump()
+    try:
+        await all_answered.wait()  # every request has a deadline: an answer always comes
+    finally:
+        next_id = last + 1  # cancelled: answers still due send nothing more
+    return results, failed
+
+
 class ReadHandle:
     """Reader of one ledger. Open through BookKeeper.open_ledger."""
 
@@ -140,37 +244,8 @@ class ReadHandle:
         local = await self._read_range_locally(first, last)
         if local is not None:
             return local
-        results, failed = await self._read_range_once(first, last)
-        if failed:
-            await self._retry_failed(first, results, failed)
-        return [r if r is not None else b"" for r in results]
-
-    async def _retry_failed(self, first: int, results: list[bytes | None],
-                            failed: list[tuple[int, str]]) -> None:  # fmt: skip
-        """Entries whose first bookie failed (error, timeout, bad digest) go through the full
-        per-entry path, in parallel, the failed bookie tried last; the first error is raised."""
-        limiter = trio.Semaphore(_MAX_PARALLEL_READS)
-        errors: list[LedgerError] = []
-
-        async with trio.open_nursery() as nursery:
-
-            async def retry(entry_id: int, bookie: str) -> None:
-                try:
-                    async with limiter:
-                        entry = await read_entry_from_bookies(
-                            self._ctx, self.ledger_id, self._metadata, entry_id,
-                            last_resort=bookie,
-                        )
-                except LedgerError as exc:  # raised plainly below, not in an ExceptionGroup
-                    errors.append(exc)
-                    nursery.cancel_scope.cancel()
-                    return
-                results[entry_id - first] = entry.payload
-
-            for entry_id, bookie in sorted(failed):
-                nursery.start_soon(retry, entry_id, bookie)
-        if errors:
-            raise errors[0]
+        return await read_range_from_bookies(self._ctx, self.ledger_id, self._metadata, first,
+                                             last)  # fmt: skip
 
     async def _read_range_locally(self, first: int, last: int) -> list[bytes] | None:
         """The whole range from one bookie of this process holding every entry of it (one
@@ -199,65 +274,6 @@ class ReadHandle:
         except DigestMismatchError as exc:
             log.error("ledger %d: local range read %d..%d: %s", self.ledger_id, first, last, exc)
             return None
-
-    async def _read_range_once(self, first: int, last: int
-                               ) -> tuple[list[bytes | None], list[tuple[int, str]]]:  # fmt: skip
-        """Ask the first bookie of each entry's write set, at most _MAX_PARALLEL_READS at a time,
-        through request callbacks (no task per entry). Returns the verified payloads (None where
-        that bookie failed) and (entry id, bookie) of each failure."""
-        ledger_id, metadata, pool = self.ledger_id, self._metadata, self._ctx.pool
-        mac_key = self._ctx.mac_key(metadata)
-        results: list[bytes | None] = [None] * (last - first + 1)
-        failed: list[tuple[int, str]] = []  # (entry id, the bookie that failed it)
-        all_answered = trio.Event()
-        next_id = first
-        outstanding = 0
-        pumping = False
-
-        def pump() -> None:
-            # Keep up to _MAX_PARALLEL_READS requests out. Re-entrant calls (an answer delivered
-            # synchronously inside submit) return at once; the outer loop carries on.
-            nonlocal next_id, outstanding, pumping
-            if pumping:
-                return
-            pumping = True
-            try:
-                while next_id <= last and outstanding < _MAX_PARALLEL_READS:
-                    entry_id = next_id
-                    next_id += 1
-                    outstanding += 1
-                    bookie = metadata.write_set_bookies(entry_id)[0]
-                    pool.connection(bookie).submit(
-                        functools.partial(ReadEntryRequest, ledger_id=ledger_id,
-                                          entry_id=entry_id, fence=False),
-                        functools.partial(on_answer, entry_id, bookie),
-                    )
-            finally:
-                pumping = False
-            if next_id > last and outstanding == 0:
-                all_answered.set()
-
-        def on_answer(entry_id: int, bookie: str, outcome: Response | LedgerError) -> None:
-            nonlocal outstanding
-            outstanding -= 1
-            try:
-                if isinstance(outcome, LedgerError):
-                    raise outcome
-                check_status(outcome, bookie)
-                assert isinstance(outcome, ReadEntryResponse)
-                decoded = decode_entry(outcome.body, ledger_id=ledger_id, entry_id=entry_id,
-                                       mac_key=mac_key)
-                results[entry_id - first] = decoded.payload
-            except LedgerError:
-                failed.append((entry_id, bookie))
-            pump()
-
-        pump()
-        try:
-            await all_answered.wait()  # every request has a deadline: an answer always comes
-        finally:
-            next_id = last + 1  # cancelled: answers still due send nothing more
-        return results, failed
 
     async def read_lac(self) -> int:
         """Refresh the LAC: from the metadata if the ledger got closed, else from the bookies."""

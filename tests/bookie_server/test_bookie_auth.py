@@ -35,6 +35,7 @@ from ledger_backend.bookie.protocol import (
     FrameDecoder,
     Message,
     ProtocolError,
+    ReadEntriesRequest,
     ReadEntryRequest,
     ReadEntryResponse,
     ReadLacRequest,
@@ -109,6 +110,7 @@ async def test_unauthenticated_requests_are_refused_and_change_nothing(
         ReadEntryRequest(4, 7, -1, fence=True),              # fence the open ledger
         ReadLacRequest(5, 7),
         BookieInfoRequest(6),
+        ReadEntriesRequest(7, 7, 0, 100, 1 << 20),           # a batch read
     ):  # fmt: skip
         client = await _connect(address)
         await _refused(client, request)

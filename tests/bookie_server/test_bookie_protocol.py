@@ -21,6 +21,8 @@ from ledger_backend.bookie.protocol import (
     FrameTooLargeError,
     Message,
     ProtocolError,
+    ReadEntriesRequest,
+    ReadEntriesResponse,
     ReadEntryRequest,
     ReadEntryResponse,
     ReadLacRequest,
@@ -47,6 +49,7 @@ requests = st.one_of(
     st.builds(WriteLacRequest, u64, ids, ids),
     st.builds(BookieInfoRequest, u64),
     st.builds(AuthRequest, u64, st.integers(0, 255), st.binary(max_size=80)),
+    st.builds(ReadEntriesRequest, u64, ids, ids, u32, u32),
 )
 responses = st.one_of(
     st.builds(AddEntryResponse, u64, statuses, ids, ids),
@@ -55,6 +58,8 @@ responses = st.one_of(
     st.builds(WriteLacResponse, u64, statuses, ids),
     st.builds(BookieInfoResponse, u64, statuses, u64, u64, st.booleans(), st.text(max_size=40)),
     st.builds(AuthResponse, u64, statuses, st.integers(0, 255), st.binary(max_size=80)),
+    st.builds(ReadEntriesResponse, u64, statuses, ids, ids, ids,
+              st.lists(st.binary(max_size=60), max_size=8).map(tuple)),
 )
 messages = st.one_of(requests, responses)
 

@@ -22,6 +22,7 @@ from ledger_backend.bookie.protocol import (
     BookieAddress,
     BookieInfoRequest,
     Message,
+    ReadEntriesRequest,
     ReadEntryRequest,
     ReadEntryResponse,
     ReadLacRequest,
@@ -72,8 +73,11 @@ async def test_a_ticket_reads_its_ledgers_and_nothing_else(
     assert await client.request(ReadEntryRequest(1, 7, 0)) == ReadEntryResponse(
         1, Status.OK, 7, 0, -1, b"secret record")  # fmt: skip
     assert getattr(await client.request(ReadLacRequest(2, 7)), "status", None) is Status.OK
+    batch = await client.request(ReadEntriesRequest(3, 7, 0, 10, 1 << 20))
+    assert getattr(batch, "bodies", None) == (b"secret record",)
     outside: tuple[Message, ...] = (
             ReadEntryRequest(0, 8, 0),                       # another topic's ledger
+            ReadEntriesRequest(0, 8, 0, 10, 1 << 20),
             ReadLacRequest(0, 8),
             ReadEntryRequest(0, 7, -1, fence=True),          # fencing a live writer
             AddEntryRequest(0, 7, 1, 0, False, b"forged"),   # writing

@@ -21,6 +21,7 @@ from ledger_backend.bookie.protocol import BookieAddress
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.bookie.storage_api import BookieStorage
 from ledger_backend.client.errors import LedgerError
+from ledger_backend.metadata import open_store
 from ledger_backend.metadata.store import MetadataStore
 
 
@@ -82,6 +83,16 @@ class InProcessCluster:
 
     def storage(self, address: str) -> BookieStorage:
         return self.bookies[address].storage
+
+
+@asynccontextmanager
+async def memory_store() -> AsyncIterator[MetadataStore]:
+    """A fresh in-memory metadata store, closed afterwards."""
+    store = await open_store("memory:")
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 @asynccontextmanager
