@@ -4,6 +4,8 @@ SASL_PLAINTEXT (SCRAM-SHA-512) with ACLs (the login and authorization checks wit
 
     .venv/bin/python benchmarks/bench_security.py [--messages 100000] [--partitions 1]
                                                    [--repeat 3] [--logins 10]
+                                                   [--protocols PLAINTEXT,SASL_SSL]
+                                                   [--peer /path/to/other/checkout]
 
 Each configuration is a real `ledgerwire standalone` (fsync on, one bookie), started in turn on
 this machine and driven by the same confluent-kafka code as benchmarks/bench_kafka.py: 1 KB
@@ -14,7 +16,10 @@ system time of its process, all threads, from /proc.  Login: creating a client u
 first Metadata answer (TCP, TLS handshake, SaslHandshake and the SCRAM round trips).  The
 overhead lines compare each secured configuration with PLAINTEXT from this one run; with
 --repeat N each configuration runs N rounds on fresh brokers, in rotated order (the first
-broker started ran slower on a loaded machine), and the figures are medians.
+broker started ran slower on a loaded machine), and the figures are medians.  --peer PATH
+adds each configuration once more as "<protocol>@peer", its broker run from another checkout
+(say `git worktree add --detach /tmp/before HEAD~1`), to compare a change with its parent in
+one run on one machine.
 """
 
 from __future__ import annotations
@@ -87,11 +92,13 @@ def client_config(protocol: str, bootstrap: str, cert: Path, user: str = USER,
 
 
 @contextmanager
-def broker(directory: Path, protocol: str, cert: tuple[Path, Path]) -> Iterator[Standalone]:
+def broker(directory: Path, protocol: str, cert: tuple[Path, Path],
+           source: Path | None = None) -> Iterator[Standalone]:
     directory.mkdir(parents=True, exist_ok=True)
     config = broker_config(directory, protocol, cert)
-    server = Standalone(directory / f"data-{protocol}",
-                        extra_args=["--config", str(config), "--log-level", "WARNING"])
+    server = Standalone(directory / f"data-{protocol}-{'peer' if source else 'this'}",
+                        extra_args=["--config", str(config), "--log-level", "WARNING"],
+                        source=source)
     server.start(timeout_s=60)
     try:
         yield server
@@ -122,7 +129,7 @@ def logins(config: dict[str, Any], count: int) -> list[float]:
 
 
 def measure(server: Standalone, protocol: str, cert: Path, args: argparse.Namespace,
-            round_: int) -> dict[str, float]:
+            round_: int, label: str = "") -> dict[str, float]:
     """One round's figures on this broker: login median, then produce and consume."""
     assert server.proc is not None
     pid = server.proc.pid
@@ -137,7 +144,7 @@ def measure(server: Standalone, protocol: str, cert: Path, args: argparse.Namesp
         after = cpu_seconds(pid)
         if before is not None and after is not None:
             results[f"{name} cpu us/msg"] = (after - before) * 1e6 / args.messages
-    print(f"  round {round_ + 1} {protocol}: "
+    print(f"  round {round_ + 1} {label or protocol}: "
           + ", ".join(f"{k} {v:,.1f}" for k, v in results.items()), flush=True)
     return results
 
@@ -158,19 +165,25 @@ def main() -> None:
                              "rotated); the figures are their medians")
     parser.add_argument("--logins", type=int, default=10)
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
+    parser.add_argument("--peer", type=Path, default=None,
+                        help="another checkout: each configuration also runs from it")
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         cert = make_self_signed_cert(directory)
         protocols = args.protocols.split(",")
+        if args.peer is not None:
+            protocols += [f"{protocol}@peer" for protocol in protocols]
         rounds: dict[str, list[dict[str, float]]] = {p: [] for p in protocols}
         for round_ in range(args.repeat):
             # a fresh broker per round, the order rotated: no configuration always goes first
-            for protocol in protocols[round_ % len(protocols):] + \
+            for name in protocols[round_ % len(protocols):] + \
                     protocols[:round_ % len(protocols)]:
-                with broker(directory / f"round-{round_}", protocol, cert) as server:
-                    rounds[protocol].append(measure(server, protocol, cert[0], args, round_))
+                protocol, _, peer = name.partition("@")
+                with broker(directory / f"round-{round_}", protocol, cert,
+                            args.peer if peer else None) as server:
+                    rounds[name].append(measure(server, protocol, cert[0], args, round_, name))
         for protocol, runs in rounds.items():
             results[protocol] = {metric: statistics.median(run[metric] for run in runs)
                                  for metric in runs[0]}

@@ -22,7 +22,8 @@ around every receive and send.
 
 Security: connections past the listener's limits are refused, and with an `ssl_context` every
 connection is wrapped in a `trio.SSLStream` (gateway/kafka/admission.py: limits, handshake, the
-certificate's principal on an SSL listener).  With
+certificate's principal on an SSL listener), read with gateway/security/tls_receive.py's
+`receive_ready` (every TLS record already received per call, not one).  With
 `sasl_mechanisms` every connection carries a `SaslSession` (protocols/kafka/sasl.py) in its
 context: until it is authenticated, frames are served one at a time, in the read loop (the
 session's state decides what the next frame may be), only ApiVersions / SaslHandshake /
@@ -41,9 +42,11 @@ This module must never decode or encode Kafka messages itself, or touch partitio
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import ssl
 import struct
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import trio
@@ -55,6 +58,7 @@ from gateway.kafka.admission import (
     tls_handshake,
 )
 from gateway.kafka.broker import CloseConnection, KafkaBroker
+from gateway.security.tls_receive import receive_ready
 from ledger_backend.faults import log_failure
 from protocols.kafka.codec import RequestHeader
 from protocols.kafka.errors import (
@@ -229,7 +233,9 @@ class _Connection:
                                          config.max_pre_auth_frame_bytes)
         elif self.identity is not None:
             ctx.session = self.identity
-        receive_some = self.stream.receive_some
+        receive_some: Callable[[int], Awaitable[bytes | bytearray]] = self.stream.receive_some
+        if isinstance(self.stream, trio.SSLStream):  # every record already there, not just one
+            receive_some = functools.partial(receive_ready, self.stream)
         info = ctx.connection_info
         while True:
             self.receive_started = trio.current_time()

@@ -59,6 +59,8 @@ def server_ssl_context(certfile: str, keyfile: str, *, client_auth: str = "none"
     of `cafile` are asked for (Kafka's ssl.client.auth)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # no client-initiated TLS 1.2 renegotiation (a CPU sink; gateway/security/tls_receive.py)
+    context.options |= ssl.OP_NO_RENEGOTIATION
     try:
         context.load_cert_chain(certfile, keyfile)
     except (OSError, ssl.SSLError) as exc:

@@ -1,7 +1,8 @@
 """Run `ledgerwire standalone` as a real subprocess for integration tests.
 
 The tests talk to it only over its Kafka port, as a user's client would, and may kill it
-with SIGKILL to check what survives.
+with SIGKILL to check what survives. `source` runs the broker from another checkout of the
+project (benchmarks compare a change with its parent in one run).
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ def free_port_range(count: int) -> int:
 class Standalone:
     """One `ledgerwire standalone` process with its own data dir and ports."""
 
-    def __init__(self, data_dir: Path, *, bookies: int = 1, extra_args: list[str] | None = None):
+    def __init__(self, data_dir: Path, *, bookies: int = 1, extra_args: list[str] | None = None,
+                 source: Path | None = None):
         self.data_dir = data_dir
+        self.source = source or REPO
         self.bookies = bookies
         self.bookie_port = free_port_range(bookies)
         taken = set(range(self.bookie_port, self.bookie_port + bookies))
@@ -91,7 +94,10 @@ class Standalone:
         ]
         log = open(self.log_path, "ab")
         log_start = log.tell()  # earlier runs' lines stay in the file: look only past them
-        self.proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=log, env=dict(os.environ))
+        env = dict(os.environ)
+        if self.source != REPO:
+            env["PYTHONPATH"] = str(self.source)
+        self.proc = subprocess.Popen(args, cwd=self.source, stdout=log, stderr=log, env=env)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
