@@ -344,6 +344,7 @@ class OwnershipService:
         eligible = eligible_brokers(set(self._live), self._draining)
         me = self.me.node_id
         handed_back = False
+        taken: list[int] = []  # loaded together below: a failover's pause is one load, not n
         for bundle in range(self.layout.bundles):
             target = target_broker(bundle, eligible)
             owner = self._owners.get(bundle)
@@ -361,26 +362,32 @@ class OwnershipService:
                         await self._release(bundle)
                         self._dirty.set()
             elif owner is None and target == me and self.lease_valid():
-                await self._acquire(bundle)
+                if await self._claim(bundle):
+                    taken.append(bundle)
             elif owner == me and self.lease_valid():
                 # created by a call whose answer we lost: this session holds it
                 self._owned.add(bundle)
-                await self._finish_acquire(bundle)
+                taken.append(bundle)
+        async with trio.open_nursery() as loading:
+            for bundle in taken:
+                loading.start_soon(self._finish_acquire, bundle)
         self._reconciled = True
         old, self.changed = self.changed, trio.Event()
         old.set()
 
-    async def _acquire(self, bundle: int) -> None:
+    async def _claim(self, bundle: int) -> bool:
+        """Create the bundle's owner node; True if this broker now holds it (its hooks still
+        to run, `_finish_acquire`)."""
         if self._stopping:
-            return  # a round that started before stop() must not take bundles back
+            return False  # a round that started before stop() must not take bundles back
         data = json.dumps({"node_id": self.me.node_id}).encode()
         try:
             await self._store.create(f"{BUNDLES_PATH}/{bundle}", data, ephemeral=True)
         except NodeExistsError:
-            return
+            return False
         self._owned.add(bundle)
         self._owners[bundle] = self.me.node_id
-        await self._finish_acquire(bundle)
+        return True
 
     async def _finish_acquire(self, bundle: int) -> None:
         if bundle in self._ready:

@@ -261,13 +261,17 @@ class ClusterTransactionCoordinator(CoordinatorPartitionLoader[TransactionCoordi
     # --- bundle extension --------------------------------------------------------------------
 
     async def acquired(self, bundle: int) -> None:
-        for topic, partition in self._ownership.units_in_bundle(bundle):
-            if topic == TXN_TOPIC:
-                try:
-                    await self.start_partition(partition)
-                except Exception:  # one bad partition must not keep the others unloaded
-                    log_failure(log, "cannot load transaction partition %d", partition,
-                                bug_level=logging.ERROR)
+        async with trio.open_nursery() as loading:  # side by side: each has its own ledger
+            for topic, partition in self._ownership.units_in_bundle(bundle):
+                if topic == TXN_TOPIC:
+                    loading.start_soon(self._load_partition, partition)
+
+    async def _load_partition(self, partition: int) -> None:
+        try:
+            await self.start_partition(partition)
+        except Exception:  # one bad partition must not keep the others unloaded
+            log_failure(log, "cannot load transaction partition %d", partition,
+                        bug_level=logging.ERROR)
 
     async def releasing(self, bundle: int) -> None:
         for topic, partition in self._ownership.units_in_bundle(bundle):

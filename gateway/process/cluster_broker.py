@@ -172,37 +172,50 @@ class BundleHooks:
         # broker owned the bundle, e.g. by a request racing a release): its producer state
         # and offsets may be behind the log.  Close it; the next use reopens, fences, recovers.
         await self._close_bundle_logs(bundle)
-        for topic, partition in self.ownership.units_in_bundle(bundle):
-            if topic == GROUP_TOPIC:
-                try:
-                    await self.groups.start_partition(partition)
-                except Exception:
-                    log_failure(log, "cannot load coordinator partition %d", partition,
-                                bug_level=logging.ERROR)
-        for extension in self.extensions:
-            try:
-                await extension.acquired(bundle)
-            except Exception:
-                log_failure(log, "bundle %d: %r failed to load", bundle, extension,
-                            bug_level=logging.ERROR)
         # Open (and so fence and recover) the bundle's partitions now rather than on the
-        # first request: failover then costs clients one metadata refresh, not a recovery.
+        # first request, while the coordinators load: failover then costs clients one
+        # metadata refresh, not a recovery after the loads.
         bundles = self.ownership.layout.bundles
         for name, info in self.topics.topics().items():
             for p in range(info.partitions):
                 if bundle_of(name, p, bundles) == bundle:
-                    self.nursery.start_soon(self._open_quietly, name, p)
+                    self.nursery.start_soon(self._open_quietly, bundle, name, p)
+        # Loaded side by side (each its own ledgers): the bundle is ready after the slowest
+        # load, not after their sum (a failover's pause).
+        async with trio.open_nursery() as loading:
+            for topic, partition in self.ownership.units_in_bundle(bundle):
+                if topic == GROUP_TOPIC:
+                    loading.start_soon(self._load_group_partition, partition)
+            for extension in self.extensions:
+                loading.start_soon(self._load_extension, extension, bundle)
 
-    async def _open_quietly(self, topic: str, partition: int) -> None:
+    async def _load_group_partition(self, partition: int) -> None:
+        assert self.groups is not None
+        try:
+            await self.groups.start_partition(partition)
+        except Exception:
+            log_failure(log, "cannot load coordinator partition %d", partition,
+                        bug_level=logging.ERROR)
+
+    async def _load_extension(self, extension: BundleExtension, bundle: int) -> None:
+        try:
+            await extension.acquired(bundle)
+        except Exception:
+            log_failure(log, "bundle %d: %r failed to load", bundle, extension,
+                        bug_level=logging.ERROR)
+
+    async def _open_quietly(self, bundle: int, topic: str, partition: int) -> None:
+        """Open a partition of a bundle this broker holds (its hooks may still be loading:
+        requests wait for the bundle to be ready, the open need not)."""
         assert self.ownership is not None
-        if not self.ownership.is_local(topic, partition):
+        if not self.ownership.holds_bundle(bundle):
             return
         try:
             plog = await self.topics.partition(topic, partition)
         except Exception as exc:  # a background open must never take the broker down
             log.warning("opening %s-%d failed: %r", topic, partition, exc)
             return
-        if not self.ownership.is_local(topic, partition):  # released while it opened
+        if not self.ownership.holds_bundle(bundle):  # released while it opened
             await _close_quietly(plog, topic, partition)
 
     async def releasing(self, bundle: int) -> None:

@@ -10,7 +10,10 @@ those of bundle b (queue i of topic T = the i-th partition of T placed in bundle
 protocols/rocketmq/queue_map.py).  While b is owned by another broker, per-queue requests on
 that port are forwarded to the owner (gateway/rocketmq/forwarding.py: clients keep stale
 routes up to 30 s); with no owner reachable they are answered SYSTEM_BUSY "bundle not served
-here", which producers retry on another queue.
+here", which producers retry on another queue.  Bundle ports are bound with SO_REUSEPORT: when
+a broker dies or leaves, a survivor on the same host binds its ports too and serves them the
+same way (gateway/rocketmq/adoption.py), so clients holding the dead address reach the new
+owners at their next connect instead of at their route refresh.
 
 Configuration: rocketmq.broker_listener is the *base* port (bundle b on base + b, all bound at
 start, so it must not be 0); rocketmq.advertised_host / advertised_port (0: the base port) are
@@ -39,6 +42,7 @@ the real owner), and never acknowledge an offset commit for such a partition.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -52,6 +56,7 @@ from gateway.cluster.broker_registry import read_live_registrations
 from gateway.cluster.ownership import OwnershipService, bundle_of, is_bundle_pinned
 from gateway.config.settings import RocketMQConfig, parse_host_port
 from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.rocketmq.adoption import PortAdoption, RocketMQAddress, claimed_by_another
 from gateway.rocketmq.bundle_admin import (
     ClusterBacklogOffsets,
     bundle_committed,
@@ -350,6 +355,9 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
             NameServerConfig(config.auto_create_topics, config.default_queue_nums),
             queue_map=self.queue_map)
         self.forwarder = RequestForwarder(base.max_frame_bytes)
+        self.adoption = PortAdoption(
+            ownership.me.node_id, RocketMQAddress(self.advertised_host, self.advertised_base),
+            self.bind_host, bundles, self._serve_bundle)
         self._registrations: dict[int, dict[str, Any]] = {}
         self._create_lock = trio.Lock()
         self._services: dict[int, tuple[trio.CancelScope, trio.Event]] = {}
@@ -437,6 +445,8 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
 
     async def refresh_registrations(self) -> None:
         self._registrations = await read_live_registrations(self._store)
+        if self._nursery is not None:  # a gone broker's ports are served here (adoption.py)
+            self.adoption.follow(self._registrations, self._nursery)
 
     async def follow_registrations(self) -> None:
         """Keep the other brokers' RocketMQ addresses current (after every ownership round)."""
@@ -481,18 +491,32 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
 
     async def serve(self, servers: trio.Nursery, *, name_server: bool = True) -> None:
         """Bind every bundle's port and (unless told not to) the name server; each returns
-        once it accepts."""
+        once it accepts.  The ports are bound with SO_REUSEPORT (another broker adopts them
+        when this one is gone, gateway/rocketmq/adoption.py), so a live broker advertising
+        the same address is refused here as the bind would have refused it."""
+        mine = RocketMQAddress(self.advertised_host, self.advertised_base)
+        other = claimed_by_another(await read_live_registrations(self._store),
+                                   self.ownership.me.node_id, mine)
+        if other is not None:
+            raise OSError(errno.EADDRINUSE, f"rocketmq ports {self.advertised_host}:"
+                          f"{self.advertised_base}+bundle are broker {other}'s")
         for broker in self.brokers:
-            router = BundleRequestRouter(
-                broker.bundle, self.forwarder, self.ownership.bundle_is_local, self.address_of,
-                f"{self.advertised_host}:{self.advertised_base + broker.bundle}",
-                lambda: self.ownership.changed, acl=self.acl, broker=broker)
-            await servers.start(partial(serve_rocketmq_broker, broker, self.bind_host,
-                                        self.base_port + broker.bundle, acl=self.acl,
-                                        router=router,
-                                        **listener_limits(self.config, self.connections)))
+            await servers.start(self._serve_bundle, broker.bundle, self.bind_host,
+                                self.base_port + broker.bundle)
         if name_server:
             await self.serve_name_server(servers)
+
+    async def _serve_bundle(self, bundle: int, host: str, port: int,
+                            task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve bundle `bundle`'s broker on host:port (its own port, or one adopted)."""
+        broker = self.brokers[bundle]
+        router = BundleRequestRouter(
+            bundle, self.forwarder, self.ownership.bundle_is_local, self.address_of,
+            f"{self.advertised_host}:{self.advertised_base + bundle}",
+            lambda: self.ownership.changed, acl=self.acl, broker=broker)
+        await serve_rocketmq_broker(broker, host, port, acl=self.acl, router=router,
+                                    reuse_port=True, task_status=task_status,
+                                    **listener_limits(self.config, self.connections))
 
     async def serve_name_server(self, servers: trio.Nursery) -> None:
         """Serve routes (the cluster broker calls it once registered: a broker that does not

@@ -50,6 +50,7 @@ log = logging.getLogger("ledgerwire.rocketmq.forwarding")
 
 FORWARDED_REMARK = "ledgerwire:forwarded"
 OWNER_WAIT_S = 1.5
+OWNER_POLL_S = 0.1
 CONNECT_TIMEOUT_S = 2.0
 FORWARD_TIMEOUT_S = 10.0
 RECEIVE_BYTES = 64 * 1024
@@ -187,7 +188,8 @@ async def wait_for_owner(bundle: int, is_local: Callable[[int], bool],
             address = address_of(bundle)
             if address is not None and address != own_address:
                 return address
-            await event.wait()
+            with trio.move_on_after(OWNER_POLL_S):  # a bundle gets ready before its round ends
+                await event.wait()
     return LOCAL if is_local(bundle) else None
 
 

@@ -66,6 +66,7 @@ acl_log = logging.getLogger("ledgerwire.rocketmq.acl")
 RECEIVE_BYTES = 64 * 1024
 MAX_IN_FLIGHT_PER_CONNECTION = 1024
 DRAIN_TIMEOUT_S = 5.0
+LISTEN_BACKLOG = 1024
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _connection_ids = itertools.count(1)
 
@@ -278,6 +279,23 @@ class RemotingConnection:
         self._send.close()
 
 
+async def open_shared_listener(host: str, port: int) -> trio.SocketListener:
+    """A listener on host:port with SO_REUSEPORT, so that another process of this user may
+    bind the same address beside it (gateway/rocketmq/adoption.py); closed if binding fails."""
+    family, kind, proto, _, address = (await trio.socket.getaddrinfo(
+        host, port, type=trio.socket.SOCK_STREAM, flags=trio.socket.AI_PASSIVE))[0]
+    sock = trio.socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+        sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEPORT, 1)
+        await sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketListener(sock)
+
+
 async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, port: int,
                           *, max_frame_bytes: int, max_header_bytes: int,
                           drain_timeout_s: float = DRAIN_TIMEOUT_S,
@@ -285,8 +303,10 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
                           on_close: Callable[[RemotingConnection], None] | None = None,
                           login: LoginGate | None = None,
                           connection_limits: ConnectionLimits | None = None,
+                          reuse_port: bool = False,
                           task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    listeners = await trio.open_tcp_listeners(port, host=host or None)
+    listeners = ([await open_shared_listener(host or "0.0.0.0", port)] if reuse_port
+                 else await trio.open_tcp_listeners(port, host=host or None))
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
     if on_bound is not None:
         on_bound(bound_port)
@@ -410,11 +430,13 @@ async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str
                                 pre_auth_max_frame_bytes: int = DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
                                 pre_auth_timeout_s: float = DEFAULT_PRE_AUTH_TIMEOUT_S,
                                 connection_limits: ConnectionLimits | None = None,
+                                reuse_port: bool = False,
                                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the broker on host:port until cancelled; started(ListenAddress).  With
     advertised_port 0 the broker advertises the bound port.  With `acl`, every request is
     checked against it before dispatch; with `router`, a request it answers (a moved bundle's
-    owner did) is not dispatched here."""
+    owner did) is not dispatched here.  With `reuse_port` the port is bound with SO_REUSEPORT
+    (a cluster's bundle ports, which another broker may adopt)."""
 
     async def handle(conn: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
         if router is not None:
@@ -428,4 +450,5 @@ async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str
                           max_header_bytes=broker.config.max_header_bytes,
                           on_bound=broker.listener_bound, on_close=broker.connection_closed,
                           login=login_gate(acl, pre_auth_max_frame_bytes, pre_auth_timeout_s),
-                          connection_limits=connection_limits, task_status=task_status)
+                          connection_limits=connection_limits, reuse_port=reuse_port,
+                          task_status=task_status)

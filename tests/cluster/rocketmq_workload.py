@@ -36,6 +36,9 @@ class RocketMQSendRun:
     topic: str
     run_id: str = "r"
     rate_per_s: float = 200.0
+    # per attempt; the C++ client's default is 3 s.  A synchronous send in flight to a broker
+    # that dies waits all of it (the client does not fail it when the connection drops)
+    timeout_ms: int = 10_000
     acked: list[str] = field(default_factory=list)
     ack_times: dict[str, float] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
@@ -46,7 +49,7 @@ class RocketMQSendRun:
     _thread: threading.Thread | None = None
 
     def start(self) -> RocketMQSendRun:
-        self._producer = Producer(f"PG_{self.run_id}", timeout=10_000)
+        self._producer = Producer(f"PG_{self.run_id}", timeout=self.timeout_ms)
         self._producer.set_namesrv_addr(self.name_servers)
         self._producer.start()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -57,10 +57,11 @@ def summary(doc: dict[str, Any]) -> dict[str, tuple[int, str]]:
             for q in doc["queueDatas"]}
 
 
-async def wait_route(cluster: Cluster, owners: dict[int, int],
-                     timeout_s: float = 30.0) -> dict[str, tuple[int, str]]:
-    """The route both live name servers agree on, once it matches bundle `owners`."""
-    want = {f"{CLUSTER_NAME}-b{b}": (1, f"127.0.0.1:{cluster.rocketmq_base_ports[o] + b}")
+async def wait_route(cluster: Cluster, owners: dict[int, int], timeout_s: float = 30.0,
+                     queues: int = 1) -> dict[str, tuple[int, str]]:
+    """The route both live name servers agree on, once it matches bundle `owners` (with
+    `queues` queues in each bundle)."""
+    want = {f"{CLUSTER_NAME}-b{b}": (queues, f"127.0.0.1:{cluster.rocketmq_base_ports[o] + b}")
             for b, o in owners.items()}
     seen: list[Any] = []
     with trio.move_on_after(timeout_s):
