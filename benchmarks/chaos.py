@@ -258,7 +258,8 @@ def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Rando
     run = ProduceRun(cluster.bootstrap, topic, f"t{index}", rate_per_s=300).start()
     if cluster.rocketmq:
         rmq = RocketMQSendRun(";".join(cluster.name_server(i) for i in sorted(cluster.brokers)),
-                              f"chaos-rmq-{name}-{index}", f"t{index}", rate_per_s=100).start()
+                              f"chaos-rmq-{name}-{index}", f"t{index}", rate_per_s=100,
+                              timeout_ms=3000).start()  # the C++ client's default
     try:
         if not (wait_acks(run, batch, 0.0, 60) and wait_rocketmq_acks(rmq, batch // 3, 0.0, 60)):
             raise RuntimeError(f"trial {index}: no acks before the fault: {run.errors[-3:]} "
