@@ -140,3 +140,60 @@ async def test_python_client_across_bundles_and_broker_sigkill(cluster: Cluster)
     print(f"bundles moved and gRPC routes agreed {moved_s:.1f} s after the kill; sends that "
           f"failed (and were retried) after it: {failures}; redelivered in-flight: "
           f"{len(in_flight)}")
+
+
+async def test_in_flight_receipts_across_a_drain(cluster: Cluster) -> None:
+    """A bundle moving between live brokers (`ledgerwire admin drain`): the old owner unloads
+    the bundle's delivery state, so its receipts are refused there afterwards (as is a send on
+    its port, with the code producers retry elsewhere), and the new owner hands the messages out
+    again once their invisible duration ends; what was acknowledged before stays acknowledged."""
+    from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
+
+    await trio.to_thread.run_sync(create_topic, cluster.bootstrap, TOPIC, BUNDLES)
+    owners = await trio.to_thread.run_sync(cluster.wait_all_bundles_owned)
+    await trio.to_thread.run_sync(wait_grpc_routes, cluster, owners)
+    moved = sorted(b for b, o in owners.items() if o == 2)
+    old_port = cluster.grpc_endpoint(2, moved[0])
+    group = "CG5_DRAIN"
+
+    def before_drain() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        with RawClient(old_port) as client:
+            for i in range(6):  # queue 0 of the moved bundle
+                assert client.send(TOPIC, b"d%d" % i, f"DRAIN{i:04d}").status.code == pb.OK
+            got: list[Any] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 6 and time.monotonic() < deadline:
+                got += client.receive(TOPIC, group, batch=6, invisible_s=8)[1]
+            handles = [(m.system_properties.message_id, m.system_properties.receipt_handle)
+                       for m in got]
+            assert len(handles) == 6
+            assert client.ack(TOPIC, group, handles[:3]).status.code == pb.OK
+            return handles[:3], handles[3:]
+
+    acked, held = await trio.to_thread.run_sync(before_drain)
+    drain = await trio.to_thread.run_sync(lambda: cluster.cli("admin", "drain", "2", "--wait",
+                                                              "60"))
+    assert drain.returncode == 0, drain.stdout + drain.stderr
+    owners = await trio.to_thread.run_sync(
+        lambda: cluster.wait_all_bundles_owned(by={1}, timeout_s=60))
+    await trio.to_thread.run_sync(wait_grpc_routes, cluster, owners)
+
+    def after_drain() -> tuple[Any, Any]:
+        with RawClient(old_port) as client:
+            return (client.ack(TOPIC, group, held[:1]),
+                    client.send(TOPIC, b"late", "DRAINLATE"))
+
+    refused_ack, refused_send = await trio.to_thread.run_sync(after_drain)
+    assert refused_ack.entries[0].status.code == pb.INTERNAL_SERVER_ERROR, refused_ack
+    assert "not served" in refused_ack.entries[0].status.message
+    assert refused_send.status.code == pb.INTERNAL_SERVER_ERROR, refused_send
+
+    back = await trio.to_thread.run_sync(lambda: run5(
+        "receive-tolerant", cluster.grpc_endpoint(1), TOPIC, "--consumer-group", group,
+        "--expect", "3", "--linger-s", "3", "--max-seconds", "60", timeout_s=120))
+    bodies = {d["body"] for d in back if "body" in d}
+    held_ids = {m for m, _ in held}
+    assert {d["message_id"] for d in back if "body" in d} == held_ids, back
+    assert all(d["attempt"] == 2 for d in back if "body" in d), back
+    assert len(bodies) == 3 and not {m for m, _ in acked} & {
+        d["message_id"] for d in back if "body" in d}

@@ -298,7 +298,8 @@ def receive_tolerant(args: argparse.Namespace) -> None:
                     except Exception as exc:  # noqa: BLE001 - it comes back: acked later
                         emit(ack_failed=body, error=type(exc).__name__)
                         acked = False
-                emit(body=body, attempt=m.delivery_attempt, acked=acked)
+                emit(body=body, attempt=m.delivery_attempt, acked=acked,
+                     message_id=m.message_id)
                 seen.add(body)
             if len(seen) >= args.expect and linger_until is None:
                 linger_until = time.time() + args.linger_s
