@@ -35,10 +35,19 @@ _OFFSET = struct.Struct(">q")
 _MARK = ORIGIN_HEADER.encode()
 
 
-def _varint(value: int) -> bytes:
+def _encoded(value: int) -> bytes:
     out = bytearray()
     write_varint(out, value)
     return bytes(out)
+
+
+_CACHED = 1 << 14  # deltas, counts and lengths of records under 16 KB: no call to encode
+_VARINTS = tuple(_encoded(v) for v in range(_CACHED))
+_BYTE = tuple(bytes((b,)) for b in range(256))
+
+
+def _varint(value: int) -> bytes:
+    return _VARINTS[value] if 0 <= value < _CACHED else _encoded(value)
 
 
 _KEYED_MARK = _varint(len(_MARK)) + _MARK  # the header key with its length: not ".offset"
@@ -135,13 +144,16 @@ class OutgoingBatches:
         for _ in range(2):  # the record framed in this group, or else as the first of a new one
             if not self._count:
                 self._base_ts = self._max_ts = ts
-            record = b"".join((bytes((attributes,)), _varint(ts - self._base_ts),
-                               _varint(self._count), key_value, _varint(header_count + 2),
-                               headers, self._origin, _OFFSET.pack(offset)))
+            delta = ts - self._base_ts
+            record = b"".join((
+                _BYTE[attributes], _VARINTS[delta] if 0 <= delta < _CACHED else _encoded(delta),
+                _varint(self._count), key_value, _varint(header_count + 2), headers,
+                self._origin, _OFFSET.pack(offset)))
             if not self._count or len(self._payload) + len(record) + 5 <= self.max_bytes:
                 break
             self._close_group()
-        self._payload += _varint(len(record))
+        size = len(record)
+        self._payload += _VARINTS[size] if size < _CACHED else _encoded(size)
         self._payload += record
         self._count += 1
         self._max_ts = max(self._max_ts, ts)
