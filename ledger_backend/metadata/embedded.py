@@ -8,7 +8,8 @@ other's nodes and watch events, as ZooKeeper clients do. Ephemeral nodes of a se
 it closes; when a directory is first opened in a process, every ephemeral node in it belonged
 to a dead process and is removed. The session is never SUSPENDED or LOST.
 
-Calls on a directory run in `trio.to_thread` (one worker per session) behind the tree's lock.
+Writes on a directory run in `trio.to_thread` (one worker per session) behind the tree's lock;
+reads run on the Trio thread on the tree's read connection (they never wait for a COMMIT).
 "memory:" is the same engine on an in-memory sqlite database, run inline on the Trio thread
 (no worker thread, so tests with autojump_clock behave); "memory:NAME" is shared by name
 within the process while any session on it is open.
@@ -122,16 +123,31 @@ class EmbeddedMetadataStore(MetadataStore):
             raise entry.error
         return cast(T, entry.result)
 
+    async def _read(self, on_reader: Callable[[str], T], on_writer: Callable[[str], T],
+                    path: str) -> T:
+        """A read on the Trio thread through the read connection (sqlite_tree.py), else (a
+        memory tree, or the reader found the database busy) as any other call."""
+        db = self._db
+        if db.read_conn is not None and not self._closed:
+            await trio.lowlevel.checkpoint()
+            try:
+                return on_reader(path)
+            except sqlite3.OperationalError:
+                pass  # busy: read through the writer's connection
+            except sqlite3.Error as exc:
+                raise MetadataError(f"metadata database error: {exc}") from exc
+        return await self._run(on_writer, path)
+
     async def get(self, path: str) -> tuple[bytes, Stat]:
         validate_path(path)
-        row = await self._run(self._db.row, path)
+        row = await self._read(self._db.read_row, self._db.row, path)
         if row is None:
             raise NoNodeError(path)
         return row.data, row.stat()
 
     async def exists(self, path: str) -> Stat | None:
         validate_path(path)
-        row = await self._run(self._db.row, path)
+        row = await self._read(self._db.read_row, self._db.row, path)
         return None if row is None else row.stat()
 
     async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
@@ -150,7 +166,7 @@ class EmbeddedMetadataStore(MetadataStore):
         await self._write(lambda ev: db.tx_delete(ev, path, version, recursive))
 
     async def children(self, path: str) -> list[str]:
-        return await self._run(self._db.children, path)
+        return await self._read(self._db.read_children, self._db.children, path)
 
     async def multi(self, ops: Sequence[Op]) -> list[OpResult]:
         db, ops = self._db, list(ops)

@@ -8,8 +8,12 @@ fsync), in which version checks and changes happen together: a compare-and-set c
 interleave with another writer, and a failing write undoes only itself. The file carries
 sqlite's own magic plus our application_id and a format version (user_version), checked at
 open. An exclusive flock on `<dir>/metadata.lock` keeps a second process out. One connection
-serves a process; callers hold `SqliteTree.lock` around every sqlite call (they block: run
-them in a worker thread).
+serves a process's writes; callers hold `SqliteTree.lock` around every call on it (they
+block: run them in a worker thread). A second, query-only connection (`read_conn`, file trees
+only) answers single reads on the Trio thread under `read_lock`: in WAL mode a reader never
+waits for the writer's COMMIT or fsync, and sees every transaction committed before it began
+(so a caller reads its own answered writes). A reader that does find the database busy (rare:
+WAL recovery) gives up at once and the caller reads through the writer's connection instead.
 
 Methods named `tx_*` run inside an open transaction and append the watch events they cause;
 `write()` commits, then queues those events in commit order in `pending_events`;
@@ -124,6 +128,8 @@ class SqliteTree:
         self.inline = inline
         self.lock_fd = lock_fd
         self.lock = threading.Lock()
+        self.read_conn: sqlite3.Connection | None = None
+        self.read_lock = threading.Lock()
         self.pending_events: deque[WatchEvent] = deque()
         self.watchers: dict[str, set[Watcher]] = {}
         self.sessions = itertools.count(1)
@@ -201,8 +207,8 @@ class SqliteTree:
             entry.done = True
         self.pending_events.extend(events)
 
-    def row(self, path: str) -> NodeRow | None:
-        found = self.conn.execute(
+    def row(self, path: str, conn: sqlite3.Connection | None = None) -> NodeRow | None:
+        found = (conn or self.conn).execute(
             "SELECT data, version, ctime_ms, mtime_ms, owner, num_children, seq "
             "FROM nodes WHERE path = ?",
             (path,),
@@ -337,15 +343,33 @@ class SqliteTree:
         for (path,) in self.conn.execute(query, args).fetchall():
             self.tx_delete(events, path, -1, True)
 
-    def children(self, path: str) -> list[str]:
+    def children(self, path: str, conn: sqlite3.Connection | None = None) -> list[str]:
         validate_path(path)
-        if self.row(path) is None:
+        conn = conn or self.conn
+        if self.row(path, conn) is None:
             raise NoNodeError(path)
-        rows = self.conn.execute(
+        rows = conn.execute(
             "SELECT path FROM nodes WHERE parent = ? ORDER BY path", (path,)
         ).fetchall()
         cut = 1 if path == "/" else len(path) + 1
         return sorted(p[cut:] for (p,) in rows)
+
+    def read_row(self, path: str) -> NodeRow | None:
+        """row() on the read connection (any thread; sqlite3.OperationalError when busy)."""
+        assert self.read_conn is not None
+        with self.read_lock:
+            return self.row(path, self.read_conn)
+
+    def read_children(self, path: str) -> list[str]:
+        """children() on the read connection, in one read transaction (one snapshot)."""
+        conn = self.read_conn
+        assert conn is not None
+        with self.read_lock:
+            conn.execute("BEGIN")
+            try:
+                return self.children(path, conn)
+            finally:
+                conn.execute("COMMIT")
 
     # ---- dispatch (Trio thread only) ---------------------------------------------------
 
@@ -359,6 +383,10 @@ class SqliteTree:
                 watcher.deliver(event)
 
     def close_connection(self) -> None:
+        with self.read_lock:
+            if self.read_conn is not None:
+                self.read_conn.close()
+                self.read_conn = None
         self.conn.close()
         if self.lock_fd is not None:
             os.close(self.lock_fd)  # releases the flock
@@ -386,7 +414,13 @@ def open_file_tree(directory: Path) -> SqliteTree:
         db = SqliteTree(str(directory), conn, inline=False, lock_fd=lock_fd)
         try:
             db.initialise()
+            # timeout 0: a busy reader gives up at once (the caller falls back, see above)
+            db.read_conn = sqlite3.connect(directory / DB_FILE, isolation_level=None,
+                                           check_same_thread=False, timeout=0)
+            db.read_conn.execute("PRAGMA query_only=ON")
         except BaseException:
+            if db.read_conn is not None:
+                db.read_conn.close()
             conn.close()
             raise
         if new_file:
