@@ -145,13 +145,23 @@ class PartitionLog:
 
     # --- opening ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def initial_state() -> dict[str, Any]:
+        """The state node of a partition that has never been written."""
+        return {"format": STATE_FORMAT_VERSION, "log_start_offset": 0, "producer_snapshot": None}
+
     @classmethod
     async def open(
         cls, name: str, ml: Any, store: MetadataStore, state_path: str,
-        config: PartitionLogConfig | None = None,
+        config: PartitionLogConfig | None = None, *, state_created: bool = False,
     ) -> PartitionLog:
+        """state_created: `ml` was created just now together with the state node holding
+        initial_state() (version 0), so there is nothing to read nor anybody to fence."""
         plog = cls(name, ml, store, state_path, config or PartitionLogConfig())
-        await plog._load()
+        if state_created:
+            plog._state, plog._state_version = cls.initial_state(), 0
+        else:
+            await plog._load()
         return plog
 
     async def _load(self) -> None:
@@ -164,8 +174,7 @@ class PartitionLog:
             claimed = await self._store.set(self._state_path, data, stat.version)
             self._state_version = claimed.version
         except NoNodeError:
-            state = {"format": STATE_FORMAT_VERSION, "log_start_offset": 0,
-                     "producer_snapshot": None}
+            state = self.initial_state()
             await self._store.create(
                 self._state_path, json.dumps(state).encode(), make_parents=True
             )

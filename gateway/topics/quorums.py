@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ledger_backend.managed_ledger import ManagedLedgerConfig
@@ -82,10 +82,11 @@ class QuorumPolicyFactory:
             return None
         return topic if self._namespace_of(topic) == namespace else None
 
-    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> Any:
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None, *,
+                   create_with: Sequence[Any] = ()) -> Any:
         topic = self.topic_of(name)
         if topic is not None and config is not None:
             configs = self._topic_configs(topic)
             if configs:
                 config = quorums_for(configs, config)
-        return await self._inner.open(name, config)
+        return await self._inner.open(name, config, create_with=create_with)

@@ -45,6 +45,7 @@ from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from ledger_backend.metadata.store import (
     BadVersionError,
+    CreateOp,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
@@ -169,6 +170,7 @@ class TopicService:
         # the managed ledger under each open partition log, to apply config changes to it
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
+        self._state_dirs: set[str] = set()  # topics whose partition-state parent exists
         self._closed = False
         # topic config name -> default from dynamic broker configs (set_broker_defaults)
         self._broker_defaults: dict[str, str] = {}
@@ -277,6 +279,7 @@ class TopicService:
             ml_name = self.managed_ledger_name(info.name, p)
             if await self._factory.exists(ml_name):
                 await self._factory.delete(ml_name)
+        self._state_dirs.discard(info.name)
         try:
             await self._store.delete(f"{PARTITION_STATE_PATH}/{info.name}", recursive=True)
         except NoNodeError:
@@ -480,16 +483,35 @@ class TopicService:
     async def _open_partition(self, info: TopicInfo, partition: int) -> PartitionLog:
         ml_config, plog_config = self._partition_configs(info)
         name = self.managed_ledger_name(info.name, partition)
-        ml = await self._factory.open(name, ml_config)
         state_path = f"{PARTITION_STATE_PATH}/{info.name}/{partition}"
+        # A partition never opened before is created in one metadata write: its managed
+        # ledger, first ledger and state node together (factory.py).
+        await self._ensure_state_dir(info.name)
+        state = CreateOp(state_path, json.dumps(PartitionLog.initial_state()).encode())
+        ml = await self._factory.open(name, ml_config, create_with=[state])
+        if not ml.created_with:
+            self._state_dirs.discard(info.name)  # (it may have been deleted meanwhile)
         try:
-            plog = await PartitionLog.open(name, ml, self._store, state_path, plog_config)
+            plog = await PartitionLog.open(name, ml, self._store, state_path, plog_config,
+                                           state_created=ml.created_with)
             self._partition_ledgers[(info.name, partition)] = ml
             return plog
         except BaseException:
             with trio.CancelScope(shield=True):
                 await ml.close()
             raise
+
+    async def _ensure_state_dir(self, topic: str) -> None:
+        """The parent of the topic's partition state nodes exists (checked once a topic)."""
+        if topic in self._state_dirs:
+            return
+        parent = f"{PARTITION_STATE_PATH}/{topic}"
+        if await self._store.exists(parent) is None:
+            try:
+                await self._store.create(parent, b"", make_parents=True)
+            except NodeExistsError:
+                pass
+        self._state_dirs.add(topic)
 
     async def apply_retention(self) -> int:
         """Apply retention.ms/bytes to every open partition; returns how many ledgers went."""

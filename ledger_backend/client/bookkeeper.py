@@ -1,6 +1,7 @@
 """BookKeeper: the ledger client's entry point (create, open, recover, delete, list ledgers).
 
-Ledger ids come from store.next_id("/ledgerwire/ledger-id"); ensembles are chosen among the
+Ledger ids come from store.next_id("/ledgerwire/ledger-id") (a managed ledger's first ledger:
+from a block reserved on that counter, ledger_ids.py); ensembles are chosen among the
 bookies registered under /ledgerwire/bookies/available; metadata lives at
 /ledgerwire/ledgers/<zero-padded id>. A BookKeeper owns a nursery for its bookie connections
 and ensemble changes, so it must be used as `async with BookKeeper(store) as bk:`.
@@ -25,21 +26,27 @@ from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookie_client import BookieClientPool
 from ledger_backend.client.client_context import ClientContext
 from ledger_backend.client.errors import LedgerClosedError
+from ledger_backend.client.ledger_ids import LedgerIdBlocks
 from ledger_backend.client.ledger_metadata import (
     DIGEST_TYPE_HMAC_SHA256,
     LEDGER_ID_COUNTER_PATH,
+    LEDGERS_PATH,
     LedgerMetadata,
+    PreparedLedger,
+    ledger_path,
     validate_quorums,
 )
 from ledger_backend.client.placement import PlacementPolicy
 from ledger_backend.client.read_handle import ReadHandle, read_lac_from_bookies
 from ledger_backend.client.recovery import recover_ledger
 from ledger_backend.client.write_handle import WriteHandle
+from ledger_backend.metadata.store import CreateOp, NodeExistsError
 
 if TYPE_CHECKING:
     from ledger_backend.metadata.store import MetadataStore
 
-__all__ = ["BookKeeper", "ReadHandle", "WriteHandle"]
+__all__ = ["BookKeeper", "PreparedLedger", "ReadHandle", "WriteHandle"]
+
 
 
 class BookKeeper:
@@ -75,6 +82,8 @@ class BookKeeper:
         self._max_frame_bytes = max_frame_bytes
         self._ctx: ClientContext | None = None
         self._closed = False
+        self._first_ids = LedgerIdBlocks(store, LEDGER_ID_COUNTER_PATH)
+        self._ledgers_dir_exists = False
 
     async def __aenter__(self) -> BookKeeper:
         self._nursery_manager = trio.open_nursery()
@@ -122,9 +131,47 @@ class BookKeeper:
     ) -> WriteHandle:
         validate_quorums(ensemble_size, write_quorum, ack_quorum)
         ctx = self.context
+        metadata = await self._new_metadata(ensemble_size, write_quorum, ack_quorum,
+                                            custom_metadata)
+        ledger_id = await ctx.next_ledger_id(LEDGER_ID_COUNTER_PATH)
+        version = await ctx.create_metadata(ledger_id, metadata)
+        return WriteHandle(ctx, ledger_id, metadata, version)
+
+    async def prepare_ledger(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        custom_metadata: dict[str, bytes] | None = None,
+    ) -> PreparedLedger:
+        """The first ledger of a new managed ledger, its metadata left for the caller's multi
+        (the id comes from a reserved block: never use it after another ledger of the same
+        list, see ledger_ids.py)."""
+        validate_quorums(ensemble_size, write_quorum, ack_quorum)
+        ctx = self.context
+        if not self._ledgers_dir_exists:
+            if await ctx._bounded("find ledgers", lambda: self._store.exists(LEDGERS_PATH)) is None:
+                try:
+                    await ctx._bounded("create ledgers", lambda: self._store.create(
+                        LEDGERS_PATH, b"", make_parents=True))
+                except NodeExistsError:
+                    pass
+            self._ledgers_dir_exists = True
+        metadata = await self._new_metadata(ensemble_size, write_quorum, ack_quorum,
+                                            custom_metadata)
+        ledger_id = await ctx._bounded("reserve ledger ids", self._first_ids.take)
+        return PreparedLedger(ledger_id, metadata,
+                              (CreateOp(ledger_path(ledger_id), metadata.to_json_bytes()),))
+
+    def adopt_ledger(self, prepared: PreparedLedger) -> WriteHandle:
+        """The write handle of a prepared ledger whose ops were committed (version 0)."""
+        return WriteHandle(self.context, prepared.ledger_id, prepared.metadata, 0)
+
+    async def _new_metadata(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
+                            custom_metadata: dict[str, bytes] | None) -> LedgerMetadata:
+        ctx = self.context
         available = await ctx.available_bookies()
         ensemble = ctx.placement.choose_ensemble(available, ensemble_size)
-        ledger_id = await ctx.next_ledger_id(LEDGER_ID_COUNTER_PATH)
         metadata = LedgerMetadata(
             ensemble_size=ensemble_size,
             write_quorum=write_quorum,
@@ -139,8 +186,7 @@ class BookKeeper:
             metadata = metadata.replace(password_salt=salt, password_hash=master_key_hash(key))
             if self._entry_mac:
                 metadata = metadata.replace(digest_type=DIGEST_TYPE_HMAC_SHA256)
-        version = await ctx.create_metadata(ledger_id, metadata)
-        return WriteHandle(ctx, ledger_id, metadata, version)
+        return metadata
 
     async def open_ledger(self, ledger_id: int, *, recovery: bool) -> ReadHandle:
         """recovery=True: fence, recover and close the ledger (if not closed yet), then read it.

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger_backend.client.errors import InvalidQuorumError, LedgerMetadataError
+from ledger_backend.metadata.store import CreateOp
 
 METADATA_FORMAT_VERSION = 1
 LEDGERS_PATH = "/ledgerwire/ledgers"
@@ -179,3 +180,14 @@ class LedgerMetadata:
             if isinstance(exc, LedgerMetadataError):
                 raise
             raise LedgerMetadataError(f"malformed ledger metadata: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class PreparedLedger:
+    """A ledger whose metadata is not written yet: the caller commits `ops` in its own
+    multi() (with whatever lists the ledger), then calls `adopt_ledger`. Until then no bookie
+    has heard of it; if the multi fails, the id is simply never used."""
+
+    ledger_id: int
+    metadata: LedgerMetadata
+    ops: tuple[CreateOp, ...]

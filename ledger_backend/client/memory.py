@@ -34,6 +34,7 @@ from ledger_backend.client.ledger_metadata import (
     LEDGER_ID_COUNTER_PATH,
     LedgerMetadata,
     LedgerState,
+    PreparedLedger,
     validate_quorums,
 )
 
@@ -122,6 +123,18 @@ class MemoryBookKeeper:
         ack_quorum: int,
         custom_metadata: dict[str, bytes] | None = None,
     ) -> MemoryWriteHandle:
+        prepared = await self.prepare_ledger(ensemble_size, write_quorum, ack_quorum,
+                                             custom_metadata)
+        return self.adopt_ledger(prepared)
+
+    async def prepare_ledger(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        custom_metadata: dict[str, bytes] | None = None,
+    ) -> PreparedLedger:
+        """As BookKeeper.prepare_ledger; the twin keeps metadata in memory (no ops)."""
         self._check_open()
         validate_quorums(ensemble_size, write_quorum, ack_quorum)
         if self._store is not None:
@@ -138,8 +151,12 @@ class MemoryBookKeeper:
             ctime_ms=int(time.time() * 1000),
             custom_metadata=dict(custom_metadata or {}),
         )
-        ledger = _MemoryLedger(ledger_id, metadata)
-        self.cluster.ledgers[ledger_id] = ledger
+        return PreparedLedger(ledger_id, metadata, ())
+
+    def adopt_ledger(self, prepared: PreparedLedger) -> MemoryWriteHandle:
+        self._check_open()
+        ledger = _MemoryLedger(prepared.ledger_id, prepared.metadata)
+        self.cluster.ledgers[prepared.ledger_id] = ledger
         return MemoryWriteHandle(self.cluster, ledger)
 
     async def open_ledger(self, ledger_id: int, *, recovery: bool) -> MemoryReadHandle:

@@ -54,6 +54,16 @@ class BookKeeperLike(Protocol):
         custom_metadata: dict[str, bytes] | None = None,
     ) -> Any: ...  # WriteHandleLike
 
+    async def prepare_ledger(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        custom_metadata: dict[str, bytes] | None = None,
+    ) -> Any: ...  # PreparedLedger: ledger_id, metadata, ops (to commit in the caller's multi)
+
+    def adopt_ledger(self, prepared: Any) -> Any: ...  # WriteHandleLike, once ops committed
+
     async def open_ledger(self, ledger_id: int, *, recovery: bool) -> Any: ...  # ReadHandleLike
 
     async def delete_ledger(self, ledger_id: int) -> None: ...

@@ -9,6 +9,13 @@ Opening a managed ledger (the new owner's steps, in this order):
      a BadVersionError here means another owner got in first: the new ledger is deleted and
      the open fails loudly (ManagedLedgerFencedError). The node is never overwritten blindly.
 
+A managed ledger that does not exist yet is created in ONE metadata write: its node (listing
+its first ledger), its cursors directory, that ledger's metadata and whatever the caller asks
+for (`create_with`, e.g. the partition's state node) in one multi(), all or nothing. Nothing
+existed before, so there is nothing to fence; a NodeExistsError/NoNodeError (a concurrent
+creator, a missing parent) falls back to the general path above. The ledger's id then comes
+from a reserved block (client/ledger_ids.py): it is the first and lowest of its list.
+
 Deleting removes the metadata (cursors and the node, atomically, CAS on the node version)
 BEFORE deleting the ledgers (and the objects of offloaded ones). This module must never open
 a ledger it does not own for writing.
@@ -18,12 +25,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
 from ledger_backend.client.errors import LedgerError, NoSuchLedgerError
-from ledger_backend.managed_ledger.client_protocol import BookKeeperLike
+from ledger_backend.managed_ledger.client_protocol import BookKeeperLike, WriteHandleLike
 from ledger_backend.managed_ledger.cursor import Cursor, load_cursor
 from ledger_backend.managed_ledger.entry_reader import LedgerReaders
 from ledger_backend.managed_ledger.ledger_swap import collect_garbage
@@ -91,16 +98,21 @@ class ManagedLedgerFactory:
         )
         self._open: dict[str, ManagedLedger] = {}
         self._name_locks: dict[str, trio.Lock] = {}
+        self._root_exists = False
 
-    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None, *,
+                   create_with: Sequence[CreateOp] = ()) -> ManagedLedger:
+        """Open (or create) `name`. If this call creates it, `create_with` is created in the
+        same multi and the result's `created_with` is True; otherwise they are not created."""
         lock = self._name_locks.setdefault(name, trio.Lock())
         async with lock:
             existing = self._open.get(name)
             if existing is not None and not existing.is_closed and not existing.is_fenced:
                 if config is not None:
                     existing.config = config
+                existing.created_with = False  # not by this call
                 return existing
-            ml = await self._open_fresh(name, config or ManagedLedgerConfig())
+            ml = await self._open_fresh(name, config or ManagedLedgerConfig(), tuple(create_with))
             self._open[name] = ml
             return ml
 
@@ -168,10 +180,18 @@ class ManagedLedgerFactory:
 
     # ----------------------------------------------------------------- the open path
 
-    async def _open_fresh(self, name: str, config: ManagedLedgerConfig) -> ManagedLedger:
+    async def _open_fresh(self, name: str, config: ManagedLedgerConfig,
+                          create_with: tuple[CreateOp, ...]) -> ManagedLedger:
         path = managed_ledger_path(self._root, name)
         cursors_dir = cursors_path(self._root, name)
-        node, version = await self._load_or_create(name, path, cursors_dir)
+        try:
+            loaded: tuple[bytes, int] | None = await self._read_node(path)
+        except NoNodeError:
+            created = await self._create_with_ledger(name, path, cursors_dir, config, create_with)
+            if created is not None:
+                return created
+            loaded = None
+        node, version = await self._load_or_create(name, path, cursors_dir, loaded)
         readers = LedgerReaders(self._bk)
         try:
             await self._recover_unclosed(node.ledgers, readers)
@@ -206,23 +226,7 @@ class ManagedLedgerFactory:
             [r.ledger_id for r in node.ledgers],
             handle.ledger_id,
         )
-        ml = ManagedLedger(
-            name=name,
-            config=config,
-            store=self._store,
-            bk=self._bk,
-            path=path,
-            cursors_path=cursors_dir,
-            node=node,
-            version=stat.version,
-            current_handle=handle,
-            readers=readers,
-            cursors=cursors,
-            clock=self._clock,
-            on_close=self._forget,
-            offloader=self.offloader,
-            offloaded_reader=self._offloaded_reader,
-        )
+        ml = self._instance(name, config, path, node, stat.version, handle, readers, cursors)
         if node.pending or node.garbage:
             # A rewrite died before its swap (pending) or before deleting what it swapped out
             # (garbage): neither is listed, so both go now (ledger_swap.py).
@@ -237,12 +241,64 @@ class ManagedLedgerFactory:
                 log.warning("managed ledger %r: offload clean-up failed: %r", name, exc)
         return ml
 
-    async def _load_or_create(
-        self, name: str, path: str, cursors_dir: str
-    ) -> tuple[ManagedLedgerNode, int]:
+    def _instance(self, name: str, config: ManagedLedgerConfig, path: str,
+                  node: ManagedLedgerNode, version: int, handle: WriteHandleLike,
+                  readers: LedgerReaders, cursors: dict[str, Cursor]) -> ManagedLedger:
+        return ManagedLedger(
+            name=name,
+            config=config,
+            store=self._store,
+            bk=self._bk,
+            path=path,
+            cursors_path=cursors_path(self._root, name),
+            node=node,
+            version=version,
+            current_handle=handle,
+            readers=readers,
+            cursors=cursors,
+            clock=self._clock,
+            on_close=self._forget,
+            offloader=self.offloader,
+            offloaded_reader=self._offloaded_reader,
+        )
+
+    async def _create_with_ledger(
+        self, name: str, path: str, cursors_dir: str, config: ManagedLedgerConfig,
+        create_with: tuple[CreateOp, ...],
+    ) -> ManagedLedger | None:
+        """Create a new managed ledger and its first ledger in one multi (module docstring);
+        None when that multi finds the node or a parent missing or present."""
+        await self._ensure_root()
+        prepared = await self._bk.prepare_ledger(
+            config.ensemble_size, config.write_quorum, config.ack_quorum,
+            {"managed-ledger": name.encode("utf-8")})
+        now_ms = int(self._clock() * 1000)
+        node = ManagedLedgerNode(
+            name, now_ms, [LedgerRecord(prepared.ledger_id, 0, 0, now_ms, closed=False)])
         try:
-            data, stat = await self._store.get(path)
-        except NoNodeError:
+            await self._store.multi([
+                *prepared.ops, CreateOp(path, encode_managed_ledger(node)),
+                CreateOp(cursors_dir, b""), *create_with])
+        except (NodeExistsError, NoNodeError) as exc:
+            log.debug("managed ledger %r: one-write create fell back (%r)", name, exc)
+            self._root_exists = False  # (a test may have deleted it)
+            return None
+        handle = self._bk.adopt_ledger(prepared)
+        log.debug("created managed ledger %r: writing ledger %d", name, prepared.ledger_id)
+        ml = self._instance(name, config, path, node, 0, handle, LedgerReaders(self._bk), {})
+        ml.created_with = bool(create_with)
+        return ml
+
+    async def _read_node(self, path: str) -> tuple[bytes, int]:
+        data, stat = await self._store.get(path)
+        return data, stat.version
+
+    async def _load_or_create(
+        self, name: str, path: str, cursors_dir: str, loaded: tuple[bytes, int] | None
+    ) -> tuple[ManagedLedgerNode, int]:
+        if loaded is not None:
+            data, version = loaded
+        else:
             await self._ensure_root()
             fresh = ManagedLedgerNode(name, int(self._clock() * 1000), [])
             try:
@@ -251,20 +307,23 @@ class ManagedLedgerFactory:
                 )
             except NodeExistsError:
                 pass  # created concurrently; read what is there
-            data, stat = await self._store.get(path)
+            data, version = await self._read_node(path)
         node = decode_managed_ledger(data, path)
         if node.name != name:
             raise MetadataFormatError(
                 f"node {path} holds managed ledger {node.name!r}, not {name!r}"
             )
-        return node, stat.version
+        return node, version
 
     async def _ensure_root(self) -> None:
+        if self._root_exists:
+            return
         if await self._store.exists(self._root) is None:
             try:
                 await self._store.create(self._root, b"", make_parents=True)
             except NodeExistsError:
                 pass
+        self._root_exists = True  # never deleted (only what is below it)
 
     async def _recover_unclosed(self, records: list[LedgerRecord], readers: LedgerReaders) -> None:
         """Fence and close every ledger not known to be closed, recording its real end."""

@@ -121,6 +121,7 @@ class ManagedLedger:
         self.name = name
         self.config = config
         self.cursors = cursors
+        self.created_with = False  # the factory's open created it with the caller's nodes
         self._store = store
         self._bk = bk
         self._path = path

@@ -25,7 +25,7 @@ class RecordingFactory:
     def __init__(self) -> None:
         self.opened: list[tuple[str, Any]] = []
 
-    async def open(self, name: str, config: Any = None) -> str:
+    async def open(self, name: str, config: Any = None, *, create_with: Any = ()) -> str:
         self.opened.append((name, config))
         return name
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
 from tests.support.standalone import Standalone
@@ -141,5 +142,59 @@ def test_idempotent_producer_across_restart(tmp_path: Path, client: str) -> None
         values = [v for _, v in read_values(server.bootstrap, topic, total)]
         assert len(values) == total, f"got {len(values)} messages for {total} sent"
         assert values == [b"m-%06d" % i for i in range(total)], "duplicates, gaps or reordering"
+    finally:
+        server.stop()
+
+
+def test_sigkill_while_new_partitions_open_loses_nothing(tmp_path: Path) -> None:
+    """First writes to new partitions (each opened in one metadata write) killed mid-way:
+    every acknowledged one is there after the restart, and every partition takes writes."""
+    partitions = 48
+    server = Standalone(tmp_path / "data")
+    server.start()
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic("fresh", partitions, 1)])["fresh"].result(60)
+    acked: dict[int, bytes] = {}
+
+    def on_delivery(err: object, msg: object) -> None:
+        if err is None:
+            acked[msg.partition()] = msg.value()  # type: ignore[attr-defined]
+
+    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all",
+                         "linger.ms": 0, "retries": 0, "message.timeout.ms": 5000})
+    for p in range(partitions):
+        producer.produce("fresh", value=b"first-%d" % p, partition=p, on_delivery=on_delivery)
+        producer.poll(0)
+    deadline = time.monotonic() + 60
+    while not acked and time.monotonic() < deadline:  # some opens done, others in flight
+        producer.poll(0.001)
+    snapshot = dict(acked)
+    server.kill()
+    producer.flush(8)
+    assert snapshot, "no first write was acknowledged"
+
+    server.start()
+    try:
+        writer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all"})
+        errors: list[object] = []
+        for p in range(partitions):  # every partition reopens (recovery) and takes a write
+            writer.produce("fresh", value=b"second-%d" % p, partition=p,
+                           on_delivery=lambda err, _m: errors.append(err) if err else None)
+        assert writer.flush(60) == 0 and errors == []
+        consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "verify-fresh",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition("fresh", p, 0) for p in range(partitions)])
+        stored: dict[int, list[bytes]] = {}
+        deadline = time.monotonic() + 60
+        while sum(map(len, stored.values())) < partitions + len(snapshot) \
+                and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                stored.setdefault(msg.partition(), []).append(msg.value())
+        consumer.close()
+        for p, value in snapshot.items():
+            assert stored.get(p, [])[:1] == [value], f"partition {p} lost its acknowledged write"
+        for p in range(partitions):
+            assert stored.get(p, [])[-1:] == [b"second-%d" % p], f"partition {p}: {stored.get(p)}"
     finally:
         server.stop()

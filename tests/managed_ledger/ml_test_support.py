@@ -39,6 +39,14 @@ class SpyBookKeeper:
         self.created.append(handle.ledger_id)
         return handle
 
+    async def prepare_ledger(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._inner.prepare_ledger(*args, **kwargs)
+
+    def adopt_ledger(self, prepared: Any) -> Any:
+        handle = self._inner.adopt_ledger(prepared)
+        self.created.append(handle.ledger_id)
+        return handle
+
     async def open_ledger(self, ledger_id: int, *, recovery: bool) -> Any:
         if recovery:
             self.recovery_opens.append(ledger_id)

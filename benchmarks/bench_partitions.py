@@ -1,0 +1,148 @@
+"""Many partitions on one standalone: create, first write, Metadata, RSS, restart (issue 16).
+
+    .venv/bin/python benchmarks/bench_partitions.py [--topics 1000] [--partitions 10]
+        [--workers 1] [--batch 100]
+
+A real `ledgerwire standalone` (fsync on, RocketMQ off) on loopback, driven by confluent-kafka:
+
+1. create TOPICS x PARTITIONS partitions, BATCH topics per CreateTopics request;
+2. first write: one 100-byte record to every partition (acks=all), i.e. every partition's
+   log is opened (managed ledger, ledger, partition state) -- the figure to compare is the
+   node's CPU per partition of this round against round 3;
+3. second write: the same again, every log already open (the steady-state cost of a record);
+4. a full Metadata request (every topic) from a fresh client;
+5. the node's RSS (sum over its processes);
+6. restart (SIGTERM, start): time until the Kafka port answers Metadata for every topic, and a
+   third write round (every log reopened: fencing/recovery of the previous ledgers).
+
+Printed: partitions/s and node CPU per partition for each phase, the first-write cost minus
+the steady write cost (what opening a partition costs), Metadata seconds, RSS, restart
+seconds.  The clients share the cores with the node: wall-clock rates on a loaded machine are
+lower bounds; CPU per partition is the steadier figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+from bench_workers import Node, node_cpu  # noqa: E402
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def create_topics(server: Node, names: list[str], partitions: int, batch: int) -> None:
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for start in range(0, len(names), batch):
+        chunk = [NewTopic(n, partitions, 1) for n in names[start:start + batch]]
+        for future in admin.create_topics(chunk, request_timeout=300).values():
+            future.result(300)
+
+
+def write_round(server: Node, names: list[str], partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all",
+                         "linger.ms": 20, "message.timeout.ms": 600_000,
+                         "queue.buffering.max.messages": 2_000_000,
+                         "topic.metadata.refresh.interval.ms": 600_000})
+    failed = []
+
+    def report(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(err)
+
+    value = b"v" * 100
+    for name in names:
+        for p in range(partitions):
+            while True:
+                try:
+                    producer.produce(name, value, partition=p, on_delivery=report)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        producer.poll(0)
+    left = producer.flush(900)
+    if left or failed:
+        raise RuntimeError(f"{left} unflushed, {len(failed)} failed: {failed[:3]}")
+
+
+def metadata_seconds(server: Node, expected: int) -> float:
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    started = time.perf_counter()
+    listed = admin.list_topics(timeout=120)
+    took = time.perf_counter() - started
+    count = sum(len(t.partitions) for n, t in listed.topics.items() if n.startswith("bp-"))
+    if count != expected:
+        raise RuntimeError(f"Metadata listed {count} partitions, expected {expected}")
+    return took
+
+
+def phase(server: Node, label: str, count: int, run: object) -> tuple[float, float]:
+    pids = server.pids()
+    cpu_before, started = node_cpu(pids), time.perf_counter()
+    run()  # type: ignore[operator]
+    wall = time.perf_counter() - started
+    cpu_ms = (node_cpu(server.pids()) - cpu_before) * 1000 / count
+    print(f"  {label}: {count / wall:,.0f} partitions/s ({wall:.1f} s), node CPU "
+          f"{cpu_ms:.2f} ms/partition", flush=True)
+    return wall, cpu_ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--topics", type=int, default=1000)
+    parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=100)
+    args = parser.parse_args()
+    names = [f"bp-{i:06d}" for i in range(args.topics)]
+    total = args.topics * args.partitions
+    print(f"{args.topics} topics x {args.partitions} partitions = {total:,}, "
+          f"--workers {args.workers}, fsync on", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Node(Path(tmp) / "data", args.workers)
+        server.start(300)
+        try:
+            phase(server, "create", total,
+                  lambda: create_topics(server, names, args.partitions, args.batch))
+            _, first = phase(server, "first write (opens)", total,
+                             lambda: write_round(server, names, args.partitions))
+            _, again = phase(server, "second write (open)", total,
+                             lambda: write_round(server, names, args.partitions))
+            print(f"  opening a partition: {first - again:.2f} ms node CPU "
+                  f"(first write minus second)", flush=True)
+            print(f"  Metadata of every topic: {metadata_seconds(server, total):.2f} s; "
+                  f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
+            server.stop(600)
+            started = time.perf_counter()
+            server.start(600)
+            metadata_seconds(server, total)
+            print(f"  restart: ready and listing every topic in "
+                  f"{time.perf_counter() - started:.1f} s", flush=True)
+            phase(server, "write after restart (reopens)", total,
+                  lambda: write_round(server, names, args.partitions))
+            print(f"  node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
+        finally:
+            server.stop(600)
+
+
+if __name__ == "__main__":
+    main()
