@@ -1,0 +1,203 @@
+"""The replicator's produce pipeline against a remote whose answers the test hands out one by
+one: up to five batches in flight, the durable position never past an unanswered batch, and a
+failure in the middle of the pipeline (a batch the remote stored and still answered with an
+error among them) ends with every record in the remote exactly once, in order.
+
+The local partition and the remote are small stand-ins; the checkpoint lives in a real
+embedded metadata store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from gateway.replication.batches import origin_of
+from gateway.replication.checkpoints import CheckpointStore, read_checkpoint
+from gateway.replication.clusters import RemoteCluster
+from gateway.replication.remote import MAX_IN_FLIGHT, RemoteError
+from gateway.replication.replicator import PartitionReplicator
+from gateway.topics.topic_service import TopicInfo
+from ledger_backend.metadata import open_store
+from protocols.kafka.record_batch import (
+    Record,
+    build_batch,
+    decode_records,
+    parse_header,
+    patch_base_offset,
+)
+
+TOPIC = "orders"
+RECORDS = 400
+
+
+class LocalLog:
+    """A partition holding `RECORDS` committed records in batches of 10, read 2 at a time (so
+    each read makes one outgoing batch of 20 records, which moves the position when answered)."""
+
+    def __init__(self) -> None:
+        self.batches = [build_batch([Record(0, 1000 + b * 10 + i, b"k", b"v" * 100, [])
+                                     for i in range(10)], base_offset=b * 10)
+                        for b in range(RECORDS // 10)]
+        self.log_start_offset = 0
+        self.last_stable_offset = RECORDS
+
+    async def read(self, offset: int, max_bytes: int) -> list[bytes]:
+        return [b for b in self.batches if parse_header(b).last_offset >= offset][:2]
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        return []
+
+    async def wait_for_data(self, offset: int, timeout_s: float, *, committed: bool) -> None:
+        await trio.sleep(timeout_s)
+
+
+class LocalTopics:
+    def __init__(self) -> None:
+        self.log = LocalLog()
+
+    async def partition(self, topic: str, partition: int) -> LocalLog:
+        return self.log
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return {TOPIC: TopicInfo(TOPIC, uuid.uuid4(), 1, {})}
+
+    def open_partitions(self) -> dict[tuple[str, int], LocalLog]:
+        return {(TOPIC, 0): self.log}
+
+
+@dataclass
+class Pipeline:
+    """Sends land in `sent`; each answer waits for the test's verdict: "ok" (stored, base
+    offset answered), "stored-but-failed" (stored, error answered) or "fail" (not stored)."""
+
+    remote: Remote
+    sent: list[bytes] = field(default_factory=list)
+    answered: int = 0
+    most_in_flight: int = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.sent) - self.answered
+
+    async def send(self, batch: bytes) -> None:
+        self.sent.append(batch)
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
+    async def receive(self) -> int:
+        verdict = await self.remote.verdicts.receive()
+        batch = self.sent[self.answered]
+        self.answered += 1
+        if verdict == "fail":
+            raise RemoteError("no answer")
+        base = self.remote.store(batch)
+        if verdict == "stored-but-failed":
+            raise RemoteError("answered too late")
+        return base
+
+    async def aclose(self) -> None:
+        pass
+
+
+class Remote:
+    """The remote partition: what it stored, and the verdicts the test hands out."""
+
+    def __init__(self) -> None:
+        self.cluster = RemoteCluster("west", "127.0.0.1:1")
+        self.log: list[bytes] = []
+        self.pipelines: list[Pipeline] = []
+        self.hand_out, self.verdicts = trio.open_memory_channel[str](1000)
+
+    def store(self, batch: bytes) -> int:
+        base = sum(parse_header(b).records_count for b in self.log)
+        stored = bytearray(batch)
+        patch_base_offset(stored, base)
+        self.log.append(bytes(stored))
+        return base
+
+    async def ensure_topic(self, topic: str, partitions: int, configs: Any) -> int:
+        return 1
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        return 7, len(self.pipelines)
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int = -2) -> int:
+        return 0
+
+    async def fetch(self, topic: str, partition: int, offset: int,
+                    max_bytes: int = 0) -> tuple[bytes, int]:
+        end = sum(parse_header(b).records_count for b in self.log)
+        return b"".join(b for b in self.log if parse_header(b).last_offset >= offset), end
+
+    async def open_pipeline(self, topic: str, partition: int) -> Pipeline:
+        self.pipelines.append(Pipeline(self))
+        return self.pipelines[-1]
+
+    def origin_offsets(self) -> list[int]:
+        out = []
+        for batch in self.log:
+            for record in decode_records(batch):
+                origin = origin_of(record)
+                assert origin is not None and origin[0] == "east"
+                out.append(origin[1])
+        return out
+
+
+async def _until(condition: Any, what: str) -> None:
+    """Wait for `condition()` (a value or an awaitable), generously: a loaded machine."""
+    async def holds() -> bool:
+        value = condition()
+        return bool(await value if hasattr(value, "__await__") else value)
+
+    with trio.move_on_after(60):
+        while not await holds():  # noqa: ASYNC110 (a state of the code under test)
+            await trio.sleep(0.01)
+    assert await holds(), f"timed out waiting for {what}"
+
+
+async def _equals(value: Any, expected: int) -> bool:
+    return bool(await value == expected)
+
+
+async def test_five_in_flight_position_only_past_answers_and_a_broken_pipeline_heals(
+        tmp_path: Path) -> None:
+    store = await open_store(f"embedded:{tmp_path}")
+    remote = Remote()
+    replicator = PartitionReplicator(LocalTopics(), remote,  # type: ignore[arg-type]
+                                     CheckpointStore(store, "west", TOPIC, 0), "east", TOPIC, 0,
+                                     checkpoint_interval_s=0.0, retry_backoff_s=0.01)
+
+    async def position() -> int:
+        checkpoint = await read_checkpoint(store, "west", TOPIC, 0)
+        return checkpoint.source_next if checkpoint is not None else 0
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(replicator.run)
+            await _until(lambda: remote.pipelines and remote.pipelines[0].in_flight == 5,
+                         "five batches in flight")
+            first = remote.pipelines[0]
+            assert await position() == 0  # nothing answered: nothing durable
+            acked = [parse_header(b).records_count for b in first.sent[:2]]
+            for _ in range(2):
+                remote.hand_out.send_nowait("ok")
+            await _until(lambda: replicator.status.source_next == sum(acked), "two answers")
+            await _until(lambda: first.in_flight == 5, "the pipeline refilled")
+            assert await position() <= sum(acked)  # never past an unanswered batch
+            # the third is stored but its answer is an error; the rest are in doubt
+            remote.hand_out.send_nowait("stored-but-failed")
+            await _until(lambda: len(remote.pipelines) == 2, "a new session")
+            for _ in range(1000):  # the new session: every answer good
+                remote.hand_out.send_nowait("ok")
+            await _until(lambda: replicator.status.source_next == RECORDS
+                         and replicator.status.state == "idle", "the rest sent")
+            assert remote.origin_offsets() == list(range(RECORDS))  # once each, in order
+            await _until(lambda: _equals(position(), RECORDS), "the last checkpoint")
+            assert max(p.most_in_flight for p in remote.pipelines) == MAX_IN_FLIGHT
+            nursery.cancel_scope.cancel()
+    finally:
+        await store.close()
