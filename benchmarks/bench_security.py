@@ -201,7 +201,8 @@ def main() -> None:
             continue
         figures = ", ".join(f"{metric} {overhead(plain, secured, metric):+.1f}%"
                             for metric in metrics if "login" not in metric)
-        print(f"  {protocol} + ACLs: {figures}")
+        acls = "" if protocol.startswith("PLAINTEXT") else " + ACLs"
+        print(f"  {protocol}{acls}: {figures}")
 
 
 if __name__ == "__main__":
