@@ -51,7 +51,7 @@ from ledger_backend.managed_ledger.metadata_format import (
 from ledger_backend.managed_ledger.offloading import (
     delete_bookie_copies,
     offload_candidates,
-    offload_ledger,
+    offload_ledgers,
 )
 from ledger_backend.managed_ledger.retention import ledgers_past_retention
 from ledger_backend.managed_ledger.tail_cache import TailCache
@@ -589,11 +589,8 @@ class ManagedLedger:
         self._check_writable()
         if self.offloader is None:
             raise ManagedLedgerError(f"{self.name!r}: no offloader is configured")
-        done: list[int] = []
-        for record in offload_candidates(self, keep_bytes, older_than_s):
-            await offload_ledger(self, self.offloader, record.ledger_id)
-            done.append(record.ledger_id)
-        return done
+        chosen = [r.ledger_id for r in offload_candidates(self, keep_bytes, older_than_s)]
+        return await offload_ledgers(self, self.offloader, chosen)
 
     async def delete_offloaded_bookie_copies(self, deletion_lag_s: float) -> list[int]:
         """Delete the bookie copies of ledgers offloaded at least `deletion_lag_s` ago."""

@@ -20,7 +20,9 @@ So the list never names an object that was not completely written and verified: 
 before 4 leaves the old record and a pending key, whose object (if any) the next owner
 deletes when it opens the managed ledger (`sweep_pending_uploads`);
 a crash between 5 and 6 leaves a record whose bookie copy is gone but whose object serves
-every read (step 5 is simply redone). Only CLOSED ledgers that are not the current one are
+every read (step 5 is simply redone). Several ledgers go as a pipeline (`offload_ledgers`):
+the next one's read and encode (step 1 before its intent) runs while this one's steps 1-4
+do; the metadata writes stay one ledger at a time, in order. Only CLOSED ledgers that are not the current one are
 offloaded, oldest first. This module is the managed ledger's friend (like ledger_swap.py): it
 changes `_records` only under `_meta_lock` and through `_write_metadata`.
 
@@ -55,7 +57,9 @@ OFFLOAD_CRASH_POINTS = (
     "managed_ledger.offload.after_bookie_delete",
 )
 
-_READ_CHUNK = 256
+# entries per range read of a ledger being offloaded: several batch reads in flight
+# (client/batch_reads.py), the whole of a small ledger in one call
+_READ_CHUNK = 4096
 
 
 class ManagedLedger(Protocol):
@@ -120,8 +124,57 @@ def offload_candidates(
     return chosen
 
 
-async def offload_ledger(ml: ManagedLedger, offloader: Offloader, ledger_id: int) -> OffloadRecord:
-    """Steps 1-4 for one closed ledger; returns what was recorded."""
+@dataclasses.dataclass(frozen=True)
+class _Encoded:
+    """Step 1's read and encode of one ledger, nothing recorded yet."""
+
+    record: LedgerRecord
+    data: bytes
+
+
+async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: list[int]
+                          ) -> list[int]:  # fmt: skip
+    """Steps 1-4 for each closed ledger, in order, as a pipeline: the next is read from the
+    bookies and encoded while this one is written, verified and recorded (at most two encoded
+    ledgers in memory). The first error stops it and is raised (what was recorded stays)."""
+    done: list[int] = []
+    send, receive = trio.open_memory_channel[_Encoded | OffloadRecord | Exception](0)
+    error: Exception | None = None
+
+    async def read_ahead() -> None:
+        async with send:
+            for ledger_id in ledger_ids:
+                try:
+                    item: _Encoded | OffloadRecord | Exception = await _read_and_encode(
+                        ml, ledger_id)  # fmt: skip
+                except Exception as exc:  # noqa: BLE001 - raised by the consumer, in order
+                    item = exc
+                await send.send(item)
+                if isinstance(item, Exception):
+                    return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_ahead)
+        try:
+            async with receive:
+                for ledger_id in ledger_ids:
+                    item = await receive.receive()
+                    if isinstance(item, Exception):
+                        raise item
+                    if isinstance(item, _Encoded):
+                        await _store(ml, offloader, item)
+                    done.append(ledger_id)
+        except Exception as exc:  # raised plainly below, not inside an ExceptionGroup
+            error = exc
+            nursery.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return done
+
+
+async def _read_and_encode(ml: ManagedLedger, ledger_id: int) -> _Encoded | OffloadRecord:
+    """Step 1 (without the intent): the ledger's entries from the bookies, encoded; or the
+    ledger's offload record if it has one already."""
     record = _listed(ml, ledger_id)
     if not record.closed or record.ledger_id == ml.current_ledger_id:
         raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} is still open")
@@ -132,6 +185,13 @@ async def offload_ledger(ml: ManagedLedger, offloader: Offloader, ledger_id: int
         last = min(record.entries, first + _READ_CHUNK) - 1
         entries.extend(await ml._readers.read(ledger_id, first, last))
     data = await trio.to_thread.run_sync(encode_object, ledger_id, entries)
+    return _Encoded(record, data)
+
+
+async def _store(ml: ManagedLedger, offloader: Offloader, encoded: _Encoded) -> OffloadRecord:
+    """Steps 1 (the intent) to 4 for an encoded ledger."""
+    record, data = encoded.record, encoded.data
+    ledger_id = record.ledger_id
     key = f"{encode_name(ml.name)}/{ledger_id}-{uuid.uuid4().hex[:12]}.lwo"
     async with ml._meta_lock:
         ml._check_writable()
