@@ -1,11 +1,14 @@
 """Tiered storage throughput: offloading to a directory, and reads of offloaded vs bookie data.
 
-A managed ledger on one durable in-process bookie (on-disk journal and entry log) gets
-N MB of 16 KB entries in 8 MB ledgers. Then (a) every closed ledger is read through the
-managed ledger from the bookie, (b) every closed ledger is offloaded to a directory (read
-from the bookie, encoded, written with fsync, read back and compared) and the bookie copies
-deleted, (c) the same reads are served from the objects (cold cache: a fresh factory).
-Prints MB/s of each, and of (b) without the bookie read.
+A managed ledger on one durable in-process bookie (on-disk journal and entry log), reached
+over TCP, gets N MB of 16 KB entries in 8 MB ledgers. Then (a) every closed ledger is read
+through the managed ledger from the bookie, (b) every closed ledger is offloaded to a
+directory (read from the bookie, encoded, written with fsync, read back and compared) and the
+bookie copies deleted, (c) the same reads are served from the objects (cold cache: a fresh
+factory). (a) and (b) run twice in the same run: with a ledger client reading entry by entry
+("single", BookKeeper(batch_reads=False)) and with batch reads (READ_ENTRIES), and print the
+ratio. Each line gives MB/s and the process CPU per MB (bookie and client both in this
+process), plus (b) without the bookie read.
 Run: `python benchmarks/bench_offload.py [MB] [--s3]` (--s3 also offloads to moto's S3
 server, which is slow Python: a functional figure, not a store's).
 """
@@ -56,27 +59,43 @@ async def read_closed(factory: ManagedLedgerFactory, name: str) -> tuple[int, fl
     return total, time.perf_counter() - start
 
 
+async def fill(factory: ManagedLedgerFactory, name: str, mb: int) -> None:
+    ml = await factory.open(name, CONFIG)
+    payload = b"x" * ENTRY
+    async with trio.open_nursery() as writers:
+        for _ in range(16):
+            async def write(count: int = mb * (1 << 20) // ENTRY // 16) -> None:
+                for _ in range(count):
+                    await ml.append(payload)
+            writers.start_soon(write)
+    await ml.close()
+
+
+def rate(size: int, wall: float, cpu: float) -> str:
+    return f"{size / wall / 1e6:8.1f} MB/s  {cpu / (size / 1e6) * 1e3:6.2f} ms CPU/MB"
+
+
 async def bench(mb: int, tmp: Path, s3_endpoint: str | None) -> None:
     store = await open_store(str(tmp / "meta"))
     port = free_port()
     config = BookieStorageConfig(data_dir=tmp / "bookie", flush_interval_s=0.05,
                                  disk_check_interval_s=3600.0)
+    modes = (("single", False), ("batch", True))  # entry-by-entry reads vs READ_ENTRIES
     async with open_bookie_storage(config) as storage, trio.open_nursery() as nursery:
         await nursery.start(serve_bookie, storage, store, "127.0.0.1", port)
         async with BookKeeper(store, timeout_s=30) as bk:
-            factory = ManagedLedgerFactory(store, bk)
-            ml = await factory.open("bench/tiered", CONFIG)
-            payload = b"x" * ENTRY
-            async with trio.open_nursery() as writers:
-                for _ in range(16):
-                    async def write(count: int = mb * (1 << 20) // ENTRY // 16) -> None:
-                        for _ in range(count):
-                            await ml.append(payload)
-                    writers.start_soon(write)
-            await factory.close()
-
-            total, took = await read_closed(ManagedLedgerFactory(store, bk), "bench/tiered")
-            print(f"read from bookie:        {total / took / 1e6:8.1f} MB/s ({total >> 20} MB)")
+            await fill(ManagedLedgerFactory(store, bk), "bench/tiered", mb)
+            figures: dict[str, float] = {}
+            for label, batch in modes:
+                async with BookKeeper(store, timeout_s=30, batch_reads=batch) as reader:
+                    cpu = time.process_time()
+                    total, took = await read_closed(ManagedLedgerFactory(store, reader),
+                                                    "bench/tiered")
+                    cpu = time.process_time() - cpu
+                figures[f"read {label}"] = total / took
+                print(f"read from bookie ({label:6s}):  {rate(total, took, cpu)} "
+                      f"({total >> 20} MB; bookie and client in this process)")
+            print(f"  batch / single: {figures['read batch'] / figures['read single']:.2f}x")
 
             offloaders: list[tuple[str, Offloader]] = [
                 ("filesystem", FilesystemOffloader(tmp / "tier"))]
@@ -85,32 +104,40 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None) -> None:
                 offloaders.append(("s3 (moto)", ObjectStoreOffloader.s3(
                     "ledgers", endpoint=s3_endpoint, access_key_id="x", secret_access_key="x")))
             for label, offloader in offloaders:
-                name = f"bench/{label.split()[0]}"
-                source = await ManagedLedgerFactory(store, bk).open(name, CONFIG)
-                for _ in range(min(mb, 64) * (1 << 20) // ENTRY):
-                    await source.append(payload)
-                await source.close()
-                factory = ManagedLedgerFactory(store, bk, offloader=offloader)
-                ml = await factory.open(name, CONFIG)
-                size = sum(i.size for i in ml.ledgers if i.closed)
-                start = time.perf_counter()
-                await ml.offload()
-                took = time.perf_counter() - start
-                await ml.delete_offloaded_bookie_copies(0)
-                await factory.close()
-                print(f"offload to {label:13s}: {size / took / 1e6:8.1f} MB/s "
-                      f"({size >> 20} MB, read + encode + write + verify)")
-                entries = [payload] * (size // ENTRY)
+                for mode, batch in modes:
+                    name = f"bench/{label.split()[0]}-{mode}"
+                    await fill(ManagedLedgerFactory(store, bk), name, min(mb, 64))
+                    async with BookKeeper(store, timeout_s=30, batch_reads=batch) as reader:
+                        factory = ManagedLedgerFactory(store, reader, offloader=offloader)
+                        ml = await factory.open(name, CONFIG)
+                        size = sum(i.size for i in ml.ledgers if i.closed)
+                        cpu = time.process_time()
+                        start = time.perf_counter()
+                        await ml.offload()
+                        took = time.perf_counter() - start
+                        cpu = time.process_time() - cpu
+                        await ml.delete_offloaded_bookie_copies(0)
+                        await factory.close()
+                    figures[f"offload {mode}"] = size / took
+                    print(f"offload to {label} ({mode:6s}): {rate(size, took, cpu)} "
+                          f"({size >> 20} MB, read + encode + write + verify)")
+                print(f"  batch / single: "
+                      f"{figures['offload batch'] / figures['offload single']:.2f}x")
+                entries = [b"x" * ENTRY] * (size // ENTRY)
+                cpu = time.process_time()
                 start = time.perf_counter()
                 data = await trio.to_thread.run_sync(encode_object, 1, entries)
                 await offloader.put("bench/encode-only.lwo", data)
                 assert await offloader.get_range("bench/encode-only.lwo", 0, len(data)) == data
                 took = time.perf_counter() - start
-                print(f"  of which encode + write + verify: {size / took / 1e6:8.1f} MB/s "
-                      "(entries already in memory; the rest is the bookie read)")
+                cpu = time.process_time() - cpu
+                print(f"  of which encode + write + verify: {rate(size, took, cpu)} "
+                      "(entries already in memory)")
                 cold = ManagedLedgerFactory(store, bk, offloader=offloader)
+                cpu = time.process_time()
                 total, took = await read_closed(cold, name)
-                print(f"read from {label:14s}: {total / took / 1e6:8.1f} MB/s (cold cache)")
+                cpu = time.process_time() - cpu
+                print(f"read from {label} (cold cache): {rate(total, took, cpu)}")
                 await cold.close()
         nursery.cancel_scope.cancel()
     await store.close()
