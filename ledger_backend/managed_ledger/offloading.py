@@ -22,9 +22,10 @@ deletes when it opens the managed ledger (`sweep_pending_uploads`);
 a crash between 5 and 6 leaves a record whose bookie copy is gone but whose object serves
 every read (step 5 is simply redone). Several ledgers go as a pipeline (`offload_ledgers`):
 the next one's read and encode (step 1 before its intent) runs while this one's steps 1-4
-do; the metadata writes stay one ledger at a time, in order. Only CLOSED ledgers that are not the current one are
-offloaded, oldest first. This module is the managed ledger's friend (like ledger_swap.py): it
-changes `_records` only under `_meta_lock` and through `_write_metadata`.
+do; the metadata writes stay one ledger at a time, in order. Only CLOSED ledgers that are
+not the current one are offloaded, oldest first. This module is the managed ledger's friend
+(like ledger_swap.py): it changes `_records` only under `_meta_lock` and through
+`_write_metadata`.
 
 Trimming, deleting the managed ledger and a compaction that swaps an offloaded ledger out
 delete its object after the list has lost it. Not yet: an object orphaned by a crash
