@@ -570,6 +570,16 @@ class FrameDecoder:
         """Bytes of an incomplete frame waiting for the rest (0 at a frame boundary)."""
         return len(self._buffer)
 
+    @property
+    def missing_bytes(self) -> int:
+        """Bytes still to come of the frame being buffered (0 unless its length is known):
+        a reader may receive that much at once (a batch answer is megabytes)."""
+        buf = self._buffer
+        if len(buf) < 4:
+            return 0
+        (length,) = _LENGTH.unpack_from(buf)
+        return max(0, min(length, self._max_frame_bytes) + 4 - len(buf))
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         if self._error is not None:
             raise self._error

@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 ResponseCallback = Callable[[Response | LedgerError], None]
 _SEND_BATCH_BYTES = 1 << 20
 _RECEIVE_BYTES = 64 * 1024  # below glibc's mmap threshold: recv(n) allocates n bytes first
+_MAX_RECEIVE_BYTES = 8 << 20
 _SWEEP_INTERVAL_S = 0.05
 _MAX_IDLE_LOCAL_WORKERS = 64  # parked workers of one in-process connection; beyond: they end
 
@@ -261,7 +262,9 @@ class BookieConnection:
         """Dispatch responses until the connection ends (EOF, error or a bad frame)."""
         try:
             while True:
-                data = await stream.receive_some(_RECEIVE_BYTES)
+                # the rest of a large frame (a batch answer) in one receive, not 64 KiB at a time
+                data = await stream.receive_some(
+                    min(max(_RECEIVE_BYTES, decoder.missing_bytes), _MAX_RECEIVE_BYTES))
                 if not data:
                     return  # the bookie closed the connection
                 for response in decoder.feed(data):
