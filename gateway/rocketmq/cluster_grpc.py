@@ -14,11 +14,12 @@ each broker publishes its gRPC host and base port).  A bundle with no known owne
 until it has one.
 
 A call that reaches a broker not owning the port's bundle (a client's route is refreshed every
-30 s; a bundle moved or its owner died) is answered INTERNAL_SERVER_ERROR "not served here": the
-5.x producer then retries the send on its next queue, consumers try again, and the next route
-refresh sends them to the owner.  Not forwarded (yet).  Receipts handed out by an earlier owner
-are no longer valid after a move; their records come back after the invisible duration from the
-new owner's durable state (redelivery, never loss).
+30 s, so it may name a bundle's earlier owner; RecallMessage goes to the client's access point)
+is forwarded to the owner (gateway/rocketmq/grpc_forwarding.py), which serves it from the
+bundle's durable state: a receipt handed out by the earlier owner is still good there.  With no
+other owner known (its owner died and the bundle is not placed yet) it is answered
+INTERNAL_SERVER_ERROR "not served here": the 5.x producer retries the send on its next queue,
+consumers try again, and the next route refresh sends them to the owner.
 
 This module must never serve a queue of a bundle this broker does not own, nor answer a send
 before the bundle broker made it durable.
@@ -27,10 +28,9 @@ before the bundle broker made it durable.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import trio
 
@@ -39,6 +39,7 @@ from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
 from gateway.rocketmq.bundle_logs import BundleNotServedError
 from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.rocketmq.grpc_backend import GrpcBackend, guard_for_grpc, recall_on
+from gateway.rocketmq.grpc_forwarding import ForwardTo
 from gateway.rocketmq.grpc_listener import serve_rocketmq_grpc
 from gateway.rocketmq.grpc_receive import GrpcReceiver, pop_ledger_name
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -69,14 +70,6 @@ def not_served(exc: BaseException) -> RpcFailure:
     return RpcFailure(pb.INTERNAL_SERVER_ERROR,
                       f"{exc}: not served by this broker now; the next route refresh finds "
                       "the owner")
-
-
-@asynccontextmanager
-async def _served() -> AsyncIterator[None]:
-    try:
-        yield
-    except (BundleNotServedError, NotOwnedError) as exc:
-        raise not_served(exc) from exc
 
 
 def _principal(metadata: dict[str, str], conn: Any, *, guard: RocketMQGuard | None) -> str:
@@ -110,59 +103,79 @@ class ClusterGrpcBackend(GrpcBackend):
                 out.append(QueueRoute(side.queue_map.broker_name(b), *address, count))
         return out
 
-    async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        async with _served():
+    def _forward_or_fail(self, caller: Caller | None, exc: BaseException,
+                         bundle: int) -> NoReturn:
+        """ForwardTo the bundle's owner when it is another broker and the call was not
+        forwarded already; else the not-served answer."""
+        if caller is not None and not caller.forwarded:
+            owner = self._grpc.address_of(bundle)
+            if owner is not None and owner != (self._grpc.advertised_host,
+                                               self._grpc.base_port + bundle):
+                raise ForwardTo(*owner) from exc
+        raise not_served(exc) from exc
+
+    async def _call(self, caller: Caller | None, fn: Callable[..., Awaitable[T]], *args: Any,
+                    bundle: int | None = None) -> T:
+        try:
             return await fn(*args)
+        except (BundleNotServedError, NotOwnedError) as exc:
+            self._forward_or_fail(caller, exc, self.bundle if bundle is None else bundle)
 
     async def send(self, caller: Caller, messages: list[OutgoingMessage]) -> list[SendResult]:
-        return await self._call(super().send, caller, messages)
+        return await self._call(caller, super().send, caller, messages)
 
     async def end_transaction(self, caller: Caller, topic: str, message_id: str,
                               transaction_id: str, commit: bool) -> None:
-        await self._call(super().end_transaction, caller, topic, message_id, transaction_id,
-                         commit)
+        await self._call(caller, super().end_transaction, caller, topic, message_id,
+                         transaction_id, commit)
 
     async def recall(self, caller: Caller, topic: str, handle: RecallHandle) -> None:
         """The handle names the bundle broker (clients send RecallMessage to their access
-        point, any port): served when that bundle is owned here."""
+        point, any port): served where that bundle is owned."""
         side = self._grpc.side
         bundle = next((b for b in range(side.queue_map.bundles)
                        if side.queue_map.broker_name(b) == handle.broker_name), None)
         if bundle is None:
             raise RpcFailure(pb.BAD_REQUEST, f"no broker {handle.broker_name} in this cluster")
-        await self._call(recall_on, side.brokers[bundle], topic, handle)
+        await self._call(caller, recall_on, side.brokers[bundle], topic, handle, bundle=bundle)
 
     async def receive(self, caller: Caller, request: ReceiveRequest) -> list[Delivered]:
-        return await self._call(super().receive, caller, request)
+        return await self._call(caller, super().receive, caller, request)
 
     async def pull(self, caller: Caller, request: PullRequest) -> PullResult:
-        return await self._call(super().pull, caller, request)
+        return await self._call(caller, super().pull, caller, request)
 
     async def ack(self, caller: Caller, group: str, topic: str,
                   handles: list[str]) -> list[Exception | None]:
-        refusals = await self._call(super().ack, caller, group, topic, handles)
-        return [not_served(r) if isinstance(r, BundleNotServedError | NotOwnedError) else r
-                for r in refusals]
+        refusals = await self._call(caller, super().ack, caller, group, topic, handles)
+        elsewhere = [r for r in refusals if isinstance(r, BundleNotServedError | NotOwnedError)]
+        if elsewhere:  # one port, one bundle: every handle is the owner's
+            try:
+                self._forward_or_fail(caller, elsewhere[0], self.bundle)
+            except RpcFailure as failure:
+                return [failure if r in elsewhere else r for r in refusals]
+        return refusals
 
     async def change_invisible(self, caller: Caller, group: str, topic: str, handle: str,
                                invisible_ms: int) -> str:
-        return await self._call(super().change_invisible, caller, group, topic, handle,
+        return await self._call(caller, super().change_invisible, caller, group, topic, handle,
                                 invisible_ms)
 
     async def forward_to_dead_letter(self, caller: Caller, group: str, topic: str,
                                      handle: str) -> None:
-        await self._call(super().forward_to_dead_letter, caller, group, topic, handle)
+        await self._call(caller, super().forward_to_dead_letter, caller, group, topic, handle)
 
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int | None:
-        return await self._call(super().get_offset, group, topic, queue_id)
+        return await self._call(None, super().get_offset, group, topic, queue_id)
 
     async def update_offset(self, caller: Caller, group: str, topic: str, queue_id: int,
                             offset: int) -> None:
-        await self._call(super().update_offset, caller, group, topic, queue_id, offset)
+        await self._call(caller, super().update_offset, caller, group, topic, queue_id, offset)
 
     async def query_offset(self, topic: str, queue_id: int, policy: int,
                            timestamp_ms: int) -> int:
-        return await self._call(super().query_offset, topic, queue_id, policy, timestamp_ms)
+        return await self._call(None, super().query_offset, topic, queue_id, policy,
+                                timestamp_ms)
 
 
 class ClusterGrpc:

@@ -26,6 +26,12 @@ from typing import Any
 import trio
 from google.protobuf.message import DecodeError, Message
 
+from gateway.rocketmq.grpc_forwarding import (
+    FORWARDED_HEADER,
+    ForwardTo,
+    forward_call,
+    forwarded_metadata,
+)
 from gateway.rocketmq.listener import serve_if_admitted
 from gateway.security.connection_limits import ConnectionLimits
 from protocols.rocketmq.grpc.backend import Caller, MessagingBackend
@@ -67,6 +73,8 @@ def anonymous(metadata: dict[str, str], conn: Any) -> str:
 class _Call:
     method: Method
     caller: Caller
+    path: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     messages: list[bytes] = field(default_factory=list)
     inbox: trio.MemorySendChannel[bytes | None] | None = None
@@ -79,6 +87,7 @@ class _Connection:
         self.backend = backend
         self.authenticate = authenticate
         self.h2 = GrpcServerConnection(max_message_bytes=max_message_bytes)
+        self.max_message_bytes = max_message_bytes
         self.wake = trio.Event()
         self.calls: dict[int, _Call] = {}
         try:
@@ -183,8 +192,8 @@ class _Connection:
             self.h2.finish(event.stream_id, GrpcStatus.UNAUTHENTICATED, exc.message)
             return
         caller = Caller(meta.get("x-mq-client-id", ""), self.peer, principal,
-                        meta.get("x-mq-namespace", ""))
-        call = _Call(method, caller)
+                        meta.get("x-mq-namespace", ""), FORWARDED_HEADER in meta)
+        call = _Call(method, caller, event.method, meta)
         self.calls[event.stream_id] = call
         if method.kind is Kind.BIDI:
             send, receive = trio.open_memory_channel[bytes | None](64)
@@ -214,6 +223,9 @@ class _Connection:
             assert method.handler is not None
             try:
                 answer: Any = await method.handler(self.backend, call.caller, request)
+            except ForwardTo as owner:
+                await self._forward(stream_id, call, owner)
+                return
             except Exception as exc:  # noqa: BLE001 - becomes the call's status
                 try:
                     answer = failure_response(method, failure_of(exc))
@@ -227,6 +239,17 @@ class _Connection:
             self.calls.pop(stream_id, None)
             self.h2.finish(stream_id, GrpcStatus.OK)
             self.changed()
+
+    async def _forward(self, stream_id: int, call: _Call, owner: ForwardTo) -> None:
+        """Relay the call to the bundle's owner (grpc_forwarding.py) and its answer back."""
+        messages, status, message = await forward_call(
+            owner.host, owner.port, call.path, forwarded_metadata(call.metadata),
+            call.messages[0], max_message_bytes=self.max_message_bytes)
+        for payload in messages:
+            self.h2.send_message(stream_id, payload)
+        self.calls.pop(stream_id, None)
+        self.h2.finish(stream_id, status, message)
+        self.changed()
 
     async def _telemetry(self, stream_id: int, call: _Call,
                          inbox: trio.MemoryReceiveChannel[bytes | None]) -> None:

@@ -27,6 +27,7 @@ class Caller:
     peer: tuple[str, int]
     principal: str
     namespace: str = ""
+    forwarded: bool = False  # another broker of the cluster forwarded this call
 
 
 @dataclass(frozen=True)
