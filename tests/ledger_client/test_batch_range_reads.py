@@ -1,6 +1,6 @@
 """Range reads through batch requests (client/batch_reads.py) against in-process bookies over
 TCP: across ensemble changes, with a bookie down, with a bad digest in the middle of a batch,
-and from a bookie that does not serve batch reads."""
+from a bookie that answers BAD_REQUEST and from one that drops the connection (older bookies)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
+from ledger_backend.bookie import server as server_module
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
+from ledger_backend.bookie.protocol import FrameDecoder, Message, ProtocolError, ReadEntriesRequest
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.client.errors import DigestMismatchError
@@ -113,3 +115,32 @@ async def test_a_bookie_without_batch_reads_is_read_entry_by_entry(store: Metada
             assert not connection.batch_reads and connection.batch_answers == 0
             assert await rh.read(5, 25) == [_payload(i) for i in range(5, 26)]
             nursery.cancel_scope.cancel()
+
+
+class _OldBookieDecoder(FrameDecoder):
+    """What a bookie older than READ_ENTRIES does with one: an unknown op code, a bad frame,
+    the connection closed."""
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        messages = super().feed(data)
+        if any(isinstance(m, ReadEntriesRequest) for m in messages):
+            raise ProtocolError("unknown op code 0x07")
+        return messages
+
+
+async def test_a_bookie_that_drops_batch_reads_is_read_entry_by_entry(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "FrameDecoder", _OldBookieDecoder)
+    with trio.fail_after(60):
+        async with running_bookies(store, 1) as cluster, BookKeeper(store, timeout_s=5) as bk:
+            wh = await bk.create_ledger(1, 1, 1)
+            await _append(wh, 0, 30)
+            await wh.close()
+            rh = await bk.open_ledger(wh.ledger_id, recovery=False)
+            connection = bk.context.pool.connection(next(iter(cluster.bookies)))
+            for _ in range(3):  # each time the connection drops, the entries come one by one
+                assert await rh.read(0, 29) == [_payload(i) for i in range(30)]
+            assert not connection.batch_reads and connection.batch_losses == 3
+            assert await rh.read(3, 28) == [_payload(i) for i in range(3, 29)]
+            assert connection.batch_losses == 3  # not asked again
