@@ -2,7 +2,7 @@
 
     /ledgerwire/replication/<remote>/<topic>/<partition>
         {"format": 1, "source_next": S, "remote_next": R, "syncs": [[s, r], ...],
-         "inbound": [[a, o], ...]}
+         "inbound": [[a, o], ...], "settled": true|false}
 
 `source_next`/`remote_next` is a pair the remote has acknowledged: every record written here
 below local offset S is in the remote below offset R, and whatever is sent later lands at R or
@@ -10,6 +10,11 @@ after.  `syncs` keeps the last `MAX_SYNCS` such pairs (MirrorMaker 2's offset sy
 group's committed offset here translates to the remote.  `inbound` keeps pairs (a, o): the
 record at local offset a - 1 came from the remote and was its offset o - 1 there, so a group
 committed at or past a has read everything the remote wrote below o.
+
+`settled` says that no batch sent under this claim is unanswered: every one sent is within
+(S, R).  It is written true only while the replicator's sender is held back and nothing is in
+flight, and false again before the next send (and by every claim), so a new session that reads
+it true can skip the scan of the remote's tail.
 
 The replicator claims the node when it starts (a version bump), and every later write is a
 compare-and-set on the version it holds: a replicator that lost its partition cannot move the
@@ -43,11 +48,12 @@ class Checkpoint:
     remote_next: int = -1  # -1: nothing acknowledged yet (scan the remote from its start)
     syncs: list[tuple[int, int]] = field(default_factory=list)
     inbound: list[tuple[int, int]] = field(default_factory=list)
+    settled: bool = False
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": CHECKPOINT_FORMAT_VERSION, "source_next": self.source_next,
                            "remote_next": self.remote_next, "syncs": self.syncs,
-                           "inbound": self.inbound}).encode()
+                           "inbound": self.inbound, "settled": self.settled}).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Checkpoint:
@@ -56,7 +62,8 @@ class Checkpoint:
             raise ValueError(f"unknown replication checkpoint format {doc.get('format')}")
         return cls(int(doc["source_next"]), int(doc["remote_next"]),
                    [(int(s), int(r)) for s, r in doc.get("syncs", [])],
-                   [(int(a), int(o)) for a, o in doc.get("inbound", [])])
+                   [(int(a), int(o)) for a, o in doc.get("inbound", [])],
+                   bool(doc.get("settled", False)))
 
     def add_sync(self, source: int, remote: int) -> None:
         if not self.syncs or self.syncs[-1] != (source, remote):
@@ -82,7 +89,8 @@ class CheckpointStore:
         self._version = -1
 
     async def claim(self) -> Checkpoint:
-        """Read the checkpoint (a fresh one if none) and make it ours by a version bump."""
+        """Read the checkpoint (a fresh one if none) and make it ours by a version bump, which
+        stores it unsettled (this session may send); the checkpoint is returned as read."""
         while True:
             try:
                 data, stat = await self._store.get(self.path)
@@ -93,12 +101,15 @@ class CheckpointStore:
                 except NodeExistsError:
                     pass
                 continue
+            checkpoint = Checkpoint.from_bytes(data)
+            claimed = Checkpoint.from_bytes(data)
+            claimed.settled = False
             try:
-                stat = await self._store.set(self.path, data, stat.version)
+                stat = await self._store.set(self.path, claimed.to_bytes(), stat.version)
             except BadVersionError:
                 continue
             self._version = stat.version
-            return Checkpoint.from_bytes(data)
+            return checkpoint
 
     async def save(self, checkpoint: Checkpoint) -> None:
         try:

@@ -10,7 +10,9 @@ The exactly-once argument, in the order things happen:
    and finds the last record stamped with this cluster's name: its `lw.origin.offset` + 1 is
    where reading resumes if that is past source_next.  So a crash after the remote acknowledged
    but before the checkpoint was written duplicates nothing, and a crash before the remote
-   acknowledged loses nothing (the data is read again).
+   acknowledged loses nothing (the data is read again).  A checkpoint stored `settled` (written
+   while the sender was held back with nothing in flight, unsettled before the next send) has
+   nothing in doubt: then this scan is skipped.
 3. It reads committed data from source_next (below the last stable offset, aborted transactions
    and control batches dropped, records that came from another cluster kept out) and sends it
    in order on one connection, up to `MAX_IN_FLIGHT` batches unanswered (remote.py's produce
@@ -179,19 +181,25 @@ class PartitionReplicator:
                               f"here, and adding partitions there did not take")
         checkpoint = self.checkpoint = await self.checkpoints.claim()
         producer_id, epoch = await self.remote.init_producer_id()
-        source_next, remote_next = await self._reconcile(checkpoint)
+        if checkpoint.settled:  # nothing can be in doubt: no scan of the remote's tail
+            source_next, remote_next = checkpoint.source_next, checkpoint.remote_next
+            checkpoint.settled = False  # as the claim stored it
+        else:
+            source_next, remote_next = await self._reconcile(checkpoint)
         self.status.source_next = source_next
         # The reader frames batches; the transmitter keeps up to MAX_IN_FLIGHT of them at the
         # remote; the acknowledger takes the answers in order and alone moves the position.
         framed, to_transmit = trio.open_memory_channel[_Outgoing](FRAMED_AHEAD)
         sent, to_acknowledge = trio.open_memory_channel[_Outgoing](MAX_IN_FLIGHT * 4)
         pipeline = await self.remote.open_pipeline(self.topic, self.partition)
+        gate = trio.Lock()  # held to send, and to write the checkpoint (settled or not)
         try:
             async with trio.open_nursery() as nursery:
                 slots = trio.Semaphore(MAX_IN_FLIGHT)
                 nursery.start_soon(self._read, source_next, producer_id, epoch, framed)
-                nursery.start_soon(self._transmit, to_transmit, pipeline, slots, sent)
-                await self._acknowledge(to_acknowledge, pipeline, slots, checkpoint,
+                nursery.start_soon(self._transmit, to_transmit, pipeline, slots, gate,
+                                   checkpoint, sent)
+                await self._acknowledge(to_acknowledge, pipeline, slots, gate, checkpoint,
                                         source_next, remote_next)
         finally:
             with trio.CancelScope(shield=True):
@@ -236,18 +244,23 @@ class PartitionReplicator:
             source_next = next_offset
 
     async def _transmit(self, framed: trio.MemoryReceiveChannel[_Outgoing],
-                        pipeline: ProducePipeline, slots: trio.Semaphore,
+                        pipeline: ProducePipeline, slots: trio.Semaphore, gate: trio.Lock,
+                        checkpoint: Checkpoint,
                         sent: trio.MemorySendChannel[_Outgoing]) -> None:
         """Send each framed batch as soon as the pipeline has room, and hand every item, sent
-        or not, to the acknowledger in order."""
+        or not, to the acknowledger in order.  A settled checkpoint is unsettled first."""
         async for item in framed:
             if item.batch is not None:
                 await slots.acquire()
-                await pipeline.send(item.batch)
+                async with gate:
+                    if checkpoint.settled:
+                        checkpoint.settled = False
+                        await self.checkpoints.save(checkpoint)
+                    await pipeline.send(item.batch)
             await sent.send(item)
 
     async def _acknowledge(self, sent: trio.MemoryReceiveChannel[_Outgoing],
-                           pipeline: ProducePipeline, slots: trio.Semaphore,
+                           pipeline: ProducePipeline, slots: trio.Semaphore, gate: trio.Lock,
                            checkpoint: Checkpoint, source_next: int, remote_next: int) -> None:
         """Take the answers in order; the position moves only here (see the module doc)."""
         last_checkpoint = trio.current_time()
@@ -272,13 +285,19 @@ class PartitionReplicator:
                 self.status.state = "idle"
                 self._update_lag()
             if trio.current_time() - last_checkpoint >= self.checkpoint_interval_s:
-                await self._save(checkpoint, source_next, remote_next)
+                async with gate:  # the sender waits: in_flight cannot grow meanwhile
+                    idle = item.batch is None and source_next >= item.stable
+                    await self._save(checkpoint, source_next, remote_next,
+                                     settled=idle and pipeline.in_flight == 0)
                 last_checkpoint = trio.current_time()
 
-    async def _save(self, checkpoint: Checkpoint, source_next: int, remote_next: int) -> None:
-        if (checkpoint.source_next, checkpoint.remote_next) == (source_next, remote_next):
+    async def _save(self, checkpoint: Checkpoint, source_next: int, remote_next: int, *,
+                    settled: bool = False) -> None:
+        if (checkpoint.source_next, checkpoint.remote_next, checkpoint.settled) == (
+                source_next, remote_next, settled):
             return
         checkpoint.source_next, checkpoint.remote_next = source_next, remote_next
+        checkpoint.settled = settled
         checkpoint.add_sync(source_next, remote_next)
         await self.checkpoints.save(checkpoint)
 

@@ -1,7 +1,8 @@
 """The replicator's produce pipeline against a remote whose answers the test hands out one by
 one: up to five batches in flight, the durable position never past an unanswered batch, and a
 failure in the middle of the pipeline (a batch the remote stored and still answered with an
-error among them) ends with every record in the remote exactly once, in order.
+error among them) ends with every record in the remote exactly once, in order; a session
+that starts from a settled checkpoint does not scan the remote.
 
 The local partition and the remote are small stand-ins; the checkpoint lives in a real
 embedded metadata store.
@@ -85,6 +86,8 @@ class Pipeline:
         return len(self.sent) - self.answered
 
     async def send(self, batch: bytes) -> None:
+        if self.remote.settled is not None and await self.remote.settled():
+            self.remote.sent_while_settled += 1
         self.sent.append(batch)
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
 
@@ -111,6 +114,9 @@ class Remote:
         self.log: list[bytes] = []
         self.pipelines: list[Pipeline] = []
         self.hand_out, self.verdicts = trio.open_memory_channel[str](1000)
+        self.fetches = 0
+        self.settled: Any = None  # async () -> whether the stored checkpoint says settled
+        self.sent_while_settled = 0
 
     def store(self, batch: bytes) -> int:
         base = sum(parse_header(b).records_count for b in self.log)
@@ -130,6 +136,7 @@ class Remote:
 
     async def fetch(self, topic: str, partition: int, offset: int,
                     max_bytes: int = 0) -> tuple[bytes, int]:
+        self.fetches += 1
         end = sum(parse_header(b).records_count for b in self.log)
         return b"".join(b for b in self.log if parse_header(b).last_offset >= offset), end
 
@@ -167,7 +174,8 @@ async def test_five_in_flight_position_only_past_answers_and_a_broken_pipeline_h
         tmp_path: Path) -> None:
     store = await open_store(f"embedded:{tmp_path}")
     remote = Remote()
-    replicator = PartitionReplicator(LocalTopics(), remote,  # type: ignore[arg-type]
+    topics = LocalTopics()
+    replicator = PartitionReplicator(topics, remote,  # type: ignore[arg-type]
                                      CheckpointStore(store, "west", TOPIC, 0), "east", TOPIC, 0,
                                      checkpoint_interval_s=0.0, retry_backoff_s=0.01)
 
@@ -175,6 +183,11 @@ async def test_five_in_flight_position_only_past_answers_and_a_broken_pipeline_h
         checkpoint = await read_checkpoint(store, "west", TOPIC, 0)
         return checkpoint.source_next if checkpoint is not None else 0
 
+    async def settled() -> bool:
+        checkpoint = await read_checkpoint(store, "west", TOPIC, 0)
+        return checkpoint is not None and checkpoint.settled
+
+    remote.settled = settled
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(replicator.run)
@@ -198,6 +211,32 @@ async def test_five_in_flight_position_only_past_answers_and_a_broken_pipeline_h
             assert remote.origin_offsets() == list(range(RECORDS))  # once each, in order
             await _until(lambda: _equals(position(), RECORDS), "the last checkpoint")
             assert max(p.most_in_flight for p in remote.pipelines) == MAX_IN_FLIGHT
+            await _until(settled, "a settled checkpoint")
             nursery.cancel_scope.cancel()
+
+        # idle, all answered: the checkpoint is settled, so the next session (another
+        # replicator, as after a restart) skips the scan of the remote's tail
+        def append(batches: int) -> None:
+            end = topics.log.last_stable_offset
+            topics.log.batches += [build_batch([Record(0, 9000 + i, b"k", b"late", [])
+                                                for i in range(10)], base_offset=end + 10 * b)
+                                   for b in range(batches)]
+            topics.log.last_stable_offset = end + 10 * batches
+
+        append(4)
+        fetches = remote.fetches
+        again = PartitionReplicator(topics, remote,  # type: ignore[arg-type]
+                                    CheckpointStore(store, "west", TOPIC, 0), "east", TOPIC, 0,
+                                    checkpoint_interval_s=0.0, retry_backoff_s=0.01)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(again.run)
+            await _until(lambda: again.status.source_next == RECORDS + 40, "the late records")
+            await _until(settled, "settled again")
+            append(2)  # busy again in the same session
+            await _until(lambda: again.status.source_next == RECORDS + 60, "the later ones")
+            nursery.cancel_scope.cancel()
+        assert remote.fetches == fetches
+        assert remote.sent_while_settled == 0  # unsettled before anything was sent
+        assert remote.origin_offsets() == list(range(RECORDS + 60))
     finally:
         await store.close()
