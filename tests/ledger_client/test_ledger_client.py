@@ -392,8 +392,8 @@ async def test_connection_is_reestablished_after_a_bookie_restart(store: Metadat
 
 
 async def test_recovery_replaces_a_dead_bookie_before_rewriting(store: MetadataStore) -> None:
-    async with running_bookies(store, 4) as cluster, BookKeeper(store, timeout_s=1) as bk_a, \
-            BookKeeper(store, timeout_s=1) as bk_b:  # fmt: skip
+    async with running_bookies(store, 4) as cluster, BookKeeper(store, timeout_s=3) as bk_a, \
+            BookKeeper(store, timeout_s=3) as bk_b:  # fmt: skip
         writer = await bk_a.create_ledger(3, 2, 2)
         for i in range(10):
             await writer.append(b"e%d" % i)
