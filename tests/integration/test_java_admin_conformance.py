@@ -9,29 +9,37 @@ from __future__ import annotations
 import time
 import uuid
 from base64 import urlsafe_b64encode
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.java_clients import JavaRun, run_java, start_java
+from tests.support.java_clients import JavaRun, JavaServer, run_java, start_java
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def admin(server: Standalone, op: str, **named: Any) -> JavaRun:
-    return run_java("KafkaAdmin", bootstrap=server.bootstrap, op=op, **named)
+@pytest.fixture(scope="module")
+def java(module_standalone: Standalone) -> Iterator[JavaServer]:
+    """One Java Admin (one JVM) serving every admin call of the module."""
+    with JavaServer("KafkaAdmin", bootstrap=module_standalone.bootstrap) as server:
+        yield server
 
 
-def listed(server: Standalone, **filters: object) -> dict[str, dict]:
-    run = admin(server, "list_transactions", **filters)
+def admin(java: JavaServer, op: str, **named: Any) -> JavaRun:
+    return java.call(op=op, **named)
+
+
+def listed(java: JavaServer, **filters: object) -> dict[str, dict]:
+    run = admin(java, "list_transactions", **filters)
     return {t["transactional_id"]: t for t in run.one("transactions")["listings"]}
 
 
-def test_list_and_describe_transactions(module_standalone: Standalone) -> None:
+def test_list_and_describe_transactions(module_standalone: Standalone, java: JavaServer) -> None:
     server = module_standalone
     topic = "java-txn-admin"
-    admin(server, "create_topics", topics=topic, partitions=2)
+    admin(java, "create_topics", topics=topic, partitions=2)
     done = run_java("KafkaTransactions", bootstrap=server.bootstrap, topic=topic,
                     transactional_id="txn-done", committed=3, aborted=0)
     assert done.one("done")
@@ -42,22 +50,22 @@ def test_list_and_describe_transactions(module_standalone: Standalone) -> None:
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if listed(server, states="Ongoing"):
+            if listed(java, states="Ongoing"):
                 break
             time.sleep(0.5)
-        everything = listed(server)
+        everything = listed(java)
         assert everything["txn-done"]["state"] == "CompleteCommit"
         assert everything["txn-open"]["state"] == "Ongoing"
-        assert set(listed(server, states="Ongoing")) == {"txn-open"}
-        assert set(listed(server, states="CompleteCommit,CompleteAbort")) == {"txn-done"}
+        assert set(listed(java, states="Ongoing")) == {"txn-open"}
+        assert set(listed(java, states="CompleteCommit,CompleteAbort")) == {"txn-done"}
         open_pid = everything["txn-open"]["producer_id"]
-        assert set(listed(server, producer_ids=open_pid)) == {"txn-open"}
-        assert listed(server, producer_ids=open_pid + 1000) == {}
+        assert set(listed(java, producer_ids=open_pid)) == {"txn-open"}
+        assert listed(java, producer_ids=open_pid + 1000) == {}
         time.sleep(1.5)
-        assert "txn-open" in listed(server, states="Ongoing", duration_ms=1000)
-        assert listed(server, states="Ongoing", duration_ms=3_600_000) == {}
+        assert "txn-open" in listed(java, states="Ongoing", duration_ms=1000)
+        assert listed(java, states="Ongoing", duration_ms=3_600_000) == {}
 
-        described = admin(server, "describe_transactions", ids="txn-open,txn-done,txn-none")
+        described = admin(java, "describe_transactions", ids="txn-open,txn-done,txn-none")
         by_id = {e["transactional_id"]: e for e in described.events("transaction")}
         assert by_id["txn-open"]["state"] == "Ongoing"
         assert by_id["txn-open"]["producer_id"] == open_pid
@@ -74,11 +82,10 @@ def test_list_and_describe_transactions(module_standalone: Standalone) -> None:
         holder.communicate(timeout=30)
 
 
-def test_elect_leaders_single_owner(module_standalone: Standalone) -> None:
-    server = module_standalone
-    admin(server, "create_topics", topics="java-elect", partitions=2)
+def test_elect_leaders_single_owner(java: JavaServer) -> None:
+    admin(java, "create_topics", topics="java-elect", partitions=2)
     for election in ("PREFERRED", "UNCLEAN"):
-        run = admin(server, "elect_leaders", type=election,
+        run = admin(java, "elect_leaders", type=election,
                     partitions="java-elect:0,java-elect:1,java-elect:7,no-such-topic:0")
         results = {(e["topic"], e["partition"]): e["error"] for e in run.events("election")}
         assert results == {
@@ -87,17 +94,16 @@ def test_elect_leaders_single_owner(module_standalone: Standalone) -> None:
             ("java-elect", 7): "UnknownTopicOrPartitionException",
             ("no-such-topic", 0): "UnknownTopicOrPartitionException",
         }
-    everything = admin(server, "elect_leaders", type="PREFERRED")
+    everything = admin(java, "elect_leaders", type="PREFERRED")
     assert everything.one("elected")["count"] == 0  # nothing needed an election
 
 
-def test_describe_topics_by_id(module_standalone: Standalone) -> None:
-    server = module_standalone
-    admin(server, "create_topics", topics="java-by-id-a,java-by-id-b", partitions=3)
-    by_name = admin(server, "describe_topics", topics="java-by-id-a,java-by-id-b")
+def test_describe_topics_by_id(java: JavaServer) -> None:
+    admin(java, "create_topics", topics="java-by-id-a,java-by-id-b", partitions=3)
+    by_name = admin(java, "describe_topics", topics="java-by-id-a,java-by-id-b")
     ids = {t["name"]: t["id"] for t in by_name.events("topic")}
     unknown_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")  # Java's Uuid text
-    by_id = admin(server, "describe_topics", ids=f"{ids['java-by-id-a']},{ids['java-by-id-b']},"
+    by_id = admin(java, "describe_topics", ids=f"{ids['java-by-id-a']},{ids['java-by-id-b']},"
                                                  f"{unknown_id}")
     found = {t["id"]: t for t in by_id.events("topic")}
     assert found[ids["java-by-id-a"]]["name"] == "java-by-id-a"
@@ -107,12 +113,12 @@ def test_describe_topics_by_id(module_standalone: Standalone) -> None:
 
 
 
-def test_describe_log_dirs_real_sizes(module_standalone: Standalone) -> None:
+def test_describe_log_dirs_real_sizes(module_standalone: Standalone, java: JavaServer) -> None:
     server = module_standalone
-    admin(server, "create_topics", topics="java-logdirs", partitions=2)
+    admin(java, "create_topics", topics="java-logdirs", partitions=2)
     run_java("KafkaProduce", bootstrap=server.bootstrap, topic="java-logdirs", partition=0,
              count=300, value_prefix="x" * 200)
-    first = admin(server, "describe_log_dirs", brokers=0).one("log_dir")
+    first = admin(java, "describe_log_dirs", brokers=0).one("log_dir")
     assert first["path"] == str(server.data_dir.resolve())
     assert first["error"] is None
     assert first["total_bytes"] > 0 and 0 <= first["usable_bytes"] <= first["total_bytes"]
@@ -121,7 +127,7 @@ def test_describe_log_dirs_real_sizes(module_standalone: Standalone) -> None:
     assert sizes[("java-logdirs", 0)] > 300 * 200  # the values alone, compressed or not
     run_java("KafkaProduce", bootstrap=server.bootstrap, topic="java-logdirs", partition=1,
              count=10)
-    again = admin(server, "describe_log_dirs", brokers=0).one("log_dir")
+    again = admin(java, "describe_log_dirs", brokers=0).one("log_dir")
     later = {(r["topic"], r["partition"]): r["size"] for r in again["replicas"]}
     assert later[("java-logdirs", 0)] == sizes[("java-logdirs", 0)]
     assert later[("java-logdirs", 1)] > 0

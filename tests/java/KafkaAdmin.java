@@ -26,13 +26,20 @@ import org.apache.kafka.common.config.ConfigResource;
 /**
  * Admin calls by `op` (see each case); every per-item outcome is an event, errors included
  * (as {"event": "error", "error": ExceptionName, ...}). The transaction, log-dir, election and
- * SCRAM calls live in KafkaAdminOps.
+ * SCRAM calls live in KafkaAdminOps. With serve=true, one Admin serves every call read from
+ * stdin (see Serve).
  */
 public final class KafkaAdmin {
     public static void main(String[] argv) throws Exception {
         Args a = new Args(argv);
         try (Admin admin = Admin.create(a.kafkaProps())) {
-            if (!KafkaAdminOps.run(admin, a)) run(admin, a);
+            if (a.flag("serve", false)) {  // many calls on one Admin (Serve)
+                Serve.lines(call -> {
+                    if (!KafkaAdminOps.run(admin, call)) run(admin, call);
+                });
+            } else if (!KafkaAdminOps.run(admin, a)) {
+                run(admin, a);
+            }
         }
     }
 

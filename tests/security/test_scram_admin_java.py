@@ -10,24 +10,24 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.support.java_clients import JavaRun, run_java
+from tests.support.java_clients import JavaServer
 from tests.support.secured_standalone import PASSWORDS, secured_standalone
 from tests.support.standalone import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def java_admin(bootstrap: str, user: str, op: str, **named: Any) -> JavaRun:
+def java_admin(bootstrap: str, user: str) -> JavaServer:
+    """One Java Admin (one JVM) logged in as `user`, for several calls."""
     jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
             f'username="{user}" password="{PASSWORDS[user]}";')
-    return run_java("KafkaAdmin", bootstrap=bootstrap, op=op, kafka={
+    return JavaServer("KafkaAdmin", bootstrap=bootstrap, kafka={
         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-        "sasl.jaas.config": jaas}, **named)
+        "sasl.jaas.config": jaas})
 
 
 def scram_login_works(bootstrap: str, user: str, password: str) -> bool:
@@ -41,37 +41,41 @@ def scram_login_works(bootstrap: str, user: str, password: str) -> bool:
         return False
 
 
+def check_scram_calls(boot: str, admin: JavaServer, mallory: JavaServer) -> None:
+    """SCRAM credentials described, added, refused and denied through the Java Admin."""
+    configured = admin.call(op="describe_scram")
+    users = {e["user"]: e["credentials"] for e in configured.events("scram_user")}
+    assert set(users) == set(PASSWORDS)
+    assert {c["mechanism"] for c in users["alice"]} == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+
+    added = admin.call(op="alter_scram", upsert="carol:SCRAM-SHA-512:8192:carol-pw")
+    assert added.one("altered")["user"] == "carol"
+    carol = admin.call(op="describe_scram", users="carol")
+    assert carol.one("scram_user")["credentials"] == [
+        {"mechanism": "SCRAM-SHA-512", "iterations": 8192}]
+    assert scram_login_works(boot, "carol", "carol-pw")
+    assert not scram_login_works(boot, "carol", "wrong-pw")
+
+    bad = admin.call(op="alter_scram", upsert="dave:SCRAM-SHA-256:1000:x")
+    assert bad.one("error")["error"] == "UnacceptableCredentialException"
+    missing = admin.call(op="alter_scram", delete="carol:SCRAM-SHA-256")
+    assert missing.one("error")["error"] == "ResourceNotFoundException"
+    nobody = admin.call(op="describe_scram", users="nobody")
+    assert nobody.one("error")["error"] == "ResourceNotFoundException"
+
+    refused = mallory.call(op="alter_scram", upsert="mallory:SCRAM-SHA-512:4096:mine")
+    assert refused.one("error")["error"] == "ClusterAuthorizationException"
+    peek = mallory.call(op="describe_scram")
+    assert peek.one("error")["error"] == "ClusterAuthorizationException"
+
+
 def test_scram_credentials_through_the_kafka_api(tmp_path: Path) -> None:
     server = secured_standalone(tmp_path / "scram")
     server.start()
     try:
         boot = server.bootstrap
-        configured = java_admin(boot, "admin", "describe_scram")
-        users = {e["user"]: e["credentials"] for e in configured.events("scram_user")}
-        assert set(users) == set(PASSWORDS)
-        assert {c["mechanism"] for c in users["alice"]} == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
-
-        added = java_admin(boot, "admin", "alter_scram",
-                           upsert="carol:SCRAM-SHA-512:8192:carol-pw")
-        assert added.one("altered")["user"] == "carol"
-        carol = java_admin(boot, "admin", "describe_scram", users="carol")
-        assert carol.one("scram_user")["credentials"] == [
-            {"mechanism": "SCRAM-SHA-512", "iterations": 8192}]
-        assert scram_login_works(boot, "carol", "carol-pw")
-        assert not scram_login_works(boot, "carol", "wrong-pw")
-
-        bad = java_admin(boot, "admin", "alter_scram", upsert="dave:SCRAM-SHA-256:1000:x")
-        assert bad.one("error")["error"] == "UnacceptableCredentialException"
-        missing = java_admin(boot, "admin", "alter_scram", delete="carol:SCRAM-SHA-256")
-        assert missing.one("error")["error"] == "ResourceNotFoundException"
-        nobody = java_admin(boot, "admin", "describe_scram", users="nobody")
-        assert nobody.one("error")["error"] == "ResourceNotFoundException"
-
-        refused = java_admin(boot, "mallory", "alter_scram", upsert="mallory:SCRAM-SHA-512:"
-                                                                    "4096:mine")
-        assert refused.one("error")["error"] == "ClusterAuthorizationException"
-        peek = java_admin(boot, "mallory", "describe_scram")
-        assert peek.one("error")["error"] == "ClusterAuthorizationException"
+        with java_admin(boot, "admin") as admin, java_admin(boot, "mallory") as mallory:
+            check_scram_calls(boot, admin, mallory)
     finally:
         server.stop()
     listed = subprocess.run([sys.executable, "-m", "gateway", "users", "list", "--metadata",
@@ -82,10 +86,11 @@ def test_scram_credentials_through_the_kafka_api(tmp_path: Path) -> None:
 
     server.start()  # the same store again: delete over the Kafka API, the login stops working
     try:
-        gone = java_admin(server.bootstrap, "admin", "alter_scram", delete="carol:SCRAM-SHA-512")
-        assert gone.one("altered")["user"] == "carol"
-        after = java_admin(server.bootstrap, "admin", "describe_scram", users="carol")
-        assert after.one("error")["error"] == "ResourceNotFoundException"
+        with java_admin(server.bootstrap, "admin") as admin:
+            gone = admin.call(op="alter_scram", delete="carol:SCRAM-SHA-512")
+            assert gone.one("altered")["user"] == "carol"
+            after = admin.call(op="describe_scram", users="carol")
+            assert after.one("error")["error"] == "ResourceNotFoundException"
         assert not scram_login_works(server.bootstrap, "carol", "carol-pw")
     finally:
         server.stop()

@@ -53,6 +53,11 @@ The API (all synchronous: the brokers under test run in their own processes)
     ``start_java(main_class, *args, **named) -> subprocess.Popen[str]``
         The same, in the background (stdout piped as text); for long-running consumers. The
         caller stops it (``proc.terminate()``/``kill()``) and reads ``parse_lines(stdout)``.
+    ``JavaServer(main_class, *args, **named)``
+        One JVM serving many calls (programs that support ``serve=true``: KafkaAdmin,
+        KafkaShareAdmin): ``with JavaServer("KafkaAdmin", bootstrap=b) as admin:
+        admin.call(op="list_topics")`` answers each call's ``JavaRun``. A JVM start costs
+        seconds on a loaded machine; tests making several admin calls share one.
     ``JavaRun``: ``returncode``, ``stdout``, ``stderr``, ``records`` (the parsed JSON lines),
         ``events(name)`` (records whose ``"event"`` equals ``name``) and ``one(name)`` (exactly
         one such record, else AssertionError showing the output).
@@ -72,10 +77,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import selectors
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,6 +273,85 @@ def start_java(main_class: str, *args: str, jars_: list[Path] | None = None,
     argv = java_command(main_class, *_arguments(args, named), jars_=jars_, source_dir=source_dir)
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=REPO)
+
+
+class JavaServer:
+    """One JVM of a program started with ``serve=true`` (tests/java/Serve.java) that runs many
+    calls: a JVM start costs seconds on a loaded machine, a call on a warm one milliseconds.
+    Use as a context manager; ``call(**named)`` answers a ``JavaRun`` of that call's events
+    and raises ``JavaClientError`` when the call threw (as a one-shot run's non-zero exit)."""
+
+    def __init__(self, main_class: str, *args: str, jars_: list[Path] | None = None,
+                 source_dir: Path | None = None, **named: Any) -> None:
+        self.main_class = main_class
+        argv = java_command(main_class, *_arguments(args, {**named, "serve": True}),
+                            jars_=jars_, source_dir=source_dir)
+        self._stderr = tempfile.TemporaryFile()  # never a full pipe blocking the JVM
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, cwd=REPO)
+        self._buffer = b""
+
+    def __enter__(self) -> JavaServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _stderr_text(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-8000:]
+
+    def call(self, *args: str, timeout: float = 120, **named: Any) -> JavaRun:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        line = "\t".join(_arguments(args, named))
+        if "\n" in line:
+            raise ValueError("a served call's arguments cannot hold a newline")
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+        lines: list[str] = []
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            while True:
+                while b"\n" in self._buffer:
+                    raw, self._buffer = self._buffer.split(b"\n", 1)
+                    text = raw.decode(errors="replace")
+                    record = parse_lines(text)
+                    if record and record[0].get("event") == "served":
+                        return self._answer(lines, record[0])
+                    lines.append(text)
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    raise JavaClientError(f"{self.main_class} call {line!r} timed out after "
+                                          f"{timeout}s\n" + "\n".join(lines)[-4000:])
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+                if not chunk:
+                    self.proc.wait(timeout=30)
+                    raise JavaClientError(f"{self.main_class} exited {self.proc.returncode} "
+                                          f"during {line!r}\n" + "\n".join(lines)[-4000:]
+                                          + f"\nstderr:\n{self._stderr_text()}")
+                self._buffer += chunk
+
+    def _answer(self, lines: list[str], served: dict[str, Any]) -> JavaRun:
+        stdout = "\n".join(lines)
+        if "failed" in served:
+            raise JavaClientError(f"{self.main_class} call failed\nstdout:\n{stdout[-4000:]}\n"
+                                  f"{served['failed']}")
+        return JavaRun(0, stdout, "", parse_lines(stdout))
+
+    def close(self) -> None:
+        """End of stdin ends the program; a JVM that does not end within 30 s is killed."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+            self._stderr.close()
 
 
 if __name__ == "__main__":
