@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.standalone import Standalone
+from tests.support.standalone import Standalone, running_standalone
 
 # The files that take longest in a full run (seconds of their slowest tests in a CI run on
 # 2 workers, heaviest first). scripts/run-tests hands files to the workers in collection order
@@ -49,22 +49,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def standalone(tmp_path: Path) -> Iterator[Standalone]:
     """A running `ledgerwire standalone` subprocess with its own data dir and ports."""
-    server = Standalone(tmp_path / "data")
-    server.start()
-    try:
+    with running_standalone(tmp_path / "data") as server:
         yield server
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.stop()
 
 
 @pytest.fixture(scope="module")
 def module_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     """One `ledgerwire standalone` shared by the tests of a module (they use distinct topics)."""
-    server = Standalone(tmp_path_factory.mktemp("standalone") / "data")
-    server.start()
-    try:
+    with running_standalone(tmp_path_factory.mktemp("standalone") / "data") as server:
         yield server
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.stop()

@@ -27,7 +27,7 @@ from tests.support.group_members import (
     produce_numbered,
     wait_for,
 )
-from tests.support.standalone import Standalone
+from tests.support.standalone import Standalone, running_standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,13 +38,8 @@ BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "500"]
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Standalone]:
-    server = Standalone(tmp_path / "data", extra_args=BROKER_ARGS)
-    server.start()
-    try:
+    with running_standalone(tmp_path / "data", extra_args=BROKER_ARGS) as server:
         yield server
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.stop()
 
 
 def covered(members: list[Member], expected: set[int]) -> bool:

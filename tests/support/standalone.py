@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +151,16 @@ class Standalone:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+@contextmanager
+def running_standalone(data_dir: Path, *, extra_args: list[str] | None = None,
+                       ) -> Iterator[Standalone]:
+    """A started Standalone, stopped on exit unless a test already stopped or killed it."""
+    server = Standalone(data_dir, extra_args=extra_args)
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.stop()
