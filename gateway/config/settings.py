@@ -66,6 +66,8 @@ class KafkaConfig:
     offsets_retention_minutes: int = 7 * 24 * 60  # Kafka's offsets.retention.minutes
     group_consumer_session_timeout_ms: int = 45000  # KIP-848 group.consumer.session.timeout.ms
     group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
+    group_share_session_timeout_ms: int = 45000  # KIP-932 group.share.session.timeout.ms
+    group_share_heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
     # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL (TLS needs ssl_certfile and ssl_keyfile)
     security_protocol: str = "PLAINTEXT"
     sasl_mechanisms: list[str] = field(

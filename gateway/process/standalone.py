@@ -58,6 +58,7 @@ from ledger_backend.metadata import open_store
 from ledger_backend.secret_files import make_private_dir, read_secret_file
 from protocols.kafka.consumer_group_coordinator import ConsumerGroupConfig
 from protocols.kafka.group_coordinator import CoordinatorConfig, GroupCoordinator
+from protocols.kafka.share_group_coordinator import ShareGroupConfig
 from protocols.kafka.transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("ledgerwire.standalone")
@@ -146,7 +147,12 @@ async def run_standalone(
             lambda settings_for: DeliveryService(factory, system_ledger_config(config),
                                                  settings_for=settings_for,
                                                  ledger_prefix=SHARE_STATE_LEDGER_PREFIX),
-            ShareGroupConfigs(store), dead_letters=LocalDeadLetters(topics),
+            ShareGroupConfigs(store),
+            ShareGroupConfig(
+                heartbeat_interval_ms=config.kafka.group_share_heartbeat_interval_ms,
+                session_timeout_ms=config.kafka.group_share_session_timeout_ms,
+            ),
+            dead_letters=LocalDeadLetters(topics),
         )
         stack.push_async_callback(share_groups.close)
 

@@ -40,6 +40,17 @@ def test_flags_override_file_which_overrides_defaults(tmp_path: Path) -> None:
     assert config.storage.fsync is False
 
 
+def test_share_group_session_flags() -> None:
+    """KIP-932's group.share.session.timeout.ms and heartbeat interval (default 45 s / 5 s)."""
+    assert (load_config(None).kafka.group_share_session_timeout_ms,
+            load_config(None).kafka.group_share_heartbeat_interval_ms) == (45000, 5000)
+    args = build_parser().parse_args(["standalone", "--group-share-session-timeout-ms", "15000",
+                                      "--group-share-heartbeat-interval-ms", "1000"])
+    config = config_from_args(args)
+    assert (config.kafka.group_share_session_timeout_ms,
+            config.kafka.group_share_heartbeat_interval_ms) == (15000, 1000)
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -11,12 +11,14 @@ import subprocess
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.java_clients import parse_lines, run_java, start_java
-from tests.support.standalone import Standalone
+from tests.support.java_clients import JavaServer, parse_lines, run_java, start_java
+from tests.support.standalone import Standalone, running_standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -181,43 +183,60 @@ def admin(server: Standalone, op: str, group: str, **named: Any) -> dict:
     return event
 
 
-def test_admin_calls(module_standalone: Standalone) -> None:
-    topic, group = "share-admin", "share-admin-g"
-    produce(module_standalone, topic, 10)
-    holder = start_share_consumer(module_standalone, topic, group, 4, hold="true",
-                                  timeout_ms=120_000)
-    assert holder.stdout is not None and '"ready"' in holder.stdout.readline()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and '"record"' not in holder.stdout.readline():
-        pass
-    described = admin(module_standalone, "describe", group)
-    assert described["state"] == "Stable" and len(described["members"]) == 1
-    assert described["members"][0]["assignment"] == [f"{topic}-0"]
-    refused = admin(module_standalone, "alter_offsets", group, topic=topic, offset=0)
-    assert refused["error"] == "GroupNotEmptyException", refused
-    holder.kill()
-    holder.communicate()
-    listed = admin(module_standalone, "list_offsets", group)
-    assert listed["offsets"] == [{"partition": f"{topic}-0", "start": 0}]
-    deadline = time.monotonic() + 60  # the killed member leaves after the session timeout
-    while time.monotonic() < deadline:
-        altered = admin(module_standalone, "alter_offsets", group, topic=topic, offset=6)
-        if altered.get("ok"):
-            break
-        time.sleep(2)
-    assert altered == {"event": "alter_offsets", "ok": True}
-    assert admin(module_standalone, "list_offsets", group)["offsets"] == [
-        {"partition": f"{topic}-0", "start": 6}]
-    records = share_consume(module_standalone, topic, group, 4, configs="")
-    assert sorted(r["offset"] for r in records) == [6, 7, 8, 9]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        deleted = admin(module_standalone, "delete_offsets", group, topic=topic)
-        if deleted.get("ok"):
-            break
-        time.sleep(2)
-    assert deleted == {"event": "delete_offsets", "ok": True}
-    assert admin(module_standalone, "list_offsets", group)["offsets"] == []
-    assert admin(module_standalone, "delete", group) == {"event": "delete", "ok": True}
-    gone = admin(module_standalone, "describe", group)
-    assert gone.get("error") == "GroupIdNotFoundException" or gone.get("state") == "Dead", gone
+@pytest.fixture
+def short_session_standalone(tmp_path: Path) -> Iterator[Standalone]:
+    """A standalone whose share-group members are removed after 15 s of silence (heartbeats
+    every second) instead of 45 s: test_admin_calls waits for a killed member to leave."""
+    with running_standalone(tmp_path / "data", extra_args=[
+            "--group-share-session-timeout-ms", "15000",
+            "--group-share-heartbeat-interval-ms", "1000"]) as server:
+        yield server
+
+
+def call(java: JavaServer, op: str, group: str, **named: Any) -> dict:
+    [event] = java.call(op=op, group=group, **named).records
+    return event
+
+
+def test_admin_calls(short_session_standalone: Standalone) -> None:
+    server = short_session_standalone
+    with JavaServer("KafkaShareAdmin", bootstrap=server.bootstrap) as java:  # one JVM, every call
+        topic, group = "share-admin", "share-admin-g"
+        produce(server, topic, 10)
+        holder = start_share_consumer(server, topic, group, 4, hold="true",
+                                      timeout_ms=120_000)
+        assert holder.stdout is not None and '"ready"' in holder.stdout.readline()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and '"record"' not in holder.stdout.readline():
+            pass
+        described = call(java, "describe", group)
+        assert described["state"] == "Stable" and len(described["members"]) == 1
+        assert described["members"][0]["assignment"] == [f"{topic}-0"]
+        refused = call(java, "alter_offsets", group, topic=topic, offset=0)
+        assert refused["error"] == "GroupNotEmptyException", refused
+        holder.kill()
+        holder.communicate()
+        listed = call(java, "list_offsets", group)
+        assert listed["offsets"] == [{"partition": f"{topic}-0", "start": 0}]
+        deadline = time.monotonic() + 60  # the killed member leaves after the session timeout
+        while time.monotonic() < deadline:
+            altered = call(java, "alter_offsets", group, topic=topic, offset=6)
+            if altered.get("ok"):
+                break
+            time.sleep(2)
+        assert altered == {"event": "alter_offsets", "ok": True}
+        assert call(java, "list_offsets", group)["offsets"] == [
+            {"partition": f"{topic}-0", "start": 6}]
+        records = share_consume(server, topic, group, 4, configs="")
+        assert sorted(r["offset"] for r in records) == [6, 7, 8, 9]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            deleted = call(java, "delete_offsets", group, topic=topic)
+            if deleted.get("ok"):
+                break
+            time.sleep(2)
+        assert deleted == {"event": "delete_offsets", "ok": True}
+        assert call(java, "list_offsets", group)["offsets"] == []
+        assert call(java, "delete", group) == {"event": "delete", "ok": True}
+        gone = call(java, "describe", group)
+        assert gone.get("error") == "GroupIdNotFoundException" or gone.get("state") == "Dead", gone

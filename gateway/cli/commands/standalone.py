@@ -81,6 +81,20 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
         help="KIP-848 consumer groups: heartbeat interval the server gives members",
     )
     p.add_argument(
+        "--group-share-session-timeout-ms",
+        type=int,
+        metavar="N",
+        dest="kafka.group_share_session_timeout_ms",
+        help="KIP-932 share groups: a member silent this long is removed",
+    )
+    p.add_argument(
+        "--group-share-heartbeat-interval-ms",
+        type=int,
+        metavar="N",
+        dest="kafka.group_share_heartbeat_interval_ms",
+        help="KIP-932 share groups: heartbeat interval the server gives members",
+    )
+    p.add_argument(
         "--offsets-retention-minutes",
         dest="kafka.offsets_retention_minutes",
         type=int,
