@@ -67,6 +67,12 @@ def produce(args: argparse.Namespace) -> None:
     producer = Producer(config(args), (args.topic,))
     producer.startup()
     try:
+        if args.send_async:  # all in flight at once, then each future's receipt
+            futures = [producer.send_async(make_message(args, i)) for i in range(args.count)]
+            for i, future in enumerate(futures):
+                receipt = future.result(timeout=60)
+                emit(sent=i, message_id=receipt.message_id, offset=receipt.offset)
+            return
         for i in range(args.count):
             receipt = producer.send(make_message(args, i))
             emit(sent=i, message_id=receipt.message_id, offset=receipt.offset)
@@ -336,6 +342,7 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=30.0)
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--ack-even", action="store_true")
+    p.add_argument("--send-async", action="store_true", help="produce: Producer.send_async")
     p.add_argument("--handle", default="", help="recall: this recall handle only")
     args = p.parse_args()
     {"produce": produce, "transaction": transaction, "receive": receive,

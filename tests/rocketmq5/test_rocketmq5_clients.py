@@ -68,6 +68,17 @@ def test_send_receive_ack_and_one_topic_space_with_kafka(module_standalone: Stan
     assert sorted(m["body"] for m in got) == ["kafka-0", "kafka-1", "kafka-2"]
 
 
+def test_async_sends_all_in_flight_are_each_acknowledged_once(
+        module_standalone: Standalone) -> None:
+    ep = endpoint(module_standalone)
+    sent = run5("produce", ep, "r5-async", "--count", "40", "--send-async", "--prefix", "a")
+    assert len({s["message_id"] for s in sent}) == 40
+    got = received(run5("receive", ep, "r5-async", "--consumer-group", "async", "--expect",
+                        "40", "--batch", "32"))
+    assert sorted(m["body"] for m in got) == sorted(f"a-{i}" for i in range(40))
+    assert {m["message_id"] for m in got} == {s["message_id"] for s in sent}
+
+
 def test_unacknowledged_messages_come_back_with_their_attempt_counted(
         module_standalone: Standalone) -> None:
     ep = endpoint(module_standalone)
