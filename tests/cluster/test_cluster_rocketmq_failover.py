@@ -6,7 +6,7 @@ Real cluster (ZooKeeper with a 4 s session, 3 bookies, 2 brokers, 4 bundles), th
 client (rocketmq-client-python) sending synchronously to 8 queues (2 per bundle) through both
 name servers: kill -9 of broker 2, its restart, then its SIGTERM.  No send fails, nothing
 acknowledged is lost; every queue takes sends again within 3 s of the survivor adopting the
-killed broker's ports and within the client's send timeout + 2 s of the SIGTERM (the printed
+killed broker's ports and within 8 s of the SIGTERM (the printed
 figures: about the session timeout + 2 s after the kill; after the SIGTERM about 1 s, or the
 client's 3 s send timeout when a send was on the wire as the connection closed).  Without
 adoption the killed broker's queues get nothing until the client's route refresh (up to 30 s;
@@ -123,10 +123,10 @@ async def test_every_queue_takes_sends_again_after_a_kill_and_a_sigterm(
     print(f"longest queue pause: after kill -9 {pause(killed_at, calm_after_kill):.2f} s "
           f"(ports adopted after {adopted_at - killed_at:.2f} s, session {SESSION_S} s), "
           f"after SIGTERM {pause(stopped_at, calm_after_stop):.2f} s")
-    # Bounds with room for a loaded machine (measured on one at load 8-19: 6.0-7.0 s after
-    # the kill, ports adopted 5.2-6.3 s after it; 0.6-1.2 s after the SIGTERM, 3.5 s when a
-    # send was on the wire as the leaving broker closed its connections: the client waits
-    # out its 3 s send timeout for it).  Without adoption the gone broker's queues wait for
-    # the client's route refresh: 0-30 s after the fault, any of it equally likely.
+    # Bounds with room for a loaded machine (measured on one at load 8-19: 5.9-7.0 s after
+    # the kill, ports adopted 5.2-6.3 s after it; 0.6-1.2 s after the SIGTERM, 3.5-4.5 s
+    # when a send was on the wire as the leaving broker closed its connections: the client
+    # waits out its 3 s send timeout for it).  Without adoption the gone broker's queues
+    # wait for the client's route refresh: 0-30 s after the fault, any of it equally likely.
     assert pause(adopted_at, calm_after_kill) <= 3.0
-    assert pause(stopped_at, calm_after_stop) <= 3.0 + 2.0
+    assert pause(stopped_at, calm_after_stop) <= 8.0
