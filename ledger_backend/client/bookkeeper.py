@@ -159,7 +159,8 @@ class BookKeeper:
             self._ledgers_dir_exists = True
         metadata = await self._new_metadata(ensemble_size, write_quorum, ack_quorum,
                                             custom_metadata)
-        ledger_id = await ctx._bounded("reserve ledger ids", self._first_ids.take)
+        # not bounded by the client timeout: thousands of opens may queue for one reservation
+        ledger_id = await self._first_ids.take()
         return PreparedLedger(ledger_id, metadata,
                               (CreateOp(ledger_path(ledger_id), metadata.to_json_bytes()),))
 
