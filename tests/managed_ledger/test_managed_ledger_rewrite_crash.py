@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,14 +18,11 @@ import pytest
 
 from ledger_backend.managed_ledger import REWRITE_CRASH_POINTS
 from tests.managed_ledger.rewrite_crash_driver import KEYS, UPDATES
+from tests.support.ports import free_port
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run(data_dir: Path, port: int, phase: str, crash_at: str | None = None

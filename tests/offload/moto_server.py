@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -10,17 +9,13 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ports import free_port
 
 
 @contextmanager
 def moto_s3(bucket: str = "ledgers") -> Iterator[str]:
     """Run moto_server on a free port, create `bucket`, yield the endpoint URL."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

@@ -19,45 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .ports import distinct_free_ports, free_port, free_port_range
+
 REPO = Path(__file__).resolve().parents[2]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def distinct_free_ports(count: int, taken: set[int]) -> list[int]:
-    """`count` free ports, all different and none in `taken` (free_port alone may hand out
-    the same port twice: each socket is closed before the next is bound)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in taken and port not in ports:
-            ports.append(port)
-    return ports
-
-
-def free_port_range(count: int) -> int:
-    """A first port such that [first, first + count) are all free right now."""
-    for _ in range(200):
-        first = free_port()
-        if first + count >= 65535:
-            continue
-        try:
-            socks = []
-            for p in range(first, first + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
+__all__ = ["Standalone", "distinct_free_ports", "free_port", "free_port_range"]
 
 
 class Standalone:

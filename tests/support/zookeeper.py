@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from .ports import free_port
+
 __all__ = ["ServerTls", "ZooKeeperServer", "expire_session", "four_letter_word",
            "pyspark_jars_dir"]
 
@@ -46,12 +48,6 @@ def pyspark_jars_dir() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent / "jars"
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def four_letter_word(host: str, port: int, word: str, timeout_s: float = 2.0) -> str:
@@ -93,13 +89,13 @@ class ZooKeeperServer:
         self.config_path = self.base_dir / "zoo.cfg"
         self.log_path = self.base_dir / "zookeeper.log"
         self.host = "127.0.0.1"
-        self.port = port if port is not None else _free_loopback_port()
+        self.port = port if port is not None else free_port()
         self.tick_ms = tick_ms
         self.start_timeout_s = start_timeout_s
         self.max_heap = max_heap
         self.sasl_users = dict(sasl_users or {})
         self.tls = tls
-        self.secure_port = _free_loopback_port() if tls is not None else None
+        self.secure_port = free_port() if tls is not None else None
         self.jaas_path = self.base_dir / "zk-jaas.conf"
         self.keystore_path = self.base_dir / "zk-keystore.pem"
         self._proc: subprocess.Popen[bytes] | None = None
