@@ -35,8 +35,10 @@ async def store() -> MetadataStore:
 
 
 async def test_a_lone_add_wakes_no_writer_task(store: MetadataStore) -> None:
+    # no explicit-LAC timer: on a loaded machine an append slower than its delay (0.2 s) would
+    # put a LAC request in flight beside the next add, which then rightly goes to the writer
     async with running_bookies(store, 2) as _cluster, \
-            BookKeeper(store, timeout_s=5) as bk:  # fmt: skip
+            BookKeeper(store, timeout_s=5, explicit_lac_delay_s=0) as bk:  # fmt: skip
         writer = await bk.create_ledger(2, 2, 2)
         for _ in range(3):  # connect first
             await writer.append(b"warm")
