@@ -13,14 +13,41 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pyspark
-from support.standalone import free_port
+from support.standalone import REPO, free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
+
+
+def python_without_ledgerwire(directory: Path) -> tuple[Path, Path]:
+    """A Python for Spark's workers that cannot import ledgerwire (python -S: no editable
+    install; the repository removed from PYTHONPATH; site-packages kept for pyspark, pyarrow,
+    trio, kazoo), and the file it touches each time it starts (so a test can tell that the
+    workers really ran it)."""
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    marker = directory / "python-without-ledgerwire.ran"
+    wrapper = directory / "python-without-ledgerwire"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"touch '{marker}'\n"
+        f"PYTHONPATH=\"$(printf '%s' \"$PYTHONPATH\" | tr ':' '\\n' | grep -v -x -F "
+        f"-e '{REPO}' -e '{REPO}/' | paste -sd: -):{site}\"\n"
+        "export PYTHONPATH\n"
+        f"exec {sys.executable} -S \"$@\"\n")  # fmt: skip
+    wrapper.chmod(0o755)
+    probe = subprocess.run([str(wrapper), "-c", "import spark_bridge"], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                           cwd=directory)  # fmt: skip
+    assert "No module named 'spark_bridge'" in probe.stderr, probe.stderr
+    marker.unlink()
+    return wrapper, marker
 
 
 class SparkCluster:

@@ -153,48 +153,6 @@ def test_replay_then_a_failing_job(broker: tuple[Standalone, ProducedTopic],
     assert "Traceback" in log.read_text()
 
 
-def test_workers_without_ledgerwire_run_the_shipped_code(
-        broker: tuple[Standalone, ProducedTopic], tmp_path: Path) -> None:  # fmt: skip
-    """Python workers started without ledgerwire on their path (python -S: no editable
-    install; the repository removed from PYTHONPATH; site-packages kept for pyspark, pyarrow,
-    trio, kazoo) fail with --no-ship-code and succeed with the CLI's default, which adds the
-    bridge's zip to the job."""
-    import sysconfig
-
-    standalone, produced = broker
-    site = sysconfig.get_paths()["purelib"]
-    wrapper = tmp_path / "python-without-ledgerwire"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f"PYTHONPATH=\"$(printf '%s' \"$PYTHONPATH\" | tr ':' '\\n' | grep -v -x -F "
-        f"-e '{REPO}' -e '{REPO}/' | paste -sd: -):{site}\"\n"
-        "export PYTHONPATH\n"
-        f"exec {sys.executable} -S \"$@\"\n")  # fmt: skip
-    wrapper.chmod(0o755)
-    probe = subprocess.run([str(wrapper), "-c", "import spark_bridge"], capture_output=True,
-                           text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                           cwd=tmp_path)  # fmt: skip
-    assert "No module named 'spark_bridge'" in probe.stderr, probe.stderr
-    old = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = str(wrapper)  # run_cli passes os.environ on
-    try:
-        args = ["replay", "--topic", "cli", "--metadata", str(standalone.data_dir),
-                "--master", "local[1]", "--no-ui"]  # fmt: skip
-        code, _out, err, _s = run_cli(*args, "--to", str(tmp_path / "a"), "--no-ship-code",
-                                      cwd=tmp_path)  # fmt: skip
-        assert code == 1, err
-        assert "No module named 'spark_bridge'" in err.strip().splitlines()[-1], err
-        assert_no_java(err)
-        code, out, err, _s = run_cli(*args, "--to", str(tmp_path / "b"), cwd=tmp_path)
-        assert code == 0, err
-        assert pq.read_table(tmp_path / "b").num_rows == len(produced.rows)
-    finally:
-        if old is None:
-            os.environ.pop("PYSPARK_PYTHON", None)
-        else:
-            os.environ["PYSPARK_PYTHON"] = old
-
-
 def test_standalone_bookies_register_their_advertised_host(tmp_path: Path) -> None:
     """[storage] bookie_advertised_host: the embedded bookie registers that host (here
     "localhost" while it binds 127.0.0.1), and a reader resolving the registered address

@@ -1,6 +1,8 @@
 """`ledgerwire replay` on a real Spark standalone cluster (a master and two one-core workers
 started from the pyspark wheel's spark-class): the Parquet output equals what the producer had
-acknowledged, and tasks ran on both workers. Data stays tiny: the machine is small."""
+acknowledged, tasks ran on both workers, and the workers' Python had no ledgerwire (the CLI
+ships the bridge's zip with the job); backfill is exact and idempotent. Data stays tiny: the
+machine is small."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from spark_bridge_support import ProducedTopic, produce_history, start_standalone
-from spark_cluster import SparkCluster
+from spark_cluster import SparkCluster, python_without_ledgerwire
 from support.standalone import Standalone
 from test_spark_cli_errors import assert_no_java, run_cli
 
@@ -43,8 +45,10 @@ def topic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Standalone
 def test_replay_on_two_workers_equals_the_produced_topic(
         cluster: SparkCluster, topic: tuple[Standalone, ProducedTopic], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The workers' Python cannot import ledgerwire: the code the CLI ships runs there."""
     broker, produced = topic
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # the workers share this host
+    wrapper, ran = python_without_ledgerwire(tmp_path)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(wrapper))  # the workers share this host
     target = tmp_path / "out"
     code, out, err, _s = run_cli(
         "replay", "--topic", "spread", "--to", str(target), "--metadata", str(broker.data_dir),
@@ -59,6 +63,7 @@ def test_replay_on_two_workers_equals_the_produced_topic(
         table.column("partition").to_pylist(), table.column("offset").to_pylist(),
         table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)}
     assert got == {pos: (row[0], row[1]) for pos, row in produced.rows.items()}
+    assert ran.exists()  # the executors' Python workers were the wrapper
     per_worker = cluster.tasks_per_worker()
     assert all(n > 0 for n in per_worker), per_worker
     assert os.path.isdir(target)
