@@ -24,8 +24,11 @@ This module must never import protocol or storage code: it only moves requests t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -201,14 +204,33 @@ def admin_ssl_context(certfile: str, keyfile: str) -> ssl.SSLContext:
 async def serve(app: ASGIApp, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve `app` until cancelled; `task_status.started(bound port)`."""
-    config = hypercorn_config()
-    wrapped = wrap_app(cast(Any, BodyLimits(app)), config.wsgi_max_body_size, "asgi")
-    context = WorkerContext(None)
     listeners: list[Any] = list(await trio.open_tcp_listeners(port, host=host or None))
     bound = listeners[0].socket.getsockname()[1]
     if ssl_context is not None:
         listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True)
                      for listener in listeners]
+    await _serve_listeners(app, listeners, f"{'https' if ssl_context else 'http'}://{host}:{bound}",
+                           bound, task_status)
+
+
+async def serve_unix(app: ASGIApp, path: str, *,
+                     task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve `app` on a unix socket at `path` (replacing a stale one) until cancelled; plain
+    HTTP, for a parent process only (the caller picks a private directory);
+    `task_status.started(None)`."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.bind(path)
+    sock.listen(socket.SOMAXCONN)
+    await _serve_listeners(app, [trio.SocketListener(sock)], f"unix:{path}", None, task_status)
+
+
+async def _serve_listeners(app: ASGIApp, listeners: list[Any], where: str, started: Any,
+                           task_status: Any) -> None:
+    config = hypercorn_config()
+    wrapped = wrap_app(cast(Any, BodyLimits(app)), config.wsgi_max_body_size, "asgi")
+    context = WorkerContext(None)
     limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
 
     async def connection(stream: trio.abc.Stream) -> None:
@@ -217,7 +239,6 @@ async def serve(app: ASGIApp, host: str, port: int, *, ssl_context: ssl.SSLConte
                             cast(Any, stream)).run()
 
     async with trio.open_nursery() as nursery:
-        task_status.started(bound)
-        log.info("admin http listening", extra={
-            "admin": f"{'https' if ssl_context else 'http'}://{host}:{bound}"})
+        task_status.started(started)
+        log.info("admin http listening", extra={"admin": where})
         await trio.serve_listeners(partial(connection), listeners, handler_nursery=nursery)

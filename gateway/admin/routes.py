@@ -42,7 +42,7 @@ from gateway.admin.auth import (
 from gateway.admin.console.actions import ConsoleActions
 from gateway.admin.console.pages import ANY_PRINCIPAL, ConsolePages
 from gateway.admin.console.rendering import Pages
-from gateway.admin.http_server import HttpError, HttpRequest, HttpResponse, serve
+from gateway.admin.http_server import HttpError, HttpRequest, HttpResponse, serve, serve_unix
 from gateway.admin.metrics import render_metrics
 from gateway.admin.read_tickets import ticket_access
 from gateway.admin.replication_routes import replication_routes
@@ -251,7 +251,8 @@ def build_admin_app(ctx: AdminContext, auth: AdminAuth) -> Starlette:
 async def serve_admin_api(ctx: AdminContext, listener: str, auth: AdminAuth, *,
                           ssl_context: Any = None,
                           task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve the admin surface on `listener` ("host:port"; "" = not at all) until cancelled.
+    """Serve the admin surface on `listener` ("host:port"; "unix:PATH" = a unix socket, as a
+    `standalone --workers` worker serves it to its supervisor; "" = not at all) until cancelled.
 
     A port already in use is logged and the process runs on without the admin API: the broker's
     data path matters more than its dashboard.
@@ -261,10 +262,13 @@ async def serve_admin_api(ctx: AdminContext, listener: str, auth: AdminAuth, *,
     if not listener:
         task_status.started(None)
         return
-    host, port = parse_host_port(listener)
     ctx.broker_metrics.topic_names_by_id = lambda topic_id: next(
         (n for n, i in ctx.topics.topics().items() if i.topic_id == topic_id), None)
     try:
+        if listener.startswith("unix:"):  # a worker's private listener (started(None))
+            await serve_unix(build_admin_app(ctx, auth), listener[5:], task_status=task_status)
+            return
+        host, port = parse_host_port(listener)
         await serve(build_admin_app(ctx, auth), host, port, ssl_context=ssl_context,
                     task_status=task_status)
     except OSError as exc:

@@ -7,7 +7,8 @@ this shape); it starts the bookies in one child process and N broker workers, ea
 broker (gateway/process/cluster_broker.py) with its own node id and Kafka port:
 
     worker i: node id kafka.broker_id + i, Kafka on the listener port + i (advertised port + i
-              when one is set), the admin API only on worker 0
+              when one is set), its admin API on a private unix socket beside the
+              store's (admin-i.sock)
 
 Workers share the bundles as cluster brokers do (gateway/cluster/ownership.py): a Kafka client
 sees N brokers and is sent to each partition's owner.  When a worker dies its connection to
@@ -24,9 +25,13 @@ them in order: SIGTERM to the workers (they hand off and close their logs), then
 bookies, then the store closes.  A restart after any kill finds everything in the data
 directory: the store drops the dead processes' ephemeral nodes when it opens.
 
+The supervisor serves the configured admin listener for the whole node
+(gateway/process/node_admin.py): /metrics merges every worker's exposition with a `worker`
+label, every other call is forwarded to a worker (worker 0 first; any can answer for the node,
+the metadata is shared).
+
 Not yet with --workers > 1 (a WARNING says so): RocketMQ (each cluster broker binds every
-bundle port and a name server; on one host they would collide), and an admin API/metrics
-aggregated over workers (worker 0 answers for itself).  Committed offsets and transaction
+bundle port and a name server; on one host they would collide).  Committed offsets and transaction
 state of a single-process standalone are kept in other logs than the workers' cluster
 coordinators, so switching an existing data directory between 1 and N workers keeps topics and
 messages but not committed offsets.
@@ -52,6 +57,8 @@ from typing import Any
 
 import trio
 
+from gateway.admin.http_server import serve
+from gateway.admin.listener import admin_tls
 from gateway.cluster.broker_registry import (
     BUNDLES_PATH,
     LIVE_BROKERS_PATH,
@@ -59,6 +66,7 @@ from gateway.cluster.broker_registry import (
     init_cluster,
 )
 from gateway.config.settings import Config, parse_host_port
+from gateway.process.node_admin import NodeAdmin
 from ledger_backend.bookie.registration import AVAILABLE_BOOKIES_PATH
 from ledger_backend.metadata import MetadataError, MetadataStore, open_store
 from ledger_backend.metadata.shared_server import serve_shared_store
@@ -82,14 +90,15 @@ def metadata_socket_path(data_dir: Path) -> str:
     return str(Path(tempfile.mkdtemp(prefix="ledgerwire-")) / "metadata.sock")
 
 
-def worker_config(config: Config, index: int) -> Config:
-    """Worker i's configuration: its own node id and Kafka port; the admin API on worker 0."""
+def worker_config(config: Config, index: int, admin_socket: str) -> Config:
+    """Worker i's configuration: its own node id and Kafka port, its admin API on admin_socket
+    (plain HTTP: the supervisor's listener has the TLS)."""
     host, port = parse_host_port(config.kafka.listener)
     kafka = replace(config.kafka, broker_id=config.kafka.broker_id + index,
                     listener=f"{host}:{port + index if port else 0}",
                     advertised_port=(config.kafka.advertised_port + index
                                      if config.kafka.advertised_port else 0))
-    admin = config.admin if index == 0 else replace(config.admin, listener="")
+    admin = replace(config.admin, listener=f"unix:{admin_socket}", tls="off")
     rocketmq = replace(config.rocketmq, enabled=False)
     return replace(config, kafka=kafka, admin=admin, rocketmq=rocketmq, workers="1")
 
@@ -234,6 +243,9 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                 url = (f"shared:{socket_path}"
                        f"?session_timeout_s={config.cluster.zk_session_timeout_s:g}")
                 layout, _ = await init_cluster(store, cluster_layout(config, workers))
+                admin_sockets = [str(Path(socket_path).with_name(f"admin-{i}.sock"))
+                                 for i in range(workers)]
+                await nursery.start(serve_node_admin, config, admin_sockets)
                 bookies = Child("bookies", {"role": "bookies", "config": config,
                                             "metadata_url": url})
                 children.append(bookies)
@@ -242,7 +254,8 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                                         children)
                 for index in range(workers):
                     child = Child(f"worker {index}", {
-                        "role": "broker", "config": worker_config(config, index),
+                        "role": "broker", "config": worker_config(config, index,
+                                                                  admin_sockets[index]),
                         "metadata_url": url, "layout": layout})
                     children.append(child)
                     await nursery.start(child.keep_running)
@@ -271,6 +284,23 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
         with trio.CancelScope(shield=True):
             await store.close()
     log.info("ledgerwire standalone stopped")
+
+
+async def serve_node_admin(config: Config, admin_sockets: list[str], *,
+                           task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """The node's admin listener over the workers' sockets; a port in use is logged and the
+    node runs on without it (as a one-process broker does)."""
+    listener = config.admin_listener()
+    if not listener:
+        task_status.started()
+        return
+    host, port = parse_host_port(listener)
+    try:
+        await serve(NodeAdmin(admin_sockets), host, port, ssl_context=admin_tls(config),
+                    task_status=task_status)
+    except OSError as exc:
+        log.error("admin HTTP API not started: cannot listen on %s: %s", listener, exc)
+        task_status.started()
 
 
 def run_supervisor(config: Config) -> int:

@@ -2,21 +2,26 @@
 
 Real processes, real clients (confluent-kafka), real kills: a worker killed with SIGKILL during
 acknowledged idempotent produce loses and duplicates nothing; a supervisor killed with SIGKILL
-leaves no process behind and a restart serves everything; SIGTERM stops the whole node."""
+leaves no process behind and a restart serves everything; SIGTERM stops the whole node; the
+node's one admin listener serves /metrics of both workers and admin calls for the node."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.standalone import Standalone, free_port_range
 
@@ -130,6 +135,43 @@ def leader_worker(node: WorkersStandalone, topic: str) -> str:
     raise AssertionError(f"partition 0 of {topic} has no leader")
 
 
+def admin_call(node: WorkersStandalone, method: str, path: str,
+               body: dict[str, object] | None = None) -> tuple[int, str, bytes]:
+    """(status, content type, body) of one call to the node's admin listener."""
+    request = urllib.request.Request(f"http://127.0.0.1:{node.admin_port}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.headers["Content-Type"], answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read()
+
+
+def check_node_admin(node: WorkersStandalone) -> None:
+    """The node's one admin listener answers for both workers: /metrics carries every
+    worker's samples (labelled) and counts the 2000 records produced to "spread" over both;
+    admin calls (a write and a read) are served for the whole node."""
+    status, content_type, body = admin_call(node, "GET", "/metrics")
+    assert status == 200 and content_type.startswith("text/plain"), (status, body[:300])
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    started = families["ledgerwire_start_time_seconds"].samples
+    assert sorted(s.labels["worker"] for s in started) == ["0", "1"]
+    assert families["ledgerwire_node_workers_scraped"].samples[0].value == WORKERS
+    produced = [s for s in families["ledgerwire_topic_produce_messages"].samples
+                if s.name.endswith("_total") and s.labels["topic"] == "spread"]
+    assert sum(s.value for s in produced) == 2000, produced
+    status, _, body = admin_call(node, "PUT", "/admin/v1/topics/made-by-admin",
+                                 {"partitions": 3})
+    assert status == 201, body
+    metadata = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=30)
+    assert len(metadata.topics["made-by-admin"].partitions) == 3
+    status, _, body = admin_call(node, "GET", "/admin/v1/topics")
+    assert status == 200 and b'"made-by-admin"' in body and b'"spread"' in body, body[:500]
+    status, _, _ = admin_call(node, "GET", "/admin/v1/topics/no-such-topic")
+    assert status == 404
+
+
 def test_two_workers_are_two_brokers_that_serve_produce_and_group_consume(
         node: WorkersStandalone) -> None:
     metadata = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=30)
@@ -151,6 +193,7 @@ def test_two_workers_are_two_brokers_that_serve_produce_and_group_consume(
             seen.add(message.value())
     consumer.close()
     assert len(seen) == 2000
+    check_node_admin(node)
     children = list(node.children().values())
     assert len(children) == WORKERS + 1
     time.sleep(max(0.0, 15.0 - (time.monotonic() - node.started_at)))  # outlive idle threads
