@@ -79,6 +79,23 @@ def _cross_origin(request: Request) -> bool:
     return parts.netloc.lower() != request.headers.get("host", "").lower()
 
 
+FORWARDED_HEADER = "x-ledgerwire-forwarded"
+
+
+def _scheme_and_client(request: Request) -> tuple[str, str]:
+    """The caller's scheme and host.  On a unix socket (request.client is None: a
+    `standalone --workers` worker's private socket, which only its supervisor reaches) they
+    come from the supervisor's FORWARDED_HEADER ("<scheme> <host>"); elsewhere that header is
+    ignored."""
+    own_scheme = str(request.scope.get("scheme", "http"))
+    if request.client is None:
+        scheme, _, client = request.headers.get(FORWARDED_HEADER, "").partition(" ")
+        if scheme in ("http", "https"):
+            return scheme, client
+        return own_scheme, ""
+    return own_scheme, request.client.host
+
+
 def _to_response(answer: HttpResponse) -> Response:
     headers = {**SECURITY_HEADERS, **answer.headers}
     return Response(answer.body, answer.status, headers, media_type=answer.content_type)
@@ -119,12 +136,12 @@ class Endpoints:
         return _json_error(status, message)
 
     async def _serve(self, route: AdminRoute, request: Request) -> Response:
-        client = request.client.host if request.client else ""
+        scheme, client = _scheme_and_client(request)
         q = HttpRequest(request.method, request.url.path, parse_qs(request.url.query),
                         {k.lower(): v for k, v in request.headers.items()}, b"",
                         dict(request.path_params), client)
         q.raw_target = request.url.path + ("?" + request.url.query if request.url.query else "")
-        q.scheme = request.url.scheme
+        q.scheme = scheme
         identity: Identity | None = None
         try:
             if _cross_origin(request):
@@ -145,7 +162,7 @@ class Endpoints:
             response = _to_response(await route.handler(q))
             if new_session is not None:
                 response.set_cookie(SESSION_COOKIE, new_session.session_id, httponly=True,
-                                    samesite="strict", secure=request.url.scheme == "https")
+                                    samesite="strict", secure=scheme == "https")
             return response
         except Refused as exc:
             return self._refused(route, q, exc, identity.principal if identity else None)

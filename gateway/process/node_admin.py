@@ -19,6 +19,11 @@ the configured admin listener (with its TLS) and answers from them:
   cluster broker.  What a worker reports about itself (/ready, its own process) is that
   worker's.  Answers are buffered whole (the admin limits keep them small).
 
+The Host header goes through unchanged (the console's same-origin check compares it with
+Origin); the caller's scheme and address go in app.FORWARDED_HEADER, which a worker believes
+on its unix socket only (ACL host rules, secure cookies), and which the supervisor replaces
+whatever a caller sent.
+
 HTTP to the workers is h11 (hypercorn's own HTTP/1.1 library) over trio unix streams, one
 connection per call.  This module must never serve a worker's socket to anything but the
 supervisor, and never parse or change what it forwards beyond the hop-by-hop headers.
@@ -35,6 +40,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.admin.app import FORWARDED_HEADER
 from gateway.admin.http_server import Receive, Scope, Send, error_body
 
 log = logging.getLogger("ledgerwire.supervisor")
@@ -44,6 +50,7 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length",
               b"upgrade", b"te", b"trailer", b"proxy-connection"}
 
+FORWARDED = FORWARDED_HEADER.encode()
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
@@ -52,9 +59,10 @@ async def call_worker(socket_path: str, method: bytes, target: bytes,
     """One HTTP/1.1 request to a worker's admin socket: (status, headers, body).
     OSError or h11.ProtocolError when the worker does not answer."""
     conn = h11.Connection(h11.CLIENT)
-    sent = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP and k.lower() != b"host"]
-    sent += [(b"host", b"worker"), (b"connection", b"close"),
-             (b"content-length", b"%d" % len(body))]
+    sent = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
+    if not any(k.lower() == b"host" for k, _ in sent):
+        sent.append((b"host", b"worker"))
+    sent += [(b"connection", b"close"), (b"content-length", b"%d" % len(body))]
     with trio.fail_after(WORKER_TIMEOUT_S):
         stream = await trio.open_unix_socket(socket_path)
         async with stream:
@@ -102,7 +110,9 @@ class NodeAdmin:
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
-        headers = list(scope["headers"])
+        client = (scope.get("client") or ("", 0))[0]
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() != FORWARDED]
+        headers.append((FORWARDED, f"{scope.get('scheme', 'http')} {client}".encode()))
         if scope["path"] == "/metrics" and scope["method"] == "GET":
             status, answer_headers, answer = await self.metrics(target, headers)
         else:

@@ -174,9 +174,13 @@ def check_node_admin(node: WorkersStandalone) -> None:
 
 def test_two_workers_are_two_brokers_that_serve_produce_and_group_consume(
         node: WorkersStandalone) -> None:
-    metadata = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=30)
-    ports = sorted(b.port for b in metadata.brokers.values())
-    assert ports == [node.kafka_port + i for i in range(WORKERS)]
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    expected = [node.kafka_port + i for i in range(WORKERS)]
+    deadline = time.monotonic() + 60  # a worker may answer before it saw the other register
+    while (ports := sorted(b.port for b in admin.list_topics(timeout=30).brokers.values())) \
+            != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ports == expected
     create_topic(node.bootstrap, "spread")
     producer = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True})
     for i in range(2000):
