@@ -33,6 +33,7 @@ from typing import Any
 
 from spark_bridge.authorization import AuthorizationError, check_write_access, read_principal
 from spark_bridge.backfill_resume import PROGRESS_OPTION, encode_progress, scan_progress_job
+from spark_bridge.parquet_replay import replay_to_parquet, writes_locally
 from spark_bridge.preflight import PreflightError, check_master, check_metadata, check_read
 from spark_bridge.progress import Progress
 from spark_bridge.spark_session import (
@@ -408,13 +409,17 @@ def run_replay(args: argparse.Namespace) -> int:
         ui = ui_address(spark)
         print(f"replay {args.topic}: {plan.records} records in {plan.partitions} partitions"
               f" -> {args.target}" + (f"; Spark UI {ui}" if ui else ""), file=sys.stderr)
-        df = spark.read.format("ledgerwire").options(**options).load()
         with Progress(spark, plan.records, sys.stderr, interval_s=args.progress_interval):
-            df.write.mode("overwrite" if args.overwrite else "errorifexists").parquet(
-                args.target)
+            rows: int | None = None
+            if writes_locally(args.target):  # each task writes its part with pyarrow
+                rows = replay_to_parquet(spark, options, args.target, overwrite=args.overwrite)
+            else:  # another Hadoop filesystem: Spark writes it
+                df = spark.read.format("ledgerwire").options(**options).load()
+                df.write.mode("overwrite" if args.overwrite else "errorifexists").parquet(
+                    args.target)
         seconds = time.time() - started
-        written = spark.read.parquet(args.target)
-        rows = written.count()
+        if rows is None:  # Spark's write reports no count: read it back
+            rows = spark.read.parquet(args.target).count()
         nbytes = output_bytes(spark, args.target)
         print(_summary("replay", rows, nbytes, seconds, f" -> {args.target}", spark_start_s))
         return 0

@@ -15,6 +15,14 @@ from support.standalone import Standalone
 from spark_bridge.cli import replay_main
 from spark_bridge.ledger_access import resolve_read_mode
 from spark_bridge.metadata_access import resolve_connection
+from spark_bridge.parquet_replay import (
+    TargetExistsError,
+    _write_split,
+    replay_to_parquet,
+    writes_locally,
+)
+from spark_bridge.planner import LedgerSplit
+from spark_bridge.reader import LedgerwireBatchReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -67,3 +75,48 @@ def test_replay_cli_names_a_bad_option(stopped: tuple[Standalone, ProducedTopic]
                         str(broker.data_dir), "--master", "local[2]"])  # fmt: skip
     assert code == 2
     assert "option 'subscribe': unknown topic 'nope'" in capsys.readouterr().err
+
+
+def test_replay_parts_equal_sparks_own_parquet_write(
+        spark: Any, stopped: tuple[Standalone, ProducedTopic], tmp_path: Path) -> None:  # fmt: skip
+    """The pyarrow part files (each task writes its own) read back in Spark with the schema and
+    rows Spark's own write of the same read gives; no staging is left, _SUCCESS is there."""
+    broker, produced = stopped
+    options = {"ledgerwire.metadata": str(broker.data_dir), "subscribe": "offline",
+               "includeHeaders": "true"}
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    assert replay_to_parquet(spark, options, str(ours), overwrite=False) == len(produced.rows)
+    spark.read.format("ledgerwire").options(**options).load().write.parquet(str(theirs))
+    a, b = spark.read.parquet(str(ours)), spark.read.parquet(str(theirs))
+    assert a.schema == b.schema
+    def by_position(df: Any) -> list[Any]:
+        return sorted(df.collect(), key=lambda r: (r["partition"], r["offset"]))
+
+    assert by_position(a) == by_position(b)
+    assert sorted(p.name for p in ours.iterdir() if not p.name.startswith("part-")) == [
+        "_SUCCESS"]
+    with pytest.raises(TargetExistsError):
+        replay_to_parquet(spark, options, str(ours), overwrite=False)
+    assert replay_to_parquet(spark, options, str(ours), overwrite=True) == len(produced.rows)
+    assert spark.read.parquet(str(ours)).count() == len(produced.rows)
+
+
+def test_a_retried_task_replaces_its_part(stopped: tuple[Standalone, ProducedTopic],
+                                          tmp_path: Path) -> None:  # fmt: skip
+    """Exactly once: a split's part file is named for the split, so a second attempt of the same
+    task (retry, speculation) replaces the first one's file instead of adding rows."""
+    broker, _ = stopped
+    reader = LedgerwireBatchReader({"ledgerwire.metadata": str(broker.data_dir),
+                                    "subscribe": "offline"})
+    split = next(s for s in reader.partitions() if isinstance(s, LedgerSplit) and s.ranges)
+    first = _write_split(reader, str(tmp_path), (3, split))
+    second = _write_split(reader, str(tmp_path), (3, split))
+    assert first == second and first[1] > 0
+    assert [p.name for p in tmp_path.iterdir()] == [first[0]]  # no partial file either
+    assert pq.read_table(tmp_path / first[0]).num_rows == first[1]
+
+
+def test_only_local_targets_are_written_by_the_tasks() -> None:
+    assert writes_locally("/data/out") and writes_locally("file:///data/out")
+    assert writes_locally("relative/out")
+    assert not writes_locally("s3a://bucket/out") and not writes_locally("hdfs://nn/out")
