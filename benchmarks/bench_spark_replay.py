@@ -42,8 +42,15 @@ load 9-11 (a CI run beside them), so only same-run ratios mean much:
     replay job        88.0 s (763 rows/s)       14.8 s (4.5k rows/s)
     replay CLI        93.3 s: 0.02x             33.1 s: 0.04x (18 s of it the read-back count,
                                                 since removed: the tasks report their rows)
-The 1.0x goal is still not met: at this size the first job's Python worker start and the
-tasks' imports weigh most, and the machine was loaded.
+Again at load 3-4, after the read-back was removed (before: a worktree of f7f4938):
+                      before                    after (main 04d545d)
+    drain             44.1k rows/s (1.5 s)      52.2k rows/s (1.3 s)
+    replay job        23.2 s                    9.7 s
+    replay CLI        27.2 s: 0.06x             10.3 s: 0.12x
+    spark.read count  3.5 s (warm)              15.6 s (noisy; the read path is unchanged)
+The 1.0x goal is still not met: the replay is the session's first job, and a warm count of the
+same read takes ~3.5 s, so the first job's Python worker start and the tasks' imports and
+ledger-client opens weigh most at this size (not profiled further).
 "cold" is the session's first job: it includes starting Spark's Python workers and importing
 pyarrow/trio in them (~4-10 s here). In `ledgerwire standalone` the bookies live in the broker
 process, so "broker CPU" during a replay is the bookies serving reads (no broker code runs);
