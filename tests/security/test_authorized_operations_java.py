@@ -6,6 +6,7 @@ secured `ledgerwire standalone` where alice holds a few grants and the admin is 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import (
@@ -18,7 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.security.test_scram_admin_java import java_admin
+from tests.support.java_clients import JavaRun, run_java
 from tests.support.secured_standalone import PASSWORDS, secured_standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -26,6 +27,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOPIC_OPERATIONS = ["ALTER", "ALTER_CONFIGS", "CREATE", "DELETE", "DESCRIBE",
                     "DESCRIBE_CONFIGS", "READ", "WRITE"]
 
+
+
+def java_admin(bootstrap: str, user: str, op: str, **named: Any) -> JavaRun:
+    """One Java Admin call (its own JVM) logged in as `user` with SASL/PLAIN."""
+    jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+            f'username="{user}" password="{PASSWORDS[user]}";')
+    return run_java("KafkaAdmin", bootstrap=bootstrap, op=op, kafka={
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": jaas}, **named)
 
 def test_authorized_operations_follow_the_acls(tmp_path: Path) -> None:
     server = secured_standalone(tmp_path / "ops")
