@@ -152,7 +152,7 @@ def test_without_the_bookie_secret_nothing_is_read(live: LiveLog) -> None:
     from spark_bridge.topic_layout import partition_layout
 
     live.append(1)
-    with LedgerAccess(resolve_connection(live.url), "bookies", timeout_s=5) as anonymous, \
+    with LedgerAccess(resolve_connection(live.url), "bookies", timeout_s=30) as anonymous, \
             pytest.raises((LedgerError, ExceptionGroup)) as refused:  # fmt: skip
         partition_layout(anonymous, "live", 0)  # parallel reads fail as a group
     errors = (refused.value.exceptions if isinstance(refused.value, ExceptionGroup)

@@ -19,7 +19,8 @@ from spark_cluster import SparkCluster, python_without_ledgerwire
 from support.standalone import Standalone
 from test_spark_cli_errors import assert_no_java, run_cli
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Spark jobs on a loaded machine take longer than the suite's 300 s default
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
