@@ -14,8 +14,8 @@ ephemeral node at /ledgerwire/bookies/available/<host:port> (registration.py). S
 (cancelling serve_bookie) stops accepting, stops reading, lets in-flight requests finish for
 ``drain_timeout_s``, then cancels the rest.
 
-Adds and fencing reads of a ledger with a password must carry its master key (ledger_keys.py;
-checked when the bookie has a metadata store).
+What each request gets (adds, reads, long polls, LAC, info, and the master-key checks of adds
+and fencing reads) is request_answers.py; this module carries requests and responses.
 
 A connection that authenticated with a read ticket (bookie/read_ticket.py) runs only what the
 ticket's scope allows (non-fencing reads of its ledgers until it expires); anything else is
@@ -52,23 +52,12 @@ from ledger_backend.bookie.ledger_keys import LedgerKeys
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     AddEntryRequest,
-    AddEntryResponse,
     AuthRequest,
     BookieAddress,
-    BookieInfoRequest,
-    BookieInfoResponse,
     FrameDecoder,
     Message,
     ProtocolError,
-    ReadEntriesRequest,
-    ReadEntriesResponse,
-    ReadEntryRequest,
-    ReadEntryResponse,
-    ReadLacRequest,
-    ReadLacResponse,
     Status,
-    WriteLacRequest,
-    WriteLacResponse,
     encode,
 )
 from ledger_backend.bookie.registration import (
@@ -76,13 +65,12 @@ from ledger_backend.bookie.registration import (
     BookieRegistrationError,
     Registration,
 )
-from ledger_backend.bookie.storage_api import (
-    BookieReadOnlyError,
-    BookieStorage,
-    LedgerFencedError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
+from ledger_backend.bookie.request_answers import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_ENTRIES,
+    BookieAnswers,
 )
+from ledger_backend.bookie.storage_api import BookieStorage
 from ledger_backend.metadata.store import MetadataStore
 
 __all__ = ["AVAILABLE_BOOKIES_PATH", "BookieAddress", "BookieRegistrationError", "serve_bookie"]
@@ -91,10 +79,7 @@ logger = logging.getLogger(__name__)
 
 _RECEIVE_BYTES = 64 * 1024  # below glibc's mmap threshold: recv(n) allocates n bytes first
 _COALESCE_BYTES = 64 * 1024
-_MAX_LONG_POLL_S = 600.0
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
-MAX_BATCH_ENTRIES = 1024  # default caps of one READ_ENTRIES answer
-MAX_BATCH_BYTES = 8 << 20
 
 
 async def serve_bookie(
@@ -173,12 +158,12 @@ async def serve_bookie(
             logger.info("bookie %s serving on %s (%s, %s)", server.bookie_id, address,
                         "connections authenticated" if secret else "NO authentication",
                         "TLS" if ssl_context else "plaintext")  # fmt: skip
-            local_bookies.register(str(address), server)
+            local_bookies.register(str(address), server.answers)
             task_status.started(address)
             try:
                 await trio.sleep_forever()
             finally:
-                local_bookies.unregister(str(address), server)
+                local_bookies.unregister(str(address), server.answers)
                 with trio.CancelScope(shield=True):
                     # stop accepting, stop being offered to writers, then drain
                     for listener in listeners:
@@ -257,8 +242,6 @@ class _BookieServer:
         ssl_context: ssl.SSLContext | None = None,
         keys: LedgerKeys | None = None,
     ) -> None:
-        self.storage = storage
-        self._keys = keys  # ledger master keys checked against metadata (ledger_keys.py)
         self._ssl_context = ssl_context
         self._secret = secret
         self._auth_timeout_s = auth_timeout_s
@@ -266,15 +249,16 @@ class _BookieServer:
         self._max_frame_bytes = max_frame_bytes
         self._max_in_flight = max_in_flight_per_connection
         self._max_in_flight_bytes = max_in_flight_bytes_per_connection
-        self._max_batch_entries = max(1, max_batch_entries)
-        # 0: batch reads are not served
-        self._max_batch_bytes = max(0, min(max_batch_bytes, max_frame_bytes // 2))
+        self.answers = BookieAnswers(
+            storage, bookie_id, max_batch_entries=max_batch_entries,
+            # 0: batch reads are not served
+            max_batch_bytes=max(0, min(max_batch_bytes, max_frame_bytes // 2)), keys=keys,
+        )  # fmt: skip
         self._connections: set[_Connection] = set()
         self._draining = False
         self._idle = trio.Event()
         self._idle.set()
         self._connection_scope: trio.CancelScope | None = None
-        self._long_polls: set[trio.CancelScope] = set()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -294,8 +278,7 @@ class _BookieServer:
         self._draining = True
         for conn in list(self._connections):
             conn.read_scope.cancel()
-        for poll in list(self._long_polls):
-            poll.cancel()  # answered as TIMEOUT with the current LAC
+        self.answers.end_long_polls()  # answered as TIMEOUT with the current LAC
         with trio.move_on_after(timeout_s) as waited:
             await self._idle.wait()
         if waited.cancelled_caught:
@@ -466,173 +449,4 @@ class _BookieServer:
                 conn.bytes_released = trio.Event()
 
     async def _answer(self, conn: _Connection, request: Message) -> None:
-        await conn.respond(await self.answer(request))
-
-    async def answer(self, request: Message) -> Message:
-        """The response to one request: what the wire gets, and what an in-process client
-        (ledger_backend.bookie.local_bookies) gets without the wire."""
-        if type(request) is AddEntryRequest:
-            response: Message = await self._add_entry(request)
-        elif type(request) is ReadEntryRequest:
-            response = await self._read_entry(request)
-        elif type(request) is ReadEntriesRequest:
-            response = await self._read_entries(request)
-        elif type(request) is ReadLacRequest:
-            response = self._read_lac(request)
-        elif type(request) is WriteLacRequest:
-            response = self._write_lac(request)
-        elif type(request) is BookieInfoRequest:
-            response = self._bookie_info(request)
-        elif type(request) is AuthRequest:  # not (or no longer) expected on this connection
-            response = refusal(request, Status.BAD_REQUEST)
-        else:  # FrameDecoder(accept="requests") lets nothing else through
-            raise AssertionError(f"unexpected message {request!r}")
-        return response
-
-    # --- requests -----------------------------------------------------------------------
-
-    async def _add_entry(self, req: AddEntryRequest) -> AddEntryResponse:
-        refused = None
-        if req.ledger_id >= 0 and self._keys is not None:
-            refused = await self._keys.refusal(req.ledger_id, req.master_key)
-        if req.ledger_id < 0 or req.entry_id < 0:
-            status = Status.BAD_REQUEST
-        elif refused is not None:
-            status = refused
-        else:
-            try:
-                await self.storage.add_entry(
-                    req.ledger_id, req.entry_id, req.lac, req.body, recovery_add=req.recovery
-                )
-                status = Status.OK
-            except Exception as exc:
-                status = self._status_for(exc, f"add {req.ledger_id}:{req.entry_id}")
-        return AddEntryResponse(req.request_id, status, req.ledger_id, req.entry_id)
-
-    async def _read_entry(self, req: ReadEntryRequest) -> ReadEntryResponse:
-        ledger_id, entry_id = req.ledger_id, req.entry_id
-        long_poll = req.wait_for_lac_above >= 0
-        if ledger_id < 0 or entry_id < -1 or (entry_id == -1 and not (req.fence or long_poll)):
-            return ReadEntryResponse(req.request_id, Status.BAD_REQUEST, ledger_id, entry_id, -1)
-        lac = -1
-        if req.fence and self._keys is not None:
-            refused = await self._keys.refusal(ledger_id, req.master_key)
-            if refused is not None:
-                return ReadEntryResponse(req.request_id, refused, ledger_id, entry_id,
-                                         self._lac_or_none(ledger_id))  # fmt: skip
-        try:
-            if req.fence:  # recovery reads fence too (the fix for BookKeeper issue 2614)
-                lac = await self.storage.fence(ledger_id)
-            if long_poll:
-                timeout_s = min(req.timeout_ms / 1000.0, _MAX_LONG_POLL_S)
-                with trio.CancelScope() as poll_scope:  # drain() ends long polls early
-                    self._long_polls.add(poll_scope)
-                    if self._draining:
-                        poll_scope.cancel()
-                    try:
-                        lac = await self.storage.wait_for_lac_update(
-                            ledger_id, req.wait_for_lac_above, timeout_s
-                        )
-                    finally:
-                        self._long_polls.discard(poll_scope)
-                if poll_scope.cancelled_caught:
-                    lac = self._lac_or_none(ledger_id)
-                if lac <= req.wait_for_lac_above:
-                    return ReadEntryResponse(
-                        req.request_id, Status.TIMEOUT, ledger_id, entry_id, lac
-                    )
-            if entry_id == -1:
-                return ReadEntryResponse(req.request_id, Status.OK, ledger_id, -1, lac)
-            body = await self.storage.read_entry(ledger_id, entry_id)
-            lac = self.storage.last_add_confirmed(ledger_id)
-            return ReadEntryResponse(req.request_id, Status.OK, ledger_id, entry_id, lac, body)
-        except Exception as exc:
-            status = self._status_for(exc, f"read {ledger_id}:{entry_id}")
-            lac = self._lac_or_none(ledger_id)
-            return ReadEntryResponse(req.request_id, status, ledger_id, entry_id, lac)
-
-    async def _read_entries(self, req: ReadEntriesRequest) -> ReadEntriesResponse:
-        ledger_id, first = req.ledger_id, req.first_entry_id
-        if ledger_id < 0 or first < 0 or req.max_entries < 1 or not self._max_batch_bytes:
-            return ReadEntriesResponse(req.request_id, Status.BAD_REQUEST, ledger_id, first, -1)
-        count = min(req.max_entries, self._max_batch_entries)
-        budget = min(req.max_bytes, self._max_batch_bytes)
-        try:
-            read_batch = getattr(self.storage, "read_batch", None)
-            if read_batch is not None:
-                bodies = await read_batch(ledger_id, first, count, budget)
-            else:
-                bodies = await self._read_batch_entry_by_entry(ledger_id, first, count, budget)
-            lac = self.storage.last_add_confirmed(ledger_id)
-            return ReadEntriesResponse(req.request_id, Status.OK, ledger_id, first, lac,
-                                       tuple(bodies))  # fmt: skip
-        except Exception as exc:
-            status = self._status_for(exc, f"batch read {ledger_id}:{first}")
-            return ReadEntriesResponse(req.request_id, status, ledger_id, first,
-                                       self._lac_or_none(ledger_id))  # fmt: skip
-
-    async def _read_batch_entry_by_entry(self, ledger_id: int, first: int, count: int,
-                                         budget: int) -> list[bytes]:  # fmt: skip
-        """For an engine without read_batch: the first entry (its error raised), then the
-        following ones until one fails or the next would pass the byte budget."""
-        bodies = [await self.storage.read_entry(ledger_id, first)]
-        total = len(bodies[0])
-        for entry_id in range(first + 1, first + count):
-            try:
-                body = await self.storage.read_entry(ledger_id, entry_id)
-            except Exception:  # noqa: BLE001 - the batch ends here; the client asks again
-                break
-            if total + len(body) > budget:
-                break
-            bodies.append(body)
-            total += len(body)
-        return bodies
-
-    def _read_lac(self, req: ReadLacRequest) -> ReadLacResponse:
-        if req.ledger_id < 0:
-            return ReadLacResponse(req.request_id, Status.BAD_REQUEST, req.ledger_id, -1)
-        try:
-            lac = self.storage.last_add_confirmed(req.ledger_id)
-            return ReadLacResponse(req.request_id, Status.OK, req.ledger_id, lac)
-        except Exception as exc:
-            status = self._status_for(exc, f"read LAC of {req.ledger_id}")
-            return ReadLacResponse(req.request_id, status, req.ledger_id, -1)
-
-    def _write_lac(self, req: WriteLacRequest) -> WriteLacResponse:
-        if req.ledger_id < 0 or req.lac < -1:
-            return WriteLacResponse(req.request_id, Status.BAD_REQUEST, req.ledger_id)
-        try:
-            self.storage.set_explicit_lac(req.ledger_id, req.lac)
-            return WriteLacResponse(req.request_id, Status.OK, req.ledger_id)
-        except Exception as exc:
-            status = self._status_for(exc, f"write LAC of {req.ledger_id}")
-            return WriteLacResponse(req.request_id, status, req.ledger_id)
-
-    def _bookie_info(self, req: BookieInfoRequest) -> BookieInfoResponse:
-        try:
-            used, total = self.storage.disk_usage()
-            read_only = self.storage.is_read_only()
-        except Exception as exc:
-            status = self._status_for(exc, "bookie info")
-            return BookieInfoResponse(req.request_id, status, 0, 0, False, self.bookie_id)
-        free = max(0, total - used)
-        return BookieInfoResponse(req.request_id, Status.OK, free, total, read_only, self.bookie_id)
-
-    def _lac_or_none(self, ledger_id: int) -> int:
-        try:
-            return self.storage.last_add_confirmed(ledger_id)
-        except Exception:
-            return -1
-
-    def _status_for(self, exc: Exception, what: str) -> Status:
-        """The one place where storage errors become wire statuses."""
-        if isinstance(exc, LedgerFencedError):
-            return Status.FENCED
-        if isinstance(exc, NoSuchLedgerError):
-            return Status.NO_SUCH_LEDGER
-        if isinstance(exc, NoSuchEntryError):
-            return Status.NO_SUCH_ENTRY
-        if isinstance(exc, BookieReadOnlyError):
-            return Status.READ_ONLY
-        logger.exception("bookie %s: %s failed", self.bookie_id, what, exc_info=exc)
-        return Status.INTERNAL_ERROR
+        await conn.respond(await self.answers.answer(request))
