@@ -57,6 +57,9 @@ log = logging.getLogger("ledgerwire.rocketmq.delays")
 
 SCHEDULE_GROUP = "__ledgerwire_schedule"
 RETRY_PAUSE_S = 1.0
+# how long a recall waits for the timer task to start: a bundle's scheduler starts only once it
+# sees the schedule topic, which the first timed send (perhaps through another broker) creates
+TIMER_START_WAIT_S = 10.0
 TIMER_WINDOW = 100_000
 DELIVER_AT_PROPERTY = TIMER_PROPERTIES[1]  # TIMER_DELIVER_MS, normalised at schedule time
 RECALL_PROPERTY = "__LEDGERWIRE_RECALL"  # a recall marker: the timer queue offset it drops
@@ -77,6 +80,7 @@ class DelayScheduler:
         # the timer task's state, shared with `recall` under `_timer_lock`
         self._timer_lock = trio.Lock()
         self._timer_committed: int | None = None  # None: the timer task is not running
+        self._timer_started = trio.Event()  # set while it runs
         self._timer_delivered: set[int] = set()  # offsets delivered beyond the committed one
         self._recalled: set[int] = set()  # offsets whose recall marker is durable
 
@@ -155,6 +159,7 @@ class DelayScheduler:
         async with self._timer_lock:
             self._timer_committed, self._timer_delivered = committed, delivered
             self._recalled = set()  # rebuilt from the markers scanned below
+            self._timer_started.set()
         try:
             while True:
                 plog = await get_queue(broker, SCHEDULE_TOPIC, queue)  # type: ignore[arg-type]
@@ -193,6 +198,7 @@ class DelayScheduler:
                     await plog.wait_for_data(scan, wait_s)
         finally:
             self._timer_committed = None
+            self._timer_started = trio.Event()
 
     async def recall(self, topic: str, offset: int, message_id: str) -> None:
         """Drop the message waiting at `offset` of the timer queue (see the docstring)."""
@@ -206,6 +212,8 @@ class DelayScheduler:
         if (props.get(PROPERTY_REAL_TOPIC) != topic or RECALL_PROPERTY in props
                 or props.get(PROPERTY_UNIQ_KEY) != message_id):
             raise RecallRefusedError("the recall handle names another message")
+        with trio.move_on_after(TIMER_START_WAIT_S):  # a first timed send, just made
+            await self._timer_started.wait()
         async with self._timer_lock:
             committed = self._timer_committed
             if committed is None:

@@ -142,13 +142,16 @@ async def test_python_client_across_bundles_and_broker_sigkill(cluster: Cluster)
           f"{len(in_flight)}")
 
 
+HELD_INVISIBLE_S = 30
+
+
 async def test_forwarding_across_a_drain_and_recall_at_the_access_point(
         cluster: Cluster) -> None:
     """A bundle moving between live brokers (`ledgerwire admin drain`): the old owner forwards
     what still reaches it to the new owner, where a receipt it handed out is still good (the
     delivery state moved with the bundle) and the unacknowledged rest comes back after its
-    invisible duration. (RecallMessage sent to a broker other than the timer queue's owner is
-    not forwarded yet: README, RocketMQ 5 in a cluster.)"""
+    invisible duration; RecallMessage, which the client sends to its access point, is forwarded
+    to whichever broker owns the message's bundle."""
     from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
 
     await trio.to_thread.run_sync(create_topic, cluster.bootstrap, TOPIC, BUNDLES)
@@ -158,6 +161,19 @@ async def test_forwarding_across_a_drain_and_recall_at_the_access_point(
     old_port = cluster.grpc_endpoint(2, moved[0])
     group = "CG5_DRAIN"
 
+    # timed messages on every queue of a topic over both brokers, the even ones recalled
+    # through broker 1 (their bundles' owners: half of them broker 2)
+    out = await trio.to_thread.run_sync(lambda: run5(
+        "recall", cluster.grpc_endpoint(1), "rmq5_recall", "--count", "16", "--delay-ms",
+        "4000", "--prefix", "rc", timeout_s=120))
+    assert len([line for line in out if "recalled" in line]) == 8, out
+    kept = await trio.to_thread.run_sync(lambda: run5(
+        "receive-tolerant", cluster.grpc_endpoint(1), "rmq5_recall", "--consumer-group",
+        "CG5_RECALL", "--expect", "8", "--linger-s", "3", "--max-seconds", "60",
+        timeout_s=120))
+    assert sorted(d["body"] for d in kept if "body" in d) == sorted(
+        f"rc-{i}" for i in range(1, 16, 2))
+
     def before_drain() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         with RawClient(old_port) as client:
             for i in range(6):  # queue 0 of the moved bundle
@@ -165,7 +181,8 @@ async def test_forwarding_across_a_drain_and_recall_at_the_access_point(
             got: list[Any] = []
             deadline = time.monotonic() + 30
             while len(got) < 6 and time.monotonic() < deadline:
-                got += client.receive(TOPIC, group, batch=6, invisible_s=8)[1]
+                # invisible long enough to outlast a drain on a loaded machine
+                got += client.receive(TOPIC, group, batch=6, invisible_s=HELD_INVISIBLE_S)[1]
             handles = [(m.system_properties.message_id, m.system_properties.receipt_handle)
                        for m in got]
             assert len(handles) == 6
@@ -191,7 +208,8 @@ async def test_forwarding_across_a_drain_and_recall_at_the_access_point(
 
     back = await trio.to_thread.run_sync(lambda: run5(
         "receive-tolerant", cluster.grpc_endpoint(1), TOPIC, "--consumer-group", group,
-        "--expect", "3", "--linger-s", "3", "--max-seconds", "60", timeout_s=120))
+        "--expect", "3", "--linger-s", "3", "--max-seconds", str(HELD_INVISIBLE_S + 60),
+        timeout_s=HELD_INVISIBLE_S + 120))
     got = [d for d in back if "body" in d]
     # the two still held come back (attempt 2), then the late send; none acknowledged before
     assert sorted((d["message_id"], d["attempt"]) for d in got) == sorted(
