@@ -1,20 +1,21 @@
 """The metadata store on a ZooKeeper ensemble, through kazoo. With zk_session.py (how a session
-is opened: identity, ACL, TLS) the only modules importing kazoo.
+is opened: identity, ACL, TLS) and zk_watches.py (keeping watches armed) the only modules
+importing kazoo.
 
 Threads. kazoo is blocking and calls back from its own threads. Every request runs in
 `trio.to_thread.run_sync` and waits at most `op_timeout_s` (then MetadataUnavailableError:
 the request may still happen). Watch callbacks and connection-state listener callbacks never
 touch Trio objects directly: they hop onto the Trio thread with `TrioToken.run_sync_soon`.
 
-Watches. kazoo 2.11 has no persistent watches, so each Watcher keeps one-shot watches armed:
-an exists-watch (created/changed/deleted) and, for children=True, a child watch. A fired watch
-is re-armed from the kazoo callback thread (non-blocking *_async calls) *before* the event
-reaches Trio, so a reader that re-reads after an event cannot miss a later change (ZooKeeper
-answers one session's requests in order). kazoo drops all watches when the connection drops;
-on reconnection every active watcher is re-armed and gets one resync event. When the session
-is LOST, every watcher's iteration raises SessionExpiredError and subscribers of
-session_events() get LOST; kazoo then opens a new session, so the store stays usable, but the
-old session's ephemeral nodes are gone and their owners must re-create them.
+Watches (zk_watches.py). kazoo 2.11 has no persistent watches, so each Watcher keeps one-shot
+watches armed: an exists-watch (created/changed/deleted) and, for children=True, a child watch.
+A fired watch is re-armed from the kazoo callback thread (non-blocking *_async calls) *before*
+the event reaches Trio, so a reader that re-reads after an event cannot miss a later change
+(ZooKeeper answers one session's requests in order). kazoo drops all watches when the
+connection drops; on reconnection every active watcher is re-armed and gets one resync event.
+When the session is LOST, every watcher's iteration raises SessionExpiredError and subscribers
+of session_events() get LOST; kazoo then opens a new session, so the store stays usable, but
+the old session's ephemeral nodes are gone and their owners must re-create them.
 
 Identity and ACLs. A URL naming a digest identity (zk_url.py) authenticates the session with it
 (kazoo re-sends it after every reconnect; with sasl=DIGEST-MD5 kazoo runs the SASL exchange
@@ -30,7 +31,6 @@ unmapped: callers only see the errors of store.py.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -38,8 +38,7 @@ import trio
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
+from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.security import ACL
 
 from .store import (
@@ -67,6 +66,7 @@ from .store import (
 )
 from .zk_session import connect, session_args, stop_client
 from .zk_url import parse_zk_url, zk_identity, zk_transport
+from .zk_watches import ArmedWatch
 
 __all__ = ["PROJECT_ROOT", "ZooKeeperMetadataStore", "open_zookeeper", "parse_zk_url"]
 
@@ -79,12 +79,6 @@ ZK_CALL_THREADS = 16
 ATOMIC_TREE_DELETE_LIMIT = 1000  # larger subtrees are deleted bottom-up, not in one multi
 PROJECT_ROOT = "/ledgerwire"  # every node the project creates is below it (or is the chroot)
 _SECURE_PASSES = 3  # nodes created while securing are caught by the next pass
-
-_EVENT_KINDS = {
-    EventType.CREATED: "created",
-    EventType.CHANGED: "changed",
-    EventType.DELETED: "deleted",
-}
 
 
 def _map_error(exc: BaseException, what: str) -> MetadataError:
@@ -120,75 +114,6 @@ def _stat(zstat: ZnodeStat) -> Stat:
     )
 
 
-class _ArmedWatch:
-    """Keeps a Watcher's one-shot ZooKeeper watches armed (see the module docstring)."""
-
-    def __init__(self, store: ZooKeeperMetadataStore, watcher: Watcher) -> None:
-        self.store = store
-        self.watcher = watcher
-        self.path = watcher.path
-        # bound once so kazoo's watcher sets see one object per watch
-        self.on_exists: Callable[[WatchedEvent], None] = self._on_exists
-        self.on_children: Callable[[WatchedEvent], None] = self._on_children
-
-    def arm_async(self, *, exists: bool = True, children: bool = True) -> list[Any]:
-        """Queue the watch requests (safe from any thread); returns their async results."""
-        client = self.store.client
-        results = []
-        if exists:
-            results.append(client.exists_async(self.path, watch=self.on_exists))
-        if children and self.watcher.children:
-            results.append(client.get_children_async(self.path, watch=self.on_children))
-        return results
-
-    def rearm_then_deliver(self, event: WatchEvent, *, exists: bool, children: bool) -> None:
-        """Re-arm, and hand the event to Trio only once the server has answered the re-arm:
-        a change made after the reader saw the event is then always reported."""
-        try:
-            results = self.arm_async(exists=exists, children=children)
-        except Exception:  # a closed client: the watcher is ending anyway
-            log.debug("re-arming watch on %s failed", self.path, exc_info=True)
-            results = []
-        if not results:
-            self.store.to_trio(self.watcher.deliver, event)
-            return
-        pending = [len(results)]
-        lock = threading.Lock()
-
-        def answered(_result: Any) -> None:  # kazoo callback thread
-            with lock:
-                pending[0] -= 1
-                last = pending[0] == 0
-            if last:
-                self.store.to_trio(self.watcher.deliver, event)
-
-        for result in results:
-            result.rawlink(answered)
-
-    def _on_exists(self, event: WatchedEvent) -> None:  # kazoo thread
-        if not self.watcher.active or event.type not in _EVENT_KINDS:
-            return  # EventType.NONE: connection state, handled by the state listener
-        self.rearm_then_deliver(
-            WatchEvent(self.path, _EVENT_KINDS[event.type]),
-            exists=True,
-            children=event.type == EventType.CREATED,
-        )
-
-    def _on_children(self, event: WatchedEvent) -> None:  # kazoo thread
-        if not self.watcher.active or event.type != EventType.CHILD:
-            return  # DELETED is reported by the exists-watch
-        self.rearm_then_deliver(WatchEvent(self.path, "children"), exists=False, children=True)
-
-    def forget(self) -> None:
-        """Drop kazoo's references to our callbacks (best effort: kazoo has no public API)."""
-        key = _prefix_root(self.store.client.chroot, self.path)
-        for registry, callback in ((self.store.client._data_watchers, self.on_exists),
-                                   (self.store.client._child_watchers, self.on_children)):
-            watchers = registry.get(key)
-            if watchers is not None:
-                watchers.discard(callback)
-
-
 class ZooKeeperMetadataStore(MetadataStore):
     """One ZooKeeper session (a started KazooClient) as a MetadataStore."""
 
@@ -201,7 +126,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         # our own threads: calls stuck while ZooKeeper is away must not starve other users
         # of Trio's default thread pool (a bookie's fsyncs, for one)
         self._thread_limiter = trio.CapacityLimiter(ZK_CALL_THREADS)
-        self._armed: dict[Watcher, _ArmedWatch] = {}
+        self._armed: dict[Watcher, ArmedWatch] = {}
         self._sessions = SessionBroadcaster(SessionState.CONNECTED)
         self._closed = False
         client.add_listener(self._on_kazoo_state)
@@ -452,7 +377,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         return Watcher(path, children, self._register_watcher, self._unregister_watcher)
 
     async def _register_watcher(self, watcher: Watcher) -> None:
-        armed = _ArmedWatch(self, watcher)
+        armed = ArmedWatch(self.client, self.to_trio, watcher)
         self._armed[watcher] = armed
 
         def arm() -> None:
