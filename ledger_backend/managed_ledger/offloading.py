@@ -21,9 +21,11 @@ before 4 leaves the old record and a pending key, whose object (if any) the next
 deletes when it opens the managed ledger (`sweep_pending_uploads`);
 a crash between 5 and 6 leaves a record whose bookie copy is gone but whose object serves
 every read (step 5 is simply redone). Several ledgers go as a pipeline (`offload_ledgers`):
-the next one's read and encode (step 1 before its intent) runs while this one's steps 1-4
-do; the metadata writes stay one ledger at a time, in order. Only CLOSED ledgers that are
-not the current one are offloaded, oldest first. This module is the managed ledger's friend
+ledgers are read from the bookies (each in pieces read at the same time) and encoded ahead,
+while the ones already encoded go through steps 1-4 as a GROUP: one CAS writes the intents of
+all of them, their objects are put and verified at the same time, and one CAS records every
+one of them (each ledger's record is still complete or absent). Only CLOSED ledgers that
+are not the current one are offloaded, oldest first. This module is the managed ledger's friend
 (like ledger_swap.py): it changes `_records` only under `_meta_lock` and through
 `_write_metadata`.
 
@@ -36,7 +38,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 import crc32c
@@ -58,9 +63,18 @@ OFFLOAD_CRASH_POINTS = (
     "managed_ledger.offload.after_bookie_delete",
 )
 
-# entries per range read of a ledger being offloaded: several batch reads in flight
-# (client/batch_reads.py), the whole of a small ledger in one call
-_READ_CHUNK = 4096
+# A ledger is read from the bookies in pieces of about _PIECE_BYTES, up to _PIECES_IN_FLIGHT
+# at a time (each piece is batch reads of its own: client/batch_reads.py), so the bookie's
+# reads, the wire and the client's digest checks overlap instead of taking turns.
+_PIECE_BYTES = 2 << 20
+_PIECES_IN_FLIGHT = 4
+# Steps 1-4 go for up to _GROUP_LEDGERS encoded ledgers (_GROUP_BYTES of objects) at once:
+# two metadata writes and concurrent uploads per group instead of two writes per ledger. At
+# most _PIPELINE_BYTES of ledgers are read ahead and not stored yet.
+_GROUP_LEDGERS = 8
+_GROUP_BYTES = 64 << 20
+# bookie bytes of the ledgers read ahead and not stored yet (two ledgers always may be)
+_PIPELINE_BYTES = 128 << 20
 
 
 class ManagedLedger(Protocol):
@@ -135,22 +149,27 @@ class _Encoded:
 
 async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: list[int]
                           ) -> list[int]:  # fmt: skip
-    """Steps 1-4 for each closed ledger, in order, as a pipeline: the next is read from the
-    bookies and encoded while this one is written, verified and recorded (at most two encoded
-    ledgers in memory). The first error stops it and is raised (what was recorded stays)."""
+    """Steps 1-4 for each closed ledger, in order, as a pipeline: ledgers are read from the
+    bookies and encoded ahead while the ones encoded already are stored as a group (see the
+    module docstring). The first error stops it and is raised (what was recorded stays)."""
     done: list[int] = []
-    send, receive = trio.open_memory_channel[_Encoded | OffloadRecord | Exception](0)
+    send, receive = trio.open_memory_channel[_Encoded | OffloadRecord | Exception](math.inf)
     error: Exception | None = None
+    budget = _Budget(_PIPELINE_BYTES)
 
     async def read_ahead() -> None:
         async with send:
             for ledger_id in ledger_ids:
+                size = _listed(ml, ledger_id).size if _is_listed(ml, ledger_id) else 0
+                await budget.take(size)
                 try:
                     item: _Encoded | OffloadRecord | Exception = await _read_and_encode(
                         ml, ledger_id)  # fmt: skip
                 except Exception as exc:  # noqa: BLE001 - raised by the consumer, in order
                     item = exc
-                await send.send(item)
+                if not isinstance(item, _Encoded):
+                    budget.give(size, 1)
+                send.send_nowait(item)
                 if isinstance(item, Exception):
                     return
 
@@ -158,13 +177,21 @@ async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: l
         nursery.start_soon(read_ahead)
         try:
             async with receive:
-                for ledger_id in ledger_ids:
-                    item = await receive.receive()
-                    if isinstance(item, Exception):
-                        raise item
-                    if isinstance(item, _Encoded):
-                        await _store(ml, offloader, item)
-                    done.append(ledger_id)
+                while len(done) < len(ledger_ids):
+                    group = [await receive.receive()]
+                    while _room_in(group):
+                        try:
+                            group.append(receive.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    encoded = [i for i in group if isinstance(i, _Encoded)]
+                    if encoded:
+                        await _store_group(ml, offloader, encoded)
+                        budget.give(sum(e.record.size for e in encoded), len(encoded))
+                    for item, ledger_id in zip(group, ledger_ids[len(done):], strict=False):
+                        if isinstance(item, Exception):
+                            raise item
+                        done.append(ledger_id)
         except Exception as exc:  # raised plainly below, not inside an ExceptionGroup
             error = exc
             nursery.cancel_scope.cancel()
@@ -173,62 +200,140 @@ async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: l
     return done
 
 
+class _Budget:
+    """What the read-ahead may hold: always two ledgers (one stored, one read), more while
+    their bookie sizes stay within `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._bytes = self._count = 0
+        self._changed = trio.Event()
+
+    async def take(self, size: int) -> None:
+        while self._count >= 2 and self._bytes + size > self._limit:
+            await self._changed.wait()
+        self._bytes += size
+        self._count += 1
+
+    def give(self, size: int, count: int) -> None:
+        self._bytes -= size
+        self._count -= count
+        self._changed.set()
+        self._changed = trio.Event()
+
+
+def _room_in(group: list[_Encoded | OffloadRecord | Exception]) -> bool:
+    """Whether one more ready ledger may join the group (never after an error)."""
+    if isinstance(group[-1], Exception) or len(group) >= _GROUP_LEDGERS:
+        return False
+    return sum(len(i.data) for i in group if isinstance(i, _Encoded)) < _GROUP_BYTES
+
+
+async def _first_error_of(calls: list[Callable[[], Awaitable[None]]]) -> None:
+    """Run the calls at the same time; the first error cancels the others and is raised
+    plainly (not inside an ExceptionGroup)."""
+    error: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        for call in calls:
+            async def run(call: Callable[[], Awaitable[None]] = call) -> None:
+                nonlocal error
+                try:
+                    await call()
+                except Exception as exc:  # noqa: BLE001 - the first is raised below
+                    if error is None:
+                        error = exc
+                    nursery.cancel_scope.cancel()
+            nursery.start_soon(run)
+    if error is not None:
+        raise error
+
+
 async def _read_and_encode(ml: ManagedLedger, ledger_id: int) -> _Encoded | OffloadRecord:
-    """Step 1 (without the intent): the ledger's entries from the bookies, encoded; or the
-    ledger's offload record if it has one already."""
+    """Step 1 (without the intent): the ledger's entries from the bookies (in pieces read at
+    the same time), encoded; or the ledger's offload record if it has one already."""
     record = _listed(ml, ledger_id)
     if not record.closed or record.ledger_id == ml.current_ledger_id:
         raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} is still open")
     if record.offload is not None:
         return record.offload
-    entries: list[bytes] = []
-    for first in range(0, record.entries, _READ_CHUNK):
-        last = min(record.entries, first + _READ_CHUNK) - 1
-        entries.extend(await ml._readers.read(ledger_id, first, last))
+    per_piece = max(1, _PIECE_BYTES * record.entries // max(1, record.size))
+    firsts = list(range(0, record.entries, per_piece))
+    pieces: list[list[bytes]] = [[] for _ in firsts]
+    limiter = trio.CapacityLimiter(_PIECES_IN_FLIGHT)
+
+    async def read_piece(index: int) -> None:
+        async with limiter:
+            first = firsts[index]
+            last = min(record.entries, first + per_piece) - 1
+            pieces[index] = await ml._readers.read(ledger_id, first, last)
+
+    await _first_error_of([partial(read_piece, i) for i in range(len(firsts))])
+    entries = [entry for piece in pieces for entry in piece]
     data = await trio.to_thread.run_sync(encode_object, ledger_id, entries)
     return _Encoded(record, data)
 
 
-async def _store(ml: ManagedLedger, offloader: Offloader, encoded: _Encoded) -> OffloadRecord:
-    """Steps 1 (the intent) to 4 for an encoded ledger."""
-    record, data = encoded.record, encoded.data
-    ledger_id = record.ledger_id
-    key = f"{encode_name(ml.name)}/{ledger_id}-{uuid.uuid4().hex[:12]}.lwo"
+async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Encoded]) -> None:
+    """Steps 1 (the intents) to 4 for encoded ledgers, in ledger order: one CAS for all the
+    intents, the objects put and verified at the same time, one CAS recording them all. A
+    ledger that changed meanwhile is not recorded (nor any after it): its upload and the
+    later ones are dropped and OffloadConflictError raised after the earlier are recorded."""
+    keys = [f"{encode_name(ml.name)}/{e.record.ledger_id}-{uuid.uuid4().hex[:12]}.lwo"
+            for e in group]  # fmt: skip
     async with ml._meta_lock:
         ml._check_writable()
-        await ml._write_metadata(list(ml._records), offload_pending=[*ml._offload_pending, key])
+        await ml._write_metadata(list(ml._records), offload_pending=[*ml._offload_pending, *keys])
     crash_point("managed_ledger.offload.after_intent")
-    try:
+
+    async def put_and_verify(key: str, data: bytes) -> None:
         await offloader.put(key, data)
         crash_point("managed_ledger.offload.after_put")
         await _verify(offloader, key, data)
+
+    try:
+        await _first_error_of(
+            [partial(put_and_verify, k, e.data) for k, e in zip(keys, group, strict=True)])
     except BaseException:
-        await _drop_upload(ml, offloader, key)
+        await _drop_uploads(ml, offloader, keys)
         raise
     crash_point("managed_ledger.offload.after_verify")
-    location = OffloadRecord(
-        offloader.driver, key, len(data), crc32c.crc32c(data) & 0xFFFFFFFF, ml._clock_ms()
-    )
+    recorded: list[tuple[int, str, int]] = []
+    conflict: OffloadConflictError | None = None
     try:
         async with ml._meta_lock:
             ml._check_writable()
-            now = _listed(ml, ledger_id)
-            if now.offload is not None or now.entries != record.entries:
-                raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} changed meanwhile")
-            updated = dataclasses.replace(now, offload=location)
-            records = [updated if r is now else r for r in ml._records]
-            uploads = [k for k in ml._offload_pending if k != key]
-            await ml._write_metadata(records, offload_pending=uploads)
-            ml._records[:] = records
-    except BaseException:
-        await _drop_upload(ml, offloader, key)
+            records = list(ml._records)
+            for key, encoded in zip(keys, group, strict=True):
+                ledger_id = encoded.record.ledger_id
+                try:
+                    now = _listed(ml, ledger_id)
+                    if now.offload is not None or now.entries != encoded.record.entries:
+                        raise OffloadConflictError(
+                            f"{ml.name!r}: ledger {ledger_id} changed meanwhile")
+                except OffloadConflictError as exc:
+                    conflict = exc
+                    break
+                location = OffloadRecord(offloader.driver, key, len(encoded.data),
+                                         crc32c.crc32c(encoded.data) & 0xFFFFFFFF,
+                                         ml._clock_ms())  # fmt: skip
+                updated = dataclasses.replace(now, offload=location)
+                records = [updated if r is now else r for r in records]
+                recorded.append((ledger_id, key, len(encoded.data)))
+            if recorded:
+                taken = {key for _, key, _ in recorded}
+                uploads = [k for k in ml._offload_pending if k not in taken]
+                await ml._write_metadata(records, offload_pending=uploads)
+                ml._records[:] = records
+    except BaseException:  # nothing of the group was recorded
+        await _drop_uploads(ml, offloader, keys)
         raise
     crash_point("managed_ledger.offload.after_record")
-    log.info(
-        "managed ledger %r: ledger %d offloaded to %s %r (%d bytes)",
-        ml.name, ledger_id, offloader.driver, key, len(data),
-    )
-    return location
+    for ledger_id, key, size in recorded:
+        log.info("managed ledger %r: ledger %d offloaded to %s %r (%d bytes)",
+                 ml.name, ledger_id, offloader.driver, key, size)
+    if conflict is not None:
+        await _drop_uploads(ml, offloader, keys[len(recorded):])
+        raise conflict
 
 
 async def delete_bookie_copies(ml: ManagedLedger, deletion_lag_s: float) -> list[int]:
@@ -263,6 +368,10 @@ async def delete_bookie_copies(ml: ManagedLedger, deletion_lag_s: float) -> list
     if done:
         log.info("managed ledger %r: bookie copies of offloaded ledgers %s deleted", ml.name, done)
     return done
+
+
+def _is_listed(ml: ManagedLedger, ledger_id: int) -> bool:
+    return any(r.ledger_id == ledger_id for r in ml._records)
 
 
 def _listed(ml: ManagedLedger, ledger_id: int) -> LedgerRecord:
@@ -301,20 +410,22 @@ async def sweep_pending_uploads(ml: ManagedLedger) -> None:
     log.info("%r: deleted the objects of unfinished offloads %s", ml.name, keys)
 
 
-async def _drop_upload(ml: ManagedLedger, offloader: Offloader, key: str) -> None:
-    """An offload failed before it was recorded: delete its object, then its pending key."""
-    await _delete_object_quietly(offloader, key)
+async def _drop_uploads(ml: ManagedLedger, offloader: Offloader, keys: list[str]) -> None:
+    """Offloads failed before being recorded: delete their objects, then their pending keys."""
+    for key in keys:
+        await _delete_object_quietly(offloader, key)
     with trio.CancelScope(shield=True):
         async with ml._meta_lock:
-            if ml.is_fenced or ml.is_closed or key not in ml._offload_pending:
-                return  # the next owner's open sweeps it
+            mine = [k for k in keys if k in ml._offload_pending]
+            if ml.is_fenced or ml.is_closed or not mine:
+                return  # the next owner's open sweeps them
             try:
                 await ml._write_metadata(
                     list(ml._records),
-                    offload_pending=[k for k in ml._offload_pending if k != key],
+                    offload_pending=[k for k in ml._offload_pending if k not in mine],
                 )
-            except Exception as exc:  # the next open sweeps it
-                log.warning("%r: could not clear pending upload %r: %r", ml.name, key, exc)
+            except Exception as exc:  # the next open sweeps them
+                log.warning("%r: could not clear pending uploads %s: %r", ml.name, mine, exc)
 
 
 async def _delete_object_quietly(offloader: Offloader, key: str) -> None:
