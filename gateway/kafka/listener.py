@@ -12,13 +12,13 @@ memory, and closes that connection; a malformed request closes that connection o
 with the client's address); an unsupported version gets the protocol's error where one can be
 expressed (see KafkaBroker); Produce with acks=0 gets no response.
 
-Writing: a handler's answer is a list of buffers (stored record batches among them, uncopied);
-the writer takes every answer that is already done, in order, and sends them all with one
-vectored `sendmsg` (plain TCP) or one joined `send_all` (TLS).  Each send has
-`write_timeout_s`; a client that stops reading is disconnected.  Both that and the idle
-timeout are watched by one per-connection watchdog task that looks every quarter of the
-shorter timeout (so a timeout fires between 1x and 1.25x its value), not by a cancel scope
-around every receive and send.
+Writing (gateway/kafka/reply_sending.py): a handler's answer is a list of buffers (stored
+record batches among them, uncopied); the writer takes every answer that is already done, in
+order, and sends them all with one vectored `sendmsg` (plain TCP) or one joined `send_all`
+(TLS). Each send has `write_timeout_s`; a client that stops reading is disconnected. Both that
+and the idle timeout are watched by one per-connection watchdog task that looks every quarter
+of the shorter timeout (so a timeout fires between 1x and 1.25x its value), not by a cancel
+scope around every receive and send.
 
 Security: connections past the listener's limits are refused, and with an `ssl_context` every
 connection is wrapped in a `trio.SSLStream` (gateway/kafka/admission.py: limits, handshake, the
@@ -58,6 +58,7 @@ from gateway.kafka.admission import (
     tls_handshake,
 )
 from gateway.kafka.broker import CloseConnection, KafkaBroker
+from gateway.kafka.reply_sending import Reply, send_buffers
 from gateway.security.tls_receive import receive_ready
 from ledger_backend.faults import log_failure
 from protocols.kafka.codec import RequestHeader
@@ -77,9 +78,6 @@ from protocols.kafka.ssl_principal import (
 log = logging.getLogger("ledgerwire.kafka.listener")
 
 RECEIVE_BYTES = 256 * 1024
-# iovecs per sendmsg call (Linux IOV_MAX is 1024)
-_MAX_IOVECS = 512
-_TLS_SEND_BYTES = 1 << 20
 # accept() failures that mean "out of resources right now", not "the listener is broken"
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_BACKOFF_S = 0.1
@@ -89,47 +87,6 @@ FETCH_API_KEY = 1
 class ListenAddress(NamedTuple):
     host: str
     port: int
-
-
-class _Reply:
-    """The slot of one request in its connection's response order."""
-
-    __slots__ = ("done", "frame", "close", "fetch_slot")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.frame: list[Any] | None = None  # the answer's buffers, None: no answer
-        self.close = False
-        self.fetch_slot: trio.Semaphore | None = None  # released once the answer is written
-
-    def finish(self, frame: list[Any] | None, *, close: bool = False) -> None:
-        self.frame = frame
-        self.close = close
-        self.done.set()
-
-
-def _buffer_size(buffer: Any) -> int:
-    return buffer.nbytes if type(buffer) is memoryview else len(buffer)
-
-
-async def _sendmsg_all(sock: trio.socket.SocketType, buffers: list[Any]) -> None:
-    """Send every buffer, in order, with as few vectored `sendmsg` calls as the kernel allows."""
-    start = 0
-    count = len(buffers)
-    while start < count:
-        batch = buffers[start : start + _MAX_IOVECS]
-        try:
-            sent = await sock.sendmsg(batch)
-        except OSError as exc:
-            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-        for buffer in batch:
-            size = _buffer_size(buffer)
-            if sent < size:
-                if sent:
-                    buffers[start] = memoryview(buffer)[sent:]
-                break
-            sent -= size
-            start += 1
 
 
 def _api_key_of(frame: bytes) -> int:
@@ -172,7 +129,7 @@ class _Connection:
 
     async def run(self) -> None:
         config = self.broker.config
-        send, receive = trio.open_memory_channel[_Reply](config.max_in_flight_per_connection)
+        send, receive = trio.open_memory_channel[Reply](config.max_in_flight_per_connection)
         async with self.stream:
             async with trio.open_nursery() as nursery:
                 watchdog = trio.CancelScope()
@@ -182,7 +139,7 @@ class _Connection:
                     with self.read_scope:
                         await self._read_until_closed(send, nursery)
 
-    async def _read_until_closed(self, send: trio.MemorySendChannel[_Reply],
+    async def _read_until_closed(self, send: trio.MemorySendChannel[Reply],
                                  nursery: trio.Nursery) -> None:
         try:
             await self._read_loop(send, nursery)
@@ -218,7 +175,7 @@ class _Connection:
                     else:  # requests are still running: wait another full period
                         self.receive_started = now
 
-    async def _read_loop(self, send: trio.MemorySendChannel[_Reply],
+    async def _read_loop(self, send: trio.MemorySendChannel[Reply],
                          nursery: trio.Nursery) -> None:
         config = self.broker.config
         reader = FrameReader(config.max_frame_bytes)
@@ -265,7 +222,7 @@ class _Connection:
                     mute_until = info.pop("mute_until", None)
                     if mute_until is not None:  # a client quota throttles it (KIP-219): the
                         await trio.sleep_until(mute_until)  # next request waits until then
-                reply = _Reply()
+                reply = Reply()
                 try:
                     header, body = self.broker.decode(frame)
                 except UnsupportedVersionError as exc:
@@ -287,9 +244,9 @@ class _Connection:
                 nursery.start_soon(self._serve_request, request_ctx, header, body, reply)
 
     async def _authenticate_step(self, ctx: Any, session: SaslSession, frame: bytes,
-                                 send: trio.MemorySendChannel[_Reply]) -> None:
+                                 send: trio.MemorySendChannel[Reply]) -> None:
         """Serve one frame of a not yet authenticated connection, inline (see module doc)."""
-        reply = _Reply()
+        reply = Reply()
         if session.raw_tokens and session.state in (SaslState.AWAIT_TOKEN,
                                                      SaslState.AWAIT_SCRAM_FINAL):
             try:
@@ -318,7 +275,7 @@ class _Connection:
         await send.send(reply)
 
     async def _serve_request(self, ctx: Any, header: RequestHeader, body: dict,
-                             reply: _Reply) -> None:
+                             reply: Reply) -> None:
         try:
             frame = await self.broker.handle_to_buffers(ctx, header, body)
         except CloseConnection as exc:
@@ -334,7 +291,7 @@ class _Connection:
         finally:
             self.pending -= 1
 
-    async def _write_loop(self, receive: trio.MemoryReceiveChannel[_Reply],
+    async def _write_loop(self, receive: trio.MemoryReceiveChannel[Reply],
                           connection_scope: trio.CancelScope,
                           watchdog: trio.CancelScope) -> None:
         try:
@@ -342,10 +299,10 @@ class _Connection:
         finally:
             watchdog.cancel()  # the watchdog lives as long as there may be answers to send
 
-    async def _write_replies(self, receive: trio.MemoryReceiveChannel[_Reply],
+    async def _write_replies(self, receive: trio.MemoryReceiveChannel[Reply],
                              connection_scope: trio.CancelScope) -> None:
         """Send the answers in request order, every answer already done in one send."""
-        head: _Reply | None = None
+        head: Reply | None = None
         async with receive:
             with self.write_scope:
                 while True:
@@ -383,7 +340,7 @@ class _Connection:
                     if buffers:
                         self.send_started = trio.current_time()
                         try:
-                            await self._send(buffers)
+                            await send_buffers(self.stream, self.socket, buffers)
                         except (trio.BrokenResourceError, trio.ClosedResourceError):
                             connection_scope.cancel()
                             return
@@ -397,26 +354,6 @@ class _Connection:
                     self.peer, extra={"client": self.peer})
         connection_scope.cancel()
 
-    async def _send(self, buffers: list[Any]) -> None:
-        if self.socket is not None:
-            await _sendmsg_all(self.socket, buffers)
-            return
-        # TLS: no vectored send; join small buffers into sends of about _TLS_SEND_BYTES, so
-        # coalescing never builds one copy of many large answers.
-        pending: list[Any] = []
-        pending_bytes = 0
-        for buffer in buffers:
-            size = _buffer_size(buffer)
-            if pending and pending_bytes + size > _TLS_SEND_BYTES:
-                await self.stream.send_all(pending[0] if len(pending) == 1
-                                           else b"".join(pending))
-                pending, pending_bytes = [], 0
-            pending.append(buffer)
-            pending_bytes += size
-        if len(pending) == 1:
-            await self.stream.send_all(pending[0])
-        elif pending:
-            await self.stream.send_all(b"".join(pending))
 
 
 class _KafkaServer:

@@ -8,7 +8,7 @@ import os
 import trio
 import trio.lowlevel
 
-from gateway.kafka.listener import _sendmsg_all
+from gateway.kafka.reply_sending import sendmsg_all
 from protocols.kafka.handlers.request_order import FETCH, PRODUCE, ConnectionOrder
 from protocols.kafka.record_batch import build_batch
 from tests.kafka_server.conftest import running_stack
@@ -27,7 +27,7 @@ from tests.kafka_server.test_kafka_handlers_wire import (
 from tests.kafka_server.test_kafka_listener import VERSIONS_BODY, produce_body
 
 
-async def test_sendmsg_all_survives_partial_writes_in_order() -> None:
+async def testsendmsg_all_survives_partial_writes_in_order() -> None:
     left, right = trio.socket.socketpair()
     buffers = [os.urandom(n) for n in (1, 70_000, 3, 900_000, 0, 250_000)] * 300  # > IOV batch
     expected = b"".join(buffers)
@@ -41,7 +41,7 @@ async def test_sendmsg_all_survives_partial_writes_in_order() -> None:
     with left, right:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_slowly)
-            await _sendmsg_all(left, list(buffers))
+            await sendmsg_all(left, list(buffers))
     assert bytes(got) == expected
 
 
