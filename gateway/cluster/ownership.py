@@ -186,6 +186,19 @@ class OwnershipService:
     def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
         return self._owner_of_bundle(self.bundle_of(topic, partition))
 
+    def leader_table(self) -> list[int]:
+        """Each bundle's owner node id (-1: none live), as `owner_of` answers now: read once
+        per Metadata request, so listing 100,000 partitions asks no question per partition."""
+        owners = (self._owner_of_bundle(b) for b in range(self.layout.bundles))
+        return [owner.node_id if owner is not None else -1 for owner in owners]
+
+    def partition_leaders(self, topic: str, partitions: int,
+                          table: list[int]) -> tuple[int, ...]:
+        """Every partition's leader from a `leader_table` (the same rule as `bundle_of`)."""
+        bundles = len(table)
+        base = 0 if is_bundle_pinned(topic) else zlib.crc32(topic.encode("utf-8"))
+        return tuple(table[(base + p) % bundles] for p in range(partitions))
+
     def is_local(self, topic: str, partition: int) -> bool:
         return self._bundle_is_local(self.bundle_of(topic, partition))
 

@@ -29,7 +29,7 @@ from typing import Any, Final
 from .errors import MalformedRequestError, UnsupportedVersionError
 from .schema import SCHEMAS, ApiSchema
 from .schema.headers import REQUEST_HEADER, RESPONSE_HEADER
-from .schema_compiler import CompiledStruct, compile_struct
+from .schema_compiler import CompiledStruct, PreEncoded, compile_struct
 from .types import SegmentedOutput, string_reader
 
 __all__ = [
@@ -110,6 +110,30 @@ def _response_codec(schema: ApiSchema, version: int) -> _Compiled:
         )
         _RESPONSES[key] = compiled
     return compiled
+
+
+_ELEMENTS: dict[tuple[int, int, tuple[str, ...]], CompiledStruct] = {}
+
+
+def encode_response_element(api_key: int, version: int, path: tuple[str, ...],
+                            value: dict[str, Any]) -> PreEncoded:
+    """One element of a struct array of a response (`path`: the array fields' keys from the
+    body down, e.g. ("topics", "partitions")), encoded now for `version`; put it in the body
+    in place of the dict (e.g. cached Metadata topic entries)."""
+    key = (api_key, version, path)
+    compiled = _ELEMENTS.get(key)
+    if compiled is None:
+        schema = _schema_for(api_key, version)
+        if schema is None:
+            raise UnsupportedVersionError(f"API key {api_key} version {version} is not supported")
+        fields = schema.response
+        for name in path:
+            fields = next(f for f in fields if f.key == name).fields
+        compiled = compile_struct(fields, version, schema.is_flexible(version))
+        _ELEMENTS[key] = compiled
+    out = bytearray()
+    compiled.encode(value, out)
+    return PreEncoded(out)
 
 
 def precompile_all() -> None:

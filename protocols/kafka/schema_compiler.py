@@ -48,6 +48,13 @@ StructDecoder = Callable[[memoryview, int], tuple[dict[str, Any], int]]
 StructEncoder = Callable[[dict[str, Any], bytearray], None]
 
 
+class PreEncoded(bytes):
+    """A struct value already encoded for the version being written (see `compile_struct`):
+    written as these bytes, e.g. a cached Metadata topic entry."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledStruct:
     decode: StructDecoder
@@ -323,6 +330,9 @@ def compile_struct(fields: tuple[Field, ...], version: int, flexible: bool) -> C
         return d, pos
 
     def encode(d: dict[str, Any], out: bytearray) -> None:
+        if d.__class__ is PreEncoded:  # encoded earlier for this very version
+            out += d  # type: ignore[arg-type]
+            return
         for step in write_steps:
             step(d, out)
         if write_tags is not None:

@@ -1,7 +1,9 @@
 """The Kafka handlers in a cluster: Metadata names each partition's owner as leader and lists
 the live brokers, FindCoordinator names the coordinator partition's owner, a non-owner refuses
 produce and fetch with NOT_LEADER_OR_FOLLOWER and group calls with NOT_COORDINATOR, and an
-append that completes after ownership was lost is not acknowledged."""
+append that completes after ownership was lost is not acknowledged.  Metadata answers are
+checked as clients see them (encoded, then decoded): listed topics are cached encoded, and a
+changed owner or partition count is listed anew."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.cluster.broker_registry import ClusterLayout
+from gateway.cluster.ownership import BUNDLE_PINNED_PREFIXES, OwnershipService
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from protocols.kafka.broker_api import BrokerEndpoint, RequestContext
-from protocols.kafka.codec import RequestHeader
+from protocols.kafka.codec import RequestHeader, decode_response, encode_response
 from protocols.kafka.errors import ErrorCode, NotLeaderOrFollowerError
 from protocols.kafka.group_coordinator import GroupError
 from protocols.kafka.handlers.find_coordinator import handle_find_coordinator
@@ -65,11 +69,16 @@ class FakeOwnership:
 
     def __init__(self) -> None:
         self.lost = False
+        self.gone = False  # no live owner for any partition
 
     def live_brokers(self) -> list[BrokerEndpoint]:
         return [ME, OTHER]
 
     def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
+        if self.gone:
+            return None
+        if self.lost:
+            return OTHER
         return ME if partition % 2 == 0 else OTHER
 
     def is_local(self, topic: str, partition: int) -> bool:
@@ -110,12 +119,63 @@ def header(api_key: int, version: int) -> RequestHeader:
     return RequestHeader(api_key=api_key, api_version=version, correlation_id=1, client_id="x")
 
 
+async def metadata(ctx: RequestContext, version: int, topics: Any = None) -> dict[str, Any]:
+    """A Metadata answer as the client decodes it."""
+    answer = await handle_metadata(ctx, header(3, version), {"topics": topics})
+    frame = encode_response(header(3, version), answer)
+    return decode_response(3, version, frame[4:])[1]
+
+
+def leaders_of(answer: dict[str, Any]) -> dict[int, int]:
+    return {p["partition_index"]: p["leader_id"] for p in answer["topics"][0]["partitions"]}
+
+
 async def test_metadata_names_owners_and_live_brokers() -> None:
     ctx = RequestContext(broker=FakeBroker())  # type: ignore[arg-type]
-    answer = await handle_metadata(ctx, header(3, 12), {"topics": None})
+    answer = await metadata(ctx, 12)
     assert {b["node_id"] for b in answer["brokers"]} == {1, 2}
-    leaders = {p["partition_index"]: p["leader_id"] for p in answer["topics"][0]["partitions"]}
-    assert leaders == {0: 1, 1: 2, 2: 1, 3: 2}
+    assert leaders_of(answer) == {0: 1, 1: 2, 2: 1, 3: 2}
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+async def test_listed_topics_are_listed_anew_when_owners_or_partitions_change(
+        version: int) -> None:
+    broker = FakeBroker()
+    ctx = RequestContext(broker=broker)  # type: ignore[arg-type]
+    first = await metadata(ctx, version)
+    assert await metadata(ctx, version) == first  # from the cache, byte for byte alike
+    assert await metadata(ctx, version, [{"name": "t", "topic_id": None}]) == first
+    broker.ownership.lost = True  # every partition moved to broker 2
+    assert leaders_of(await metadata(ctx, version)) == {0: 2, 1: 2, 2: 2, 3: 2}
+    info = broker.topic_service.info
+    broker.topic_service.info = Info("t", info.topic_id, 6)
+    assert leaders_of(await metadata(ctx, version)) == {p: 2 for p in range(6)}
+    broker.ownership.gone = True
+    orphaned = (await metadata(ctx, version))["topics"][0]["partitions"]
+    assert {(p["leader_id"], p["error_code"], tuple(p["isr_nodes"])) for p in orphaned} == {
+        (-1, ErrorCode.LEADER_NOT_AVAILABLE, ())}
+    broker.ownership.gone = False
+    broker.ownership.lost = False
+    again = await metadata(ctx, version)
+    assert leaders_of(again) == {p: 1 if p % 2 == 0 else 2 for p in range(6)}
+    assert again["topics"][0]["name"] == "t"
+    if version >= 10:
+        assert again["topics"][0]["topic_id"] == info.topic_id
+
+
+def test_partition_leaders_agree_with_owner_of() -> None:
+    ownership = OwnershipService(None, ClusterLayout(bundles=5), ME,  # type: ignore[arg-type]
+                                 session_timeout_s=10)
+    ownership._reconciled = True  # as after a reconcile round: bundle 1 held, others read
+    ownership._owned = {1}
+    ownership._live = {1: ME, 2: OTHER}
+    ownership._owners = {0: 2, 2: 2, 3: 9}  # 9 is not live: bundle 3 has no leader
+    table = ownership.leader_table()
+    assert -1 in table and 1 in table and 2 in table
+    for topic in ["t", "orders", "x" * 40, BUNDLE_PINNED_PREFIXES[0] + "q"]:
+        expected = tuple(owner.node_id if (owner := ownership.owner_of(topic, p)) else -1
+                         for p in range(12))
+        assert ownership.partition_leaders(topic, 12, table) == expected
 
 
 async def test_find_coordinator_names_the_coordinator_partition_owner() -> None:
