@@ -45,6 +45,7 @@ import json
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -150,6 +151,9 @@ class OwnershipService:
         self.changed = trio.Event()  # set (and replaced) after every reconcile round
         # more fields of the live node (e.g. the RocketMQ listener), set before run()
         self.registration_extra: dict[str, object] = {}
+        # told every live registration as each round reads them, before it loads a bundle
+        # (a gone broker's ports are adopted at once: gateway/rocketmq/adoption.py)
+        self.registration_observers: list[Callable[[dict[int, dict[str, Any]]], None]] = []
 
     # --- what handlers ask -----------------------------------------------------------------
 
@@ -245,7 +249,7 @@ class OwnershipService:
 
     async def stop(self) -> None:
         """Graceful: say this broker is leaving (so the others take each bundle the moment it
-        is released), release every bundle (hooks close ledgers), then deregister."""
+        is released), release every bundle at once (hooks close ledgers), then deregister."""
         self._stopping = True
         self._draining = self._draining | {self.me.node_id}  # point clients at the others
         try:
@@ -254,8 +258,10 @@ class OwnershipService:
         except MetadataError:
             log_failure(log, "could not announce that broker %d is leaving", self.me.node_id)
         while self._owned:  # (a round already under way may still finish an acquisition)
-            for bundle in sorted(self._owned):
-                await self._release(bundle)
+            async with trio.open_nursery() as releasing:  # all at once: one short pause
+                for bundle in sorted(self._owned - self._releasing):
+                    releasing.start_soon(self._release, bundle)
+            await trio.sleep(0.01)  # (a release a round started finishes in its own task)
         try:
             await deregister_broker(self._store, self.me.node_id)
         except MetadataError:
@@ -348,6 +354,8 @@ class OwnershipService:
 
     async def _reconcile(self) -> None:
         registrations = await read_live_registrations(self._store)
+        for observe in self.registration_observers:
+            observe(registrations)
         self._live = {i: endpoint_from_doc(doc) for i, doc in registrations.items()}
         leaving = {i for i, doc in registrations.items() if doc.get("leaving")}
         self._draining = await read_draining(self._store) | leaving

@@ -358,6 +358,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
         self.adoption = PortAdoption(
             ownership.me.node_id, RocketMQAddress(self.advertised_host, self.advertised_base),
             self.bind_host, bundles, self._serve_bundle)
+        self.adoptions = [self.adoption]  # and the 5.x gRPC ports' (cluster_grpc.py)
         self._registrations: dict[int, dict[str, Any]] = {}
         self._create_lock = trio.Lock()
         self._services: dict[int, tuple[trio.CancelScope, trio.Event]] = {}
@@ -444,9 +445,16 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
         return self._registrations.get(owner.node_id, {}).get(key)
 
     async def refresh_registrations(self) -> None:
-        self._registrations = await read_live_registrations(self._store)
+        self.registrations_seen(await read_live_registrations(self._store))
+
+    def registrations_seen(self, registrations: dict[int, dict[str, Any]]) -> None:
+        """The live registrations as just read (here or by an ownership round, which tells
+        them before it loads the bundles it takes: adopting a gone broker's ports then lets
+        its clients' requests wait for the load instead of being refused until it is done)."""
+        self._registrations = registrations
         if self._nursery is not None:  # a gone broker's ports are served here (adoption.py)
-            self.adoption.follow(self._registrations, self._nursery)
+            for adoption in self.adoptions:
+                adoption.follow(self._registrations, self._nursery)
 
     async def follow_registrations(self) -> None:
         """Keep the other brokers' RocketMQ addresses current (after every ownership round)."""
@@ -537,11 +545,18 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
             await self.subscription_groups.reload()
         except Exception:  # the follower below keeps trying
             log.warning("subscription groups not loaded yet", exc_info=True)
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._running.set()
-            nursery.start_soon(self.follow_registrations)
-            nursery.start_soon(self.forwarder.run)
-            nursery.start_soon(self._expire_clients)
-            nursery.start_soon(self.subscription_groups.follow)
-            register_backlog_offsets(self.topics, ClusterBacklogOffsets(self))
+        observers = self.ownership.registration_observers
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._running.set()
+                observers.append(self.registrations_seen)
+                nursery.start_soon(self.follow_registrations)
+                nursery.start_soon(self.forwarder.run)
+                nursery.start_soon(self._expire_clients)
+                nursery.start_soon(self.subscription_groups.follow)
+                register_backlog_offsets(self.topics, ClusterBacklogOffsets(self))
+        finally:
+            self._nursery = None
+            if self.registrations_seen in observers:
+                observers.remove(self.registrations_seen)

@@ -17,10 +17,16 @@ authenticated; a header that names no account is refused and its body dropped un
 frame over `pre_auth_max_frame_bytes` closes the connection unread, and a connection that has
 not proved itself within `pre_auth_timeout_s` is closed.  Then it is read as above.
 
-Graceful shutdown: when the server task is cancelled it stops accepting and stops reading new
-requests; requests in flight get `drain_timeout_s` to finish and be answered (a long-polling
-pull that is still waiting then is cancelled); the connections nursery is shielded so outside
-cancellation cannot cut that drain short, its own deadline bounds it.
+Graceful shutdown: when the server task is cancelled it stops accepting; each connection is
+read until it falls idle (nothing in flight, no byte of a request buffered or unread, and
+nothing received or answered for IDLE_QUIET_S), then closed: a RocketMQ client does not fail
+a request whose connection closes but waits out its send timeout (the C++ client: 3 s), so a
+request that reached the socket must be read and answered, never dropped by the close.  A
+connection that never falls idle stops being read halfway through `drain_timeout_s`; requests
+in flight get the rest of it to finish and be answered (a long-polling pull that is still
+waiting then is cancelled).  The connections nursery is shielded so outside cancellation
+cannot cut that drain short, its own deadline bounds it.  (A request the client writes in
+the microseconds between the last idle check and the close is still lost to that close.)
 
 This module must never decode message bodies or touch partition data itself.
 """
@@ -28,9 +34,12 @@ This module must never decode message bodies or touch partition data itself.
 from __future__ import annotations
 
 import errno
+import fcntl
 import itertools
 import logging
 import math
+import struct
+import termios
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -66,6 +75,8 @@ acl_log = logging.getLogger("ledgerwire.rocketmq.acl")
 RECEIVE_BYTES = 64 * 1024
 MAX_IN_FLIGHT_PER_CONNECTION = 1024
 DRAIN_TIMEOUT_S = 5.0
+IDLE_QUIET_S = 0.02  # a synchronous client's next request on the connection comes sooner
+IDLE_POLL_S = 0.005
 LISTEN_BACKLOG = 1024
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _connection_ids = itertools.count(1)
@@ -110,6 +121,15 @@ def login_gate(guard: object, max_frame_bytes: int, timeout_s: float) -> LoginGa
     return None
 
 
+def _unread_bytes(stream: trio.SocketStream) -> int:
+    """Bytes the kernel received on the socket that nobody has read yet (-1: unknown)."""
+    try:
+        answer = fcntl.ioctl(stream.socket.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return -1
+    return int(struct.unpack("i", answer)[0])
+
+
 def _peer(stream: trio.SocketStream) -> tuple[str, int]:
     try:
         peer = stream.socket.getpeername()
@@ -134,9 +154,36 @@ class RemotingConnection:
         self._read_scope = trio.CancelScope()
         self._write_lock = trio.Lock()  # whoever writes a frame holds it: frames never interleave
         self._connection_scope = trio.CancelScope()
+        self._reader: FrameReader | None = None
+        self._last_activity = trio.current_time()
+        self._closing = trio.Event()
+        self._stop_reading_by = math.inf
 
     def stop_reading(self) -> None:
         """Take no new requests; the ones in flight finish and are answered (graceful drain)."""
+        self._read_scope.cancel()
+
+    def stop_when_idle(self, by: float) -> None:
+        """Graceful drain: stop reading at the first idle moment (see the module docstring),
+        at the latest at trio time `by`."""
+        self._stop_reading_by = by
+        self._closing.set()
+
+    def _idle(self) -> bool:
+        if self._slots.value < MAX_IN_FLIGHT_PER_CONNECTION:
+            return False  # a request is being served
+        if self._reader is not None and self._reader.buffered:
+            return False  # part of a request was read
+        if trio.current_time() - self._last_activity < IDLE_QUIET_S:
+            return False
+        return _unread_bytes(self.stream) == 0
+
+    async def _stop_reading_when_idle(self) -> None:
+        await self._closing.wait()
+        while True:  # polled: the kernel's receive queue has no event to wait for
+            if self._idle() or trio.current_time() >= self._stop_reading_by:
+                break
+            await trio.sleep(IDLE_POLL_S)
         self._read_scope.cancel()
 
     def send_request(self, command: RemotingCommand) -> bool:
@@ -150,6 +197,7 @@ class RemotingConnection:
         async with self.stream, trio.open_nursery() as nursery:
             self._connection_scope = nursery.cancel_scope
             nursery.start_soon(self._write_loop, nursery.cancel_scope)
+            nursery.start_soon(self._stop_reading_when_idle)
             async with trio.open_nursery() as requests:
                 with self._read_scope:
                     try:
@@ -215,11 +263,12 @@ class RemotingConnection:
 
     async def _read_loop(self, handle: RequestHandler, nursery: trio.Nursery,
                          already_read: bytes = b"") -> None:
-        reader = FrameReader(self.max_frame_bytes)
+        reader = self._reader = FrameReader(self.max_frame_bytes)
         data = already_read
         while True:
             if not data:
                 data = await self.stream.receive_some(RECEIVE_BYTES)
+                self._last_activity = trio.current_time()
                 if not data:
                     return
             frames, data = reader.feed(data), b""
@@ -244,6 +293,7 @@ class RemotingConnection:
             if response is not None and not request.is_oneway:
                 await self._respond(encode_command(response))
         finally:
+            self._last_activity = trio.current_time()
             self._slots.release()
 
     async def _respond(self, frame: bytes) -> None:
@@ -313,6 +363,7 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
 
     live: set[RemotingConnection] = set()
     closing = trio.Event()
+    stop_reading_by = [math.inf]  # set when closing: half of the drain deadline
 
     async def serve_connection(stream: trio.SocketStream) -> None:
         await serve_if_admitted(connection_limits, stream, serve_admitted)
@@ -322,7 +373,7 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
         live.add(conn)
         try:
             if closing.is_set():
-                conn.stop_reading()
+                conn.stop_when_idle(stop_reading_by[0])
             await conn.run(handle)
         finally:
             live.discard(conn)
@@ -343,8 +394,9 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
             started.set()
             await closing.wait()
             connections.cancel_scope.deadline = trio.current_time() + drain_timeout_s
+            stop_reading_by[0] = trio.current_time() + drain_timeout_s / 2
             for conn in list(live):
-                conn.stop_reading()
+                conn.stop_when_idle(stop_reading_by[0])
 
     async def accept_loop(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         while True:
