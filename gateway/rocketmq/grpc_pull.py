@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import trio
 
-from protocols.kafka.errors import OffsetOutOfRangeError
-from protocols.kafka.record_batch import parse_header
-from protocols.rocketmq.broker_api import BrokerLike
+from protocols.kafka.record_batch import Record
+from protocols.rocketmq.broker_api import BrokerLike, PartitionLogLike
 from protocols.rocketmq.grpc.backend import PullRequest, PullResult
 from protocols.rocketmq.grpc.messages import Delivered
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
-from protocols.rocketmq.handlers.common import get_queue, iter_records
+from protocols.rocketmq.handlers.common import get_queue, scan_queue
 from protocols.rocketmq.message_encoding import from_record
 from protocols.rocketmq.message_id import commit_log_offset, offset_message_id
 
@@ -50,36 +49,21 @@ async def pull(broker: BrokerLike, req: PullRequest) -> PullResult:
             return PullResult(pb.MESSAGE_NOT_FOUND, [], offset)
 
 
-async def _scan(broker: BrokerLike, plog: object, req: PullRequest,
+async def _scan(broker: BrokerLike, plog: PartitionLogLike, req: PullRequest,
                 offset: int) -> tuple[list[Delivered], int]:
     """Matching messages from `offset` on (at most a batch, MAX_SCAN records, MAX_BYTES),
     and the offset after the last record looked at."""
     cfg = broker.config
-    out: list[Delivered] = []
-    scanned = size = 0
-    while (offset < plog.high_watermark and len(out) < req.batch_size  # type: ignore[attr-defined]
-           and scanned < MAX_SCAN and size < MAX_BYTES):
-        try:
-            batches = await plog.read(offset, READ_BYTES)  # type: ignore[attr-defined]
-        except OffsetOutOfRangeError:
-            break
-        if not batches:
-            break
-        before = offset
-        for record in iter_records(batches, offset):
-            scanned += 1
-            offset = record.offset + 1
-            body, props, meta = from_record(record)
-            if not req.wanted(props):
-                continue
-            fallback = offset_message_id(cfg.advertised_host, cfg.advertised_port,
-                                         commit_log_offset(req.topic, req.queue_id,
-                                                           record.offset))
-            out.append(Delivered(req.topic, req.queue_id, record.offset, body, props, meta,
-                                 record.timestamp, 1, "", 0, fallback))
-            size += len(body)
-            if len(out) >= req.batch_size or scanned >= MAX_SCAN or size >= MAX_BYTES:
-                break
-        if offset == before:  # only control batches: step past them
-            offset = max(offset, parse_header(batches[-1]).last_offset + 1)
-    return out, offset
+
+    def convert(record: Record) -> tuple[Delivered, int] | None:
+        body, props, meta = from_record(record)
+        if not req.wanted(props):
+            return None
+        fallback = offset_message_id(cfg.advertised_host, cfg.advertised_port,
+                                     commit_log_offset(req.topic, req.queue_id, record.offset))
+        return Delivered(req.topic, req.queue_id, record.offset, body, props, meta,
+                         record.timestamp, 1, "", 0, fallback), len(body)
+
+    return await scan_queue(plog, offset, convert, max_messages=req.batch_size,
+                            max_records=MAX_SCAN, max_bytes=MAX_BYTES,
+                            read_bytes=lambda _kept, _size: READ_BYTES)

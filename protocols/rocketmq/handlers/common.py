@@ -1,4 +1,5 @@
-"""Helpers the broker handlers share: topic/queue lookup, reading records, building responses.
+"""Helpers the broker handlers share: topic/queue lookup, reading records, building responses,
+and the filtered queue scan of both pull paths (4.x PULL_MESSAGE and RocketMQ 5 PullMessage).
 
 This module must never write to a partition.
 """
@@ -6,16 +7,22 @@ This module must never write to a partition.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
-from protocols.kafka.errors import KafkaProtocolError, UnknownTopicOrPartitionError
+from protocols.kafka.errors import (
+    KafkaProtocolError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from protocols.kafka.record_batch import Record, decode_records, parse_header
 from protocols.rocketmq.broker_api import BrokerLike, PartitionLogLike, TopicInfoLike
 from protocols.rocketmq.errors import MessageIllegalError, RocketMQError, TopicNotExistError
 from protocols.rocketmq.message_encoding import StoredMessage, from_record
 from protocols.rocketmq.message_id import MAX_QUEUES, commit_log_offset
 from protocols.rocketmq.topic_names import from_storage, to_storage
+
+T = TypeVar("T")
 
 
 class StorageError(RocketMQError):
@@ -62,6 +69,52 @@ def iter_records(batches: list[bytes], first_offset: int) -> Iterator[Record]:
         for record in decode_records(batch):
             if record.offset >= first_offset:
                 yield record
+
+
+async def scan_queue(
+    plog: PartitionLogLike,
+    offset: int,
+    convert: Callable[[Record], tuple[T, int] | None],
+    *,
+    max_messages: int,
+    max_records: int,
+    max_bytes: int,
+    read_bytes: Callable[[int, int], int],
+) -> tuple[list[T], int]:
+    """The messages of a queue from `offset` on that `convert` keeps, and the offset after the
+    last record looked at (a pull's next offset).
+
+    `convert` turns a record into (message, its size) or None when the pull's filter skips it.
+    The scan stops at the high watermark, at `max_messages` kept, `max_records` looked at or
+    `max_bytes` kept (checked after each record, so a filter that skips most records still
+    answers soon). `read_bytes(kept, kept_bytes)` is how much one partition read asks for.
+    Batches of control records only are stepped over. An offset the partition no longer has
+    ends the scan; other storage errors (KafkaProtocolError) are the caller's."""
+    out: list[T] = []
+    scanned = size = 0
+    while (offset < plog.high_watermark and len(out) < max_messages
+           and scanned < max_records and size < max_bytes):  # fmt: skip
+        try:
+            batches = await plog.read(offset, read_bytes(len(out), size))
+        except OffsetOutOfRangeError:
+            break
+        if not batches:
+            break
+        before = offset
+        for record in iter_records(batches, offset):
+            scanned += 1
+            offset = record.offset + 1
+            converted = convert(record)
+            if converted is None:
+                continue
+            message, message_size = converted
+            out.append(message)
+            size += message_size
+            if len(out) >= max_messages or scanned >= max_records or size >= max_bytes:
+                break
+        if offset == before:  # only control batches: step past them
+            offset = max(offset, parse_header(batches[-1]).last_offset + 1)
+    return out, offset
 
 
 def stored_message(broker: BrokerLike, storage_topic: str, queue_id: int,

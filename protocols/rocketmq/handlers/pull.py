@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import trio
 
-from protocols.kafka.errors import KafkaProtocolError, OffsetOutOfRangeError
-from protocols.kafka.record_batch import parse_header
+from protocols.kafka.errors import KafkaProtocolError
+from protocols.kafka.record_batch import Record
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.handlers.common import (
     StorageError,
     get_queue,
-    iter_records,
+    scan_queue,
     stored_message,
 )
 from protocols.rocketmq.handlers.subscription_groups import effective_config
@@ -95,45 +95,32 @@ async def handle_pull(broker: BrokerLike, conn: ConnectionLike,
     if header.sys_flag & PULL_FLAG_SUSPEND and header.suspend_timeout_ms > 0:
         deadline += min(header.suspend_timeout_ms / 1000.0, broker.config.long_polling_max_s)
     storage_topic = to_storage(header.topic)
+
+    def convert(record: Record) -> tuple[bytes, int] | None:
+        tags = next((v for k, v in record.headers if k == PROPERTY_TAGS), None)
+        if not tag_filter.matches(tags.decode("utf-8", "replace") if tags is not None else None):
+            return None
+        encoded = encode_stored_message(
+            stored_message(broker, storage_topic, header.queue_id, record))
+        return encoded, len(encoded)
+
+    def read_bytes(kept: int, kept_bytes: int) -> int:
+        wanted = max(MIN_READ_CHUNK_BYTES, (max_msgs - kept) * READ_BYTES_PER_MESSAGE)
+        return min(READ_CHUNK_BYTES, wanted, broker.config.pull_max_bytes - kept_bytes)
+
     while True:
         low, high = plog.log_start_offset, plog.high_watermark
         if offset < low or offset > high:
             next_offset = low if offset < low else high
             return _answer(request, ResponseCode.PULL_OFFSET_MOVED, next_offset, low, high)
-        scanned = 0
-        bodies: list[bytes] = []
-        total = 0
-        while offset < plog.high_watermark and len(bodies) < max_msgs \
-                and scanned < broker.config.pull_scan_limit \
-                and total < broker.config.pull_max_bytes:
-            try:
-                wanted = max(MIN_READ_CHUNK_BYTES,
-                             (max_msgs - len(bodies)) * READ_BYTES_PER_MESSAGE)
-                batches = await plog.read(offset, min(READ_CHUNK_BYTES, wanted,
-                                                      broker.config.pull_max_bytes - total))
-            except OffsetOutOfRangeError:
-                break
-            except KafkaProtocolError as exc:
-                raise StorageError(f"reading {header.topic}-{header.queue_id}: {exc}") from exc
-            if not batches:
-                break
-            before = offset
-            for record in iter_records(batches, offset):
-                scanned += 1
-                offset = record.offset + 1
-                tags = next((v for k, v in record.headers if k == PROPERTY_TAGS), None)
-                tag = tags.decode("utf-8", "replace") if tags is not None else None
-                if not tag_filter.matches(tag):
-                    continue
-                encoded = encode_stored_message(
-                    stored_message(broker, storage_topic, header.queue_id, record))
-                bodies.append(encoded)
-                total += len(encoded)
-                if len(bodies) >= max_msgs or total >= broker.config.pull_max_bytes:
-                    break
-            if offset == before:
-                # only control batches: step past them
-                offset = max(offset, parse_header(batches[-1]).last_offset + 1)
+        try:
+            bodies, offset = await scan_queue(
+                plog, offset, convert, max_messages=max_msgs,
+                max_records=broker.config.pull_scan_limit,
+                max_bytes=broker.config.pull_max_bytes, read_bytes=read_bytes,
+            )  # fmt: skip
+        except KafkaProtocolError as exc:
+            raise StorageError(f"reading {header.topic}-{header.queue_id}: {exc}") from exc
         low, high = plog.log_start_offset, plog.high_watermark
         if bodies:
             return _answer(request, ResponseCode.SUCCESS, offset, low, high, b"".join(bodies))
