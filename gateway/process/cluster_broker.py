@@ -65,6 +65,8 @@ from gateway.process.standalone import (
     system_ledger_config,
     topic_service_config,
 )
+from gateway.replication.bundle_hooks import ReplicationBundles
+from gateway.replication.service import ReplicationService
 from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.rocketmq.cluster_grpc import ClusterGrpc
 from gateway.security.quota_store import QuotaStore
@@ -381,6 +383,11 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                                              groups, f"{adv_host}:{adv_port}",
                                              lambda: ownership_running)
         broker.request_observer = admin.broker_metrics.observe_request
+        # geo-replication: each partition's replicator runs on its owner, moves with it
+        admin.replication = ReplicationService(store, admin.topics, namespaces,
+                                               config.replication, groups,
+                                               owns=ownership.is_local)
+        hooks.add_extension(ReplicationBundles(admin.replication, ownership.bundle_of))
         admin.share_groups = share_groups  # metrics and listings of what this broker holds
         admin.read_tickets = ReadTicketIssuer(store, topics, bookie_secret)
         bind_host, bind_port = config.kafka_bind
@@ -417,6 +424,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             if rocketmq is not None:  # routes only from a broker that knows the others
                 await rocketmq.serve_name_server(servers)
             await start_ops_background(admin, retention_scope, background)
+            await background.start(admin.replication.run)
             admin.ready = True
             log.info("ledgerwire broker ready", extra={
                 "node_id": k.broker_id, "kafka": f"{bind_host}:{bind_port}",

@@ -18,8 +18,13 @@ A topic paused by an operator (gateway/replication/paused_topics.py) has its rep
 stopped; its rows stay in the status as "paused", with the backlog counted from the log, until
 it is resumed and they start again from their checkpoints.
 
-A process that owns every partition (a standalone) replicates them all; in a cluster, the
-replicator of a partition belongs on its owner broker and that wiring is not done yet.
+A process that owns every partition (a standalone) replicates them all.  In a cluster (`owns`
+given: the ownership lease of gateway/cluster/ownership.py) a broker replicates only the
+partitions it owns; when a bundle is released (gateway/replication/bundle_hooks.py) its
+replicators are stopped and awaited before the bundle's logs close, and the next owner's scan
+starts them from the checkpoint (whose claim fences any writer left behind).  A replicator that
+ends (its checkpoint claimed elsewhere) is forgotten there, so it starts again if the partition
+is still, or again, owned here.
 
 This module must never reach into a partition log except through the topic service.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,14 +65,17 @@ class _Running:
     replicator: PartitionReplicator
     scope: trio.CancelScope
     pushed: dict[str, int] = field(default_factory=dict)  # group -> offset last committed there
+    done: trio.Event = field(default_factory=trio.Event)  # set when the replicator has ended
 
 
 class ReplicationService:
     """Runs the replicators of this process (see the module docstring)."""
 
     def __init__(self, store: MetadataStore, topics: Any, namespaces: NamespaceRegistry,
-                 config: ReplicationConfig, coordinator: Any = None) -> None:
+                 config: ReplicationConfig, coordinator: Any = None, *,
+                 owns: Callable[[str, int], bool] | None = None) -> None:
         self.store = store
+        self.owns = owns  # None: every partition is local (a standalone)
         self.topics = topics
         self.namespaces = namespaces
         self.config = config
@@ -92,8 +101,25 @@ class ReplicationService:
             targets = self.namespaces.topic_policies(name).replication_clusters or []
             for remote in targets:
                 if remote != self.cluster_name:
-                    out.extend((remote, name, p) for p in range(info.partitions))
+                    out.extend((remote, name, p) for p in range(info.partitions)
+                               if self._local(name, p))
         return out
+
+    def _local(self, topic: str, partition: int) -> bool:
+        return self.owns is None or self.owns(topic, partition)
+
+    async def stop_where(self, match: Callable[[str, int], bool],
+                         timeout_s: float = 30.0) -> None:
+        """Stop the replicators of the partitions `match` picks and wait until they have ended
+        (a bundle being released: none may touch its logs or checkpoints afterwards)."""
+        stopping = [self._running.pop(k) for k in list(self._running) if match(k[1], k[2])]
+        for running in stopping:
+            running.scope.cancel()
+        with trio.move_on_after(timeout_s):
+            for running in stopping:
+                await running.done.wait()
+        for key in [k for k in self._paused if match(k[1], k[2])]:
+            del self._paused[key]
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -134,7 +160,7 @@ class ReplicationService:
             keep.add(key)
             if key[1] in paused:
                 await self._pause(key, remote)
-            elif key not in self._running:
+            elif key not in self._running and self._local(key[1], key[2]):
                 self._paused.pop(key, None)
                 self._start(nursery, key, remote)
         for key in [k for k in self._running if k not in keep]:
@@ -178,15 +204,22 @@ class ReplicationService:
         name, topic, partition = key
         replicator = self._replicator(key, remote)
         scope = trio.CancelScope()
-        self._running[key] = _Running(replicator, scope)
+        entry = self._running[key] = _Running(replicator, scope)
 
         async def run() -> None:
-            with scope:
-                try:
-                    await replicator.run()
-                except Exception as exc:  # a bug: show it, keep the broker up
-                    log.exception("replicator of %s-%d to %s failed", topic, partition, name)
-                    replicator.status.state, replicator.status.last_error = "failed", repr(exc)
+            try:
+                with scope:
+                    try:
+                        await replicator.run()
+                    except Exception as exc:  # a bug: show it, keep the broker up
+                        log.exception("replicator of %s-%d to %s failed", topic, partition,
+                                      name)
+                        replicator.status.state = "failed"
+                        replicator.status.last_error = repr(exc)
+            finally:
+                entry.done.set()
+                if self.owns is not None and self._running.get(key) is entry:
+                    del self._running[key]  # ended on its own: the next scan may restart it
 
         nursery.start_soon(run)
 

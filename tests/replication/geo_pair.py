@@ -138,26 +138,28 @@ def drained(server: Standalone) -> bool:
     return bool(rows) and all(r["state"] == "idle" and r["backlog_messages"] == 0 for r in rows)
 
 
-def native(messages: list[Message]) -> dict[int, list[Message]]:
-    out: dict[int, list[Message]] = {p: [] for p in range(PARTITIONS)}
+def native(messages: list[Message], partitions: int = PARTITIONS) -> dict[int, list[Message]]:
+    out: dict[int, list[Message]] = {p: [] for p in range(partitions)}
     for m in messages:
         if m.origin is None:
             out[m.partition].append(m)
     return out
 
 
-def arrived_from(messages: list[Message], origin: str) -> dict[int, list[Message]]:
-    out: dict[int, list[Message]] = {p: [] for p in range(PARTITIONS)}
+def arrived_from(messages: list[Message], origin: str, partitions: int = PARTITIONS
+                 ) -> dict[int, list[Message]]:
+    out: dict[int, list[Message]] = {p: [] for p in range(partitions)}
     for m in messages:
         if m.origin == origin:
             out[m.partition].append(m)
     return out
 
 
-def assert_replicated(source: list[Message], target: list[Message], origin: str) -> None:
+def assert_replicated(source: list[Message], target: list[Message], origin: str,
+                      partitions: int = PARTITIONS) -> None:
     """Every message written in the source is in the target once, in order, unchanged."""
-    sent, arrived = native(source), arrived_from(target, origin)
-    for p in range(PARTITIONS):
+    sent, arrived = native(source, partitions), arrived_from(target, origin, partitions)
+    for p in range(partitions):
         want = [(m.key, m.value, m.user_headers, m.timestamp) for m in sent[p]]
         got = [(m.key, m.value, m.user_headers, m.timestamp) for m in arrived[p]]
         assert got == want, f"partition {p}: {len(got)} arrived, {len(want)} written"
