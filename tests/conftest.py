@@ -20,6 +20,7 @@ SLOW_FILES_FIRST = (
     "tests/integration/test_group_restart.py",  # 133
     "tests/spark_bridge/test_spark_backfill.py",  # 133
     "tests/cluster/test_group_coordinator_move.py",  # 125
+    "tests/replication/test_geo_clusters.py",  # 70-100 (two clusters, loaded machine)
     "tests/integration/test_share_groups_java.py",  # 106
     "tests/cluster/test_cluster_rocketmq5.py",  # ~100 (new; 120-134 s at load ~20)
     "tests/rocketmq5/test_rocketmq5_clients.py",  # 87

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -91,7 +91,12 @@ def produce(server: Standalone, prefix: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def read_all(server: Standalone, topic: str = TOPIC, partitions: int = PARTITIONS
+class Bootstrapped(Protocol):
+    @property
+    def bootstrap(self) -> str: ...
+
+
+def read_all(server: Bootstrapped, topic: str = TOPIC, partitions: int = PARTITIONS
              ) -> list[Message]:
     """Every message of the topic up to the high watermarks, read_committed."""
     consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "geo-verify",

@@ -13,8 +13,7 @@ gracefully with their replicators, and what is written afterwards crosses once a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -25,7 +24,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.cluster.cluster_processes import REPO, Cluster
+from gateway.cli.admin.http_client import call, path
+from tests.cluster.cluster_processes import Cluster
 from tests.cluster.kafka_workload import ProduceRun
 from tests.replication.geo_pair import assert_replicated, read_all, wait_for
 from tests.support.zookeeper import ZooKeeperServer
@@ -53,12 +53,47 @@ class GeoCluster(Cluster):
         for p in [*self.brokers.values(), *self.bookies]:
             p.kill()
 
-    def admin(self, node_id: int, *args: str) -> Any:
-        done = subprocess.run([sys.executable, "-m", "gateway", "admin", *args, "--admin-url",
-                               self.admin_url(node_id), "--json"], cwd=REPO,
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+    def start(self) -> GeoCluster:
+        """As Cluster.start, with the brokers started side by side and no `cluster status`
+        process polled for the bundles (the test waits for its partitions' leaders)."""
+        self.zk.start()
+        init = self.cli("cluster", "init", "--bundles", str(self.bundles))
+        assert init.returncode == 0, init.stderr
+        for _ in range(self._n_bookies):
+            self.add_bookie()
+        for node_id in range(1, self._n_brokers + 1):
+            self.add_broker(node_id, wait=False)
+        deadline = time.monotonic() + 120
+        for broker in self.brokers.values():
+            while broker.ready_text not in broker.log_path.read_bytes():
+                assert broker.alive, broker.log()
+                assert time.monotonic() < deadline, broker.log()
+                time.sleep(0.1)
+        return self
+
+    def admin(self, method: str, target: str, body: Any = None) -> Any:
+        """An admin API call to broker 1 (as `ledgerwire admin` makes it, without a CLI
+        process per call on a loaded machine)."""
+        return call(self.admin_url(1), method, target, body)
+
+    def leaders(self) -> dict[int, int]:
+        """partition -> the node id Kafka metadata names as its leader (its owner)."""
+        meta = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(TOPIC, timeout=10)
+        return {p: info.leader for p, info in meta.topics[TOPIC].partitions.items()}
+
+    def replicating(self, node_id: int) -> set[int]:
+        try:
+            return {r["partition"] for r in self.rows(node_id) if r["topic"] == TOPIC}
+        except OSError:
+            return set()
+
+    def placed(self) -> bool:
+        """Each broker runs the replicators of the partitions it leads, and only those."""
+        leaders = self.leaders()
+        alive = {node for node, broker in self.brokers.items() if broker.alive}
+        return set(leaders.values()) <= alive and all(
+            self.replicating(node) == {p for p, n in leaders.items() if n == node}
+            for node in alive)
 
     def rows(self, node_id: int) -> list[dict[str, Any]]:
         """This broker's replicators (GET /admin/v1/replication)."""
@@ -83,8 +118,14 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GeoClus
     east = GeoCluster(base / "east", "east", zk, brokers=2)
     west = GeoCluster(base / "west", "west", zk, brokers=1)
     try:
-        east.start()
-        west.start()
+        starts = [threading.Thread(target=side.start) for side in (east, west)]
+        for thread in starts:
+            thread.start()
+        for thread in starts:
+            thread.join()
+        for side in (east, west):
+            assert side.brokers and all(b.alive for b in side.brokers.values()), side.logs()
+        phase("clusters up")
         yield east, west
     finally:
         east.close()
@@ -92,35 +133,36 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GeoClus
         zk.stop(kill=True)
 
 
-def owners(cluster: GeoCluster) -> dict[int, int | None]:
-    return {p: cluster.partition_owner(TOPIC, p) for p in range(PARTITIONS)}
+T0 = time.monotonic()
+
+
+def phase(what: str) -> None:
+    print(f"{time.monotonic() - T0:7.1f} s  {what}", flush=True)
 
 
 def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
         clusters: tuple[GeoCluster, GeoCluster]) -> None:
     east, west = clusters
     for side in (east, west):
-        side.admin(1, "tenants", "create", "geo")
-        side.admin(1, "namespaces", "create", "geo/ns", "--policy",
-                   "replication_clusters=east,west")
-    east.admin(1, "topics", "create", TOPIC, "--partitions", str(PARTITIONS))
-    placed = owners(east)
-    victim = Counter(placed.values()).most_common(1)[0][0]
-    assert victim is not None
+        side.admin("PUT", path("tenants", "geo"), {"allowed_principals": []})
+        side.admin("PUT", path("namespaces", "geo", "ns"),
+                   {"policies": {"replication_clusters": "east,west"}})
+    east.admin("PUT", path("topics", TOPIC), {"partitions": PARTITIONS, "configs": {},
+                                              "namespace": None})
+    phase("topic created")
+    victim = Counter(east.leaders().values()).most_common(1)[0][0]
     survivor = next(i for i in east.brokers if i != victim)
     # west reaches east through the broker that stays up; east reaches west's only broker
-    east.admin(1, "clusters", "add", "west", "--kafka", f"127.0.0.1:{west.broker_ports[1]}")
-    west.admin(1, "clusters", "add", "east", "--kafka",
-               f"127.0.0.1:{east.broker_ports[survivor]}")
+    east.admin("PUT", path("clusters", "west"), {"kafka": west.bootstrap})
+    west.admin("PUT", path("clusters", "east"),
+               {"kafka": f"127.0.0.1:{east.broker_ports[survivor]}"})
+    # each east broker replicates the partitions it owns, and only those
+    wait_for(east.placed, "each east broker to run the replicators of its partitions")
     wait_for(lambda: TOPIC in AdminClient({"bootstrap.servers": west.bootstrap}).list_topics(
         timeout=10).topics, "the topic to be created in west by east's replicators")
-    # each east broker replicates the partitions it owns, and only those
-    for node in east.brokers:
-        mine = {p for p, owner in placed.items() if owner == node}
-        wait_for(lambda node=node, mine=mine: {  # type: ignore[misc]
-            r["partition"] for r in east.rows(node) if r["topic"] == TOPIC} == mine,
-            f"east broker {node} to run the replicators of {mine}")
+    wait_for(west.placed, "west to run the replicators of its partitions")
 
+    phase("replicators placed")
     in_west = ProduceRun(west.bootstrap, TOPIC, "w", rate_per_s=100).start()
     run = ProduceRun(east.bootstrap, TOPIC, "e", rate_per_s=200).start()
     try:
@@ -128,6 +170,7 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
         victim_rows = lambda: [r for r in east.rows(victim) if r["topic"] == TOPIC]  # noqa: E731
         wait_for(lambda: sum(r["sent_total"] for r in victim_rows()) >= 100,
                  "the victim to replicate mid-stream")
+        phase("kill")
         killed_at = time.monotonic()
         east.brokers[victim].kill()
         wait_for(lambda: run.acked_since(killed_at) >= 300, "300 more acknowledged in east",
@@ -136,29 +179,33 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
         run.stop()
         in_west.stop()
     assert not run.errors and not in_west.errors, (run.errors[:3], in_west.errors[:3])
+    phase("produce stopped")
     everything = set(range(PARTITIONS))
     wait_for(lambda: east.drained(survivor, everything), "the survivor to replicate everything",
              timeout_s=120)
     wait_for(lambda: west.drained(1, everything), "west to drain", timeout_s=120)
+    phase("drained")
     from_east, from_west = read_all(east, TOPIC, PARTITIONS), read_all(west, TOPIC, PARTITIONS)
-    assert {m.value.decode() for m in from_east if m.origin is None} >= set(run.acked)
+    phase("read")
+    assert {(m.value or b"").decode() for m in from_east if m.origin is None} >= set(run.acked)
     assert_replicated(from_east, from_west, "east", PARTITIONS)
     assert_replicated(from_west, from_east, "west", PARTITIONS)
 
     # the victim comes back; its bundles (and their replicators) are handed back gracefully
     east.add_broker(victim)
-    for node in east.brokers:
-        wait_for(lambda node=node: {  # type: ignore[misc]
-            r["partition"] for r in east.rows(node) if r["topic"] == TOPIC} == {
-            p for p, owner in owners(east).items() if owner == node},
-            f"east broker {node} to run the replicators of its partitions again")
+    phase("victim back")
+    wait_for(lambda: set(east.leaders().values()) == set(east.brokers) and east.placed(),
+             "bundles handed back to the victim, with their replicators")
+    phase("handed back")
     after = ProduceRun(east.bootstrap, TOPIC, "after", rate_per_s=200).start()
     try:
         wait_for(lambda: len(after.acked) >= 200, "200 acknowledged after the hand-back")
     finally:
         after.stop()
     assert not after.errors, after.errors[:3]
-    wait_for(lambda: all(east.drained(node, {p for p, o in owners(east).items() if o == node})
+    phase("produced after")
+    leaders = east.leaders()
+    wait_for(lambda: all(east.drained(node, {p for p, n in leaders.items() if n == node})
                          for node in east.brokers), "east to drain again", timeout_s=120)
     from_east, from_west = read_all(east, TOPIC, PARTITIONS), read_all(west, TOPIC, PARTITIONS)
     assert_replicated(from_east, from_west, "east", PARTITIONS)
