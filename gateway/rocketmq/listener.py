@@ -5,8 +5,9 @@ nursery; one task per connection reads frames (`FrameReader` refuses an oversize
 reading the body) and starts one task per request.  RocketMQ clients match responses by opaque,
 so responses go out in completion order (a long-polling pull must not hold up a send).  Whoever
 writes a frame holds the connection's write lock, so frames never interleave: a request's task
-writes its response itself when the socket is idle (no hand-over to another task), else queues
-it for the connection's writer task.  Oneway requests are run and never answered.
+writes its response itself when the socket is idle (no hand-over to another task, and no
+scheduler turn when the socket takes it at once), else queues it for the connection's writer
+task.  Oneway requests are run and never answered.
 Broker-initiated requests (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) go through the
 writer task.  A frame that cannot be decoded closes that connection only; a handler that fails
 unexpectedly gets a SYSTEM_ERROR response (and a log line), never a crash.
@@ -38,6 +39,7 @@ import fcntl
 import itertools
 import logging
 import math
+import os
 import struct
 import termios
 from collections.abc import Awaitable, Callable
@@ -308,11 +310,28 @@ class RemotingConnection:
                 pass
             return
         try:
-            await self.stream.send_all(frame)
+            sent = self._write_at_once(frame)
+            if sent < len(frame):
+                await self.stream.send_all(memoryview(frame)[sent:])
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._connection_scope.cancel()
         finally:
             self._write_lock.release()
+
+    def _write_at_once(self, frame: bytes) -> int:
+        """Bytes of `frame` the socket takes now, without yielding (the caller holds the write
+        lock).  Trio's send_all yields to the scheduler after a send that succeeded at once: one
+        more event-loop turn per response, which a lone request pays in full.  What the socket
+        does not take now is left to send_all; a reset or closed socket is BrokenResourceError."""
+        fd = self.stream.socket.fileno()  # -1 once closed: never a number reused since
+        if fd < 0:
+            raise trio.ClosedResourceError("connection closed")
+        try:
+            return os.write(fd, frame)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"socket write failed: {exc!r}") from exc
 
     async def _write_loop(self, connection_scope: trio.CancelScope) -> None:
         async with self._receive:

@@ -60,8 +60,10 @@ async def test_a_durable_send_costs_few_task_steps(store: MetadataStore, tmp_pat
         # It was 12: a task spawned per in-process add (2 steps), and the journal task woken,
         # checkpointed and resumed per group (3).  Now a parked worker answers the add (2), and
         # the add itself fires the queue-empty trigger (1 checkpoint); the result of the write
-        # thread still comes back through one run_sync_soon step.
-        assert per_send < 11, f"{per_send:.1f} task steps per send"  # 10, plus timer sweeps
+        # thread still comes back through one run_sync_soon step.  9 since the response is
+        # written without send_all's trailing checkpoint (the bound leaves room for the ledger
+        # client's timeout sweeps, more of them per send on a slow machine).
+        assert per_send < 11, f"{per_send:.1f} task steps per send"  # 9, plus timer sweeps
         await client.aclose()
         nursery.cancel_scope.cancel()
         await stack.topics.close()
