@@ -392,9 +392,9 @@ class Journal:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(finished, result)
 
+        # No thread name: Trio would set it and set it back with two prctl calls per group.
         trio.lowlevel.start_thread_soon(
-            functools.partial(self._write_and_sync, group.buffers, group.nbytes), deliver,
-            name="ledgerwire journal write")  # fmt: skip
+            functools.partial(self._write_and_sync, group.buffers, group.nbytes), deliver)
 
     def _write_finished(self, group: _Group, started: float, result: outcome.Outcome[None]
                         ) -> None:  # fmt: skip
