@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -39,7 +38,9 @@ from protocols.kafka.group_coordinator import (  # noqa: E402
     CoordinatorConfig,
     GroupCoordinator,
 )
-from tests.support.standalone import Standalone  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from common import throwaway_standalone  # noqa: E402
 
 PARTITIONS = 24
 MEMBERS = 6
@@ -47,16 +48,10 @@ MEMBERS = 6
 
 @contextmanager
 def ledgerwire() -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as tmp:
-        server = Standalone(
-            Path(tmp) / "data",
-            extra_args=["--log-level", "WARNING", "--group-initial-rebalance-delay-ms", "0"],
-        )
-        server.start()
-        try:
-            yield server.bootstrap
-        finally:
-            server.stop()
+    with throwaway_standalone(
+        ["--log-level", "WARNING", "--group-initial-rebalance-delay-ms", "0"]
+    ) as server:
+        yield server.bootstrap
 
 
 class PollingMember:

@@ -32,7 +32,6 @@ import json
 import re
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -49,6 +48,7 @@ from bench_kafka import (  # noqa: E402
     measured,
     produce_throughput,
 )
+from common import throwaway_standalone  # noqa: E402
 
 from tests.support.standalone import Standalone  # noqa: E402
 
@@ -60,13 +60,8 @@ _SUM_OR_COUNT = re.compile(
 
 @contextmanager
 def ledgerwire() -> Iterator[Standalone]:
-    with tempfile.TemporaryDirectory() as tmp:
-        server = Standalone(Path(tmp) / "data", extra_args=["--log-level", "WARNING"])
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
+    with throwaway_standalone(["--log-level", "WARNING"]) as server:
+        yield server
 
 
 def broker_latency(admin_port: int) -> dict[str, float]:

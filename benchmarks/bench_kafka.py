@@ -23,7 +23,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,19 +35,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.support.standalone import Standalone, free_port  # noqa: E402
+sys.path.insert(0, str(REPO / "benchmarks"))
+from common import cpu_seconds, throwaway_standalone  # noqa: E402
+
+from tests.support.standalone import free_port  # noqa: E402
 
 VALUE = os.urandom(1024)
 PRODUCER_CONF = {"acks": "all", "linger.ms": 5, "batch.size": 131072, "compression.type": "none"}
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` so far (None where /proc is unavailable)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_instruction_count(pid: int) -> subprocess.Popen[str] | None:
@@ -76,14 +69,9 @@ def stop_instruction_count(proc: subprocess.Popen[str] | None) -> int | None:
 
 @contextmanager
 def ledgerwire() -> Iterator[tuple[str, int]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        server = Standalone(Path(tmp) / "data", extra_args=["--log-level", "WARNING"])
-        server.start()
-        try:
-            assert server.proc is not None
-            yield server.bootstrap, server.proc.pid
-        finally:
-            server.stop()
+    with throwaway_standalone(["--log-level", "WARNING"]) as server:
+        assert server.proc is not None
+        yield server.bootstrap, server.proc.pid
 
 
 @contextmanager

@@ -47,7 +47,8 @@ from confluent_kafka.admin import (
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from bench_kafka import consume_throughput, cpu_seconds, produce_throughput  # noqa: E402
+from bench_kafka import consume_throughput, produce_throughput  # noqa: E402
+from common import cpu_seconds  # noqa: E402
 
 from tests.support.security_stack import make_self_signed_cert  # noqa: E402
 from tests.support.standalone import Standalone  # noqa: E402

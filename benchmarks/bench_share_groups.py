@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,14 +36,19 @@ from confluent_kafka.admin import (
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.support.java_clients import parse_lines, start_java  # noqa: E402
-from tests.support.standalone import Standalone  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from common import cpu_seconds as common_cpu_seconds  # noqa: E402
+from common import throwaway_standalone  # noqa: E402
 
 VALUE = os.urandom(100)
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The broker's CPU seconds so far (this benchmark needs /proc)."""
+    seconds = common_cpu_seconds(pid)
+    assert seconds is not None, "needs /proc"
+    return seconds
 
 
 def fill(bootstrap: str, topic: str, count: int) -> None:
@@ -119,29 +123,25 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=20_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = Standalone(Path(tmp) / "data")
-        server.start()
+    with throwaway_standalone() as server:
         assert server.proc is not None
-        try:
-            fill(server.bootstrap, "bench-share", args.records)
-            rows = []
-            for name, run in (
-                ("classic group, 1 consumer", lambda: classic(server.bootstrap, "bench-share",
-                                                              args.records)),
-                ("share group, 1 consumer", lambda: share(server.bootstrap, "bench-share",
-                                                          args.records, 1)),
-                ("share group, 3 consumers", lambda: share(server.bootstrap, "bench-share",
-                                                           args.records, 3)),
-                ("share group, 1 librdkafka", lambda: share_librdkafka(
-                    server.bootstrap, "bench-share", args.records)),
-            ):
-                cpu = cpu_seconds(server.proc.pid)
-                rate = run()
-                used = cpu_seconds(server.proc.pid) - cpu
-                rows.append((name, rate, used / args.records * 1e6))
-        finally:
-            server.stop()
+        pid = server.proc.pid
+        fill(server.bootstrap, "bench-share", args.records)
+        rows = []
+        for name, run in (
+            ("classic group, 1 consumer", lambda: classic(server.bootstrap, "bench-share",
+                                                          args.records)),
+            ("share group, 1 consumer", lambda: share(server.bootstrap, "bench-share",
+                                                      args.records, 1)),
+            ("share group, 3 consumers", lambda: share(server.bootstrap, "bench-share",
+                                                       args.records, 3)),
+            ("share group, 1 librdkafka", lambda: share_librdkafka(
+                server.bootstrap, "bench-share", args.records)),
+        ):
+            cpu = cpu_seconds(pid)
+            rate = run()
+            used = cpu_seconds(pid) - cpu
+            rows.append((name, rate, used / args.records * 1e6))
     print(f"{args.records} records of 100 bytes, one partition")
     print(f"{'reader':<28}{'records/s':>12}{'broker CPU µs/record':>24}")
     for name, rate, cpu_us in rows:

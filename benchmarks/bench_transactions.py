@@ -23,7 +23,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +31,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.support.standalone import Standalone  # noqa: E402
+sys.path.insert(0, str(REPO / "benchmarks"))
+from common import throwaway_standalone  # noqa: E402
 
 VALUE = os.urandom(1024)
 PARTITIONS = 4
@@ -110,31 +110,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     mb = len(VALUE) / 1e6
-    with tempfile.TemporaryDirectory() as tmp:
-        server = Standalone(Path(tmp) / "data")
-        server.start()
-        try:
-            bootstrap = server.bootstrap
-            create_topic(bootstrap, "bench-idem")
+    with throwaway_standalone() as server:
+        bootstrap = server.bootstrap
+        create_topic(bootstrap, "bench-idem")
+        for n in args.per_txn:
+            create_topic(bootstrap, f"bench-txn-{n}")
+        rates: dict[str, list[float]] = {}
+        for _ in range(args.rounds):
+            rates.setdefault("idempotent", []).append(
+                idempotent_rate(bootstrap, "bench-idem", args.messages))
             for n in args.per_txn:
-                create_topic(bootstrap, f"bench-txn-{n}")
-            rates: dict[str, list[float]] = {}
-            for _ in range(args.rounds):
-                rates.setdefault("idempotent", []).append(
-                    idempotent_rate(bootstrap, "bench-idem", args.messages))
-                for n in args.per_txn:
-                    rates.setdefault(f"transactional n={n}", []).append(
-                        transactional_rate(bootstrap, f"bench-txn-{n}", args.messages, n))
-            base = statistics.median(rates["idempotent"])
-            for name, samples in rates.items():
-                rate = statistics.median(samples)
-                print(f"{name:<22} {rate:10.0f} rec/s {rate * mb:7.1f} MB/s  {rate / base:.2f}x"
-                      f"   (rounds: {', '.join(f'{r:.0f}' for r in samples)})")
-            topic = f"bench-txn-{args.per_txn[0]}"
-            rate = read_committed_rate(bootstrap, topic, (args.messages + 1000) * args.rounds)
-            print(f"read_committed consume {rate:10.0f} rec/s {rate * mb:7.1f} MB/s")
-        finally:
-            server.stop()
+                rates.setdefault(f"transactional n={n}", []).append(
+                    transactional_rate(bootstrap, f"bench-txn-{n}", args.messages, n))
+        base = statistics.median(rates["idempotent"])
+        for name, samples in rates.items():
+            rate = statistics.median(samples)
+            print(f"{name:<22} {rate:10.0f} rec/s {rate * mb:7.1f} MB/s  {rate / base:.2f}x"
+                  f"   (rounds: {', '.join(f'{r:.0f}' for r in samples)})")
+        topic = f"bench-txn-{args.per_txn[0]}"
+        rate = read_committed_rate(bootstrap, topic, (args.messages + 1000) * args.rounds)
+        print(f"read_committed consume {rate:10.0f} rec/s {rate * mb:7.1f} MB/s")
 
 
 if __name__ == "__main__":
