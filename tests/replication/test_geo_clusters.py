@@ -77,9 +77,19 @@ class GeoCluster(Cluster):
         return call(self.admin_url(1), method, target, body)
 
     def leaders(self) -> dict[int, int]:
-        """partition -> the node id Kafka metadata names as its leader (its owner)."""
+        """partition -> the node id Kafka metadata names as its leader (its owner); empty
+        while the topic is not known yet where the metadata was asked."""
         meta = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(TOPIC, timeout=10)
-        return {p: info.leader for p, info in meta.topics[TOPIC].partitions.items()}
+        topic = meta.topics.get(TOPIC)
+        if topic is None or topic.error is not None:
+            return {}
+        return {p: info.leader for p, info in topic.partitions.items()}
+
+    def all_led(self) -> bool:
+        """Every partition of the topic has a live leader (its bundle is owned)."""
+        leaders = self.leaders()
+        alive = {node for node, broker in self.brokers.items() if broker.alive}
+        return len(leaders) == PARTITIONS and set(leaders.values()) <= alive
 
     def replicating(self, node_id: int) -> set[int]:
         try:
@@ -91,7 +101,7 @@ class GeoCluster(Cluster):
         """Each broker runs the replicators of the partitions it leads, and only those."""
         leaders = self.leaders()
         alive = {node for node, broker in self.brokers.items() if broker.alive}
-        return set(leaders.values()) <= alive and all(
+        return len(leaders) == PARTITIONS and set(leaders.values()) <= alive and all(
             self.replicating(node) == {p for p, n in leaders.items() if n == node}
             for node in alive)
 
@@ -150,6 +160,7 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
     east.admin("PUT", path("topics", TOPIC), {"partitions": PARTITIONS, "configs": {},
                                               "namespace": None})
     phase("topic created")
+    wait_for(east.all_led, "every partition of the topic to have a leader in east")
     victim = Counter(east.leaders().values()).most_common(1)[0][0]
     survivor = next(i for i in east.brokers if i != victim)
     # west reaches east through the broker that stays up; east reaches west's only broker
@@ -194,7 +205,8 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
     # the victim comes back; its bundles (and their replicators) are handed back gracefully
     east.add_broker(victim)
     phase("victim back")
-    wait_for(lambda: set(east.leaders().values()) == set(east.brokers) and east.placed(),
+    wait_for(lambda: east.all_led() and set(east.leaders().values()) == set(east.brokers)
+             and east.placed(),
              "bundles handed back to the victim, with their replicators")
     phase("handed back")
     after = ProduceRun(east.bootstrap, TOPIC, "after", rate_per_s=200).start()
@@ -204,6 +216,7 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
         after.stop()
     assert not after.errors, after.errors[:3]
     phase("produced after")
+    wait_for(east.all_led, "every partition of the topic to have a leader in east")
     leaders = east.leaders()
     wait_for(lambda: all(east.drained(node, {p for p, n in leaders.items() if n == node})
                          for node in east.brokers), "east to drain again", timeout_s=120)
