@@ -11,9 +11,9 @@ password from what Spark ships to the executors and gives them the ticket only
 (ledger_backend/bookie/read_ticket.py). A broker whose bookies have no secret answers 409:
 then no ticket is needed (nor would one protect anything).
 
-Not covered: a ledger created after the ticket (a batch read plans right after obtaining it;
-a streaming read keeps the secret file), and the metadata reads (ZooKeeper or the standalone's
-SQLite file), which the every-door issue secures.
+A batch read plans right after obtaining its ticket; a streaming read renews its own
+(ticket_keeper.py). Not covered: the metadata reads (ZooKeeper or the standalone's SQLite
+file), which the every-door issue secures.
 
 This module must never log or put a password or a ticket into a message.
 """

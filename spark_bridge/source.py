@@ -9,6 +9,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from spark_bridge.metadata_access import BOOKIE_SECRET_FILE_OPTION
 from spark_bridge.reader import LedgerwireBatchReader
 from spark_bridge.record_decode import spark_schema_ddl
 from spark_bridge.stream_reader import LedgerwireStreamReader
@@ -38,7 +39,12 @@ class LedgerwireDataSource(DataSource):  # type: ignore[misc]
         return reader
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return LedgerwireStreamReader(dict(self.options))
+        reader = LedgerwireStreamReader(dict(self.options))
+        if reader.reads_with_tickets:  # the reader's own copy serves the driver; Spark ships
+            dropped = _DRIVER_ONLY | {BOOKIE_SECRET_FILE_OPTION.lower()}  # this one too
+            for key in [k for k in self.options if str(k).lower() in dropped]:
+                del self.options[key]
+        return reader
 
     def writer(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
         return LedgerwireBackfillWriter(dict(self.options), schema, overwrite)

@@ -10,6 +10,12 @@ counts (new partitions start at their earliest offset, as in Spark's Kafka sourc
 partition's readable end. `maxOffsetsPerTrigger` is shared among partitions in proportion to
 what each has waiting, and every partition with data moves by at least one offset.
 
+With a principal and `ledgerwire.adminUrl` (and bookies to read), nobody in the query holds the
+bookie secret: the driver reads with a read ticket its TicketKeeper renews (ticket_keeper.py:
+a new one when a ledger or topic is not in it or half its TTL is gone), and every split of a
+micro-batch carries a ticket naming its ledgers (StreamSplit); what Spark ships to the
+executors (this reader, pickled) has neither the principal's password nor the secret file.
+
 This module must never move a partition's offset backwards, nor skip offsets silently
 (failOnDataLoss=false is the only way data that retention deleted is skipped).
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -33,7 +40,8 @@ from spark_bridge.planner import (
     splits_for_range,
 )
 from spark_bridge.split_reader import read_split
-from spark_bridge.topic_layout import PartitionLayout, partition_layout
+from spark_bridge.ticket_keeper import TicketKeeper
+from spark_bridge.topic_layout import PartitionLayout, partition_layout, partition_ledger_ids
 
 Offsets = dict[str, dict[str, int]]
 _RECHECK_S = 60.0  # a principal's READ is checked again after this long (authorization.py)
@@ -66,6 +74,14 @@ def share_limit(start: dict[tuple[str, int], int], latest: dict[tuple[str, int],
     return end
 
 
+@dataclass(frozen=True)
+class StreamSplit(InputPartition):  # type: ignore[misc]
+    """One task of a micro-batch: its split and the read ticket that names its ledgers."""
+
+    split: LedgerSplit
+    read_ticket: str | None = field(default=None, repr=False)
+
+
 class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def __init__(self, options: dict[str, str]) -> None:
         self.opts = parse_reader_options(options, streaming=True)
@@ -73,10 +89,28 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._access: LedgerAccess | None = None
         self._layouts: dict[tuple[str, int], PartitionLayout] = {}
         self._checked: tuple[list[str], float] = ([], 0.0)  # topics whose READ was checked
+        self._keeper: TicketKeeper | None = None
+        if self.opts.principal is not None and self.opts.admin_url is not None \
+                and self.mode == "bookies":  # fmt: skip
+            self._keeper = TicketKeeper(self.opts.admin_url, self.opts.principal,
+                                        self.opts.ticket_ttl_s)  # fmt: skip
+            # the driver reads with tickets too: the secret is needed nowhere
+            self.opts = replace(self.opts, spec=replace(self.opts.spec, bookie_secret_file=None))
+
+    @property
+    def reads_with_tickets(self) -> bool:
+        return self._keeper is not None
 
     def __getstate__(self) -> dict[str, object]:
+        """What Spark ships to the executors: no thread, connections, keeper nor password
+        (the ticket comes with each split)."""
         state = dict(self.__dict__)
         state["_access"] = None  # a thread and connections: never shipped to executors
+        state["_layouts"] = {}
+        if self._keeper is not None:
+            state["_keeper"] = None
+            state["opts"] = replace(self.opts, principal=None,
+                                    spec=replace(self.opts.spec, read_ticket=None))
         return state
 
     # ---- driver side ----------------------------------------------------------------------
@@ -85,6 +119,29 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if self._access is None:
             self._access = LedgerAccess(self.opts.spec, self.mode, tail=self.opts.tail_read)
         return self._access
+
+    def _cover(self, topics: list[str], ledgers: set[int]) -> str | None:
+        """The keeper's ticket for `topics` and `ledgers`; the driver's own reads switch to it
+        when it is a new one (its closed ledgers' spans are kept)."""
+        if self._keeper is None:
+            return None
+        ticket = self._keeper.covering(topics, ledgers)
+        if ticket != self.opts.spec.read_ticket:
+            self.opts = replace(self.opts, spec=replace(self.opts.spec, read_ticket=ticket))
+            if self._access is not None:
+                spans = self._access.closed_spans
+                self._access.close()
+                self._access = None
+                self._acc().closed_spans.update(spans)
+        return ticket
+
+    def _layout(self, topic: str, partition: int) -> PartitionLayout:
+        """partition_layout, under a ticket that names the partition's ledgers."""
+        if self._keeper is not None:  # (the keeper adds the topics it had before)
+            self._cover([topic], set(partition_ledger_ids(self._acc(), topic, partition,
+                                                          self.opts.namespace)))  # fmt: skip
+        return partition_layout(self._acc(), topic, partition, self.opts.namespace,
+                                refresh=True)  # fmt: skip
 
     def _refresh(self) -> dict[tuple[str, int], PartitionLayout]:
         access = self._acc()
@@ -95,9 +152,13 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 topics != self._checked[0] or time.monotonic() - self._checked[1] > _RECHECK_S):
             check_read_access(self.opts.principal, topics)  # a minute (a login per check)
             self._checked = (topics, time.monotonic())
+        if self._keeper is not None:  # one ticket for every partition's ledgers
+            ledgers = {ledger for t, p in pairs
+                       for ledger in partition_ledger_ids(access, t, p, self.opts.namespace)}
+            self._cover(topics, ledgers)
         for topic, partition in pairs:
             layouts[(topic, partition)] = partition_layout(
-                access, topic, partition, self.opts.namespace, refresh=True)
+                self._acc(), topic, partition, self.opts.namespace, refresh=True)
         self._layouts = layouts
         return layouts
 
@@ -129,14 +190,21 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return _nest(latest)
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
-        access = self._acc()
         begin, finish = _flatten(start), _flatten(end)
-        splits: list[InputPartition] = []
+        layouts = {}
         for tp, stop in sorted(finish.items()):
             layout = self._layouts.get(tp)
             if layout is None or layout.end_offset < stop:
-                layout = partition_layout(access, tp[0], tp[1], self.opts.namespace,
-                                          refresh=True)  # fmt: skip
+                layout = self._layout(tp[0], tp[1])
+            layouts[tp] = layout
+        # one ticket, fresh and naming every ledger, for the driver's planning reads and for
+        # the executors (the ledgers of the layouts are the splits' and more)
+        ticket = self._cover(sorted({t for t, _p in layouts}),
+                             {s.ledger_id for lay in layouts.values() for s in lay.ledgers}
+                             ) if layouts else None  # fmt: skip
+        splits: list[LedgerSplit] = []
+        for tp, layout in layouts.items():
+            stop = finish[tp]
             first = begin.get(tp, layout.earliest_offset)
             if first < layout.earliest_offset:
                 if self.opts.fail_on_data_loss:
@@ -146,12 +214,15 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                         "failOnDataLoss=false to skip them")
                 first = layout.earliest_offset
             if stop > first:
-                splits.extend(splits_for_range(access, layout, first, stop))
-        return splits
+                splits.extend(splits_for_range(self._acc(), layout, first, stop))
+        return [StreamSplit(split, ticket) for split in splits]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LedgerSplit)
-        return read_split(self.opts.spec, self.mode, partition,
+        assert isinstance(partition, StreamSplit)
+        spec = self.opts.spec
+        if partition.read_ticket is not None:
+            spec = replace(spec, read_ticket=partition.read_ticket, bookie_secret_file=None)
+        return read_split(spec, self.mode, partition.split,
                           include_headers=self.opts.include_headers,
                           read_committed=self.opts.read_committed,
                           tail=self.opts.tail_read)  # fmt: skip

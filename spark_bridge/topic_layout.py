@@ -94,6 +94,14 @@ def _batch_bounds(payload: bytes) -> tuple[int, int, int]:
         header.max_timestamp  # fmt: skip
 
 
+def partition_ledger_ids(access: LedgerAccess, topic: str, partition: int,
+                         namespace: str = DEFAULT_NAMESPACE) -> list[int]:  # fmt: skip
+    """The ledgers partition p lists now, oldest first (metadata only: no bookie is read)."""
+    path = managed_ledger_path(MANAGED_LEDGER_ROOT, f"{namespace}/{topic}-{partition}")
+    raw = access.get(path)
+    return [] if raw is None else [r.ledger_id for r in decode_managed_ledger(raw, path).ledgers]
+
+
 def partition_layout(access: LedgerAccess, topic: str, partition: int,
                      namespace: str = DEFAULT_NAMESPACE, *, refresh: bool = False
                      ) -> PartitionLayout:  # fmt: skip

@@ -3,7 +3,9 @@ read that names a principal gets the brokers' answer first -- alice, with READ o
 reads it; she is refused the other topic by spark.read and by `ledgerwire replay` (one line,
 before any Spark job), and a wrong password is refused at login. Her job's executors hold
 neither her password nor the bookie secret: only a read ticket the broker issued for her
-topic's ledgers, which the bookies refuse for any other ledger."""
+topic's ledgers, which the bookies refuse for any other ledger. A streaming read does the same
+with tickets the driver renews: a ledger created after a ticket, or a ticket past half its
+TTL, gets a new one, carried by each micro-batch's splits."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from tests.support.secured_standalone import PASSWORDS, secured_standalone
 
 pytestmark = [pytest.mark.integration]
 
-GRANTED, GUARDED, FILLED = "granted", "guarded", "filled"
+GRANTED, GUARDED, FILLED, STREAMED = "granted", "guarded", "filled", "streamed"
 
 
 def _as(user: str, password: str | None = None) -> dict[str, str]:
@@ -44,19 +46,22 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     (home / "bookie.secret").write_text("spark-acls-bookie-secret-0123\n")
     (home / "bookie.secret").chmod(0o600)
     sa = secured_standalone(home, extra=f'[storage]\nbookie_secret_file = '
-                                         f'"{home / "bookie.secret"}"')
+                                         f'"{home / "bookie.secret"}"\n'
+                                         'max_entries_per_ledger = 20')  # ledgers roll
     sa.start()
     try:
         admin = AdminClient({"bootstrap.servers": sa.bootstrap, **_as("admin")})
         for future in admin.create_topics([NewTopic(t, 2, 1) for t in (GRANTED, GUARDED)]
                                           ).values():  # fmt: skip
             future.result(30)
-        for future in admin.create_topics([NewTopic(FILLED, 1, 1)]).values():
+        for future in admin.create_topics([NewTopic(t, 1, 1) for t in (FILLED, STREAMED)]
+                                          ).values():  # fmt: skip
             future.result(30)
         for future in admin.create_acls([AclBinding(
                 ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
                 operation, AclPermissionType.ALLOW) for topic, operation in (
                     (GRANTED, AclOperation.READ), (FILLED, AclOperation.READ),
+                    (STREAMED, AclOperation.READ),
                     (FILLED, AclOperation.WRITE))]).values():  # fmt: skip
             future.result(30)
         producer = Producer({"bootstrap.servers": sa.bootstrap, **_as("admin")})
@@ -188,3 +193,105 @@ def test_backfill_as_a_principal_needs_write(
     finally:
         consumer.close()
     assert (low, high) == (0, 40)
+
+
+def _produce_entries(sa: Standalone, topic: str, first: int, count: int) -> None:
+    """`count` records to partition 0, one entry each (a flush per record), so a ledger
+    rolls every 20 of them (the fixture's max_entries_per_ledger)."""
+    producer = Producer({"bootstrap.servers": sa.bootstrap, "linger.ms": 0, **_as("admin")})
+    for i in range(first, first + count):
+        producer.produce(topic, b"s%d" % i, partition=0)
+        assert producer.flush(30) == 0
+
+
+def _stream_options(sa: Standalone, topic: str, **extra: str) -> dict[str, str]:
+    return {"ledgerwire.metadata": str(sa.data_dir), "subscribe": topic,
+            "startingOffsets": "earliest", "kafka.bootstrap.servers": sa.bootstrap,
+            "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
+            "ledgerwire.adminUrl": f"http://127.0.0.1:{sa.admin_port}",
+            "ledgerwire.bookieSecretFile": str(sa.data_dir.parent / "bookie.secret"),
+            **_jaas("alice", PASSWORDS["alice"]), **extra}  # fmt: skip
+
+
+def _ledgers_of(ticket: str) -> frozenset[int]:
+    from ledger_backend.bookie.read_ticket import ReadTicket
+    return ReadTicket.decode(ticket).scope.ledgers
+
+
+def test_a_stream_reads_with_tickets_the_driver_renews(secured: Standalone) -> None:
+    """The stream reader as Spark drives it, without a JVM: what is shipped holds no password
+    and no secret (not even the secret file's path, though the option named it); micro-batch
+    splits carry a ticket; a ledger created after the first ticket gets a new ticket naming it
+    (the first one is refused that ledger by the bookie); once a ticket has expired the bookie
+    refuses it, and the next micro-batch's splits carry a fresh one."""
+    from pyspark import cloudpickle
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from ledger_backend.client.errors import LedgerError
+    from spark_bridge.ledger_access import LedgerAccess
+    from spark_bridge.metadata_access import resolve_connection
+    from spark_bridge.source import LedgerwireDataSource
+    from spark_bridge.stream_reader import StreamSplit
+
+    _produce_entries(secured, STREAMED, 0, 30)  # ledgers: 20 entries, then an open one
+    source = LedgerwireDataSource(_stream_options(secured, STREAMED,
+                                                  **{"ledgerwire.readTicketTtl": "10"}))
+    driver = source.streamReader(None)  # type: ignore[arg-type]
+    shipped = cloudpickle.dumps((source, driver))
+    assert PASSWORDS["alice"].encode() not in shipped
+    assert b"bookie.secret" not in shipped and b"spark-acls-bookie-secret" not in shipped
+    executor = cloudpickle.loads(shipped)[1]
+
+    def batch(start: dict, end: dict) -> tuple[list[bytes], set[str]]:
+        parts = cloudpickle.loads(cloudpickle.dumps(driver.partitions(start, end)))
+        assert parts and all(isinstance(p, StreamSplit) and p.read_ticket for p in parts)
+        values = [v.as_py() for part in parts for b in executor.read(part)
+                  for v in b.column("value")]  # fmt: skip
+        return values, {p.read_ticket for p in parts}
+
+    try:
+        start = driver.initialOffset()
+        end = driver.latestOffset(start, ReadAllAvailable())
+        values, tickets = batch(start, end)
+        assert values == [b"s%d" % i for i in range(30)]
+        (first,) = tickets
+        _produce_entries(secured, STREAMED, 30, 30)  # rolls to ledgers the ticket lacks
+        later = driver.latestOffset(end, ReadAllAvailable())
+        values, tickets = batch(end, later)
+        assert values == [b"s%d" % i for i in range(30, 60)]
+        (second,) = tickets
+        new = _ledgers_of(second) - _ledgers_of(first)
+        assert new, "no ledger was created after the first ticket"
+        base = resolve_connection(str(secured.data_dir))
+        with LedgerAccess(replace(base, read_ticket=first), "bookies", timeout_s=5) as old, \
+                pytest.raises(LedgerError):  # fmt: skip
+            old.read(min(new), 0, 0)
+
+        from ledger_backend.bookie.read_ticket import ReadTicket
+        expires_s = ReadTicket.decode(second).scope.expires_ms / 1000
+        import time
+        while time.time() < expires_s + 0.5:  # let the ticket expire (a 10 s TTL)
+            time.sleep(0.2)
+        with LedgerAccess(replace(base, read_ticket=second), "bookies", timeout_s=5) as old, \
+                pytest.raises(LedgerError):  # fmt: skip
+            old.read(min(new), 0, 0)
+        values, tickets = batch(end, later)  # the same micro-batch planned again
+        assert values == [b"s%d" % i for i in range(30, 60)] and second not in tickets
+    finally:
+        driver.stop()
+    # without a principal the secret file still serves driver and executors (no tickets)
+    plain = LedgerwireDataSource({"ledgerwire.metadata": str(secured.data_dir),
+                                  "subscribe": STREAMED, "startingOffsets": "earliest",
+                                  "ledgerwire.bookieSecretFile":
+                                      str(secured.data_dir.parent / "bookie.secret")}
+                                 ).streamReader(None)  # type: ignore[arg-type]
+    try:
+        start = plain.initialOffset()
+        parts = plain.partitions(start, plain.latestOffset(start, ReadAllAvailable()))
+        assert parts and all(p.read_ticket is None for p in parts)
+        assert [v.as_py() for part in cloudpickle.loads(cloudpickle.dumps(parts))
+                for b in plain.read(part) for v in b.column("value")
+                ] == [b"s%d" % i for i in range(60)]  # fmt: skip
+    finally:
+        plain.stop()
+
