@@ -170,6 +170,7 @@ class TopicService:
         # what topics() hands out: a frozen copy, made again only after the catalogue changed
         # (with 100,000 partitions a copy per produce or Metadata request was milliseconds)
         self._snapshot: Mapping[str, TopicInfo] | None = None
+        self._creating: set[str] = set()  # names whose create_topic is writing now
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         # the managed ledger under each open partition log, to apply config changes to it
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
@@ -262,17 +263,22 @@ class TopicService:
             raise InvalidPartitionsError(f"number of partitions must be >= 1, got {partitions}")
         configs = {k: str(v) for k, v in (configs or {}).items() if v is not None}
         validate_topic_configs(configs)
+        if name in self._creating:
+            raise TopicAlreadyExistsError(f"topic {name!r} is being created")
         if self.namespaces is not None:
-            try:
-                self.namespaces.check_topic_count(name, list(self._topics))
+            try:  # topics being created count too (a CreateTopics request creates at once)
+                self.namespaces.check_topic_count(name, [*self._topics, *self._creating])
             except ValueError as exc:
                 raise PolicyViolationError(str(exc)) from exc
         info = TopicInfo(name, uuid.uuid4(), partitions, configs)
+        self._creating.add(name)
         try:
             await self._store.create(f"{TOPICS_PATH}/{name}", _encode_topic(info),
                                      make_parents=True)
         except NodeExistsError as exc:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists") from exc
+        finally:
+            self._creating.discard(name)
         self._put_topic(info)
         log.info("created topic %s with %d partitions", name, partitions)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
 from gateway.topics.namespaces import NamespaceError, NamespacePolicies, NamespaceRegistry
 from protocols.kafka.errors import PolicyViolationError
@@ -81,6 +82,26 @@ async def test_max_topics_and_auto_create_policies(ops: OpsStack) -> None:
     await ops.topics.create_topic("elsewhere", 1)  # the default namespace has no limit
     assert not ops.topics.auto_create_allowed("t.n.three")
     assert ops.topics.auto_create_allowed("anything")
+
+
+async def test_topics_created_at_once_count_against_max_topics(ops: OpsStack) -> None:
+    """A CreateTopics request writes its topics concurrently: those still being written
+    count, so five at once in a namespace of max_topics=2 make two."""
+    await ops.namespaces.create_tenant("t")
+    await ops.namespaces.create_namespace("t/n", {"max_topics": 2})
+    refused: list[str] = []
+
+    async def create(name: str) -> None:
+        try:
+            await ops.topics.create_topic(name, 1)
+        except PolicyViolationError:
+            refused.append(name)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(5):
+            nursery.start_soon(create, f"t.n.at-once-{i}")
+    assert len(refused) == 3
+    assert len([n for n in ops.topics.topics() if n.startswith("t.n.")]) == 2
 
 
 async def test_namespace_and_tenant_deletion_rules(ops: OpsStack) -> None:

@@ -2,6 +2,9 @@
 
 Topics are created and changed through the topic service, synchronously: when the answer goes
 out the topic exists (or is gone) in the metadata store, so `timeout_ms` never expires.  The
+topics of one CreateTopics request are written concurrently (each one's checks, budget and
+quota are taken in request order before the next topic's), so the store groups their writes
+into few fsyncs (100k partitions at >= 1,000/s, issue 16).  The
 replication factor is accepted as given (-1 or any positive value): the ledger backend does the
 replicating, and Metadata shows this broker as the one replica.  Manual replica assignments are
 accepted for their partition count only.  `validate_only` checks everything and changes nothing.
@@ -20,7 +23,10 @@ This module must never touch partition data: it only asks the topic service.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
+
+import trio
 
 from protocols.kafka.acl_model import (
     CLUSTER_NAME,
@@ -70,7 +76,10 @@ class _PartitionBudget:
 
 
 async def _create_one(ctx: RequestContext, header: RequestHeader, t: dict[str, Any],
-                      validate_only: bool, budget: _PartitionBudget) -> dict:
+                      validate_only: bool, budget: _PartitionBudget,
+                      checked: Callable[[], None] = lambda: None) -> dict:
+    """One topic of a CreateTopics request; `checked` is called when every check passed and
+    the budget and quota are taken, just before the topic service writes."""
     name: str = t.get("name") or ""
     result: dict[str, Any] = {"name": name, "topic_id": ZERO_UUID, "error_code": 0,
                               "error_message": None, "topic_config_error_code": 0,
@@ -111,6 +120,7 @@ async def _create_one(ctx: RequestContext, header: RequestHeader, t: dict[str, A
         budget.take(partitions)
         if not validate_only:
             admit_mutation(ctx, header, partitions)
+            checked()  # the service's own checks run before its first wait, too
             await ctx.topics.create_topic(name, partitions, configs or None)
             info = ctx.topics.topics().get(name)
             if info is not None:
@@ -135,21 +145,40 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeader, body:
     requested = body.get("topics") or []
     counts = Counter(t.get("name") for t in requested)
     validate_only = bool(body.get("validate_only", False))
-    out = []
+    out: list[dict | None] = []
     budget = _PartitionBudget(ctx)
     reported_duplicates: set[str] = set()
-    for t in requested:
-        name = t.get("name")
-        if counts[name] > 1:
-            if name in reported_duplicates:
+
+    async def create(slot: int, t: dict[str, Any],
+                     task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+
+        def checked() -> None:
+            nonlocal started
+            started = True
+            task_status.started()
+
+        try:
+            out[slot] = await _create_one(ctx, header, t, validate_only, budget, checked)
+        finally:
+            if not started:
+                task_status.started()
+
+    async with trio.open_nursery() as nursery:  # the topics' metadata writes share fsyncs
+        for t in requested:
+            name = t.get("name")
+            if counts[name] > 1:
+                if name in reported_duplicates:
+                    continue
+                reported_duplicates.add(name)
+                out.append({"name": name, "topic_id": ZERO_UUID,
+                            "error_code": InvalidRequestError.code,
+                            "error_message": f"Create topics request from client contains "
+                                             f"multiple entries for topic {name}",
+                            "num_partitions": -1, "replication_factor": -1, "configs": None})
                 continue
-            reported_duplicates.add(name)
-            out.append({"name": name, "topic_id": ZERO_UUID, "error_code": InvalidRequestError.code,
-                        "error_message": f"Create topics request from client contains "
-                                         f"multiple entries for topic {name}",
-                        "num_partitions": -1, "replication_factor": -1, "configs": None})
-            continue
-        out.append(await _create_one(ctx, header, t, validate_only, budget))
+            out.append(None)
+            await nursery.start(create, len(out) - 1, t)  # checked in request order
     return {"throttle_time_ms": 0, "topics": out}
 
 
