@@ -269,8 +269,10 @@ def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerCon
 
 
 async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *,
+                     node_worker: bool = False,
                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Run one cluster broker until SIGINT/SIGTERM (or cancellation)."""
+    """Run one cluster broker until SIGINT/SIGTERM (or cancellation); `node_worker`: one of
+    a `standalone --workers N` node, which shares the node's RocketMQ name server port."""
     async with AsyncExitStack() as stack:
         store = await open_store(metadata_url)
         stack.push_async_callback(store.close)
@@ -344,6 +346,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             rocketmq = ClusterRocketMQ(config.rocketmq, topics, ownership, store, factory,
                                        system_ledger_config(config),
                                        authorizer=security.authorizer, secured=config.secured)
+            rocketmq.shared_name_server = node_worker
             hooks.add_extension(rocketmq)  # per-bundle offsets, delay and transaction services
             ownership.registration_extra.update(rocketmq.registration())
             stack.push_async_callback(rocketmq.close)

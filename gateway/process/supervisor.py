@@ -8,7 +8,9 @@ broker (gateway/process/cluster_broker.py) with its own node id and Kafka port:
 
     worker i: node id kafka.broker_id + i, Kafka on the listener port + i (advertised port + i
               when one is set), its admin API on a private unix socket beside the
-              store's (admin-i.sock)
+              store's (admin-i.sock); RocketMQ bundle b on the broker listener port +
+              i * bundles + b (likewise the advertised and gRPC ports), and the node's name
+              server port, which every worker binds with SO_REUSEPORT
 
 Workers share the bundles as cluster brokers do (gateway/cluster/ownership.py): a Kafka client
 sees N brokers and is sent to each partition's owner.  When a worker dies its connection to
@@ -30,8 +32,9 @@ The supervisor serves the configured admin listener for the whole node
 label, every other call is forwarded to a worker (worker 0 first; any can answer for the node,
 the metadata is shared).
 
-Not yet with --workers > 1 (a WARNING says so): RocketMQ (each cluster broker binds every
-bundle port and a name server; on one host they would collide).  Committed offsets and transaction
+RocketMQ clients see each bundle as one RocketMQ broker ("<cluster>-b<b>") at its owner
+worker's port, as with cluster brokers (gateway/rocketmq/cluster.py); any worker's name server
+answers routes for the node.  Committed offsets and transaction
 state of a single-process standalone are kept in other logs than the workers' cluster
 coordinators, so switching an existing data directory between 1 and N workers keeps topics and
 messages but not committed offsets.
@@ -90,16 +93,27 @@ def metadata_socket_path(data_dir: Path) -> str:
     return str(Path(tempfile.mkdtemp(prefix="ledgerwire-")) / "metadata.sock")
 
 
-def worker_config(config: Config, index: int, admin_socket: str) -> Config:
+def _shifted(listener: str, by: int) -> str:
+    host, port = parse_host_port(listener)
+    return f"{host}:{port + by}" if port else listener
+
+
+def worker_config(config: Config, index: int, admin_socket: str, bundles: int) -> Config:
     """Worker i's configuration: its own node id and Kafka port, its admin API on admin_socket
-    (plain HTTP: the supervisor's listener has the TLS)."""
+    (plain HTTP: the supervisor's listener has the TLS), its own range of `bundles` RocketMQ
+    bundle ports (broker and gRPC) after the workers before it."""
     host, port = parse_host_port(config.kafka.listener)
     kafka = replace(config.kafka, broker_id=config.kafka.broker_id + index,
                     listener=f"{host}:{port + index if port else 0}",
                     advertised_port=(config.kafka.advertised_port + index
                                      if config.kafka.advertised_port else 0))
     admin = replace(config.admin, listener=f"unix:{admin_socket}", tls="off")
-    rocketmq = replace(config.rocketmq, enabled=False)
+    r = config.rocketmq
+    shift = index * bundles
+    rocketmq = replace(r, broker_listener=_shifted(r.broker_listener, shift),
+                       advertised_port=r.advertised_port + shift if r.advertised_port else 0,
+                       grpc_listener=(_shifted(r.grpc_listener, shift) if r.grpc_listener
+                                      else r.grpc_listener))
     return replace(config, kafka=kafka, admin=admin, rocketmq=rocketmq, workers="1")
 
 
@@ -228,9 +242,6 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
     if not (config.storage.bookie_secret or config.storage.bookie_secret_file):
         config = replace(config, storage=replace(config.storage,
                                                  bookie_secret=secrets.token_hex(32)))
-    if config.rocketmq.enabled:
-        log.warning("RocketMQ is not served with --workers > 1 yet (Kafka only); "
-                    "run with --workers 1 for RocketMQ clients")
     metadata_dir = config.data_dir / "metadata"
     store = await open_store(f"embedded:{metadata_dir}")  # takes the directory's lock
     children: list[Child] = []
@@ -254,8 +265,8 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                                         children)
                 for index in range(workers):
                     child = Child(f"worker {index}", {
-                        "role": "broker", "config": worker_config(config, index,
-                                                                  admin_sockets[index]),
+                        "role": "broker", "config": worker_config(
+                            config, index, admin_sockets[index], layout.bundles),
                         "metadata_url": url, "layout": layout})
                     children.append(child)
                     await nursery.start(child.keep_running)

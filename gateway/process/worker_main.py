@@ -25,6 +25,7 @@ import pickle
 import signal
 import sys
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any
 
 import trio
@@ -93,7 +94,8 @@ def main() -> int:
         if job["role"] == "bookies":
             trio.run(run_bookies, config, job["metadata_url"])
         else:
-            trio.run(run_broker, config, job["metadata_url"], job["layout"])
+            trio.run(partial(run_broker, config, job["metadata_url"], job["layout"],
+                             node_worker=True))
     except KeyboardInterrupt:
         pass
     except (OSError, ValueError, BaseExceptionGroup) as exc:

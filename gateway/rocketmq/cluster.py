@@ -18,7 +18,10 @@ owners at their next connect instead of at their route refresh.
 Configuration: rocketmq.broker_listener is the *base* port (bundle b on base + b, all bound at
 start, so it must not be 0); rocketmq.advertised_host / advertised_port (0: the base port) are
 what routes name; rocketmq.name_server_listener serves routes computed from ownership, so any
-broker's name server answers for the whole cluster.
+broker's name server answers for the whole cluster.  The workers of one `standalone --workers N`
+node (gateway/process/supervisor.py) each bind the node's name server port with SO_REUSEPORT
+(`shared_name_server`): the kernel spreads connections over them, and while one restarts the
+others answer.
 
 The owner's RocketMQ host and base port are published in its live registration node
 ("rocketmq": {"host", "base_port"}); every broker reads them (`follow_registrations`) to answer
@@ -329,6 +332,8 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
         self.advertised_host = config.advertised_host or (
             self.bind_host if self.bind_host not in _WILDCARD else "127.0.0.1")
         self.advertised_base = config.advertised_port or self.base_port
+        # the node's workers share one name server port (see the module docstring)
+        self.shared_name_server = False
         bundles = ownership.layout.bundles
         self.queue_map = BundleQueueMap(config.cluster_name, bundles, bundle_of, self.address_of,
                                         is_bundle_pinned)
@@ -532,6 +537,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
         ns_host, ns_port = parse_host_port(self.config.name_server_listener)
         ns = await servers.start(partial(serve_rocketmq_name_server, self.name_server, ns_host,
                                          ns_port, guard=self.acl,
+                                         reuse_port=self.shared_name_server,
                                          **listener_limits(self.config, self.connections)))
         log.info("rocketmq cluster brokers ready", extra={
             "bundle_ports": f"{self.base_port}-{self.base_port + len(self.brokers) - 1}",

@@ -454,8 +454,10 @@ async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, 
                                      DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
                                      pre_auth_timeout_s: float = DEFAULT_PRE_AUTH_TIMEOUT_S,
                                      connection_limits: ConnectionLimits | None = None,
+                                     reuse_port: bool = False,
                                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve the name server on host:port until cancelled; started(ListenAddress).  With a
+    """Serve the name server on host:port until cancelled; started(ListenAddress).  With
+    `reuse_port` it is bound with SO_REUSEPORT (the workers of one node share it).  With a
     RocketMQGuard (a secured broker) each request's principal is established first (refused:
     NO_PERMISSION) and topics it may not describe are hidden; the plain ACL alone, like
     Apache 4.x's, checks nothing here."""
@@ -477,7 +479,8 @@ async def serve_rocketmq_name_server(name_server: NameServer, host: str | None, 
     await _serve_remoting("name server", handle, host, port, max_frame_bytes=max_frame_bytes,
                           max_header_bytes=min(max_frame_bytes, 1 << 20),
                           login=login_gate(guard, pre_auth_max_frame_bytes, pre_auth_timeout_s),
-                          connection_limits=connection_limits, task_status=task_status)
+                          connection_limits=connection_limits, reuse_port=reuse_port,
+                          task_status=task_status)
 
 
 class ServedBroker(BrokerLike, Protocol):

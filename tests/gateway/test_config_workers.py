@@ -32,14 +32,23 @@ def test_bad_worker_counts_are_refused(tmp_path: Path, bad: object) -> None:
 
 def test_each_worker_gets_its_node_id_and_port_and_a_private_admin_socket() -> None:
     config = load_config(None, {"kafka.listener": "127.0.0.1:9092", "kafka.broker_id": 5,
-                                "admin.listener": "127.0.0.1:8080", "workers": "3"})
-    workers = [worker_config(config, i, f"/d/admin-{i}.sock") for i in range(3)]
+                                "admin.listener": "127.0.0.1:8080", "workers": "3",
+                                "rocketmq.broker_listener": "127.0.0.1:10911",
+                                "rocketmq.grpc_listener": "127.0.0.1:8081",
+                                "rocketmq.name_server_listener": "127.0.0.1:9876"})
+    workers = [worker_config(config, i, f"/d/admin-{i}.sock", 16) for i in range(3)]
     assert [w.kafka.listener for w in workers] == ["127.0.0.1:9092", "127.0.0.1:9093",
                                                    "127.0.0.1:9094"]
     assert [w.kafka.broker_id for w in workers] == [5, 6, 7]
     assert [w.admin_listener() for w in workers] == [f"unix:/d/admin-{i}.sock" for i in range(3)]
     assert not any(w.admin_tls() for w in workers)  # the supervisor's listener has the TLS
-    assert all(w.worker_count() == 1 and not w.rocketmq.enabled for w in workers)
+    assert all(w.worker_count() == 1 and w.rocketmq.enabled for w in workers)
+    # RocketMQ: bundle b of worker i on base + 16 i + b; one name server port for the node
+    assert [w.rocketmq.broker_listener for w in workers] == [
+        "127.0.0.1:10911", "127.0.0.1:10927", "127.0.0.1:10943"]
+    assert [w.rocketmq.grpc_listener for w in workers] == [
+        "127.0.0.1:8081", "127.0.0.1:8097", "127.0.0.1:8113"]
+    assert {w.rocketmq.name_server_listener for w in workers} == {"127.0.0.1:9876"}
     assert config.admin_listener() == "127.0.0.1:8080"
     assert config.kafka.listener == "127.0.0.1:9092"  # the node's own config is untouched
     assert cluster_layout(config, 3).bundles >= 12
