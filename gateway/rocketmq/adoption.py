@@ -14,6 +14,10 @@ a leaving broker (SIGTERM) still drains, and a restarted broker can bind them ba
 adopter still holds them; the adopter lets go once the broker is registered again (and not
 leaving).  The kernel then spreads new connections over both; either one serves or forwards.
 
+RocketMQ 5 clients (gRPC) are held the same way by their 30 s route refresh, so the gRPC
+ports (bundle b on the gRPC base port + b, registered under "rocketmq_grpc") are adopted by a
+second PortAdoption just like the 4.x remoting ports.
+
 Only addresses this machine can bind are adopted: the gone broker advertised this broker's own
 host (brokers sharing a host), or an address that moved here (a floating IP).  Any other one is
 left alone (one INFO line) and its clients wait for their route refresh.
@@ -48,9 +52,11 @@ class RocketMQAddress:
     base_port: int
 
 
-def rocketmq_address(doc: Mapping[str, Any]) -> RocketMQAddress | None:
-    """The RocketMQ host and base port a live registration advertises, if any."""
-    entry = doc.get(REGISTRATION_KEY)
+def rocketmq_address(doc: Mapping[str, Any], key: str = REGISTRATION_KEY
+                     ) -> RocketMQAddress | None:  # fmt: skip
+    """The RocketMQ host and base port a live registration advertises under `key` (4.x
+    remoting by default; the 5.x gRPC ports under theirs), if any."""
+    entry = doc.get(key)
     if not isinstance(entry, dict):
         return None
     try:
@@ -73,7 +79,8 @@ class PortAdoption:
     """Which gone brokers' bundle ports this broker serves (see the module docstring)."""
 
     def __init__(self, me: int, mine: RocketMQAddress, bind_host: str, bundles: int,
-                 serve: ServePort) -> None:
+                 serve: ServePort, *, key: str = REGISTRATION_KEY) -> None:
+        self._key = key  # which ports: 4.x remoting ("rocketmq") or 5.x gRPC
         self._me = me
         self._mine = mine
         self._bind_host = bind_host
@@ -91,7 +98,7 @@ class PortAdoption:
         """Adopt the ports of every known peer now gone or leaving; let go of the ports of
         a peer registered again."""
         for node_id, doc in registrations.items():
-            address = rocketmq_address(doc)
+            address = rocketmq_address(doc, self._key)
             if node_id == self._me or address is None or address == self._mine:
                 continue
             if doc.get("leaving"):
@@ -113,7 +120,7 @@ class PortAdoption:
     def _let_go(self, node_id: int) -> None:
         entry = self._adopted.pop(node_id, None)
         if entry is not None:
-            log.info("broker %d is back: its rocketmq ports are its own again", node_id,
+            log.info("broker %d is back: its %s ports are its own again", node_id, self._key,
                      extra={"address": f"{entry[0].host}:{entry[0].base_port}"})
             entry[1].cancel()
 
@@ -127,7 +134,7 @@ class PortAdoption:
                         if self._adopted.get(node_id, (None, None))[1] is scope:
                             del self._adopted[node_id]
                         return
-                log.info("serving the rocketmq ports of gone broker %d", node_id, extra={
+                log.info("serving the %s ports of gone broker %d", self._key, node_id, extra={
                     "address": f"{address.host}:{address.base_port}+bundle",
                     "bundles": self._bundles})
 

@@ -36,6 +36,7 @@ import trio
 
 from gateway.config.settings import RocketMQConfig, parse_host_port
 from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
+from gateway.rocketmq.adoption import PortAdoption, RocketMQAddress
 from gateway.rocketmq.bundle_logs import BundleNotServedError
 from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.rocketmq.grpc_backend import GrpcBackend, guard_for_grpc, recall_on
@@ -242,12 +243,25 @@ class ClusterGrpc:
     # ---- running --------------------------------------------------------------------------
     async def serve(self, servers: trio.Nursery, background: trio.Nursery) -> None:
         """Bind every bundle's gRPC port (each returns once it accepts) and start the
-        receivers' background work."""
+        receivers' background work.  The ports are bound with SO_REUSEPORT: when this broker
+        dies or leaves, a survivor on the same host adopts them as it adopts the 4.x ports
+        (gateway/rocketmq/adoption.py), so a 5.x client holding this address reaches the
+        bundles' new owners at its next connect instead of at its route refresh."""
         for backend, receiver in zip(self.backends, self.receivers, strict=True):
-            await servers.start(partial(
-                serve_rocketmq_grpc, backend, self.bind_host, self.base_port + backend.bundle,
-                authenticate=partial(_principal, guard=backend.guard),
-                connection_limits=self.side.connections))
+            await servers.start(self._serve_bundle, backend.bundle, self.bind_host,
+                                self.base_port + backend.bundle)
             background.start_soon(receiver.run)
+        self.side.adoptions.append(PortAdoption(
+            self.side.ownership.me.node_id, RocketMQAddress(self.advertised_host, self.base_port),
+            self.bind_host, len(self.backends), self._serve_bundle, key=REGISTRATION_KEY))
         log.info("rocketmq 5 gRPC ports ready", extra={
             "grpc_ports": f"{self.base_port}-{self.base_port + len(self.backends) - 1}"})
+
+    async def _serve_bundle(self, bundle: int, host: str, port: int,
+                            task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve bundle `bundle`'s gRPC backend on host:port (its own port, or one adopted)."""
+        backend = self.backends[bundle]
+        await serve_rocketmq_grpc(backend, host, port,
+                                  authenticate=partial(_principal, guard=backend.guard),
+                                  connection_limits=self.side.connections, reuse_port=True,
+                                  task_status=task_status)

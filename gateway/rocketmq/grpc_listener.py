@@ -32,7 +32,7 @@ from gateway.rocketmq.grpc_forwarding import (
     forward_call,
     forwarded_metadata,
 )
-from gateway.rocketmq.listener import serve_if_admitted
+from gateway.rocketmq.listener import open_shared_listener, serve_if_admitted
 from gateway.security.connection_limits import ConnectionLimits
 from protocols.rocketmq.grpc.backend import Caller, MessagingBackend
 from protocols.rocketmq.grpc.connection import (
@@ -314,8 +314,13 @@ async def serve_rocketmq_grpc(backend: MessagingBackend, host: str | None, port:
                               drain_timeout_s: float = DRAIN_TIMEOUT_S,
                               connection_limits: ConnectionLimits | None = None,
                               on_bound: Callable[[int], None] | None = None,
+                              reuse_port: bool = False,
                               task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    listeners = await trio.open_tcp_listeners(port, host=host or None)
+    """Serve `backend` on host:port until cancelled; started((host, port)).  With
+    `reuse_port` the port is bound with SO_REUSEPORT (a cluster's bundle ports, which another
+    broker may adopt: gateway/rocketmq/adoption.py)."""
+    listeners = ([await open_shared_listener(host or "0.0.0.0", port)] if reuse_port
+                 else await trio.open_tcp_listeners(port, host=host or None))
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
     if on_bound is not None:
         on_bound(bound_port)

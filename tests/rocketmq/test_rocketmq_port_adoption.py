@@ -65,6 +65,21 @@ async def test_a_peer_gone_or_leaving_is_adopted_and_let_go_when_back() -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_grpc_ports_are_adopted_by_their_own_registration_key() -> None:
+    """The 5.x gRPC ports (registered under "rocketmq_grpc") are adopted as the 4.x ones."""
+    ports = FakePorts()
+    adoption = PortAdoption(1, RocketMQAddress("127.0.0.1", 21000), "0.0.0.0", 2, ports.serve,
+                            key="rocketmq_grpc")
+    both = {**reg("127.0.0.1", 30000), "rocketmq_grpc": {"host": "127.0.0.1",
+                                                          "base_port": 31000}}
+    async with trio.open_nursery() as nursery:
+        adoption.follow({1: {}, 2: both}, nursery)
+        adoption.follow({1: {}}, nursery)  # broker 2 gone
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(ports.serving) == [31000, 31001]  # its gRPC ports, not its 4.x ones
+        nursery.cancel_scope.cancel()
+
+
 async def test_an_address_of_another_host_is_not_adopted() -> None:
     ports = FakePorts(refused={40000})
     adoption = PortAdoption(1, ME, "0.0.0.0", 2, ports.serve)
