@@ -9,8 +9,11 @@ factory). (a) and (b) run twice in the same run: with a ledger client reading en
 ("single", BookKeeper(batch_reads=False)) and with batch reads (READ_ENTRIES), and print the
 ratio. Each line gives MB/s and the process CPU per MB (bookie and client both in this
 process), plus (b) without the bookie read.
-Run: `python benchmarks/bench_offload.py [MB] [--s3]` (--s3 also offloads to moto's S3
-server, which is slow Python: a functional figure, not a store's).
+With --local the readers reach the bookie in-process (BookKeeper(local_bookies=True), as
+`ledgerwire standalone` does: no wire encode/decode) instead of over loopback TCP. Since the
+work is CPU-bound on a shared machine, read MB/s together with ms CPU/MB and `uptime`.
+Run: `python benchmarks/bench_offload.py [MB] [--s3] [--local]` (--s3 also offloads to moto's
+S3 server, which is slow Python: a functional figure, not a store's).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def rate(size: int, wall: float, cpu: float) -> str:
     return f"{size / wall / 1e6:8.1f} MB/s  {cpu / (size / 1e6) * 1e3:6.2f} ms CPU/MB"
 
 
-async def bench(mb: int, tmp: Path, s3_endpoint: str | None) -> None:
+async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool) -> None:
     store = await open_store(str(tmp / "meta"))
     port = free_port()
     config = BookieStorageConfig(data_dir=tmp / "bookie", flush_interval_s=0.05,
@@ -87,14 +90,16 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None) -> None:
             await fill(ManagedLedgerFactory(store, bk), "bench/tiered", mb)
             figures: dict[str, float] = {}
             for label, batch in modes:
-                async with BookKeeper(store, timeout_s=30, batch_reads=batch) as reader:
+                async with BookKeeper(store, timeout_s=30, batch_reads=batch,
+                                      local_bookies=local) as reader:
                     cpu = time.process_time()
                     total, took = await read_closed(ManagedLedgerFactory(store, reader),
                                                     "bench/tiered")
                     cpu = time.process_time() - cpu
                 figures[f"read {label}"] = total / took
                 print(f"read from bookie ({label:6s}):  {rate(total, took, cpu)} "
-                      f"({total >> 20} MB; bookie and client in this process)")
+                      f"({total >> 20} MB; bookie and client in this process, "
+                      f"{'in-process calls' if local else 'loopback TCP'})")
             print(f"  batch / single: {figures['read batch'] / figures['read single']:.2f}x")
 
             offloaders: list[tuple[str, Offloader]] = [
@@ -107,7 +112,8 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None) -> None:
                 for mode, batch in modes:
                     name = f"bench/{label.split()[0]}-{mode}"
                     await fill(ManagedLedgerFactory(store, bk), name, min(mb, 64))
-                    async with BookKeeper(store, timeout_s=30, batch_reads=batch) as reader:
+                    async with BookKeeper(store, timeout_s=30, batch_reads=batch,
+                                          local_bookies=local) as reader:
                         factory = ManagedLedgerFactory(store, reader, offloader=offloader)
                         ml = await factory.open(name, CONFIG)
                         size = sum(i.size for i in ml.ledgers if i.closed)
@@ -150,9 +156,9 @@ def main() -> None:
         if "--s3" in sys.argv:
             from tests.offload.moto_server import moto_s3
             with moto_s3("ledgers") as endpoint:
-                trio.run(bench, mb, Path(tmp), endpoint)
+                trio.run(bench, mb, Path(tmp), endpoint, "--local" in sys.argv)
         else:
-            trio.run(bench, mb, Path(tmp), None)
+            trio.run(bench, mb, Path(tmp), None, "--local" in sys.argv)
 
 
 if __name__ == "__main__":

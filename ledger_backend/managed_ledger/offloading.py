@@ -50,7 +50,11 @@ import trio
 from ledger_backend.bookie.crash_points import crash_point
 from ledger_backend.managed_ledger.metadata_format import LedgerRecord, OffloadRecord, encode_name
 from ledger_backend.managed_ledger.types import ManagedLedgerError
-from ledger_backend.offload.object_format import ObjectFormatError, encode_object
+from ledger_backend.offload.object_format import (
+    EncodedObject,
+    ObjectFormatError,
+    encode_object_parts,
+)
 from ledger_backend.offload.offloader import Offloader
 
 log = logging.getLogger(__name__)
@@ -73,6 +77,8 @@ _PIECES_IN_FLIGHT = 4
 # most _PIPELINE_BYTES of ledgers are read ahead and not stored yet.
 _GROUP_LEDGERS = 8
 _GROUP_BYTES = 64 << 20
+# an upload is read back and checked in ranges of this size
+_VERIFY_CHUNK = 4 << 20
 # bookie bytes of the ledgers read ahead and not stored yet (two ledgers always may be)
 _PIPELINE_BYTES = 128 << 20
 
@@ -144,7 +150,7 @@ class _Encoded:
     """Step 1's read and encode of one ledger, nothing recorded yet."""
 
     record: LedgerRecord
-    data: bytes
+    data: EncodedObject  # its parts: the entries read, not copies
 
 
 async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: list[int]
@@ -226,7 +232,7 @@ def _room_in(group: list[_Encoded | OffloadRecord | Exception]) -> bool:
     """Whether one more ready ledger may join the group (never after an error)."""
     if isinstance(group[-1], Exception) or len(group) >= _GROUP_LEDGERS:
         return False
-    return sum(len(i.data) for i in group if isinstance(i, _Encoded)) < _GROUP_BYTES
+    return sum(i.data.size for i in group if isinstance(i, _Encoded)) < _GROUP_BYTES
 
 
 async def _first_error_of(calls: list[Callable[[], Awaitable[None]]]) -> None:
@@ -269,7 +275,7 @@ async def _read_and_encode(ml: ManagedLedger, ledger_id: int) -> _Encoded | Offl
 
     await _first_error_of([partial(read_piece, i) for i in range(len(firsts))])
     entries = [entry for piece in pieces for entry in piece]
-    data = await trio.to_thread.run_sync(encode_object, ledger_id, entries)
+    data = await trio.to_thread.run_sync(encode_object_parts, ledger_id, entries)
     return _Encoded(record, data)
 
 
@@ -285,8 +291,8 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
         await ml._write_metadata(list(ml._records), offload_pending=[*ml._offload_pending, *keys])
     crash_point("managed_ledger.offload.after_intent")
 
-    async def put_and_verify(key: str, data: bytes) -> None:
-        await offloader.put(key, data)
+    async def put_and_verify(key: str, data: EncodedObject) -> None:
+        await offloader.put(key, data.parts)
         crash_point("managed_ledger.offload.after_put")
         await _verify(offloader, key, data)
 
@@ -313,12 +319,11 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
                 except OffloadConflictError as exc:
                     conflict = exc
                     break
-                location = OffloadRecord(offloader.driver, key, len(encoded.data),
-                                         crc32c.crc32c(encoded.data) & 0xFFFFFFFF,
-                                         ml._clock_ms())  # fmt: skip
+                location = OffloadRecord(offloader.driver, key, encoded.data.size,
+                                         encoded.data.crc, ml._clock_ms())  # fmt: skip
                 updated = dataclasses.replace(now, offload=location)
                 records = [updated if r is now else r for r in records]
-                recorded.append((ledger_id, key, len(encoded.data)))
+                recorded.append((ledger_id, key, encoded.data.size))
             if recorded:
                 taken = {key for _, key, _ in recorded}
                 uploads = [k for k in ml._offload_pending if k not in taken]
@@ -381,12 +386,18 @@ def _listed(ml: ManagedLedger, ledger_id: int) -> LedgerRecord:
     raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} is not listed")
 
 
-async def _verify(offloader: Offloader, key: str, data: bytes) -> None:
-    """The stored object must equal, byte for byte, what was encoded from the bookies'
-    entries (so its CRCs and index are the ones encode_object computed)."""
+async def _verify(offloader: Offloader, key: str, data: EncodedObject) -> None:
+    """The stored object must be what was encoded from the bookies' entries: read back whole
+    (in _VERIFY_CHUNK ranges), its size and CRC-32C must be the encoded object's (so its block
+    CRCs and index are the ones encode_object_parts computed)."""
     size = await offloader.size(key)
-    back = await offloader.get_range(key, 0, size) if size else b""
-    if size != len(data) or back != data:
+    crc = 0
+    for start in range(0, size, _VERIFY_CHUNK):
+        back = await offloader.get_range(key, start, min(_VERIFY_CHUNK, size - start))
+        if len(back) != min(_VERIFY_CHUNK, size - start):
+            break
+        crc = crc32c.crc32c(back, crc)
+    if size != data.size or crc & 0xFFFFFFFF != data.crc:
         raise ObjectFormatError(f"object {key!r} read back differs from what was written")
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
 
 from ledger_backend.offload.offloader import ObjectMissingError, ObjectStoreUnavailableError
+
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
 class FilesystemOffloader:
@@ -34,9 +37,10 @@ class FilesystemOffloader:
             raise ValueError(f"bad object key {key!r}")
         return self._root.joinpath(*parts)
 
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, data: bytes | Sequence[bytes]) -> None:
         path = self._path(key)
-        await trio.to_thread.run_sync(_write_atomically, path, data)
+        parts = [bytes(data)] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+        await trio.to_thread.run_sync(_write_atomically, path, parts)
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         path = self._path(key)
@@ -61,15 +65,13 @@ class FilesystemOffloader:
             raise ObjectStoreUnavailableError(f"deleting {path}: {exc}") from exc
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def _write_atomically(path: Path, parts: list[bytes]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_parts(fd, parts)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -81,6 +83,19 @@ def _write_atomically(path: Path, data: bytes) -> None:
             os.close(dir_fd)
     except OSError as exc:
         raise ObjectStoreUnavailableError(f"writing {path}: {exc}") from exc
+
+
+def _write_parts(fd: int, parts: list[bytes]) -> None:
+    """Write the parts in order with writev (the kernel gathers them: no joined copy)."""
+    for start in range(0, len(parts), _IOV_MAX):
+        chunk = parts[start : start + _IOV_MAX]
+        wanted = sum(len(p) for p in chunk)
+        written = os.writev(fd, chunk)
+        if written == wanted:
+            continue
+        rest = memoryview(b"".join(chunk))[written:]  # a short write: finish plainly
+        while rest:
+            rest = rest[os.write(fd, rest) :]
 
 
 def _read_range(path: Path, start: int, length: int) -> bytes:

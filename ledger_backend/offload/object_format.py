@@ -81,12 +81,23 @@ def _crc(data: bytes | bytearray | memoryview) -> int:
     return crc32c.crc32c(data) & 0xFFFFFFFF
 
 
-def encode_object(
-    ledger_id: int, entries: Iterable[bytes], block_bytes: int = DEFAULT_BLOCK_BYTES
-) -> bytes:
-    """The whole object for a ledger whose entries (0, 1, ...) are `entries`.
+@dataclass(frozen=True)
+class EncodedObject:
+    """An encoded object as the parts whose concatenation it is: the entries themselves (not
+    copies) between small headers, so writing it needs no second copy of the ledger."""
 
-    Built from a list of parts joined once (each entry is copied once, not per block)."""
+    parts: tuple[bytes, ...]
+    size: int
+    crc: int  # CRC-32C of the whole object
+
+    def joined(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def encode_object_parts(
+    ledger_id: int, entries: Iterable[bytes], block_bytes: int = DEFAULT_BLOCK_BYTES
+) -> EncodedObject:
+    """The object for a ledger whose entries (0, 1, ...) are `entries`, as parts."""
     head = _HEADER.pack(MAGIC, VERSION, 0, ledger_id)
     parts: list[bytes] = [head, struct.pack(">I", _crc(head))]
     size = HEADER_SIZE
@@ -125,7 +136,18 @@ def encode_object(
     parts.append(bytes(index))
     footer = _FOOTER.pack(index_offset, len(index), total, data_bytes)
     parts.append(footer + struct.pack(">I", _crc(footer)) + END_MAGIC)
-    return b"".join(parts)
+    whole = 0
+    for part in parts:
+        whole = crc32c.crc32c(part, whole)
+    return EncodedObject(tuple(parts), index_offset + len(index) + FOOTER_SIZE,
+                         whole & 0xFFFFFFFF)  # fmt: skip
+
+
+def encode_object(
+    ledger_id: int, entries: Iterable[bytes], block_bytes: int = DEFAULT_BLOCK_BYTES
+) -> bytes:
+    """The whole object for a ledger whose entries (0, 1, ...) are `entries`, in one piece."""
+    return encode_object_parts(ledger_id, entries, block_bytes).joined()
 
 
 def decode_header(data: bytes) -> int:

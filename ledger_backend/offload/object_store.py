@@ -14,6 +14,7 @@ log credentials or put them into an error message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import obstore
@@ -75,7 +76,9 @@ class ObjectStoreOffloader:
                 f"{what} {key!r} in {self._location} failed: {type(exc).__name__}"
             ) from exc
 
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, data: bytes | Sequence[bytes]) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            data = b"".join(data)
         await self._call("put", key, obstore.put, data)
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:

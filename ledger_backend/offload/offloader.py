@@ -9,6 +9,7 @@ interface and the errors only: it must never do I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -42,8 +43,9 @@ class Offloader(Protocol):
         """A human-readable location (directory, bucket/prefix) for logs and status."""
         ...
 
-    async def put(self, key: str, data: bytes) -> None:
-        """Store `data` under `key` atomically and durably."""
+    async def put(self, key: str, data: bytes | Sequence[bytes]) -> None:
+        """Store `data` (bytes, or the parts whose concatenation is the object) under `key`
+        atomically and durably."""
         ...
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:

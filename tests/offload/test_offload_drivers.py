@@ -6,6 +6,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import crc32c
 import pytest
 import trio
 from hypothesis import given, settings
@@ -20,7 +21,7 @@ from ledger_backend.offload import (
     Offloader,
     OffloadLocation,
 )
-from ledger_backend.offload.object_format import decode_whole, encode_object
+from ledger_backend.offload.object_format import decode_whole, encode_object, encode_object_parts
 from ledger_backend.offload.object_store import ObjectStoreOffloader
 from tests.offload.moto_server import moto_s3
 
@@ -34,6 +35,9 @@ def test_object_round_trips(entries: list[bytes], block_bytes: int) -> None:
     data = encode_object(7, entries, block_bytes)
     index, back = decode_whole(data)
     assert back == entries and index.entries == len(entries) and index.ledger_id == 7
+    parts = encode_object_parts(7, entries, block_bytes)
+    assert parts.joined() == data and parts.size == len(data)
+    assert parts.crc == crc32c.crc32c(data)
 
 
 @given(st.data())
@@ -82,6 +86,13 @@ def test_filesystem_driver(tmp_path: Path) -> None:
     assert not list((tmp_path / "objects").rglob("*.tmp-*"))
     with pytest.raises(ValueError):
         trio.run(offloader.put, "../escape", b"x")
+
+
+def test_filesystem_put_of_parts_writes_their_concatenation(tmp_path: Path) -> None:
+    parts = [bytes([i % 251]) * (i % 9) for i in range(3000)]  # more than one writev's worth
+    offloader = FilesystemOffloader(tmp_path)
+    trio.run(offloader.put, "ml/parts.lwo", parts)
+    assert (tmp_path / "ml" / "parts.lwo").read_bytes() == b"".join(parts)
 
 
 @pytest.fixture(scope="module")
