@@ -90,3 +90,19 @@ def test_secured_means_sasl_or_authorization(tmp_path: Path) -> None:
         toml.write_text(text)
         assert load_config(toml).secured is secured, text
     assert load_config(None).security.authorization_enabled("SSL")
+
+
+def test_a_named_command_imports_only_its_own_module() -> None:
+    """`ledgerwire standalone` does not import the Spark commands (a second of CPU at every
+    start); with no command named, every command is offered."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from gateway.cli.main import build_parser; "
+             "build_parser(['standalone', '--help']); "
+             "print(sorted(m for m in sys.modules if m.startswith('gateway.cli.commands.')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=120)
+    assert done.stdout.strip() == "['gateway.cli.commands.standalone']"
+    offered = build_parser([]).format_help()
+    assert all(name in offered for name in ("standalone", "backfill", "replay", "broker"))
