@@ -1,7 +1,7 @@
 """Many partitions on one standalone: create, first write, Metadata, RSS, restart (issue 16).
 
     .venv/bin/python benchmarks/bench_partitions.py [--topics 1000] [--partitions 10]
-        [--workers 1] [--batch 100]
+        [--workers 1] [--batch 100] [--write-sample N] [--churn TOPICS]
 
 A real `ledgerwire standalone` (fsync on, RocketMQ off) on loopback, driven by confluent-kafka:
 
@@ -10,10 +10,18 @@ A real `ledgerwire standalone` (fsync on, RocketMQ off) on loopback, driven by c
    time), i.e. every partition's log is opened (managed ledger, ledger, partition state) --
    the figure to compare is the node's CPU per partition of this round against round 3;
 3. second write: the same again, every log already open (the steady-state cost of a record);
-4. a full Metadata request (every topic) from a fresh client;
+4. a full Metadata request (every topic) on a raw socket: wall time to its last byte and the
+   node's CPU for it (and once through confluent-kafka's list_topics, whose Python objects
+   cost the client seconds at 100k partitions);
 5. the node's RSS (sum over its processes);
 6. restart (SIGTERM, start): time until the Kafka port answers Metadata for every topic, and a
-   third write round (every log reopened: fencing/recovery of the previous ledgers).
+   third write round (every log reopened: fencing/recovery of the previous ledgers);
+7. with --churn N: N one-partition topics created, written once and deleted, in rounds of
+   N/5, the node's RSS after each round (a client test suite's churn: RSS must not keep
+   growing).
+
+--write-sample N writes rounds 2, 3 and 6 to the first N partitions only (every partition of
+the first N/P topics): at 100,000 partitions a full write round is minutes of the machine.
 
 Printed: partitions/s and node CPU per partition for each phase, the first-write cost minus
 the steady write cost (what opening a partition costs), Metadata seconds, RSS, restart
@@ -24,6 +32,9 @@ lower bounds; CPU per partition is the steadier figure.
 from __future__ import annotations
 
 import argparse
+import os
+import socket
+import struct
 import sys
 import tempfile
 import time
@@ -36,6 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_workers import Node, node_cpu  # noqa: E402
+
+from protocols.kafka.codec import RequestHeader, decode_response, encode_request  # noqa: E402
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -85,6 +98,46 @@ def write_round(server: Node, names: list[str], partitions: int, wave: int = 100
         raise RuntimeError(f"{left} unflushed, {len(failed)} failed: {failed[:3]}")
 
 
+def churn(server: Node, topics: int, rounds: int = 5) -> None:
+    """Create, write once and delete `topics` one-partition topics in `rounds` rounds."""
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    per_round = max(1, topics // rounds)
+    print(f"  churn: node RSS {rss_mb(server.pids()):,.0f} MB before", flush=True)
+    for r in range(rounds):
+        names = [f"churn-{r}-{i:05d}" for i in range(per_round)]
+        create_topics(server, names, 1, 100)
+        write_round(server, names, 1)
+        for start in range(0, len(names), 100):
+            for future in admin.delete_topics(names[start:start + 100],
+                                              request_timeout=300).values():
+                future.result(300)
+        print(f"  churn round {r + 1}: {per_round * (r + 1):,} topics created, written and "
+              f"deleted; node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
+
+
+def metadata_wire(server: Node, expected: int, version: int = 12) -> str:
+    """One Metadata request for every topic on a raw socket: seconds until its last byte and
+    the node's CPU for it (confluent-kafka's list_topics adds seconds of Python objects per
+    100k partitions on the client side, which is not the broker's time)."""
+    host, port = server.bootstrap.rsplit(":", 1)
+    header = RequestHeader(api_key=3, api_version=version, correlation_id=1, client_id="bench")
+    frame = encode_request(header, {"topics": None, "allow_auto_topic_creation": False})
+    with socket.create_connection((host, int(port)), timeout=300) as sock:
+        cpu_before, started = node_cpu(server.pids()), time.perf_counter()
+        sock.sendall(frame)
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        body = bytearray()
+        while len(body) < size:
+            body += sock.recv(size - len(body))
+        wall = time.perf_counter() - started
+        cpu = node_cpu(server.pids()) - cpu_before
+    _, answer = decode_response(3, version, bytes(body))
+    count = sum(len(t["partitions"]) for t in answer["topics"] if t["name"].startswith("bp-"))
+    if count != expected:
+        raise RuntimeError(f"Metadata listed {count} partitions, expected {expected}")
+    return f"{wall:.2f} s on the wire ({cpu:.2f} s node CPU, {size / 1e6:.1f} MB)"
+
+
 def metadata_seconds(server: Node, expected: int) -> float:
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     started = time.perf_counter()
@@ -113,34 +166,53 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--write-sample", type=int, default=0,
+                        help="write rounds go to this many partitions only (0: all)")
+    parser.add_argument("--churn", type=int, default=0,
+                        help="topics to create, write and delete at the end (0: none)")
     args = parser.parse_args()
     names = [f"bp-{i:06d}" for i in range(args.topics)]
     total = args.topics * args.partitions
+    sample = names
+    if args.write_sample:
+        sample = names[:max(1, args.write_sample // args.partitions)]
+    written = len(sample) * args.partitions
     print(f"{args.topics} topics x {args.partitions} partitions = {total:,}, "
-          f"--workers {args.workers}, fsync on", flush=True)
+          f"--workers {args.workers}, fsync on, write rounds to {written:,}; "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         server = Node(Path(tmp) / "data", args.workers)
         server.start(300)
         try:
             phase(server, "create", total,
                   lambda: create_topics(server, names, args.partitions, args.batch))
-            _, first = phase(server, "first write (opens)", total,
-                             lambda: write_round(server, names, args.partitions))
-            _, again = phase(server, "second write (open)", total,
-                             lambda: write_round(server, names, args.partitions))
+            print(f"  Metadata of every topic (none open): "
+                  f"{metadata_wire(server, total)}, again {metadata_wire(server, total)}; "
+                  f"confluent-kafka list_topics {metadata_seconds(server, total):.2f} s; "
+                  f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
+            _, first = phase(server, "first write (opens)", written,
+                             lambda: write_round(server, sample, args.partitions))
+            _, again = phase(server, "second write (open)", written,
+                             lambda: write_round(server, sample, args.partitions))
             print(f"  opening a partition: {first - again:.2f} ms node CPU "
                   f"(first write minus second)", flush=True)
-            print(f"  Metadata of every topic: {metadata_seconds(server, total):.2f} s; "
+            print(f"  Metadata of every topic: {metadata_wire(server, total)}; "
                   f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
             server.stop(600)
             started = time.perf_counter()
             server.start(600)
-            metadata_seconds(server, total)
+            ready_cpu = node_cpu(server.pids())  # new processes: all their CPU so far
+            listed = metadata_wire(server, total)
             print(f"  restart: ready and listing every topic in "
-                  f"{time.perf_counter() - started:.1f} s", flush=True)
-            phase(server, "write after restart (reopens)", total,
-                  lambda: write_round(server, names, args.partitions))
-            print(f"  node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
+                  f"{time.perf_counter() - started:.1f} s, node CPU {ready_cpu:.1f} s to ready "
+                  f"(that first Metadata: {listed})", flush=True)
+            print(f"  node RSS {rss_mb(server.pids()):,.0f} MB after the restart", flush=True)
+            phase(server, "write after restart (reopens)", written,
+                  lambda: write_round(server, sample, args.partitions))
+            print(f"  node RSS {rss_mb(server.pids()):,.0f} MB; load "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
+            if args.churn:
+                churn(server, args.churn)
         finally:
             server.stop(600)
 
