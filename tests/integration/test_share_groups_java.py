@@ -7,8 +7,10 @@ delivery-count limit archives; read_committed skips aborted transactions; the ad
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -57,6 +59,24 @@ def finish(proc: subprocess.Popen[str], timeout_s: float = 150) -> list[dict]:
     return parse_lines(out)
 
 
+def wait_for_members(server: Standalone, group: str, count: int, timeout_s: float = 90) -> None:
+    """Poll the admin API until the share group has `count` members (each joined with a
+    heartbeat), so records produced next are shared between them."""
+    url = f"http://127.0.0.1:{server.admin_port}/admin/v1/groups/{group}"
+    deadline = time.monotonic() + timeout_s
+    described: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                described = json.load(answer)
+        except urllib.error.HTTPError:  # not known yet
+            described = {}
+        if described.get("members") == count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"share group {group} has not {count} members: {described}")
+
+
 def test_three_consumers_accept_every_record_exactly_once(module_standalone: Standalone) -> None:
     topic, group = "share-three", "share-three-g"
     run_java("KafkaAdmin", bootstrap=module_standalone.bootstrap, op="create_topics",
@@ -67,7 +87,7 @@ def test_three_consumers_accept_every_record_exactly_once(module_standalone: Sta
              for _ in range(3)]
     for proc in procs:  # every consumer subscribed before the records arrive
         assert proc.stdout is not None and '"ready"' in proc.stdout.readline()
-    time.sleep(5)
+    wait_for_members(module_standalone, group, 3)
     produce(module_standalone, topic, 300)
     outputs = [finish(p) for p in procs]
     accepted = Counter(r["offset"] for out in outputs for r in out
