@@ -28,6 +28,8 @@ SLOW_FILES_FIRST = (
     "tests/cluster/test_chaos_short.py",  # 74
     "tests/cluster/test_bookie_recovery.py",  # 69
     "tests/cluster/test_cluster_transactions.py",  # 52
+    "tests/offload/test_offload_clients.py",  # 185 at load ~30 (three standalones)
+    "tests/offload/test_offload_rocketmq.py",  # 60-140 at load 30-45 (two restarts, C++ client)
     "tests/replication/test_geo_replication.py",  # 50
     "tests/spark_bridge/test_spark_batch_reader.py",  # 50
     "tests/cluster/test_failover.py",  # 48
