@@ -5,7 +5,7 @@ deletes objects; a corrupt object is an error naming it, never wrong bytes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -260,7 +260,38 @@ async def test_a_store_that_is_down_only_delays_offloading(
 class FlakyOffloader(FilesystemOffloader):
     down = False
 
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, data: bytes | Sequence[bytes]) -> None:
         if self.down:
             raise ObjectStoreUnavailableError("store down (test)")
         await super().put(key, data)
+
+
+async def test_a_group_records_the_ledgers_before_one_that_changed_meanwhile(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    """Three ledgers stored as one group while another pass offloaded the second: the first
+    is recorded, the second keeps the other pass's object, the group's uploads of the second
+    and third are deleted and no key stays pending; reads stay byte-identical."""
+    from ledger_backend.managed_ledger import offloading
+
+    offloader = FilesystemOffloader(tmp_path)
+    factory = ManagedLedgerFactory(store, bk, offloader=offloader)
+    ml = await factory.open(NAME, CONFIG)
+    for i in range(35):
+        await ml.append(payload(i))
+    ids = [r.ledger_id for r in ml.ledgers[:3]]
+    group = [await offloading._read_and_encode(ml, i) for i in ids]
+    assert await offloading.offload_ledgers(ml, offloader, [ids[1]]) == [ids[1]]
+    other_key = ml._records[1].offload.key  # type: ignore[union-attr]
+    with pytest.raises(offloading.OffloadConflictError, match=f"ledger {ids[1]}"):
+        await offloading._store_group(ml, offloader, group)  # type: ignore[arg-type]
+    path = managed_ledger_path("/ledgerwire/managed-ledgers", NAME)
+    node = decode_managed_ledger((await store.get(path))[0], path)
+    assert node.offload_pending == []
+    assert [r.offload is not None for r in node.ledgers[:3]] == [True, True, False]
+    assert node.ledgers[1].offload.key == other_key  # type: ignore[union-attr]
+    assert count_objects(tmp_path) == 2
+    first = ml.first_position
+    assert first is not None
+    assert [e.data for e in await ml.read(first, 100)] == [payload(i) for i in range(35)]
+    await factory.close()

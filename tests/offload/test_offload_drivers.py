@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import crc32c
@@ -142,8 +142,8 @@ class MemoryObjects:
     def __init__(self, objects: dict[str, bytes]) -> None:
         self._objects = objects
 
-    async def put(self, key: str, data: bytes) -> None:
-        self._objects[key] = data
+    async def put(self, key: str, data: bytes | Sequence[bytes]) -> None:
+        self._objects[key] = data if isinstance(data, bytes) else b"".join(data)
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         if key not in self._objects:
