@@ -13,7 +13,12 @@ the configured admin listener (with its TLS) and answers from them:
   hand).  A worker that does not answer is left out (its samples are missing, the
   `ledgerwire_node_workers_scraped` gauge says how many answered); a worker that refuses the
   credentials (401/403) has its answer returned as is.
-- Everything else: forwarded to the first worker that answers, worker 0 first.  Any worker can
+- GET /ready: every worker's /ready, asked at once; the node is ready (200) when every worker
+  answered ready within READY_TIMEOUT_S, else 503.  The body names each worker's state
+  ({"ready": false, "workers": {"0": "ready", "1": "no answer"}}).
+- Everything else: forwarded to the first worker that answers, worker 0 first.  A worker that
+  did not answer in time (stopped, SIGSTOPped, hung) is asked last for SUSPECT_S, so one silent
+  worker costs one call a timeout, not every call.  Any worker can
   answer for the whole node: topics, groups, ACLs, users and configuration live in the shared
   metadata store, and a worker's admin calls for a partition it does not own work as on a
   cluster broker.  What a worker reports about itself (/ready, its own process) is that
@@ -31,6 +36,7 @@ supervisor, and never parse or change what it forwards beyond the hop-by-hop hea
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 
@@ -46,6 +52,9 @@ from gateway.admin.http_server import Receive, Scope, Send, error_body
 log = logging.getLogger("ledgerwire.supervisor")
 
 WORKER_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 5.0  # a probe's answer: a worker silent this long is not ready
+METRICS_TIMEOUT_S = 8.0  # under Prometheus' default 10 s scrape timeout
+SUSPECT_S = 30.0
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length",
               b"upgrade", b"te", b"trailer", b"proxy-connection"}
@@ -55,15 +64,17 @@ Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 async def call_worker(socket_path: str, method: bytes, target: bytes,
-                      headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Answer:
+                      headers: Sequence[tuple[bytes, bytes]], body: bytes,
+                      timeout_s: float | None = None) -> Answer:
     """One HTTP/1.1 request to a worker's admin socket: (status, headers, body).
-    OSError or h11.ProtocolError when the worker does not answer."""
+    OSError, h11.ProtocolError or trio.TooSlowError when the worker does not answer (within
+    `timeout_s`, WORKER_TIMEOUT_S when None)."""
     conn = h11.Connection(h11.CLIENT)
     sent = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
     if not any(k.lower() == b"host" for k, _ in sent):
         sent.append((b"host", b"worker"))
     sent += [(b"connection", b"close"), (b"content-length", b"%d" % len(body))]
-    with trio.fail_after(WORKER_TIMEOUT_S):
+    with trio.fail_after(WORKER_TIMEOUT_S if timeout_s is None else timeout_s):
         stream = await trio.open_unix_socket(socket_path)
         async with stream:
             await stream.send_all(conn.send(h11.Request(method=method, target=target,
@@ -93,6 +104,7 @@ class NodeAdmin:
 
     def __init__(self, worker_sockets: Sequence[str]) -> None:
         self.worker_sockets = list(worker_sockets)
+        self._suspect_until = [0.0] * len(self.worker_sockets)  # trio clock, per worker
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -115,6 +127,8 @@ class NodeAdmin:
         headers.append((FORWARDED, f"{scope.get('scheme', 'http')} {client}".encode()))
         if scope["path"] == "/metrics" and scope["method"] == "GET":
             status, answer_headers, answer = await self.metrics(target, headers)
+        elif scope["path"] == "/ready" and scope["method"] == "GET":
+            status, answer_headers, answer = await self.ready(target, headers)
         else:
             status, answer_headers, answer = await self.forward(
                 scope["method"].encode(), target, headers, bytes(body))
@@ -125,15 +139,42 @@ class NodeAdmin:
 
     async def forward(self, method: bytes, target: bytes,
                       headers: list[tuple[bytes, bytes]], body: bytes) -> Answer:
-        """The first worker's answer, worker 0 first (one that does not answer: the next)."""
-        for index, path in enumerate(self.worker_sockets):
+        """The first worker's answer, worker 0 first (one that does not answer: the next;
+        one that lately did not answer in time: last)."""
+        now = trio.current_time()
+        order = sorted(range(len(self.worker_sockets)),
+                       key=lambda i: (self._suspect_until[i] > now, i))
+        for index in order:
             try:
-                return await call_worker(path, method, target, headers, body)
+                return await call_worker(self.worker_sockets[index], method, target, headers,
+                                         body)
             except (OSError, h11.ProtocolError, trio.TooSlowError) as exc:
+                if isinstance(exc, trio.TooSlowError):
+                    self._suspect_until[index] = trio.current_time() + SUSPECT_S
                 log.warning("admin call %s %s: worker %d did not answer (%s)", method.decode(),
                             target.decode(errors="replace")[:200], index, exc)
         return 503, [(b"content-type", b"application/json")], error_body(
             503, "no worker answered")
+
+    async def ready(self, target: bytes, headers: list[tuple[bytes, bytes]]) -> Answer:
+        """200 when every worker answers its /ready with 200, else 503; each one's state."""
+        states = ["no answer"] * len(self.worker_sockets)
+
+        async def probe(index: int, path: str) -> None:
+            try:
+                status, _, _ = await call_worker(path, b"GET", target, headers, b"",
+                                                 timeout_s=READY_TIMEOUT_S)
+            except (OSError, h11.ProtocolError, trio.TooSlowError):
+                return
+            states[index] = "ready" if status == 200 else "not ready"
+
+        async with trio.open_nursery() as nursery:
+            for index, path in enumerate(self.worker_sockets):
+                nursery.start_soon(probe, index, path)
+        ready = all(state == "ready" for state in states)
+        body = json.dumps({"ready": ready,
+                           "workers": {str(i): state for i, state in enumerate(states)}})
+        return 200 if ready else 503, [(b"content-type", b"application/json")], body.encode()
 
     async def metrics(self, target: bytes, headers: list[tuple[bytes, bytes]]) -> Answer:
         """Every worker's exposition as one, each sample labelled with its worker."""
@@ -142,7 +183,8 @@ class NodeAdmin:
 
         async def scrape(index: int, path: str) -> None:
             try:
-                answers[index] = await call_worker(path, b"GET", target, text_headers, b"")
+                answers[index] = await call_worker(path, b"GET", target, text_headers, b"",
+                                                   timeout_s=METRICS_TIMEOUT_S)
             except (OSError, h11.ProtocolError, trio.TooSlowError) as exc:
                 log.warning("metrics: worker %d did not answer (%s)", index, exc)
 

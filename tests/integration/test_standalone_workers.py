@@ -170,6 +170,9 @@ def check_node_admin(node: WorkersStandalone) -> None:
     assert status == 200 and b'"made-by-admin"' in body and b'"spread"' in body, body[:500]
     status, _, _ = admin_call(node, "GET", "/admin/v1/topics/no-such-topic")
     assert status == 404
+    status, _, body = admin_call(node, "GET", "/ready")  # the node's: every worker ready
+    assert (status, json.loads(body)) == (200, {"ready": True, "workers": {
+        str(i): "ready" for i in range(WORKERS)}})
 
 
 def test_two_workers_are_two_brokers_that_serve_produce_and_group_consume(
