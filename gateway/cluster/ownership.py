@@ -366,6 +366,7 @@ class OwnershipService:
         me = self.me.node_id
         handed_back = False
         taken: list[int] = []  # loaded together below: a failover's pause is one load, not n
+        to_claim: list[int] = []  # claimed together below: one ZooKeeper round trip, not n
         for bundle in range(self.layout.bundles):
             target = target_broker(bundle, eligible)
             owner = self._owners.get(bundle)
@@ -383,12 +384,18 @@ class OwnershipService:
                         await self._release(bundle)
                         self._dirty.set()
             elif owner is None and target == me and self.lease_valid():
-                if await self._claim(bundle):
-                    taken.append(bundle)
+                to_claim.append(bundle)
             elif owner == me and self.lease_valid():
                 # created by a call whose answer we lost: this session holds it
                 self._owned.add(bundle)
                 taken.append(bundle)
+        async def claim(bundle: int) -> None:
+            if await self._claim(bundle):
+                taken.append(bundle)
+
+        async with trio.open_nursery() as claiming:
+            for bundle in to_claim:
+                claiming.start_soon(claim, bundle)
         async with trio.open_nursery() as loading:
             for bundle in taken:
                 loading.start_soon(self._finish_acquire, bundle)
