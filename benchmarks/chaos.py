@@ -20,8 +20,9 @@ It keeps producing until as many messages again are acknowledged after the fault
 topic back and counts: acknowledged messages missing (lost), messages stored more than once
 (duplicated), deliveries that failed by error code, failed deliveries that were stored anyway
 (failed-but-stored), tracebacks that appeared in any process log, the resume time (the longest
-time any partition went without an acknowledgement after the fault) and rebalances the
-consumer group member saw.
+time any partition went without an acknowledgement after the fault; beside it the longest
+such pause in the 5 s before the fault, which is what the machine's load alone costs) and
+rebalances the consumer group member saw.
 Prints one line per trial, a summary per topology, then the totals as
 
     trials, acked, lost, duplicated
@@ -93,6 +94,7 @@ class TrialResult:
     resume_s: float | None
     rebalances: int
     rocketmq: RocketMQOutcome | None = None
+    baseline_s: float | None = None  # the longest pause before the fault: the machine's noise
 
 
 @dataclass
@@ -153,6 +155,30 @@ class GroupMember:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(60)
+
+
+def longest_pause_before(times: list[float], partitions: list[int], at: float,
+                         window_s: float = 5.0) -> float | None:
+    """The longest time any partition went without an acknowledgement in the `window_s`
+    before `at` (from 0.5 s after the first acknowledgement): what the machine's load alone
+    costs, to set beside the resume time after a fault."""
+    if not times:
+        return None
+    start = max(min(times) + 0.5, at - window_s)
+    by_partition: dict[int, list[float]] = {}
+    for t, partition in zip(times, partitions, strict=False):
+        if start <= t < at:
+            by_partition.setdefault(partition, []).append(t)
+    if not by_partition:
+        return None
+    longest = 0.0
+    for series in by_partition.values():
+        previous = start
+        for t in sorted(series):
+            longest = max(longest, t - previous)
+            previous = t
+        longest = max(longest, at - previous)
+    return longest
 
 
 def wait_acks(run: ProduceRun, count: int, since: float, timeout_s: float) -> bool:
@@ -285,15 +311,17 @@ def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Rando
                        sum(1 for value in set(run.failed) if value in stored),
                        count_tracebacks(cluster) - tracebacks_before, resume,
                        member.rebalances - rebalances_before,
-                       rocketmq_outcome(cluster, rmq, at) if rmq is not None else None)
+                       rocketmq_outcome(cluster, rmq, at) if rmq is not None else None,
+                       longest_pause_before(run.ack_times, run.ack_partitions, at))
 
 
 def show(index: int, r: TrialResult) -> None:
     resume = f"{r.resume_s:.2f}" if r.resume_s is not None else "-"
+    baseline = f"{r.baseline_s:.2f}" if r.baseline_s is not None else "-"
     print(f"trial {index:3d} {r.fault:14s} {r.target:24s} acked={r.acked} lost={r.lost} "
           f"duplicated={r.duplicated} gaps={r.gaps} failed={dict(r.failed_by_code)} "
           f"failed_but_stored={r.failed_but_stored} tracebacks={r.tracebacks} "
-          f"resume_s={resume} rebalances={r.rebalances}", flush=True)
+          f"resume_s={resume} (before the fault {baseline}) rebalances={r.rebalances}", flush=True)
     if r.rocketmq is not None:
         q = r.rocketmq
         resume = f"{q.resume_s:.2f}" if q.resume_s is not None else "-"
@@ -317,6 +345,10 @@ def summarize(name: str, results: list[TrialResult]) -> None:
         if times:
             print(f"   resume after {fault}: median {statistics.median(times):.2f} s, "
                   f"max {max(times):.2f} s ({len(times)} trials)")
+    baselines = [r.baseline_s for r in results if r.baseline_s is not None]
+    if baselines:
+        print(f"   longest pause in the 5 s before a fault (no fault yet): median "
+              f"{statistics.median(baselines):.2f} s, max {max(baselines):.2f} s")
     rmq = [r.rocketmq for r in results if r.rocketmq is not None]
     if rmq:
         kinds: Counter[str] = Counter()
