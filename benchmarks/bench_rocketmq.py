@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_rocketmq.py [--messages 20000]
                                                   [--memory | --standalone | --namesrv H:P]
     .venv/bin/python benchmarks/bench_rocketmq.py --request-path [--messages 3000]
+    .venv/bin/python benchmarks/bench_rocketmq.py --durable-path [--messages 500]
 
 By default it starts a ledgerwire RocketMQ broker + name server in a subprocess on the durable
 ledger backend (embedded metadata store, one bookie with fsync: tests/rocketmq/durable_server.py);
@@ -23,6 +24,15 @@ and answered on the in-memory backend, then pulled back 32 at a time as a push c
 thread CPU µs per message of each (what the remoting, header, properties, batch-building and
 pull-encoding work costs, apart from Trio's I/O and the ledger's replication), and the Python
 and C function calls per message (sys.setprofile; deterministic, unlike time on a shared box).
+
+--durable-path counts, for a synchronous send as `ledgerwire standalone` serves it (bookie
+storage with its journal and fsync, the ledger client reaching it in-process, a raw remoting
+client over loopback TCP), the broker's Trio task steps and its Python and C function calls
+per send: only the steps of the tasks a send runs through (the listener's, the local bookie's
+worker, the journal's, the write thread's completion) and the scheduler's calls between steps,
+not this client's nor timer tasks' (the ledger client's timeout sweep, the explicit-LAC timer,
+the bookie checkpoint: their number per send depends on how fast the machine is; listed apart).
+Exact on a loaded machine, where CPU time is not.
 """
 
 from __future__ import annotations
@@ -137,6 +147,65 @@ def request_path(count: int) -> None:
                   f"send {send_calls}, per pulled message {calls['call'] / pulled:.1f} + "
                   f"{calls['c_call'] / pulled:.1f}")
             nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def durable_path(count: int) -> None:
+    import collections
+
+    import trio
+
+    from ledger_backend.metadata import open_store
+    from protocols.rocketmq.errors import ResponseCode
+    from protocols.rocketmq.request_codes import RequestCode
+    from tests.rocketmq.conftest import durable_stack
+    from tests.rocketmq.remoting_client import RawClient
+    from tests.rocketmq.test_rocketmq_broker_raw import send_ext
+
+    # the tasks a send runs through; every other task's steps are listed apart (timers whose
+    # steps per send depend on the machine's speed, and anything new)
+    send_tasks = ("rocketmq.listener.", "LocalBookieConnection._answer_requests",
+                  "TrioToken.run_sync_soon", "Journal.run")
+    steps: collections.Counter[str] = collections.Counter()
+    calls = {"call": 0, "c_call": 0}
+
+    class Steps(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            steps[task.name] += 1
+
+    def counting(frame: Any, event: str, arg: Any) -> None:
+        if event in calls:
+            try:
+                name = trio.lowlevel.current_task().name
+            except RuntimeError:  # the scheduler itself, between steps: counted
+                name = "TrioToken.run_sync_soon"
+            if any(part in name for part in send_tasks):
+                calls[event] += 1
+
+    async def main() -> None:
+        store = await open_store("memory:")
+        with tempfile.TemporaryDirectory() as tmp:
+            async with durable_stack(store, Path(tmp) / "bookie", fsync=True,
+                                     timeout_s=30) as stack:
+                client = await RawClient.connect(stack.broker_addr)
+                header = send_ext("bench", {"TAGS": "Bench", "KEYS": "k"})
+                for i in range(count + 10):  # the first 10: topic, partition, first ledger
+                    if i == 10:
+                        trio.lowlevel.add_instrument(Steps())
+                        sys.setprofile(counting)
+                    r = await client.call(RequestCode.SEND_MESSAGE_V2, header, BODY)
+                    assert r.code == ResponseCode.SUCCESS, r.remark
+                sys.setprofile(None)
+                counted = {k: v for k, v in steps.items() if any(p in k for p in send_tasks)}
+                print(f"durable path (in-process bookie, fsync, loopback TCP): per send "
+                      f"{sum(counted.values()) / count:.2f} broker task steps, "
+                      f"{calls['call'] / count:.0f} Python + {calls['c_call'] / count:.0f} C "
+                      f"function calls")
+                for name, n in sorted(steps.items(), key=lambda kv: -kv[1]):
+                    where = "" if name in counted else "  (not counted)"
+                    print(f"  {n / count:5.2f} steps  {name}{where}")
+                await client.aclose()
 
     trio.run(main)
 
@@ -300,6 +369,8 @@ def main() -> None:
     parser.add_argument("--standalone", action="store_true")
     parser.add_argument("--request-path", action="store_true",
                         help="the broker's per-message Python alone (see the docstring)")
+    parser.add_argument("--durable-path", action="store_true",
+                        help="exact task steps and calls per durable send (see the docstring)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -307,6 +378,9 @@ def main() -> None:
         return
     if args.request_path:
         request_path(max(1000, min(args.messages, 20000)))
+        return
+    if args.durable_path:
+        durable_path(max(100, min(args.messages, 2000)))
         return
     server: Any = None
     namesrv = args.namesrv

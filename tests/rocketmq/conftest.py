@@ -4,7 +4,9 @@ service, the RocketMQ broker and name server listening on 127.0.0.1 (ephemeral p
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import trio
@@ -13,12 +15,16 @@ from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
 from gateway.topics.topic_service import TopicService, TopicServiceConfig
+from ledger_backend.bookie.storage import open_bookie_storage
+from ledger_backend.bookie.storage_api import BookieStorageConfig
+from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata import open_store
 from ledger_backend.metadata.store import MetadataStore
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
+from tests.ledger_client.bookie_cluster import running_bookies
 
 
 @dataclass
@@ -88,6 +94,25 @@ async def fast_stack(store: MetadataStore, bookkeeper: MemoryBookKeeper
             delay_levels="1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s",
             max_reconsume_times=2, transaction_check_timeout_s=1.0,
             transaction_check_interval_s=1.0, transaction_max_checks=3)
+        try:
+            yield s
+        finally:
+            nursery.cancel_scope.cancel()
+            await s.topics.close()
+            await s.broker.close()
+
+
+@asynccontextmanager
+async def durable_stack(store: MetadataStore, bookie_dir: Path, *, fsync: bool,
+                        timeout_s: float = 10.0) -> AsyncIterator[RocketMQStack]:
+    """start_stack on the durable backend as `ledgerwire standalone` runs it: one bookie's
+    storage engine with its journal, reached in-process (BookKeeper(local_bookies=True))."""
+    config = BookieStorageConfig(bookie_dir, fsync=fsync)
+    async with open_bookie_storage(config) as storage, \
+            running_bookies(store, 1, make_storage=lambda: storage), \
+            BookKeeper(store, timeout_s=timeout_s, local_bookies=True) as bk, \
+            trio.open_nursery() as nursery:  # fmt: skip
+        s = await start_stack(store, bk, nursery)  # type: ignore[arg-type]
         try:
             yield s
         finally:

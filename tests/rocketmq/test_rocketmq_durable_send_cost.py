@@ -1,5 +1,5 @@
 """Task steps per RocketMQ send on the durable backend as `ledgerwire standalone` runs it: the
-bookie's storage engine with its journal, reached in-process (BookKeeper(local_bookies=True)).
+bookie's storage engine with its journal, reached in-process (conftest.durable_stack).
 
 Steps are exact where timings on a shared machine are not, and on this broker they are most of
 its CPU.  The figure covers broker, ledger client, bookie and journal, plus this test's client.
@@ -12,14 +12,10 @@ from pathlib import Path
 import trio
 import trio.lowlevel
 
-from ledger_backend.bookie.storage import open_bookie_storage
-from ledger_backend.bookie.storage_api import BookieStorageConfig
-from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.metadata.store import MetadataStore
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.request_codes import RequestCode as RC
-from tests.ledger_client.bookie_cluster import running_bookies
-from tests.rocketmq.conftest import start_stack
+from tests.rocketmq.conftest import durable_stack
 from tests.rocketmq.remoting_client import RawClient
 from tests.rocketmq.test_rocketmq_broker_raw import send_ext
 
@@ -35,12 +31,8 @@ class StepCounter(trio.abc.Instrument):
 
 
 async def test_a_durable_send_costs_few_task_steps(store: MetadataStore, tmp_path: Path) -> None:
-    config = BookieStorageConfig(tmp_path / "bookie", fsync=False)  # the steps are the same
-    async with open_bookie_storage(config) as storage, \
-            running_bookies(store, 1, make_storage=lambda: storage), \
-            BookKeeper(store, timeout_s=10, local_bookies=True) as bk, \
-            trio.open_nursery() as nursery:  # fmt: skip
-        stack = await start_stack(store, bk, nursery)  # type: ignore[arg-type]
+    # without fsync: the steps are the same
+    async with durable_stack(store, tmp_path / "bookie", fsync=False) as stack:
         client = await RawClient.connect(stack.broker_addr)
         for _ in range(3):  # topic, partition and first ledger: not what is measured
             r = await client.call(RC.SEND_MESSAGE_V2, send_ext("durable", {"TAGS": "t"}),
@@ -65,6 +57,3 @@ async def test_a_durable_send_costs_few_task_steps(store: MetadataStore, tmp_pat
         # client's timeout sweeps, more of them per send on a slow machine).
         assert per_send < 11, f"{per_send:.1f} task steps per send"  # 9, plus timer sweeps
         await client.aclose()
-        nursery.cancel_scope.cancel()
-        await stack.topics.close()
-        await stack.broker.close()
