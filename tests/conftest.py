@@ -1,7 +1,9 @@
-"""Fixtures shared by the whole suite, and the order its files are handed to xdist workers."""
+"""Fixtures shared by the whole suite, the order its files are handed to xdist workers, and the
+slowest files of a run (to keep that order current)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +49,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Known-slow files first (in SLOW_FILES_FIRST's order); the rest keep collection order."""
     rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+# Seconds per test file (setup + call + teardown of its tests): with --dist loadfile, how long
+# the file holds its worker. A run of many files prints its slowest ones at the end.
+_FILE_SECONDS: Counter[str] = Counter()
+_SLOWEST_FILES_SHOWN = 30
+_FILES_FOR_SUMMARY = 20  # a targeted run of a few files prints nothing
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _FILE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if len(_FILE_SECONDS) < _FILES_FOR_SUMMARY:
+        return
+    terminalreporter.write_sep("=", f"slowest {_SLOWEST_FILES_SHOWN} test files (seconds "
+                                    "of setup, call and teardown; SLOW_FILES_FIRST lists those "
+                                    "over ~35 s)")  # fmt: skip
+    for path, seconds in _FILE_SECONDS.most_common(_SLOWEST_FILES_SHOWN):
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
 
 
 @pytest.fixture
