@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from protocols.kafka import compression as codecs
 from protocols.kafka.record_batch import (
     CONTROL_ABORT,
+    MAX_SEQUENCE,
     Record,
     decode_records,
     parse_control_record,
@@ -92,10 +94,27 @@ def whole_batches(records_blob: bytes) -> list[bytes]:
     return out
 
 
+class OriginRecord(NamedTuple):
+    """The last record from a cluster found in the remote: where it is there, where it came
+    from, and the idempotent producer id, epoch and sequence number it was written with."""
+
+    offset: int
+    origin_offset: int
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+
+
 def last_origin_offset(records_blob: bytes, cluster: str) -> tuple[int, int] | None:
     """In a fetched records blob of the remote: (remote offset, origin offset) of the last
     record that came from `cluster`, or None."""
-    found: tuple[int, int] | None = None
+    found = last_origin_record(records_blob, cluster)
+    return None if found is None else (found.offset, found.origin_offset)
+
+
+def last_origin_record(records_blob: bytes, cluster: str) -> OriginRecord | None:
+    """The last record of a fetched records blob of the remote that came from `cluster`."""
+    found: OriginRecord | None = None
     name = cluster.encode()
     zigzag = 2 * len(name)  # the header value's length as a varint (names are <= 64 bytes)
     length = bytes([zigzag]) if zigzag < 0x80 else bytes([zigzag & 0x7F | 0x80, zigzag >> 7])
@@ -107,7 +126,10 @@ def last_origin_offset(records_blob: bytes, cluster: str) -> tuple[int, int] | N
         for record in decode_records(data):
             origin = origin_of(record)
             if origin is not None and origin[0] == cluster:
-                found = (record.offset, origin[1])
+                sequence = (header.base_sequence + record.offset - header.base_offset) % (
+                    MAX_SEQUENCE + 1)
+                found = OriginRecord(record.offset, origin[1], header.producer_id,
+                                     header.producer_epoch, sequence)
     return found
 
 

@@ -2,7 +2,8 @@
 
     /ledgerwire/replication/<remote>/<topic>/<partition>
         {"format": 1, "source_next": S, "remote_next": R, "syncs": [[s, r], ...],
-         "inbound": [[a, o], ...], "settled": true|false}
+         "inbound": [[a, o], ...], "settled": true|false,
+         "producer": [producer id, epoch], "sequence": Q}
 
 `source_next`/`remote_next` is a pair the remote has acknowledged: every record written here
 below local offset S is in the remote below offset R, and whatever is sent later lands at R or
@@ -10,6 +11,12 @@ after.  `syncs` keeps the last `MAX_SYNCS` such pairs (MirrorMaker 2's offset sy
 group's committed offset here translates to the remote.  `inbound` keeps pairs (a, o): the
 record at local offset a - 1 came from the remote and was its offset o - 1 there, so a group
 committed at or past a has read everything the remote wrote below o.
+
+`producer` is the idempotent producer id and epoch the replicator writes to the remote with,
+kept for good (taken once from the remote), and `sequence` is the sequence number the record
+at S is (or will be) sent with: sequence numbers count the records sent, so every record has
+the same one in every session, and a batch that the remote applies late (after a session gave
+up on it) is refused there as out of order, or taken as the retry of one it has.
 
 `settled` says that no batch sent under this claim is unanswered: every one sent is within
 (S, R).  It is written true only while the replicator's sender is held back and nothing is in
@@ -49,11 +56,14 @@ class Checkpoint:
     syncs: list[tuple[int, int]] = field(default_factory=list)
     inbound: list[tuple[int, int]] = field(default_factory=list)
     settled: bool = False
+    producer: tuple[int, int] | None = None  # (id, epoch) there; None: not taken yet
+    sequence: int = 0  # of the record at source_next
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": CHECKPOINT_FORMAT_VERSION, "source_next": self.source_next,
                            "remote_next": self.remote_next, "syncs": self.syncs,
-                           "inbound": self.inbound, "settled": self.settled}).encode()
+                           "inbound": self.inbound, "settled": self.settled,
+                           "producer": self.producer, "sequence": self.sequence}).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Checkpoint:
@@ -63,7 +73,9 @@ class Checkpoint:
         return cls(int(doc["source_next"]), int(doc["remote_next"]),
                    [(int(s), int(r)) for s, r in doc.get("syncs", [])],
                    [(int(a), int(o)) for a, o in doc.get("inbound", [])],
-                   bool(doc.get("settled", False)))
+                   bool(doc.get("settled", False)),
+                   tuple(int(x) for x in doc["producer"])  # type: ignore[arg-type]
+                   if doc.get("producer") else None, int(doc.get("sequence", 0)))
 
     def add_sync(self, source: int, remote: int) -> None:
         if not self.syncs or self.syncs[-1] != (source, remote):

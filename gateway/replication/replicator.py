@@ -2,13 +2,16 @@
 
 The exactly-once argument, in the order things happen:
 
-1. A session starts by claiming the checkpoint (gateway/replication/checkpoints.py) and taking a
-   fresh idempotent producer id from the remote.
+1. A session starts by claiming the checkpoint (gateway/replication/checkpoints.py).  The
+   idempotent producer id and epoch it writes to the remote with are the checkpoint's, taken
+   from the remote once and kept; the sequence numbers count the records sent, so a record has
+   the same sequence number in every session (the checkpoint pairs source_next with it).
 2. It reconciles: the checkpoint's (source_next, remote_next) pair was acknowledged, so the
    remote holds everything below source_next; anything sent after that checkpoint landed at
    remote_next or later.  The session fetches the remote partition from remote_next to its end
    and finds the last record stamped with this cluster's name: its `lw.origin.offset` + 1 is
-   where reading resumes if that is past source_next.  So a crash after the remote acknowledged
+   where reading resumes if that is past source_next, and its sequence number + 1 the next
+   one's.  So a crash after the remote acknowledged
    but before the checkpoint was written duplicates nothing, and a crash before the remote
    acknowledged loses nothing (the data is read again).  A checkpoint stored `settled` (written
    while the sender was held back with nothing in flight, unsettled before the next send) has
@@ -25,10 +28,13 @@ The exactly-once argument, in the order things happen:
    session finds which of them landed.
 
 Any doubt (a timeout, an error answer, a connection lost) ends the session; the next one starts
-at step 1.  A remote that stays down only grows the backlog.  What is left: a produce that the
-remote still applies after this side gave up on it (past the request timeout, before the next
-session's reconcile) would be duplicated; the reconcile happens after a back-off to make that
-unlikely, not impossible.
+at step 1.  A remote that stays down only grows the backlog.  A produce that the remote still
+applies after this side gave up on it is not a duplicate: if it lands before the next
+session's first batch, that batch repeats its sequence numbers and is refused (out of order,
+which ends the session, whose successor's scan finds it) or taken as its retry; if it lands
+later, it is the one out of order.  Only a remote that forgot the producer (its state expired)
+or answers out of order three sessions running (its tail was not where the scan looked) gets a
+fresh producer id, and with it the old window.
 
 This module must never advance the durable position past what the remote acknowledged.
 """
@@ -42,7 +48,7 @@ from typing import Any
 
 import trio
 
-from gateway.replication.batches import committed_batches, last_origin_offset, whole_batches
+from gateway.replication.batches import committed_batches, last_origin_record, whole_batches
 from gateway.replication.checkpoints import Checkpoint, CheckpointLost, CheckpointStore
 from gateway.replication.record_rewrite import OutgoingBatches, frame
 from gateway.replication.remote import MAX_IN_FLIGHT, ProducePipeline, RemoteError, RemoteKafka
@@ -68,6 +74,7 @@ class _Outgoing:
     inbound: list[tuple[int, str, int]]
     stable: int  # the local last stable offset when it was read (for the backlog)
     first_timestamp: int | None
+    sequence: int  # the sequence number of the record at next_offset (when that is not None)
 
 
 @dataclass
@@ -132,6 +139,7 @@ class PartitionReplicator:
         self.retry_backoff_s = retry_backoff_s
         self.status = ReplicatorStatus(remote.cluster.name, topic, partition)
         self.checkpoint = Checkpoint()
+        self._out_of_order = 0  # sessions running that ended in an out-of-order answer
 
     async def run(self) -> None:
         failures = 0
@@ -148,6 +156,9 @@ class PartitionReplicator:
                 return
             except _RETRIABLE as exc:
                 failures += 1
+                sequence_refused = isinstance(exc, RemoteError) and exc.code in (
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID)
+                self._out_of_order = self._out_of_order + 1 if sequence_refused else 0
                 self.status.state, self.status.last_error = "error", str(exc)
                 if failures == 1 or failures % 30 == 0:
                     log.warning("replication of %s-%d to %s: %s; retrying", self.topic,
@@ -180,12 +191,24 @@ class PartitionReplicator:
             raise RemoteError(f"{self.topic} has {count} partitions there, {info.partitions} "
                               f"here, and adding partitions there did not take")
         checkpoint = self.checkpoint = await self.checkpoints.claim()
-        producer_id, epoch = await self.remote.init_producer_id()
+        sequence: int | None
         if checkpoint.settled:  # nothing can be in doubt: no scan of the remote's tail
             source_next, remote_next = checkpoint.source_next, checkpoint.remote_next
+            sequence = checkpoint.sequence
             checkpoint.settled = False  # as the claim stored it
         else:
-            source_next, remote_next = await self._reconcile(checkpoint)
+            source_next, remote_next, sequence = await self._reconcile(checkpoint)
+        if checkpoint.producer is None or sequence is None or self._out_of_order >= 3:
+            # none yet, the remote's tail written under another one, or refused repeatedly
+            if checkpoint.producer is not None:
+                log.warning("replication of %s-%d to %s: a new producer id", self.topic,
+                            self.partition, self.remote.cluster.name)
+            checkpoint.producer, sequence = await self.remote.init_producer_id(), 0
+            self._out_of_order = 0
+            checkpoint.source_next, checkpoint.remote_next = source_next, remote_next
+            checkpoint.sequence = sequence
+            await self.checkpoints.save(checkpoint)  # before anything is sent with it
+        producer_id, epoch = checkpoint.producer
         self.status.source_next = source_next
         # The reader frames batches; the transmitter keeps up to MAX_IN_FLIGHT of them at the
         # remote; the acknowledger takes the answers in order and alone moves the position.
@@ -196,19 +219,20 @@ class PartitionReplicator:
         try:
             async with trio.open_nursery() as nursery:
                 slots = trio.Semaphore(MAX_IN_FLIGHT)
-                nursery.start_soon(self._read, source_next, producer_id, epoch, framed)
+                nursery.start_soon(self._read, source_next, producer_id, epoch, sequence,
+                                   framed)
                 nursery.start_soon(self._transmit, to_transmit, pipeline, slots, gate,
                                    checkpoint, sent)
                 await self._acknowledge(to_acknowledge, pipeline, slots, gate, checkpoint,
-                                        source_next, remote_next)
+                                        source_next, remote_next, sequence)
         finally:
             with trio.CancelScope(shield=True):
                 await pipeline.aclose()
 
-    async def _read(self, source_next: int, producer_id: int, epoch: int,
+    async def _read(self, source_next: int, producer_id: int, epoch: int, sequence: int,
                     send: trio.MemorySendChannel[_Outgoing]) -> None:
-        """Read committed data from `source_next` on and hand framed batches on in order."""
-        sequence = 0
+        """Read committed data from `source_next` on (whose record has sequence number
+        `sequence`) and hand framed batches on in order."""
         while True:
             local = await self.topics.partition(self.topic, self.partition)
             stable = local.last_stable_offset
@@ -218,7 +242,7 @@ class PartitionReplicator:
                             self.remote.cluster.name, source_next, local.log_start_offset)
                 source_next = local.log_start_offset
             if source_next >= stable:
-                await send.send(_Outgoing(None, 0, source_next, [], stable, None))
+                await send.send(_Outgoing(None, 0, source_next, [], stable, None, sequence))
                 await local.wait_for_data(source_next, self.checkpoint_interval_s,
                                           committed=True)
                 continue
@@ -238,9 +262,11 @@ class PartitionReplicator:
                 sequence = (sequence + n) % (MAX_SEQUENCE + 1)
                 last = i == len(groups) - 1
                 await send.send(_Outgoing(batch, n, next_offset if last else None,
-                                          out.inbound if last else [], stable, base_ts))
+                                          out.inbound if last else [], stable, base_ts,
+                                          sequence))
             if not groups:
-                await send.send(_Outgoing(None, 0, next_offset, out.inbound, stable, None))
+                await send.send(_Outgoing(None, 0, next_offset, out.inbound, stable, None,
+                                          sequence))
             source_next = next_offset
 
     async def _transmit(self, framed: trio.MemoryReceiveChannel[_Outgoing],
@@ -261,7 +287,8 @@ class PartitionReplicator:
 
     async def _acknowledge(self, sent: trio.MemoryReceiveChannel[_Outgoing],
                            pipeline: ProducePipeline, slots: trio.Semaphore, gate: trio.Lock,
-                           checkpoint: Checkpoint, source_next: int, remote_next: int) -> None:
+                           checkpoint: Checkpoint, source_next: int, remote_next: int,
+                           sequence: int) -> None:
         """Take the answers in order; the position moves only here (see the module doc)."""
         last_checkpoint = trio.current_time()
         async for item in sent:
@@ -277,7 +304,7 @@ class PartitionReplicator:
                 if origin == self.remote.cluster.name:
                     checkpoint.add_inbound(local_offset + 1, origin_offset + 1)
             if item.next_offset is not None:
-                source_next = item.next_offset
+                source_next, sequence = item.next_offset, item.sequence
                 self.status.source_next = source_next
                 self.status.oldest_unsent_ms = None
             self.status.backlog_messages = max(0, item.stable - source_next)
@@ -287,27 +314,31 @@ class PartitionReplicator:
             if trio.current_time() - last_checkpoint >= self.checkpoint_interval_s:
                 async with gate:  # the sender waits: in_flight cannot grow meanwhile
                     idle = item.batch is None and source_next >= item.stable
-                    await self._save(checkpoint, source_next, remote_next,
+                    await self._save(checkpoint, source_next, remote_next, sequence,
                                      settled=idle and pipeline.in_flight == 0)
                 last_checkpoint = trio.current_time()
 
-    async def _save(self, checkpoint: Checkpoint, source_next: int, remote_next: int, *,
-                    settled: bool = False) -> None:
+    async def _save(self, checkpoint: Checkpoint, source_next: int, remote_next: int,
+                    sequence: int, *, settled: bool = False) -> None:
         if (checkpoint.source_next, checkpoint.remote_next, checkpoint.settled) == (
                 source_next, remote_next, settled):
             return
         checkpoint.source_next, checkpoint.remote_next = source_next, remote_next
+        checkpoint.sequence = sequence
         checkpoint.settled = settled
         checkpoint.add_sync(source_next, remote_next)
         await self.checkpoints.save(checkpoint)
 
-    async def _reconcile(self, checkpoint: Checkpoint) -> tuple[int, int]:
-        """(where to read here, where the remote's end was): see step 2 of the module doc."""
+    async def _reconcile(self, checkpoint: Checkpoint) -> tuple[int, int, int | None]:
+        """(where to read here, where the remote's end was, the sequence number to go on with;
+        None: the last record found there was not written with this checkpoint's producer):
+        see step 2 of the module doc."""
         offset = checkpoint.remote_next
         earliest = await self.remote.list_offset(self.topic, self.partition)
         if offset < earliest:
             offset = earliest
         source_next = checkpoint.source_next
+        sequence: int | None = checkpoint.sequence
         while True:
             try:
                 blob, high_watermark = await self.remote.fetch(self.topic, self.partition,
@@ -317,13 +348,16 @@ class PartitionReplicator:
                     raise
                 offset = await self.remote.list_offset(self.topic, self.partition)
                 continue
-            found = last_origin_offset(blob, self.local_cluster)
-            if found is not None:
-                source_next = max(source_next, found[1] + 1)
+            found = last_origin_record(blob, self.local_cluster)
+            if found is not None and found.origin_offset + 1 >= source_next:
+                source_next = found.origin_offset + 1
+                sequence = ((found.sequence + 1) % (MAX_SEQUENCE + 1)
+                            if checkpoint.producer == (found.producer_id, found.producer_epoch)
+                            else None)
             batches = whole_batches(blob)
             if not batches:
                 if offset < high_watermark:
                     raise RemoteError(f"fetch of {self.topic}-{self.partition} at {offset} "
                                       f"returned no whole batch below {high_watermark}")
-                return source_next, max(offset, high_watermark)
+                return source_next, max(offset, high_watermark), sequence
             offset = parse_header(batches[-1]).last_offset + 1
