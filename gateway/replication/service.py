@@ -6,8 +6,11 @@ registered) with the replicators running, starts the missing ones and stops the 
 wanted.  A listed cluster that is not registered shows as an error row in the status.  It also
 pushes translated group offsets to the remotes (gateway/replication/offset_translation.py):
 a group's offset is committed there as an admin commit, which a remote group with live members
-refuses, so a group that already runs there is left alone.  Those commits carry the metadata
-"lw.replication", and an offset with that metadata is never pushed on: offsets do not loop.
+refuses, so a group that already runs there is left alone.  In a cluster the broker
+coordinating a group pushes its offsets for every partition: through the running replicator's
+checkpoint, or the stored one of a partition another broker replicates.  Those commits carry
+the metadata "lw.replication", and an offset with that metadata is never pushed on: offsets
+do not loop.
 
 Each replicated topic's configs follow it: every `CONFIG_LOOK_INTERVAL_S` a topic whose configs
 here differ from those last agreed with a remote has the changes pushed there
@@ -40,7 +43,7 @@ from typing import Any
 import trio
 
 from gateway.config.settings import ReplicationConfig
-from gateway.replication.checkpoints import CheckpointStore, read_checkpoint
+from gateway.replication.checkpoints import Checkpoint, CheckpointStore, read_checkpoint
 from gateway.replication.clusters import ClusterError, ClusterRegistry
 from gateway.replication.offset_translation import translate
 from gateway.replication.paused_topics import paused_topics, write_paused
@@ -88,6 +91,7 @@ class ReplicationService:
         self._agreed: dict[tuple[str, str], dict[str, str]] = {}  # (remote, topic) -> configs
         self._stuck_configs: dict[tuple[str, str], dict[str, int]] = {}
         self._config_looks: dict[tuple[str, str], int] = {}
+        self._pushed_elsewhere: dict[Key, dict[str, int]] = {}  # replicated by another broker
 
     @property
     def cluster_name(self) -> str:
@@ -276,19 +280,44 @@ class ReplicationService:
             if self.coordinator is not None:
                 await self.push_offsets()
 
+    async def _translators(self, topic: str, partition: int,
+                           read: dict[Key, Checkpoint | None]) -> list[tuple[Key, Checkpoint,
+                                                                            dict[str, int]]]:
+        """(key, checkpoint, offsets pushed) of each remote the partition replicates to: the
+        running replicator's, or in a cluster, when another broker replicates it, the stored
+        checkpoint (read once per round into `read`)."""
+        out: list[tuple[Key, Checkpoint, dict[str, int]]] = []
+        for key, running in self._running.items():
+            if key[1:] == (topic, partition):
+                out.append((key, running.replicator.checkpoint, running.pushed))
+        if self.owns is None or self._local(topic, partition):
+            return out
+        targets = self.namespaces.topic_policies(topic).replication_clusters or []
+        for remote in targets:
+            key = (remote, topic, partition)
+            if remote == self.cluster_name or remote not in self._remotes:
+                continue
+            if key not in read:
+                read[key] = await read_checkpoint(self.store, *key)
+            checkpoint = read[key]
+            if checkpoint is not None:
+                out.append((key, checkpoint, self._pushed_elsewhere.setdefault(key, {})))
+        return out
+
     async def push_offsets(self) -> None:
         """Commit each local group's translated offsets to every remote its topics go to."""
+        read: dict[Key, Checkpoint | None] = {}
         for group_id, committed in sorted(self.coordinator.offsets.items()):
             by_remote: dict[tuple[str, str], dict[int, int]] = {}
+            pushed_to: dict[Key, dict[str, int]] = {}
             for (topic, partition), offset in committed.items():
                 if offset.offset < 0 or offset.metadata == PUSHED_METADATA:
                     continue  # never push back what a remote pushed here (no offset loops)
-                for key, running in self._running.items():
-                    if key[1:] != (topic, partition):
-                        continue
-                    translated = translate(running.replicator.checkpoint, offset.offset)
-                    if running.pushed.get(group_id) != translated:
+                for key, checkpoint, pushed in await self._translators(topic, partition, read):
+                    translated = translate(checkpoint, offset.offset)
+                    if pushed.get(group_id) != translated:
                         by_remote.setdefault((key[0], topic), {})[partition] = translated
+                        pushed_to[key] = pushed
             for (remote_name, topic), offsets in by_remote.items():
                 remote = self._remotes.get(remote_name)
                 if remote is None:
@@ -299,6 +328,6 @@ class ReplicationService:
                     log.debug("offset push of %s to %s: %s", group_id, remote_name, exc)
                     continue
                 for partition, code in errors.items():
-                    target = self._running.get((remote_name, topic, partition))
+                    target = pushed_to.get((remote_name, topic, partition))
                     if code == 0 and target is not None:
-                        target.pushed[group_id] = offsets[partition]
+                        target[group_id] = offsets[partition]

@@ -7,7 +7,9 @@ the topic's partitions is killed (SIGKILL) while idempotent confluent-kafka prod
 to east; the survivor takes its bundles and their replicators, resuming from the durable
 checkpoints.  Every message in east must be in west exactly once, in order per partition
 (and west's in east); then the killed broker comes back, its bundles are handed back to it
-gracefully with their replicators, and what is written afterwards crosses once as well.
+gracefully with their replicators, and what is written afterwards crosses once as well; a
+group's offsets committed in east reach west for every partition (each broker replicating
+some of them).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from gateway.cli.admin.http_client import call, path
@@ -222,3 +225,21 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
                          for node in east.brokers), "east to drain again", timeout_s=120)
     from_east, from_west = read_all(east, TOPIC, PARTITIONS), read_all(west, TOPIC, PARTITIONS)
     assert_replicated(from_east, from_west, "east", PARTITIONS)
+
+    # a group commits in east; the broker coordinating it pushes its offsets to west for every
+    # partition, those another broker replicates included
+    group = {"bootstrap.servers": east.bootstrap, "group.id": "geo-movers"}
+    consumer = Consumer(group)
+    try:
+        ends = [TopicPartition(TOPIC, p, consumer.get_watermark_offsets(
+            TopicPartition(TOPIC, p), timeout=10, cached=False)[1]) for p in range(PARTITIONS)]
+        consumer.commit(offsets=ends, asynchronous=False)
+    finally:
+        consumer.close()
+    moved = Consumer({**group, "bootstrap.servers": west.bootstrap})
+    try:
+        wanted = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        wait_for(lambda: all(tp.offset > 0 for tp in moved.committed(wanted, timeout=10)),
+                 "the group's offsets of every partition to be pushed to west")
+    finally:
+        moved.close()
