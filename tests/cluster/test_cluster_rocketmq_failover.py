@@ -2,9 +2,10 @@
 broker's bundle ports (gateway/rocketmq/adoption.py), so the C++ client, which keeps the dead
 address until its 30 s route refresh, reaches the bundles' new owner at its next connect.
 
-Real cluster (ZooKeeper with a 4 s session, 3 bookies, 2 brokers, 4 bundles), the official C++
+Real cluster (ZooKeeper with a 4 s session, 4 bookies, 2 brokers, 4 bundles), the official C++
 client (rocketmq-client-python) sending synchronously to 8 queues (2 per bundle) through both
-name servers: kill -9 of broker 2, its restart, then its SIGTERM.  No send fails, nothing
+name servers: kill -9 of broker 2, its restart, then its SIGTERM; then kill -9 of two different
+bookies one after the other (each restarted).  No send fails, nothing
 acknowledged is lost; every queue takes sends again within 3 s of the survivor adopting the
 killed broker's ports (which it does as soon as it sees the session gone, before it loads the
 bundles: requests wait for the load), within the session + 5 s of the kill and within 3 s of
@@ -12,13 +13,17 @@ the SIGTERM (the issue's bounds, session + 2 s and 1 s, are printed as measured;
 machine needs the room).  A SIGTERMed broker hands all its bundles over at once and answers
 every request that reached it before it closes a connection.  Without adoption the killed
 broker's queues get nothing until the client's route refresh (up to 30 s;
-chaos measured 10.8-23.8 s)."""
+chaos measured 10.8-23.8 s).  After the bookie kills no partition has failed (every queue
+still takes sends) and no message acknowledged from then on is stored twice (a second bookie
+failure used to fail a partition whose first failed bookie was excluded for good, and its
+retried sends were stored again: tests/ledger_client/test_ensemble_replacement.py)."""
 
 from __future__ import annotations
 
 import socket
 import statistics
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +45,7 @@ SESSION_S = 4.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(tmp_path / "cluster", bookies=3, brokers=2, bundles=BUNDLES,
+    with Cluster(tmp_path / "cluster", bookies=4, brokers=2, bundles=BUNDLES,
                  session_timeout_s=SESSION_S, rocketmq=True) as c:
         yield c
 
@@ -107,6 +112,17 @@ async def test_every_queue_takes_sends_again_after_a_kill_and_a_sigterm(
         await trio.to_thread.run_sync(cluster.brokers[2].stop)
         await trio.to_thread.run_sync(lambda: cluster.wait_all_bundles_owned(by={1}))
         calm_after_stop = await trio.to_thread.run_sync(wait_acks, run, time.monotonic(), 200)
+
+        # two different bookies killed one after the other (the first back before the
+        # second dies): every partition takes sends throughout, nothing stored twice
+        bookies_from = time.monotonic()
+        for bookie in cluster.bookies[:2]:
+            bookie.kill()
+            await trio.to_thread.run_sync(wait_acks, run, time.monotonic(), 100)
+            await trio.to_thread.run_sync(bookie.start)
+            await trio.to_thread.run_sync(wait_acks, run, time.monotonic(), 100)
+        second_killed_done = time.monotonic()
+        await trio.to_thread.run_sync(wait_acks, run, second_killed_done, 200)
     finally:
         await trio.to_thread.run_sync(run.stop)
 
@@ -119,6 +135,11 @@ async def test_every_queue_takes_sends_again_after_a_kill_and_a_sigterm(
     for value, at in sorted(run.ack_times.items(), key=lambda item: item[1]):
         by_queue.setdefault(partition_of[value], []).append(at)
     assert sorted(by_queue) == list(range(PARTITIONS))
+    # no partition failed after the bookie kills: each still took sends at the end
+    assert all(times[-1] >= second_killed_done for times in by_queue.values()), by_queue.keys()
+    stored = Counter(value for _, _, value in records)
+    twice = [v for v, at in run.ack_times.items() if at >= bookies_from and stored[v] > 1]
+    assert twice == [], twice[:5]
 
     def pauses(start: float, end: float) -> list[float]:
         return sorted(longest_pause(t, start, end) for t in by_queue.values())
