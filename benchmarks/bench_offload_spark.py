@@ -1,0 +1,115 @@
+"""Spark on offloaded data: a replay and spark.read of a topic whose older ledgers live only in
+a directory offload store, against a confluent-kafka drain of the same topic, same run.
+
+Starts a `ledgerwire standalone` (fsync off, 1 MB ledgers, [offload] to a directory with no
+deletion lag), fills an 8-partition topic with --bytes of 1 KB messages
+(bench_spark_replay.fill_topic), offloads every closed ledger and drops its bookie copy
+(`admin topics offload`: all but each partition's current ledger), then:
+  1. drains the topic with one confluent-kafka consumer through the broker;
+  2. `ledgerwire replay --to <parquet> --offload-directory <store>` in this process (the
+     session's first job: Python worker start included, JVM start not);
+  3. spark.read.format("ledgerwire") with ledgerwire.offload.directory, count and
+     sum(length(value)), twice (cold, then warm).
+It prints rows/s, MB/s, the broker's CPU seconds per phase and each Spark figure's ratio to
+the drain (issue 18's goal: replay from offloaded data >= 1.0x the drain).
+
+    python benchmarks/bench_offload_spark.py --bytes 32MiB
+
+This is a measuring tool: it must never be imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_spark_replay import (  # noqa: E402
+    VALUE_BYTES,
+    cpu_seconds,
+    drain,
+    fill_topic,
+    parse_size,
+    report,
+    spark_session,
+)
+from support.standalone import Standalone  # noqa: E402
+
+TOPIC = "tiered"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bytes", default="32MiB", help="topic size (default 32MiB)")
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-offload-spark-"))
+    store = work / "tier"
+    config = work / "ledgerwire.toml"
+    config.write_text("[storage]\nmax_ledger_mb = 1\n"
+                      f'[offload]\ndriver = "filesystem"\ndirectory = "{store}"\n'
+                      "deletion_lag_s = 0\ninterval_s = 3600\n")  # fmt: skip
+    config.chmod(0o600)
+    broker = Standalone(work / "data", extra_args=["--no-fsync", "--config", str(config)])
+    broker.start(timeout_s=120)
+    assert broker.proc is not None
+    pid = broker.proc.pid
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    try:
+        count = fill_topic(broker.bootstrap, TOPIC, parse_size(args.bytes))
+        rows = broker.admin("topics", "offload", TOPIC)
+        offloaded = sum(r["bytes_offloaded"] for r in rows)
+        on_bookies = sum(r["bytes_on_bookies"] for r in rows)
+        print(f"filled {count:,} messages; offloaded {offloaded / 1e6:.1f} MB "
+              f"({sum(r['ledgers_offloaded'] for r in rows)} ledgers, bookie copies deleted), "
+              f"{on_bookies / 1e6:.1f} MB left on bookies", flush=True)
+
+        cpu0, t0 = cpu_seconds(pid), time.time()
+        got, nbytes = drain(broker.bootstrap, TOPIC, count)
+        drain_s = time.time() - t0
+        report("confluent-kafka drain", got, nbytes, drain_s, cpu_seconds(pid) - cpu0)
+
+        t0 = time.time()
+        spark = spark_session(args.master)
+        print(f"{'Spark JVM start':<28} {time.time() - t0:>7.1f} s (not in the figures below)",
+              flush=True)
+        from spark_bridge.cli import replay_main
+
+        cpu0, t0 = cpu_seconds(pid), time.time()
+        code = replay_main(["--topic", TOPIC, "--to", str(work / "replay.parquet"),
+                            "--metadata", str(broker.data_dir), "--master", args.master,
+                            "--offload-directory", str(store), "--no-ui",
+                            "--progress-interval", "600"])  # fmt: skip
+        replay_s = time.time() - t0
+        if code != 0:
+            raise SystemExit(f"replay failed with exit code {code}")
+        report("ledgerwire replay (CLI)", count, count * VALUE_BYTES, replay_s,
+               cpu_seconds(pid) - cpu0)
+        figures = {"replay CLI": replay_s}
+        for label in ("spark.read count (cold)", "spark.read count (warm)"):
+            df = (spark.read.format("ledgerwire")
+                  .option("ledgerwire.metadata", str(broker.data_dir))
+                  .option("ledgerwire.offload.directory", str(store))
+                  .option("subscribe", TOPIC).load())  # fmt: skip
+            cpu0, t0 = cpu_seconds(pid), time.time()
+            result = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+            figures[label] = time.time() - t0
+            report(label, int(result["n"]), int(result["b"]), figures[label],
+                   cpu_seconds(pid) - cpu0)
+        print("ratios to the drain (same run, rows/s): " + ", ".join(
+            f"{label} {drain_s / seconds:.2f}x" for label, seconds in figures.items()),
+            flush=True)  # fmt: skip
+        print(f"load average at end: {os.getloadavg()}", flush=True)
+        spark.stop()
+    finally:
+        broker.stop(timeout_s=120)
+
+
+if __name__ == "__main__":
+    main()
