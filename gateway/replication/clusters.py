@@ -42,7 +42,7 @@ class RemoteCluster:
     """How to reach another cluster's Kafka listener (and its admin API)."""
 
     name: str
-    kafka: str  # host:port of one of its brokers (bootstrap)
+    kafka: str  # host:port of one or more of its brokers, comma-separated (bootstrap)
     admin_url: str = ""
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = ""
@@ -52,7 +52,12 @@ class RemoteCluster:
 
     @property
     def bootstrap(self) -> tuple[str, int]:
-        return parse_host_port(self.kafka)
+        return self.bootstraps[0]
+
+    @property
+    def bootstraps(self) -> list[tuple[str, int]]:
+        """Each listed broker (a client tries the next when one does not answer)."""
+        return [parse_host_port(a.strip()) for a in self.kafka.split(",")]
 
     def public_json(self) -> dict[str, Any]:
         """What a listing shows: everything but the password."""
@@ -81,12 +86,14 @@ class RemoteCluster:
         values = {k: doc.get(k) or "" for k in known - {"format", "name"}}
         if not all(isinstance(v, str) for v in values.values()):
             raise ClusterError("cluster settings must be strings")
-        try:
-            host, _ = parse_host_port(values["kafka"], default_host="")
-        except ValueError as exc:
-            raise ClusterError(f"kafka must be host:port of a broker: {exc}") from None
-        if not host:
-            raise ClusterError("kafka must be host:port of a broker (the host is missing)")
+        for address in values["kafka"].split(","):
+            try:
+                host, _ = parse_host_port(address.strip(), default_host="")
+            except ValueError as exc:
+                raise ClusterError(f"kafka must be host:port of a broker (or several, "
+                                   f"comma-separated): {exc}") from None
+            if not host:
+                raise ClusterError("kafka must be host:port of a broker (the host is missing)")
         protocol = values["security_protocol"] or "PLAINTEXT"
         if protocol not in SECURITY_PROTOCOLS:
             raise ClusterError(f"security_protocol must be one of {list(SECURITY_PROTOCOLS)}")

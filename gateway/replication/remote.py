@@ -4,8 +4,9 @@ Built on gateway/cluster/peer_client.py (the project's own codec, connection poo
 login), not on confluent-kafka: that is a test dependency only, and its producer hides what a
 replicator must control itself (which produce is acknowledged, the exact remote offset of each
 batch for the offset syncs, a new producer id after any doubt).  Requests go to the registered
-bootstrap broker; a remote that answers NOT_LEADER_OR_FOLLOWER for a partition is asked for its
-metadata and the partition's leader gets the next request.
+bootstrap broker (of those registered, the first that answers: one that does not is passed over
+until the others fail too); a remote that answers NOT_LEADER_OR_FOLLOWER for a partition is
+asked for its metadata and the partition's leader gets the next request.
 
 Produce goes through a `ProducePipeline`: one connection of its own to the partition's leader
 with up to `MAX_IN_FLIGHT` requests on it (Kafka's limit for an idempotent producer, whose
@@ -65,13 +66,36 @@ class RemoteKafka:
                                 cluster.sasl_user, cluster.sasl_password)
         self._peers = PeerClient(client_id, REMOTE_TIMEOUT_S, security, max_connections=8)
         self._leaders: dict[tuple[str, int], tuple[str, int]] = {}
+        self._bootstrap = 0  # index of the bootstrap broker that answered last
 
     async def aclose(self) -> None:
         await self._peers.aclose()
 
+    def _bootstraps(self) -> list[tuple[str, int]]:
+        """The bootstrap brokers, the one that answered last first."""
+        listed = self.cluster.bootstraps
+        start = self._bootstrap % len(listed)
+        return listed[start:] + listed[:start]
+
     async def _call(self, api_key: int, version: int, body: dict[str, Any],
                     to: tuple[str, int] | None = None) -> dict[str, Any]:
-        host, port = to or self.cluster.bootstrap
+        if to is not None:
+            return await self._call_one(to, api_key, version, body)
+        listed = self._bootstraps()
+        for i, address in enumerate(listed):
+            try:
+                answer = await self._call_one(address, api_key, version, body)
+            except RemoteError:
+                if i == len(listed) - 1:
+                    raise
+                continue
+            self._bootstrap = self.cluster.bootstraps.index(address)
+            return answer
+        raise AssertionError("unreachable")
+
+    async def _call_one(self, address: tuple[str, int], api_key: int, version: int,
+                        body: dict[str, Any]) -> dict[str, Any]:
+        host, port = address
         try:
             return await self._peers.request(host, port, api_key, version, body)
         except (KafkaProtocolError, OSError) as exc:
@@ -174,7 +198,7 @@ class RemoteKafka:
 
     async def open_pipeline(self, topic: str, partition: int) -> ProducePipeline:
         """A produce pipeline to the partition's leader (the bootstrap broker if not known)."""
-        host, port = self._leader(topic, partition) or self.cluster.bootstrap
+        host, port = self._leader(topic, partition) or self._bootstraps()[0]
         try:
             connection = await self._peers.open_connection(host, port)
         except (KafkaProtocolError, OSError, trio.TooSlowError) as exc:

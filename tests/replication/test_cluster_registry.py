@@ -47,6 +47,11 @@ async def test_add_list_remove_and_the_password_never_shows(tmp_path: Path) -> N
         assert again.value.status == 409
         with pytest.raises(ClusterError):
             await clusters.add("south", {"kafka": "9092"})  # no host
+        with pytest.raises(ClusterError):
+            await clusters.add("south", {"kafka": "h:1,9092"})  # one of several has no host
+        north = await clusters.add("north", {"kafka": "n1:9092, n2:9093"})
+        assert north.bootstraps == [("n1", 9092), ("n2", 9093)]
+        await clusters.remove("north")
         await clusters.remove("west")
         assert await clusters.list() == []
         with pytest.raises(ClusterError) as gone:

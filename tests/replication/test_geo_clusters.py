@@ -166,10 +166,10 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
     wait_for(east.all_led, "every partition of the topic to have a leader in east")
     victim = Counter(east.leaders().values()).most_common(1)[0][0]
     survivor = next(i for i in east.brokers if i != victim)
-    # west reaches east through the broker that stays up; east reaches west's only broker
+    # west knows both east brokers, the victim first: it passes over it once it is gone
     east.admin("PUT", path("clusters", "west"), {"kafka": west.bootstrap})
-    west.admin("PUT", path("clusters", "east"),
-               {"kafka": f"127.0.0.1:{east.broker_ports[survivor]}"})
+    west.admin("PUT", path("clusters", "east"), {"kafka": ",".join(
+        f"127.0.0.1:{east.broker_ports[node]}" for node in (victim, survivor))})
     # each east broker replicates the partitions it owns, and only those
     wait_for(east.placed, "each east broker to run the replicators of its partitions")
     wait_for(lambda: TOPIC in AdminClient({"bootstrap.servers": west.bootstrap}).list_topics(

@@ -33,6 +33,7 @@ from gateway.topics.topic_service import TopicInfo
 from ledger_backend.metadata import open_store
 from tests.replication.geo_pair import read_all
 from tests.replication.test_replicator_pipeline import RECORDS, LocalLog, _until
+from tests.support.ports import free_port
 from tests.support.standalone import Standalone, running_standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -188,3 +189,14 @@ async def test_a_late_produce_is_not_a_duplicate(west: Standalone, tmp_path: Pat
     messages = await trio.to_thread.run_sync(read_all, west, topic, 1)
     origins = [int.from_bytes(dict(m.headers)["lw.origin.offset"], "big") for m in messages]
     assert origins == list(range(RECORDS))  # each once, in order
+
+
+async def test_a_bootstrap_broker_that_does_not_answer_is_passed_over(west: Standalone) -> None:
+    """A remote registered with several brokers is reached through the first that answers."""
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
+    remote = RemoteKafka(RemoteCluster("west", f"{nobody},{west.bootstrap}"), "late-test")
+    try:
+        assert await remote.ensure_topic("late.bootstrap", 2, {}) == 2
+        assert await remote.metadata("late.bootstrap") is not None  # the live one, first now
+    finally:
+        await remote.aclose()

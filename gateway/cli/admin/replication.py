@@ -33,7 +33,8 @@ RESOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
 def add_arguments(resource: str, p: argparse.ArgumentParser) -> None:
     if resource != "clusters":
         return
-    p.add_argument("--kafka", metavar="HOST:PORT", help="a broker of the remote cluster")
+    p.add_argument("--kafka", metavar="HOST:PORT[,HOST:PORT...]",
+                   help="brokers of the remote cluster (the first that answers is used)")
     p.add_argument("--remote-admin-url", default="", help="the remote cluster's admin API")
     p.add_argument("--security-protocol", default="PLAINTEXT",
                    choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
