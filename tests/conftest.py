@@ -25,6 +25,7 @@ SLOW_FILES_FIRST = (
     "tests/replication/test_geo_clusters.py",  # 70-100 (two clusters, loaded machine)
     "tests/integration/test_share_groups_java.py",  # 106
     "tests/cluster/test_cluster_rocketmq5.py",  # ~100 (new; 120-134 s at load ~20)
+    "tests/cluster/test_cluster_rocketmq_failover.py",  # 79 at load ~16, 110-270 at load 20-35
     "tests/rocketmq5/test_rocketmq5_clients.py",  # 87
     "tests/cluster/test_share_groups_cluster.py",  # 87
     "tests/cluster/test_chaos_short.py",  # 74
