@@ -24,12 +24,12 @@ SLOW_FILES_FIRST = (
     "tests/integration/test_share_groups_java.py",  # 106
     "tests/cluster/test_cluster_rocketmq5.py",  # ~100 (new; 120-134 s at load ~20)
     "tests/cluster/test_cluster_rocketmq_failover.py",  # 79 at load ~16, 110-270 at load 20-35
-    "tests/cluster/test_group_coordinator_move.py",  # 125 before one shared cluster (less now; next CI log)
+    "tests/cluster/test_group_coordinator_move.py",  # 125 before a shared cluster
     "tests/rocketmq5/test_rocketmq5_clients.py",  # 87
     "tests/cluster/test_share_groups_cluster.py",  # 87
     "tests/cluster/test_chaos_short.py",  # 74
     "tests/cluster/test_bookie_recovery.py",  # 69
-    "tests/cluster/test_readme_walkthrough.py",  # 142 in CI; 68 at load ~15 since coordinators stop at once
+    "tests/cluster/test_readme_walkthrough.py",  # 142 in CI, 68 at load ~15 now
     "tests/cluster/test_cluster_transactions.py",  # 52
     "tests/offload/test_offload_clients.py",  # 185 at load ~30 (three standalones)
     "tests/offload/test_offload_rocketmq.py",  # 60-140 at load 30-45 (two restarts, C++ client)
