@@ -1,12 +1,17 @@
 """Kafka produce/consume over 8 partitions: `standalone --workers 2` vs `--workers 1`, one run.
 
     .venv/bin/python benchmarks/bench_workers.py [--messages 50000] [--workers 2] [--repeat 1]
+        [--rocketmq]
 
 Each shape runs as a real `ledgerwire standalone` (fsync on) on loopback, driven by the same
 confluent-kafka code as benchmarks/bench_kafka.py: 1 KB values, acks=all, linger.ms=5, one
 producer and one consumer (librdkafka spreads them over every broker it is sent to).  With
 N workers the benchmark waits until the topic's partitions are led by every worker (a new
 node's bundles are balanced after cluster.handback_delay_s) before measuring.
+
+With --rocketmq each shape also serves RocketMQ and the same topic gets --messages sends from 8
+threads of the C++ client (rocketmq-client-python, bench_rocketmq.send_run: one producer
+instance per thread, send_sync), through the node's name server.
 
 Printed: msg/s of each shape and their ratio (from this one run), and the node's CPU time per
 message (user + system of the supervisor, the bookies and every worker process, from /proc),
@@ -17,6 +22,7 @@ cores as the brokers.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -41,11 +47,14 @@ PARTITIONS = 8
 
 
 class Node(Standalone):
-    def __init__(self, data_dir: Path, workers: int) -> None:
-        super().__init__(data_dir, extra_args=["--workers", str(workers), "--no-rocketmq",
-                                               "--log-level", "INFO"])
+    def __init__(self, data_dir: Path, workers: int, rocketmq: bool = False) -> None:
+        super().__init__(data_dir, extra_args=["--workers", str(workers), "--log-level", "INFO",
+                                               *([] if rocketmq else ["--no-rocketmq"])])
         self.workers = workers
         self.kafka_port = free_port_range(workers)
+        if rocketmq:  # bundle b of worker i on base + 16 i + b (16 bundles up to 4 workers)
+            self.rocketmq_broker_port = free_port_range(max(16, 4 * workers) * workers)
+            self.extra_args += ["--rocketmq-grpc-listener", ""]
 
     def _accepts(self) -> bool:
         return self.workers == 1 and super()._accepts()
@@ -59,9 +68,9 @@ class Node(Standalone):
 
 
 @contextmanager
-def node(workers: int) -> Iterator[Node]:
+def node(workers: int, rocketmq: bool = False) -> Iterator[Node]:
     with tempfile.TemporaryDirectory() as tmp:
-        server = Node(Path(tmp) / "data", workers)
+        server = Node(Path(tmp) / "data", workers, rocketmq)
         server.start(180)
         try:
             yield server
@@ -98,18 +107,28 @@ def measured(server: Node, count: int, run: Callable[[], float], repeat: int
     return statistics.median(rates), statistics.median(cpu)
 
 
-def run_shape(workers: int, count: int, repeat: int) -> dict[str, float]:
-    with node(workers) as server:
+def run_shape(workers: int, count: int, repeat: int, rocketmq: bool = False
+              ) -> dict[str, float]:  # fmt: skip
+    with node(workers, rocketmq) as server:
         topic = "bench-workers"
         create_spread_topic(server, topic)
         produce, produce_cpu = measured(server, count, partial(
             produce_throughput, server.bootstrap, topic, PARTITIONS, count), repeat)
         consume, consume_cpu = measured(server, count, partial(
             consume_throughput, server.bootstrap, topic, PARTITIONS, count), repeat)
+        figures = {"produce": produce, "produce_cpu": produce_cpu, "consume": consume,
+                   "consume_cpu": consume_cpu}
+        if rocketmq:
+            from bench_rocketmq import send_run
+
+            ns = f"127.0.0.1:{server.name_server_port}"
+            figures["send8"], figures["send8_cpu"] = measured(
+                server, count, lambda: send_run(ns, topic, count, 8)[0], repeat)
     print(f"  --workers {workers}: produce {produce:,.0f} msg/s ({produce_cpu:.0f} us CPU/msg), "
-          f"consume {consume:,.0f} msg/s ({consume_cpu:.0f} us CPU/msg)", flush=True)
-    return {"produce": produce, "produce_cpu": produce_cpu, "consume": consume,
-            "consume_cpu": consume_cpu}
+          f"consume {consume:,.0f} msg/s ({consume_cpu:.0f} us CPU/msg)"
+          + (f", RocketMQ 8-thread sends {figures['send8']:,.0f} msg/s "
+             f"({figures['send8_cpu']:.0f} us CPU/msg)" if rocketmq else ""), flush=True)
+    return figures
 
 
 def main() -> None:
@@ -117,15 +136,22 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--rocketmq", action="store_true",
+                        help="also RocketMQ sends from 8 threads of the C++ client")
     args = parser.parse_args()
-    print(f"{args.messages} x 1 KB over {PARTITIONS} partitions, acks=all, fsync on", flush=True)
-    one = run_shape(1, args.messages, args.repeat)
-    many = run_shape(args.workers, args.messages, args.repeat)
+    print(f"{args.messages} x 1 KB over {PARTITIONS} partitions, acks=all, fsync on; load "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    one = run_shape(1, args.messages, args.repeat, args.rocketmq)
+    many = run_shape(args.workers, args.messages, args.repeat, args.rocketmq)
     print(f"ratio --workers {args.workers} / --workers 1: produce "
           f"{many['produce'] / one['produce']:.2f}x, consume "
           f"{many['consume'] / one['consume']:.2f}x; node CPU per message: produce "
           f"{many['produce_cpu'] / one['produce_cpu']:.2f}x, consume "
           f"{many['consume_cpu'] / one['consume_cpu']:.2f}x")
+    if args.rocketmq:
+        print(f"RocketMQ 8-thread sends: {many['send8'] / one['send8']:.2f}x, node CPU per "
+              f"message {many['send8_cpu'] / one['send8_cpu']:.2f}x; load "
+              f"{os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
