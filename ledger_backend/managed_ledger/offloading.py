@@ -77,6 +77,8 @@ _PIECES_IN_FLIGHT = 4
 # most _PIPELINE_BYTES of ledgers are read ahead and not stored yet.
 _GROUP_LEDGERS = 8
 _GROUP_BYTES = 64 << 20
+# objects of a group put and verified at the same time
+_UPLOADS_IN_FLIGHT = 4
 # an upload is read back and checked in ranges of this size
 _VERIFY_CHUNK = 4 << 20
 # bookie bytes of the ledgers read ahead and not stored yet (two ledgers always may be)
@@ -291,10 +293,13 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
         await ml._write_metadata(list(ml._records), offload_pending=[*ml._offload_pending, *keys])
     crash_point("managed_ledger.offload.after_intent")
 
+    uploads = trio.CapacityLimiter(_UPLOADS_IN_FLIGHT)
+
     async def put_and_verify(key: str, data: EncodedObject) -> None:
-        await offloader.put(key, data.parts)
-        crash_point("managed_ledger.offload.after_put")
-        await _verify(offloader, key, data)
+        async with uploads:
+            await offloader.put(key, data.parts)
+            crash_point("managed_ledger.offload.after_put")
+            await _verify(offloader, key, data)
 
     try:
         await _first_error_of(
