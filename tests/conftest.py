@@ -29,6 +29,7 @@ SLOW_FILES_FIRST = (
     "tests/cluster/test_share_groups_cluster.py",  # 87
     "tests/cluster/test_chaos_short.py",  # 74
     "tests/cluster/test_bookie_recovery.py",  # 69
+    "tests/integration/test_standalone_workers_rocketmq.py",  # 62 at load 20, 115 at load 20+
     "tests/cluster/test_readme_walkthrough.py",  # 142 in CI, 68 at load ~15 now
     "tests/cluster/test_cluster_transactions.py",  # 52
     "tests/offload/test_offload_clients.py",  # 185 at load ~30 (three standalones)
