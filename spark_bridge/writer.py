@@ -55,6 +55,7 @@ from spark_bridge.backfill_resume import (
     Progress,
     decode_progress,
 )
+from spark_bridge.backfill_rows import RowColumns, fast_partitions, row_partition
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.metadata_access import (
     METADATA_OPTION,
@@ -62,12 +63,9 @@ from spark_bridge.metadata_access import (
     resolve_connection,
 )
 from spark_bridge.options import OptionError
-from spark_bridge.partitioner import partition_for_key
 from spark_bridge.planner import splits_for_range
 from spark_bridge.split_reader import read_split
 from spark_bridge.topic_layout import partition_layout, topic_partition_count
-
-_KEYLESS_RUN = 512  # keyless rows go to one partition in runs, so batches stay large
 
 
 @dataclass
@@ -110,22 +108,6 @@ def scan_backfill_progress(spec: ConnectionSpec, topic: str, backfill_id: str,
                         if row > progress.get(key, -1):
                             progress[key] = row
     return progress
-
-
-def _timestamps_ms(batch: pa.RecordBatch) -> list[int | None] | None:
-    """The timestamp column as epoch milliseconds (timestamp type, or a long of ms)."""
-    if "timestamp" not in batch.schema.names:
-        return None
-    column = batch.column("timestamp")
-    if pa.types.is_timestamp(column.type):
-        per_ms = {"s": 0.001, "ms": 1, "us": 1000, "ns": 1_000_000}[column.type.unit]
-        raw = column.cast(pa.int64()).to_pylist()
-        if per_ms == 0.001:
-            return [None if v is None else v * 1000 for v in raw]
-        return [None if v is None else v // int(per_ms) for v in raw]
-    if pa.types.is_integer(column.type):
-        return column.cast(pa.int64()).to_pylist()
-    raise OptionError(f"column 'timestamp' must be a timestamp or a long (ms), not {column.type}")
 
 
 def _producer_config(options: dict[str, str]) -> dict[str, Any]:
@@ -226,69 +208,41 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
                                   default=-1)
                        for topic, done in progress.items()}  # fmt: skip
         produce = producer.produce
+
+        def send(topic: str, value: bytes | None, key: bytes | None, partition: int,
+                 timestamp: int, headers: list[tuple[str, str | bytes | None]] | None) -> None:
+            while True:
+                try:
+                    produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
+                    return
+                except BufferError:
+                    producer.poll(0.05)
+                except KafkaException as exc:
+                    raise RuntimeError(f"producing to {topic}: {exc}") from exc
+
+        marker = f"{self.backfill_id}:{task}:".encode() if self.backfill_id is not None \
+            else None  # fmt: skip
         row_number = -1
         rows = skipped = nbytes = 0
         for batch in iterator:
-            cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            values = cols["value"]
-            keys = cols.get("key")
-            topics = cols.get("topic")
-            parts = cols.get("partition")
-            stamps = _timestamps_ms(batch)
-            header_lists = cols.get("headers")
-            for i, value in enumerate(values):
-                row_number += 1
-                topic = (topics[i] if topics is not None and topics[i] else self.default_topic)
-                if topic is None:
-                    raise OptionError(f"row {row_number} of task {task} has no topic")
-                key = keys[i] if keys is not None else None
-                if isinstance(key, str):
-                    key = key.encode()
-                if isinstance(value, str):
-                    value = value.encode()
-                resuming = row_number <= resume_upto.get(topic, -1)
-                partition: int | None
-                if parts is not None and parts[i] is not None:
-                    partition = int(parts[i])
-                    count = partitions_of(topic)
-                    if not 0 <= partition < count:
-                        raise OptionError(f"column 'partition': {topic} has no partition "
-                                          f"{partition} (row {row_number} of task {task})")
-                elif key is None:
-                    partition = (task + row_number // _KEYLESS_RUN) % partitions_of(topic)
-                elif resuming or not key:
-                    partition = partition_for_key(key, partitions_of(topic))
-                else:
-                    partition = None  # librdkafka's murmur2_random: the same partition, in C
-                if resuming:
-                    assert partition is not None
-                    if row_number <= progress[topic].get((task, partition), -1):
-                        skipped += 1
-                        continue
-                headers: list[tuple[str, str | bytes | None]] = []
-                if header_lists is not None and header_lists[i]:
-                    headers = [(h["key"], h["value"]) for h in header_lists[i]]
-                if self.backfill_id is not None:
-                    headers.append((BACKFILL_HEADER,
-                                    f"{self.backfill_id}:{task}:{row_number}".encode()))
-                timestamp = 0
-                if stamps is not None:
-                    timestamp = stamps[i] or 0
-                while True:
-                    try:
-                        if partition is None:
-                            produce(topic, value, key, timestamp=timestamp,
-                                    headers=headers or None)
-                        else:
-                            produce(topic, value, key, partition, timestamp=timestamp,
-                                    headers=headers or None)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                    except KafkaException as exc:
-                        raise RuntimeError(f"producing to {topic}: {exc}") from exc
-                rows += 1
-                nbytes += len(value or b"") + len(key or b"")
+            cols = RowColumns.of(batch)
+            first = row_number + 1
+            topic = self.default_topic
+            if topic is not None and cols.single_topic() \
+                    and first > resume_upto.get(topic, -1):  # fmt: skip
+                # no row of this batch can be skipped: bulk partitions, one tight loop
+                parts = fast_partitions(cols, task, first, partitions_of(topic), topic)
+                self._send_all(cols, topic, parts, first, marker, producer, send)
+                row_number += cols.n
+                rows += cols.n
+                nbytes += cols.nbytes
+            else:
+                n, skip, size = self._send_each(cols, task, first, progress, resume_upto,
+                                                partitions_of, marker, send)  # fmt: skip
+                row_number += cols.n
+                rows += n
+                skipped += skip
+                nbytes += size
             producer.poll(0)
             if errors:
                 break
@@ -297,6 +251,75 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
             raise RuntimeError(f"backfill task {task}: {len(errors)} delivery errors "
                                f"({'; '.join(errors)}), {remaining} undelivered")
         return BackfillCommit(task, rows, skipped, nbytes)
+
+    @staticmethod
+    def _send_all(cols: RowColumns, topic: str, parts: list[int], first: int,
+                  marker: bytes | None, producer: Any, send: Any) -> None:  # fmt: skip
+        """Every row of a batch none of whose rows a resume skips: one produce per row, the
+        arguments prepared in bulk (RowColumns, fast_partitions)."""
+        from confluent_kafka import KafkaException
+
+        n = cols.n
+        stamps = cols.stamps if cols.stamps is not None else [0] * n
+        if cols.headers is not None:
+            headers: list[Any] = [[(h["key"], h["value"]) for h in hs] if hs else []
+                                  for hs in cols.headers]  # fmt: skip
+            if marker is not None:
+                for i, hs in enumerate(headers):
+                    hs.append((BACKFILL_HEADER, marker + b"%d" % (first + i)))
+            headers = [hs or None for hs in headers]
+        elif marker is not None:
+            marks = map(marker.__add__, map(b"%d".__mod__, range(first, first + n)))
+            headers = [[(BACKFILL_HEADER, m)] for m in marks]
+        else:
+            headers = [None] * n
+        produce = producer.produce
+        values, keys = cols.values, cols.keys if cols.keys is not None else [None] * n
+        pos = 0
+        while pos < n:
+            try:  # the common case: no Python call between two produce calls
+                for i in range(pos, n):
+                    pos = i  # where a retry resumes
+                    produce(topic, values[i], keys[i], parts[i], timestamp=stamps[i],
+                            headers=headers[i])  # fmt: skip
+                pos = n
+            except BufferError:  # the local queue is full: send() waits for room
+                send(topic, values[pos], keys[pos], parts[pos], stamps[pos], headers[pos])
+                pos += 1
+            except KafkaException as exc:
+                raise RuntimeError(f"producing to {topic}: {exc}") from exc
+
+    def _send_each(self, cols: RowColumns, task: int, first: int, progress: dict[str, Progress],
+                   resume_upto: dict[str, int], partitions_of: Any, marker: bytes | None,
+                   send: Any) -> tuple[int, int, int]:  # fmt: skip
+        """Row by row (rows a resume may skip, rows naming their own topic): (rows sent,
+        rows skipped, bytes sent)."""
+        rows = skipped = nbytes = 0
+        keys, topics, parts = cols.keys, cols.topics, cols.partitions
+        for i, value in enumerate(cols.values):
+            row_number = first + i
+            topic = (topics[i] if topics is not None and topics[i] else self.default_topic)
+            if topic is None:
+                raise OptionError(f"row {row_number} of task {task} has no topic")
+            key = keys[i] if keys is not None else None
+            resuming = row_number <= resume_upto.get(topic, -1)
+            given = parts[i] if parts is not None else None
+            partition = row_partition(key, given, row_number, task,
+                                      partitions_of(topic), topic, resuming=resuming)  # fmt: skip
+            if resuming and row_number <= progress[topic].get((task, partition), -1):
+                skipped += 1
+                continue
+            headers: list[tuple[str, str | bytes | None]] = []
+            row_headers = cols.headers[i] if cols.headers is not None else None
+            if row_headers:
+                headers = [(h["key"], h["value"]) for h in row_headers]  # type: ignore[misc]
+            if marker is not None:
+                headers.append((BACKFILL_HEADER, marker + b"%d" % row_number))
+            send(topic, value, key, partition, cols.stamps[i] if cols.stamps else 0,
+                 headers or None)  # fmt: skip
+            rows += 1
+            nbytes += len(value or b"") + len(key or b"")
+        return rows, skipped, nbytes
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if not self.summary_path:
