@@ -1,18 +1,22 @@
 """`ledgerwire replay --to DIR` without the JVM in the data path: each task writes its own Parquet.
 
 The driver builds the batch reader (reader.py: the principal is checked there and the password
-dropped, exactly as for `spark.read`) and plans its splits; a Spark job with one task per split
-then runs `_write_split` in the executors' Python workers: the split is decoded into Arrow record
-batches (split_reader.py) and written with pyarrow.parquet to one part file, and only the file's
-name and row count go back to the driver. Spark never turns the Arrow batches into rows, so the
-JVM's Arrow -> rows -> Parquet write is gone.
+dropped, exactly as for `spark.read`) and plans its splits; the splits are dealt into about one
+group per core (`deal`, largest first onto the lightest group: one task per ledger made many
+short tasks, each opening its own ledger client), and a Spark job with one task per group runs
+`_write_group` in the executors' Python workers: each split of the group is decoded into Arrow
+record batches (split_reader.py, one ledger client for the whole group) and written with
+pyarrow.parquet to its own part file, and only the files' names and row counts go back to the
+driver. Spark never turns the Arrow batches into rows, so the JVM's Arrow -> rows -> Parquet
+write is gone.
 
 The output is what `df.write.parquet(DIR)` wrote before: one flat directory of snappy Parquet
 part files with the reader's columns (Spark's Kafka source schema), plus `_SUCCESS`. Exactly
-once per record: a part file's name is its split's index, it is written under a hidden name and
-renamed into `DIR/_temporary/<job>/` when complete, so a retried or speculative task replaces,
-never adds; the driver moves the parts into DIR only after every task succeeded, and removes
-what it created if the job fails. Transaction markers are honoured by the reader (read_committed).
+once per record: a part file's name is its split's index (whichever task wrote it), it is
+written under a hidden name and renamed into `DIR/_temporary/<job>/` when complete, so a
+retried or speculative task replaces, never adds; the driver moves the parts into DIR only
+after every task succeeded, and removes what it created if the job fails. Transaction markers
+are honoured by the reader (read_committed).
 
 Only local paths (no scheme, or file:) take this path; any other Hadoop filesystem URI is
 written by Spark as before (`writes_locally`). This module must never write to ledgerwire.
@@ -29,9 +33,11 @@ from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 
+from spark_bridge.ledger_access import LedgerAccess
 from spark_bridge.planner import LedgerSplit
 from spark_bridge.reader import LedgerwireBatchReader
 from spark_bridge.record_decode import arrow_schema
+from spark_bridge.split_reader import read_split
 
 COMPRESSION = "snappy"  # Spark's own default for Parquet
 
@@ -51,9 +57,22 @@ def _local_path(target: str) -> Path:
     return Path(parsed.path if parsed.scheme == "file" else target)
 
 
-def _write_split(reader: LedgerwireBatchReader, staging: str,
-                 item: tuple[int, LedgerSplit]) -> tuple[str, int]:  # fmt: skip
-    """(part file name or "", rows): one task's split written to `staging` (executor side)."""
+def deal(splits: list[LedgerSplit], groups: int) -> list[list[tuple[int, LedgerSplit]]]:
+    """(index, split) pairs dealt into at most `groups` non-empty groups of similar entry
+    counts: the largest split first, each onto the group with the fewest entries so far."""
+    count = max(1, min(groups, len(splits)))
+    loads = [0] * count
+    out: list[list[tuple[int, LedgerSplit]]] = [[] for _ in range(count)]
+    for index, split in sorted(enumerate(splits), key=lambda item: -item[1].entries):
+        lightest = loads.index(min(loads))
+        out[lightest].append((index, split))
+        loads[lightest] += max(1, split.entries)
+    return [sorted(group, key=lambda item: item[0]) for group in out if group]
+
+
+def _write_split(reader: LedgerwireBatchReader, staging: str, item: tuple[int, LedgerSplit],
+                 access: LedgerAccess | None = None) -> tuple[str, int]:  # fmt: skip
+    """(part file name or "", rows): one split written to `staging` (executor side)."""
     index, split = item
     name = f"part-{index:05d}.{COMPRESSION}.parquet"
     final = os.path.join(staging, name)
@@ -61,7 +80,10 @@ def _write_split(reader: LedgerwireBatchReader, staging: str,
     rows = 0
     writer: pq.ParquetWriter | None = None
     try:
-        for batch in reader.read(split):
+        for batch in read_split(reader.opts.spec, reader.mode, split,
+                                include_headers=reader.opts.include_headers,
+                                read_committed=reader.opts.read_committed,
+                                tail=reader.opts.tail_read, access=access):  # fmt: skip
             if batch.num_rows == 0:
                 continue
             if writer is None:
@@ -78,6 +100,14 @@ def _write_split(reader: LedgerwireBatchReader, staging: str,
         if os.path.exists(partial):
             os.remove(partial)
     return (name if rows else ""), rows
+
+
+def _write_group(reader: LedgerwireBatchReader, staging: str,
+                 group: list[tuple[int, LedgerSplit]]) -> list[tuple[str, int]]:  # fmt: skip
+    """One task: its splits in turn, through one ledger client."""
+    opts = reader.opts
+    with LedgerAccess(opts.spec, reader.mode, tail=opts.tail_read) as access:
+        return [_write_split(reader, staging, item, access) for item in group]
 
 
 def replay_to_parquet(spark: Any, options: dict[str, str], target: str, *,
@@ -99,9 +129,10 @@ def replay_to_parquet(spark: Any, options: dict[str, str], target: str, *,
     try:
         written: list[tuple[str, int]] = []
         if splits:
+            groups = deal(splits, spark.sparkContext.defaultParallelism)
             job = _Task(reader, str(staging))
-            written = (spark.sparkContext.parallelize(list(enumerate(splits)), len(splits))
-                       .map(job).collect())  # fmt: skip
+            written = [part for parts in spark.sparkContext.parallelize(groups, len(groups))
+                       .map(job).collect() for part in parts]  # fmt: skip
         rows = sum(n for _name, n in written)
         names = [name for name, _n in written if name]
         for name in names:
@@ -125,8 +156,8 @@ class _Task:
         self.reader = reader
         self.staging = staging
 
-    def __call__(self, item: tuple[int, LedgerSplit]) -> tuple[str, int]:
-        return _write_split(self.reader, self.staging, item)
+    def __call__(self, group: list[tuple[int, LedgerSplit]]) -> list[tuple[str, int]]:
+        return _write_group(self.reader, self.staging, group)
 
 
-__all__ = ["TargetExistsError", "replay_to_parquet", "writes_locally"]
+__all__ = ["TargetExistsError", "deal", "replay_to_parquet", "writes_locally"]

@@ -18,20 +18,25 @@ from spark_bridge.record_decode import decode_to_arrow
 
 
 def read_split(spec: ConnectionSpec, mode: ReadMode, split: LedgerSplit, *,
-               include_headers: bool, read_committed: bool, tail: TailRule = "quorum"
-               ) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """The rows of one split, as Arrow batches (usable outside Spark too)."""
-    with LedgerAccess(spec, mode, tail=tail) as access:
-        for ledger in split.offloaded:
-            access.add_offloaded(ledger)
+               include_headers: bool, read_committed: bool, tail: TailRule = "quorum",
+               access: LedgerAccess | None = None) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The rows of one split, as Arrow batches (usable outside Spark too). With `access`
+    (a task reading several splits) that ledger client is used and left open."""
+    if access is None:
+        with LedgerAccess(spec, mode, tail=tail) as own:
+            yield from read_split(spec, mode, split, include_headers=include_headers,
+                                  read_committed=read_committed, access=own)  # fmt: skip
+        return
+    for ledger in split.offloaded:
+        access.add_offloaded(ledger)
 
-        def chunks(ranges: tuple[tuple[int, int, int], ...]) -> Iterator[list[bytes]]:
-            for ledger_id, first, last in ranges:
-                chunk = access.chunk_entries(ledger_id)  # ~8 MB per chunk, whatever the batches
-                yield from access.iter_chunks(ledger_id, first, last, chunk)
+    def chunks(ranges: tuple[tuple[int, int, int], ...]) -> Iterator[list[bytes]]:
+        for ledger_id, first, last in ranges:
+            chunk = access.chunk_entries(ledger_id)  # ~8 MB per chunk, whatever the batches
+            yield from access.iter_chunks(ledger_id, first, last, chunk)
 
-        yield from decode_to_arrow(
-            chunks(split.ranges), chunks(split.continuation), split.topic, split.partition,
-            split.start, split.end, include_headers=include_headers,
-            read_committed=read_committed,
-        )
+    yield from decode_to_arrow(
+        chunks(split.ranges), chunks(split.continuation), split.topic, split.partition,
+        split.start, split.end, include_headers=include_headers,
+        read_committed=read_committed,
+    )

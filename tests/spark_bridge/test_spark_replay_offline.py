@@ -18,6 +18,7 @@ from spark_bridge.metadata_access import resolve_connection
 from spark_bridge.parquet_replay import (
     TargetExistsError,
     _write_split,
+    deal,
     replay_to_parquet,
     writes_locally,
 )
@@ -120,3 +121,20 @@ def test_only_local_targets_are_written_by_the_tasks() -> None:
     assert writes_locally("/data/out") and writes_locally("file:///data/out")
     assert writes_locally("relative/out")
     assert not writes_locally("s3a://bucket/out") and not writes_locally("hdfs://nn/out")
+
+
+def test_splits_are_dealt_into_even_groups_each_once() -> None:
+    sizes = [10, 1, 7, 3, 3, 9, 2, 0]
+    splits = [LedgerSplit("t", 0, 0, 0, ((i, 0, n - 1),) if n else ()) for i, n in
+              enumerate(sizes)]  # fmt: skip
+    groups = deal(splits, 3)
+    assert len(groups) == 3
+    dealt = sorted(index for group in groups for index, _split in group)
+    assert dealt == list(range(len(sizes)))
+    for group in groups:
+        assert [i for i, _s in group] == sorted(i for i, _s in group)
+        assert all(splits[i] is split for i, split in group)
+    loads = sorted(sum(sizes[i] for i, _s in group) for group in groups)
+    assert loads == [11, 12, 12]
+    assert [len(g) for g in deal(splits[:2], 8)] == [1, 1]  # never an empty group
+    assert deal(splits[:1], 0) == [[(0, splits[0])]]
