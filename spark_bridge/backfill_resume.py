@@ -26,12 +26,15 @@ Progress = dict[tuple[int, int], int]  # (task, target partition) -> highest row
 
 def scan_progress_job(spark: Any, reader_options: dict[str, str], topic: str,
                       backfill_id: str) -> Progress:  # fmt: skip
-    """The progress of `backfill_id` in `topic`, computed by the executors."""
+    """The progress of `backfill_id` in `topic`, computed by the executors (no job at all when
+    the topic has nothing to read: a new topic's first backfill)."""
     from pyspark.sql import functions as F
 
-    df = (spark.read.format("ledgerwire").options(**reader_options)
-          .option("subscribe", topic).option("includeHeaders", "true")
-          .option("kafka.isolation.level", "read_uncommitted").load())  # fmt: skip
+    options = {**reader_options, "subscribe": topic, "includeHeaders": "true",
+               "kafka.isolation.level": "read_uncommitted"}  # fmt: skip
+    if _nothing_to_read(options):
+        return {}
+    df = spark.read.format("ledgerwire").options(**options).load()
     marks = (df.select("partition", F.explode("headers").alias("h"))
                .where(F.col("h.key") == BACKFILL_HEADER)
                .select("partition", F.split(F.col("h.value").cast("string"), ":").alias("m"))
@@ -40,6 +43,16 @@ def scan_progress_job(spark: Any, reader_options: dict[str, str], topic: str,
                        F.col("m")[2].cast("long").alias("row"))
                .groupBy("task", "partition").agg(F.max("row").alias("row")))  # fmt: skip
     return {(int(r["task"]), int(r["partition"])): int(r["row"]) for r in marks.collect()}
+
+
+def _nothing_to_read(options: dict[str, str]) -> bool:
+    """Whether the read the scan job would run plans no entry at all (planned on the driver by
+    the same reader, which checks the principal first)."""
+    from spark_bridge.planner import LedgerSplit
+    from spark_bridge.reader import LedgerwireBatchReader
+
+    splits = LedgerwireBatchReader(dict(options)).partitions()
+    return not any(isinstance(s, LedgerSplit) and s.ranges for s in splits)
 
 
 def encode_progress(progress: Progress) -> str:

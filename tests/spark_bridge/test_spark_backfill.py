@@ -20,7 +20,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPart
 from spark_bridge_support import BASE_TS, create_topic
 from support.standalone import REPO, Standalone
 
-from spark_bridge.backfill_resume import decode_progress, encode_progress
+from spark_bridge.backfill_resume import decode_progress, encode_progress, scan_progress_job
 from spark_bridge.cli import backfill_main
 from spark_bridge.partitioner import partition_for_key
 
@@ -205,3 +205,10 @@ def test_a_rerun_finds_its_progress_with_a_spark_job(
     assert backfill_main(args) == 0
     assert "300 rows already there" in capsys.readouterr().out
     assert decode_progress(encode_progress({(1, 2): 149, (0, 0): 7})) == {(1, 2): 149, (0, 0): 7}
+
+
+def test_an_empty_topic_needs_no_scan_job(history_broker: Standalone) -> None:
+    """A new topic's first backfill: nothing to read, so no Spark job (spark=None would fail)."""
+    create_topic(history_broker, "empty-target", 3)
+    options = {"ledgerwire.metadata": str(history_broker.data_dir)}
+    assert scan_progress_job(None, options, "empty-target", "any") == {}
