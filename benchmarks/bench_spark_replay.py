@@ -71,8 +71,11 @@ CPU per 1 KB record: the compiled decoder plus pa.array) and ~10% the Parquet wr
 span-walking decoder that cut the columns out with one Arrow `take` was tried and measured
 slower (3.8 us against 2 us per record), so it was not kept. The backfill's own writer loop
 (outside Spark, same broker) went from ~16k to ~46k rows/s under the profiler at load 13-18
-(to_pylist of the timestamp column as datetimes was most of it); the CLI's figure is still
-bound by Spark's side of the write job (not profiled further): the 200k rows/s goal is not met.
+(to_pylist of the timestamp column as datetimes was most of it). The CLI's figure is mostly
+the first data-source write of the session: two `backfill_main` runs of 100k rows one after the
+other in one session (load 13-25, after this change) took 49.5 s (2.0k rows/s) and 4.5 s
+(22k rows/s): the first pays Spark's Python workers for the write (start, imports), which the
+replay's warmed workers do not serve. Warm, 22k rows/s is still 0.11x the 200k rows/s goal.
 "cold" is the session's first job: it includes starting Spark's Python workers and importing
 pyarrow/trio in them (~4-10 s here). In `ledgerwire standalone` the bookies live in the broker
 process, so "broker CPU" during a replay is the bookies serving reads (no broker code runs);
