@@ -22,6 +22,9 @@ sees an entry that a later owner could lose. tail="lac" is BookKeeper's plain ru
 refuse connections (the broker process is not running).
 Ledgers offloaded to tiered storage (`add_offloaded`, from the managed ledger's records) are
 read from the offload store in either mode (offloaded_ledgers.py), never from bookies.
+An executor given its ledgers' metadata and readable ends by the driver (`shipped`, from
+`LedgerAccess.shipped` at planning) opens no metadata store at all: with a read ticket it
+talks only to bookies, and needs neither ZooKeeper nor its credentials.
 
 This module must never write metadata, open a ledger with recovery, or read a bookie directory
 while its bookie answers.
@@ -52,6 +55,7 @@ from ledger_backend.client.ledger_metadata import (
     ledger_path,
 )
 from ledger_backend.client.read_handle import read_range_from_bookies
+from ledger_backend.metadata import open_store
 from ledger_backend.metadata.embedded_readonly import ReadOnlyEmbeddedStore
 from ledger_backend.metadata.store import MetadataStore, NoNodeError
 from ledger_backend.metadata.zk_url import redact
@@ -65,6 +69,8 @@ from spark_bridge.offloaded_ledgers import OffloadedLedger, OffloadedLedgers
 from spark_bridge.trio_thread import TrioThread
 
 ReadMode = Literal["bookies", "files"]
+# what the driver ships per ledger: (ledger id, metadata node bytes, readable last entry, closed)
+ShippedLedger = tuple[int, bytes, int, bool]
 TailRule = Literal["quorum", "lac"]
 T = TypeVar("T")
 _PREFETCH_CHUNKS = 2
@@ -114,7 +120,8 @@ class LedgerAccess:
     """Blocking metadata reads and ledger reads; use as a context manager."""
 
     def __init__(self, spec: ConnectionSpec, mode: ReadMode, *, tail: TailRule = "quorum",
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, shipped: tuple[ShippedLedger, ...] | None = None
+                 ) -> None:  # fmt: skip
         self.spec = spec
         self.mode = mode
         self.tail = tail
@@ -127,6 +134,8 @@ class LedgerAccess:
         self._ledgers: dict[int, tuple[LedgerMetadata, LedgerEnd]] = {}
         self.closed_spans: dict[int, Any] = {}  # ledger id -> topic_layout.LedgerSpan (final)
         self._offloaded = OffloadedLedgers(spec.offload) if spec.offload else None
+        self._no_store = shipped is not None and mode == "bookies"
+        self.add_shipped(shipped or ())
         if mode == "files":
             self._sync_store = open_embedded_sync(spec)
             self._files = BookieFiles(list(spec.bookie_dirs))
@@ -137,7 +146,10 @@ class LedgerAccess:
 
     @asynccontextmanager
     async def _resources(self) -> AsyncIterator[None]:
-        store = await open_readonly_store(self.spec)
+        # shipped metadata: an empty private store, so a lookup the driver did not foresee
+        # fails as a missing node instead of reaching for ZooKeeper
+        store = await (open_store("memory:") if self._no_store
+                       else open_readonly_store(self.spec))  # fmt: skip
         try:
             secret: BookieCredential | None = (
                 ReadTicket.decode(self.spec.read_ticket) if self.spec.read_ticket
@@ -221,6 +233,11 @@ class LedgerAccess:
         known = self._ledgers.get(ledger_id)
         if known is not None and (known[1].closed or not refresh):
             return known[1]
+        if self._no_store:  # what the driver planned with is all there is
+            if known is not None:
+                return known[1]
+            raise LedgerError(f"ledger {ledger_id}: its metadata did not come with the split "
+                              "(an open transaction reaching that far past the split's end)")
         raw = self.get(ledger_path(ledger_id))
         if raw is None:
             raise NoNodeError(f"ledger {ledger_id} has no metadata (deleted?)")
@@ -233,6 +250,19 @@ class LedgerAccess:
             end = LedgerEnd(self._call(self._network_tail, ledger_id, metadata), False)
         self._ledgers[ledger_id] = (metadata, end)
         return end
+
+    def add_shipped(self, shipped: tuple[ShippedLedger, ...]) -> None:
+        """Read these ledgers with the metadata and ends the driver planned with."""
+        for ledger_id, raw, last_entry, closed in shipped:
+            if ledger_id not in self._ledgers:
+                self._ledgers[ledger_id] = (LedgerMetadata.from_json_bytes(raw),
+                                            LedgerEnd(last_entry, closed))  # fmt: skip
+
+    def shipped(self, ledger_id: int) -> ShippedLedger:
+        """What an executor needs to read `ledger_id` without the metadata store (its
+        readable end as this access sees it now)."""
+        end = self.ledger_end(ledger_id)
+        return ledger_id, self._ledgers[ledger_id][0].to_json_bytes(), end.last_entry, end.closed
 
     def chunk_entries(self, ledger_id: int, target_bytes: int = 8 << 20) -> int:
         """How many entries make about `target_bytes` (from a closed ledger's length)."""

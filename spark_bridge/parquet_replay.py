@@ -106,7 +106,8 @@ def _write_group(reader: LedgerwireBatchReader, staging: str,
                  group: list[tuple[int, LedgerSplit]]) -> list[tuple[str, int]]:  # fmt: skip
     """One task: its splits in turn, through one ledger client."""
     opts = reader.opts
-    with LedgerAccess(opts.spec, reader.mode, tail=opts.tail_read) as access:
+    with LedgerAccess(opts.spec, reader.mode, tail=opts.tail_read,  # splits carry metadata
+                      shipped=() if reader.mode == "bookies" else None) as access:
         return [_write_split(reader, staging, item, access) for item in group]
 
 

@@ -18,11 +18,11 @@ split that overlaps another.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import InputPartition
 
-from spark_bridge.ledger_access import LedgerAccess
+from spark_bridge.ledger_access import LedgerAccess, ShippedLedger
 from spark_bridge.offloaded_ledgers import OffloadedLedger
 from spark_bridge.options import EARLIEST, LATEST, OffsetBound, OptionError, ReaderOptions
 from spark_bridge.topic_layout import (
@@ -49,6 +49,8 @@ class LedgerSplit(InputPartition):  # type: ignore[misc]
     ranges: tuple[EntryRange, ...]
     continuation: tuple[EntryRange, ...] = ()
     offloaded: tuple[OffloadedLedger, ...] = ()  # ledgers of the ranges read from the store
+    # the bookie ledgers' metadata and readable ends, so executors open no metadata store
+    ledgers: tuple[ShippedLedger, ...] = field(default=(), repr=False)
 
     @property
     def entries(self) -> int:
@@ -149,6 +151,9 @@ def offset_range(access: LedgerAccess, opts: ReaderOptions, layout: PartitionLay
     return start, end
 
 
+SHIPPED_CONTINUATION = 16  # ledgers past a split whose metadata it carries (see below)
+
+
 def splits_for_range(access: LedgerAccess, layout: PartitionLayout, start: int, end: int
                      ) -> list[LedgerSplit]:  # fmt: skip
     """One split per ledger holding part of [start, end); empty when start == end."""
@@ -171,11 +176,21 @@ def splits_for_range(access: LedgerAccess, layout: PartitionLayout, start: int, 
     rest.extend((s.ledger_id, 0, s.last_entry) for s in layout.ledgers[last_span + 1:])
     offloaded = tuple(s.offloaded for s in layout.ledgers[first_span:]
                       if s.offloaded is not None)  # fmt: skip
+    shipped: dict[int, ShippedLedger] = {}
+    if access.mode == "bookies":
+        shipped = {s.ledger_id: access.shipped(s.ledger_id)
+                   for s in layout.ledgers[first_span:] if s.offloaded is None}
     splits = []
     for k, r in enumerate(ranges):
         continuation = tuple(ranges[k + 1:]) + tuple(rest)
+        needed = {r[0]}  # and the next few ledgers: an open transaction's markers
+        for c in continuation:  # (metadata for every later ledger in every split would grow
+            if len(needed) > SHIPPED_CONTINUATION:  # with the square of the ledgers)
+                break
+            needed.add(c[0])
         splits.append(LedgerSplit(layout.topic, layout.partition, start, end, (r,), continuation,
-                                  offloaded))
+                                  offloaded, tuple(shipped[i] for i in sorted(needed)
+                                                   if i in shipped)))  # fmt: skip
     return splits
 
 
@@ -195,9 +210,10 @@ def apply_min_partitions(splits: list[LedgerSplit], min_partitions: int | None
             break  # nothing left to halve
         mid = (first + last) // 2
         left = LedgerSplit(s.topic, s.partition, s.start, s.end, ((ledger_id, first, mid),),
-                           ((ledger_id, mid + 1, last),) + s.continuation, s.offloaded)
+                           ((ledger_id, mid + 1, last),) + s.continuation, s.offloaded,
+                           s.ledgers)  # fmt: skip
         right = LedgerSplit(s.topic, s.partition, s.start, s.end, ((ledger_id, mid + 1, last),),
-                            s.continuation, s.offloaded)
+                            s.continuation, s.offloaded, s.ledgers)
         splits[biggest:biggest + 1] = [left, right]
     return splits
 

@@ -26,6 +26,7 @@ from dataclasses import replace
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from ledger_backend.metadata.zk_url import redact
 from spark_bridge.authorization import check_read_access
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.options import parse_reader_options
@@ -54,6 +55,15 @@ class LedgerwireBatchReader(DataSourceReader):  # type: ignore[misc]
                 if ticket is not None:  # the ticket replaces the secret, here and there
                     spec = replace(spec, read_ticket=ticket, bookie_secret_file=None)
             self.opts = replace(self.opts, principal=None, spec=spec)
+
+    def __getstate__(self) -> dict[str, object]:
+        """With a ticket, executors read only bookies (splits carry their ledgers' metadata):
+        they get the metadata address without its password."""
+        state = dict(self.__dict__)
+        if self.opts.spec.read_ticket is not None:
+            state["opts"] = replace(self.opts, spec=replace(
+                self.opts.spec, metadata_url=redact(self.opts.spec.metadata_url)))
+        return state
 
     def partitions(self) -> list[InputPartition]:
         with LedgerAccess(self.opts.spec, self.mode, tail=self.opts.tail_read) as access:

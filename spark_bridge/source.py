@@ -9,7 +9,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from spark_bridge.metadata_access import BOOKIE_SECRET_FILE_OPTION
+from ledger_backend.metadata.zk_url import redact
+from spark_bridge.metadata_access import BOOKIE_SECRET_FILE_OPTION, METADATA_OPTION
 from spark_bridge.reader import LedgerwireBatchReader
 from spark_bridge.record_decode import spark_schema_ddl
 from spark_bridge.stream_reader import LedgerwireStreamReader
@@ -36,7 +37,15 @@ class LedgerwireDataSource(DataSource):  # type: ignore[misc]
         # checked on the driver (reader.py), so its password stays here
         for key in [k for k in self.options if str(k).lower() in _DRIVER_ONLY]:
             del self.options[key]
+        if reader.opts.spec.read_ticket is not None:
+            self._redact_metadata()
         return reader
+
+    def _redact_metadata(self) -> None:
+        """Executors that read with a ticket open no metadata store: they get its address
+        without the password (zk://user:***@...)."""
+        for key in [k for k in self.options if str(k).lower() == METADATA_OPTION.lower()]:
+            self.options[key] = redact(str(self.options[key]))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         reader = LedgerwireStreamReader(dict(self.options))
@@ -44,6 +53,7 @@ class LedgerwireDataSource(DataSource):  # type: ignore[misc]
             dropped = _DRIVER_ONLY | {BOOKIE_SECRET_FILE_OPTION.lower()}  # this one too
             for key in [k for k in self.options if str(k).lower() in dropped]:
                 del self.options[key]
+            self._redact_metadata()
         return reader
 
     def writer(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]

@@ -21,12 +21,16 @@ def read_split(spec: ConnectionSpec, mode: ReadMode, split: LedgerSplit, *,
                include_headers: bool, read_committed: bool, tail: TailRule = "quorum",
                access: LedgerAccess | None = None) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The rows of one split, as Arrow batches (usable outside Spark too). With `access`
-    (a task reading several splits) that ledger client is used and left open."""
+    (a task reading several splits) that ledger client is used and left open. A split read
+    from the bookies carries its ledgers' metadata (planner.py): an access opened here for
+    it opens no metadata store (nor need a shared one: `LedgerAccess(shipped=())`)."""
     if access is None:
-        with LedgerAccess(spec, mode, tail=tail) as own:
+        shipped = split.ledgers if mode == "bookies" else None
+        with LedgerAccess(spec, mode, tail=tail, shipped=shipped) as own:
             yield from read_split(spec, mode, split, include_headers=include_headers,
                                   read_committed=read_committed, access=own)  # fmt: skip
         return
+    access.add_shipped(split.ledgers)
     for ledger in split.offloaded:
         access.add_offloaded(ledger)
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from ledger_backend.metadata.zk_url import redact
 from spark_bridge.authorization import check_read_access
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.options import OptionError, parse_reader_options
@@ -109,8 +110,9 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         state["_layouts"] = {}
         if self._keeper is not None:
             state["_keeper"] = None
-            state["opts"] = replace(self.opts, principal=None,
-                                    spec=replace(self.opts.spec, read_ticket=None))
+            state["opts"] = replace(self.opts, principal=None, spec=replace(
+                self.opts.spec, read_ticket=None,  # nor the metadata password: splits carry
+                metadata_url=redact(self.opts.spec.metadata_url)))  # their ledgers' metadata
         return state
 
     # ---- driver side ----------------------------------------------------------------------

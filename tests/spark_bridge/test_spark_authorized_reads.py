@@ -3,9 +3,10 @@ read that names a principal gets the brokers' answer first -- alice, with READ o
 reads it; she is refused the other topic by spark.read and by `ledgerwire replay` (one line,
 before any Spark job), and a wrong password is refused at login. Her job's executors hold
 neither her password nor the bookie secret: only a read ticket the broker issued for her
-topic's ledgers, which the bookies refuse for any other ledger. A streaming read does the same
-with tickets the driver renews: a ledger created after a ticket, or a ticket past half its
-TTL, gets a new one, carried by each micro-batch's splits."""
+topic's ledgers, which the bookies refuse for any other ledger; their splits carry the
+ledgers' metadata, so they open no metadata store (nor need its credentials). A streaming read
+does the same with tickets the driver renews: a ledger created after a ticket, or a ticket
+past half its TTL, gets a new one, carried by each micro-batch's splits."""
 
 from __future__ import annotations
 
@@ -141,6 +142,14 @@ def test_the_executors_hold_only_a_ticket_for_the_granted_ledgers(secured: Stand
     assert b"spark-acls-bookie-secret" not in shipped and b"bookie.secret" not in shipped
     ticket = reader.opts.spec.read_ticket
     assert ticket is not None and ticket.encode() in shipped
+    # the executors' copy reads every split from the bookies alone: its splits carry their
+    # ledgers' metadata, so a metadata address that answers nothing changes nothing
+    executor = cloudpickle.loads(shipped)[1]
+    executor.opts = replace(executor.opts, spec=replace(executor.opts.spec,
+                                                        metadata_url="zk://127.0.0.1:9/none"))
+    splits = cloudpickle.loads(cloudpickle.dumps(reader.partitions()))
+    assert len(splits) >= 2 and all(s.ledgers for s in splits)
+    assert sum(b.num_rows for s in splits for b in executor.read(s)) == 200
 
     alice = read_principal(options)
     assert alice is not None
@@ -240,7 +249,9 @@ def test_a_stream_reads_with_tickets_the_driver_renews(secured: Standalone) -> N
     shipped = cloudpickle.dumps((source, driver))
     assert PASSWORDS["alice"].encode() not in shipped
     assert b"bookie.secret" not in shipped and b"spark-acls-bookie-secret" not in shipped
-    executor = cloudpickle.loads(shipped)[1]
+    executor = cloudpickle.loads(shipped)[1]  # reads bookies only (no metadata store):
+    executor.opts = replace(executor.opts, spec=replace(executor.opts.spec,  # none answers
+                                                        metadata_url="zk://127.0.0.1:9/none"))
 
     def batch(start: dict, end: dict) -> tuple[list[bytes], set[str]]:
         parts = cloudpickle.loads(cloudpickle.dumps(driver.partitions(start, end)))
