@@ -20,6 +20,7 @@ SLOW_FILES_FIRST = (
     "tests/spark_bridge/test_spark_cli_errors.py",  # 159
     "tests/integration/test_group_restart.py",  # 133
     "tests/spark_bridge/test_spark_backfill.py",  # 133
+    "tests/spark_bridge/test_spark_authorized_reads.py",  # ~120 at load ~25 (SASL standalone)
     "tests/replication/test_geo_clusters.py",  # 70-100 (two clusters, loaded machine)
     "tests/integration/test_share_groups_java.py",  # 106
     "tests/cluster/test_cluster_rocketmq5.py",  # ~100 (new; 120-134 s at load ~20)
