@@ -45,6 +45,7 @@ class StandInOwnership:
         self.other = BrokerEndpoint(2, "10.0.0.2", 9092)
         self.changed = trio.Event()
         self.lost: set[int] = set()  # bundles whose node this broker no longer holds
+        self.registration_observers: list[Any] = []  # as OwnershipService: told each round
 
     def bundle_owner(self, bundle: int) -> BrokerEndpoint:
         return self.me if bundle in MINE else self.other
