@@ -15,41 +15,36 @@ from tests.support.standalone import Standalone, running_standalone
 # 2 workers, heaviest first). scripts/run-tests hands files to the workers in collection order
 # (--no-loadscope-reorder), and these go first, so no worker is left alone with a 2-minute file
 # at the end while the other idles. Any other file keeps its place after them.
-SLOW_FILES_FIRST = (  # seconds in the session 6 full run (quiet machine, 2 workers)
-    "tests/spark_bridge/test_spark_standalone_cluster.py",  # 180
-    "tests/rocketmq5/test_rocketmq5_clients.py",  # 170
-    "tests/integration/test_consumer_groups_clients.py",  # 128
-    "tests/cluster/test_cluster_rocketmq5.py",  # 121
-    "tests/spark_bridge/test_spark_backfill.py",  # 108
-    "tests/spark_bridge/test_spark_cli_errors.py",  # 101
-    "tests/integration/test_group_restart.py",  # 87
-    "tests/cluster/test_share_groups_cluster.py",  # 80
-    "tests/integration/test_share_groups_java.py",  # 79
-    "tests/cluster/test_group_coordinator_move.py",  # 77
-    "tests/integration/test_client_java.py",  # 68
-    "tests/cluster/test_readme_walkthrough.py",  # 57
-    "tests/cluster/test_bookie_recovery.py",  # 56
-    "tests/cluster/test_failover.py",  # 56
-    "tests/cluster/test_cluster_transactions.py",  # 51
-    "tests/cluster/test_cluster_rocketmq.py",  # 51
-    "tests/integration/test_transactions.py",  # 47
-    "tests/integration/test_standalone_workers.py",  # 46
-    "tests/integration/test_log_compaction_clients.py",  # 39
-    "tests/cluster/test_cluster_rocketmq_failover.py",  # 35
-    # under 35 s on a quiet machine, much slower under load
-    "tests/spark_bridge/test_spark_authorized_reads.py",
-    "tests/replication/test_geo_clusters.py",
-    "tests/cluster/test_chaos_short.py",  # 27
-    "tests/integration/test_standalone_workers_rocketmq.py",
-    "tests/offload/test_offload_clients.py",
-    "tests/offload/test_offload_rocketmq.py",
-    "tests/replication/test_geo_replication.py",  # 33
-    "tests/spark_bridge/test_spark_batch_reader.py",  # 35
-    "tests/spark_bridge/test_spark_transactions.py",  # 26
-    "tests/cluster/test_bookie_faults.py",
-    "tests/security/test_scram_admin_java.py",  # 30
-    "tests/cluster/test_load_transfer.py",
-    "tests/cluster/test_sticky_ownership.py",  # 27
+SLOW_FILES_FIRST = (
+    "tests/spark_bridge/test_spark_standalone_cluster.py",  # 323
+    "tests/spark_bridge/test_spark_cli_errors.py",  # 159
+    "tests/integration/test_group_restart.py",  # 133
+    "tests/spark_bridge/test_spark_backfill.py",  # 133
+    "tests/spark_bridge/test_spark_authorized_reads.py",  # ~120 at load ~25 (SASL standalone)
+    "tests/replication/test_geo_clusters.py",  # 70-100 (two clusters, loaded machine)
+    "tests/integration/test_share_groups_java.py",  # 106
+    "tests/cluster/test_cluster_rocketmq5.py",  # ~100 (new; 120-134 s at load ~20)
+    "tests/cluster/test_cluster_rocketmq_failover.py",  # 79 at load ~16, 110-270 at load 20-35
+    "tests/cluster/test_group_coordinator_move.py",  # 125 before a shared cluster
+    "tests/rocketmq5/test_rocketmq5_clients.py",  # 87
+    "tests/cluster/test_share_groups_cluster.py",  # 87
+    "tests/cluster/test_chaos_short.py",  # 74
+    "tests/cluster/test_bookie_recovery.py",  # 69
+    "tests/integration/test_standalone_workers_rocketmq.py",  # 62 at load 20, 115 at load 20+
+    "tests/cluster/test_readme_walkthrough.py",  # 142 in CI, 68 at load ~15 now
+    "tests/cluster/test_cluster_transactions.py",  # 52
+    "tests/offload/test_offload_clients.py",  # 185 at load ~30 (three standalones)
+    "tests/offload/test_offload_rocketmq.py",  # 60-140 at load 30-45 (two restarts, C++ client)
+    "tests/replication/test_geo_replication.py",  # 50
+    "tests/spark_bridge/test_spark_batch_reader.py",  # 50
+    "tests/cluster/test_failover.py",  # 48
+    "tests/spark_bridge/test_spark_transactions.py",  # 46
+    "tests/cluster/test_bookie_faults.py",  # 45
+    "tests/security/test_scram_admin_java.py",  # 42
+    "tests/cluster/test_cluster_rocketmq.py",  # 40
+    "tests/cluster/test_load_transfer.py",  # 37
+    "tests/cluster/test_sticky_ownership.py",  # 37
+    "tests/integration/test_consumer_groups_clients.py",  # 36
 )
 
 
