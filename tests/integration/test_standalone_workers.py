@@ -16,7 +16,10 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -68,6 +71,9 @@ class WorkersStandalone(Standalone):
         raise AssertionError(f"{name} was not restarted:\n{self.log()}")
 
 
+W = TypeVar("W", bound=WorkersStandalone)
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -83,17 +89,25 @@ def wait_dead(pids: list[int], timeout_s: float = 30.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-@pytest.fixture
-def node(tmp_path: Path):  # type: ignore[no-untyped-def]
-    server = WorkersStandalone(tmp_path / "data")
+@contextmanager
+def serving(server: W) -> Iterator[W]:
+    """`server` started, then stopped with none of its worker processes left behind."""
     server.start()
-    yield server
-    if server.proc is not None and server.proc.poll() is None:
-        server.stop(120)
-    wait_dead(list(server.children().values()))
-    for pid in server.children().values():  # never leave one behind, whatever happened
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    try:
+        yield server
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.stop(120)
+        wait_dead(list(server.children().values()))
+        for pid in server.children().values():  # never leave one behind, whatever happened
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[WorkersStandalone]:
+    with serving(WorkersStandalone(tmp_path / "data")) as server:
+        yield server
 
 
 def create_topic(bootstrap: str, topic: str) -> None:

@@ -23,7 +23,7 @@ import trio
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.cluster.kafka_workload import create_topic, read_topic
-from tests.integration.test_standalone_workers import WorkersStandalone, alive, wait_dead
+from tests.integration.test_standalone_workers import WorkersStandalone, serving
 from tests.rocketmq.cpp_client import Consumer, SendStatus, message, producer
 from tests.rocketmq.remoting_client import RawClient
 from tests.support.standalone import free_port_range
@@ -54,15 +54,8 @@ class RocketMQWorkers(WorkersStandalone):
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[RocketMQWorkers]:
-    server = RocketMQWorkers(tmp_path / "data")
-    server.start()
-    yield server
-    if server.proc is not None and server.proc.poll() is None:
-        server.stop(120)
-    wait_dead(list(server.children().values()))
-    for pid in server.children().values():  # never leave one behind, whatever happened
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    with serving(RocketMQWorkers(tmp_path / "data")) as server:
+        yield server
 
 
 async def route(ns: str) -> dict[str, str]:
