@@ -69,6 +69,12 @@ FAMILIES: dict[str, list[tuple[int, str]]] = {
         (51, "AlterUserScramCredentials"),
     ],
     "client_quotas": [(48, "DescribeClientQuotas"), (49, "AlterClientQuotas")],
+    "delegation_tokens": [
+        (38, "CreateDelegationToken"),
+        (39, "RenewDelegationToken"),
+        (40, "ExpireDelegationToken"),
+        (41, "DescribeDelegationToken"),
+    ],
 }
 
 # Families generated from SHARE_SPEC_DIR (same layout).

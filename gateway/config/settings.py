@@ -234,6 +234,14 @@ class SecurityConfig:
     inter_broker_super_user: bool = True
     inter_broker_ssl_cafile: str = ""  # SSL/SASL_SSL: CA of the peers (default: ssl_certfile)
     inter_broker_ssl_check_hostname: bool = True
+    # Kafka delegation tokens (KIP-48; gateway/security/delegation_tokens.py): the cluster's
+    # HMAC key (Kafka's delegation.token.secret.key, >= 16 bytes, the same on every broker),
+    # or the first line of a file holding it.  Neither set: tokens are disabled.
+    delegation_token_secret_key: str = field(default="", repr=False)
+    delegation_token_secret_key_file: str = ""
+    delegation_token_max_lifetime_ms: int = 7 * 24 * 3600 * 1000
+    delegation_token_expiry_time_ms: int = 24 * 3600 * 1000  # the default renew period
+    delegation_token_expiry_check_interval_ms: int = 3600 * 1000  # purge of expired tokens
 
     def authorization_enabled(self, security_protocol: str) -> bool:
         """"auto": on wherever clients can be told apart (SASL, or TLS with client
@@ -327,6 +335,15 @@ class Config:
         if s.entry_mac and not s.ledger_password_file:
             raise ConfigError("storage.entry_mac needs storage.ledger_password_file (the MAC "
                               "key comes from the ledger password)")
+        sec = self.security
+        if sec.delegation_token_secret_key and sec.delegation_token_secret_key_file:
+            raise ConfigError("set security.delegation_token_secret_key or "
+                              "delegation_token_secret_key_file, not both")
+        if sec.delegation_token_secret_key and len(sec.delegation_token_secret_key.encode()) < 16:
+            raise ConfigError("security.delegation_token_secret_key needs at least 16 bytes")
+        if min(sec.delegation_token_max_lifetime_ms, sec.delegation_token_expiry_time_ms,
+               sec.delegation_token_expiry_check_interval_ms) < 1:
+            raise ConfigError("security.delegation_token_*_ms must be at least 1")
         if self.kafka.max_partitions_per_request < 1:
             raise ConfigError("kafka.max_partitions_per_request must be at least 1")
         if self.kafka.default_partitions < 1:
@@ -484,6 +501,8 @@ def exposed_secrets_warning(config: Config, path: Path | None) -> str | None:
         return None
     holds = [name for name, present in (
         ("storage.bookie_secret", bool(config.storage.bookie_secret)),
+        ("security.delegation_token_secret_key",
+         bool(config.security.delegation_token_secret_key)),
         ("security.users passwords", bool(config.security.users)),
         ("rocketmq.acl accounts", bool(config.rocketmq.acl.accounts)),
         ("offload.secret_access_key", bool(config.offload.secret_access_key)),

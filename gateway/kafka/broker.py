@@ -120,6 +120,9 @@ class KafkaBroker:
         # gateway.security.credentials.CredentialStore (SASL)
         self.authorizer = authorizer
         self.credentials = credentials
+        # gateway.security.delegation_tokens.DelegationTokenStore (KIP-48; None: the token
+        # APIs answer DELEGATION_TOKEN_AUTH_DISABLED and no login uses a token)
+        self.delegation_tokens: Any = None
         # gateway.security.quota_store.QuotaStore (client quotas; None: no quotas)
         self.quotas = quotas
         # gateway.kafka.share_groups.ShareGroups; the share-group APIs are served only with it

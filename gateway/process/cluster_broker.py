@@ -380,6 +380,10 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                                     ownership=ownership, authorizer=security.authorizer,
                                     credentials=security.kafka.credentials,
                                     quotas=quotas, share_groups=share_groups)
+        broker.delegation_tokens = security.kafka.delegation_tokens
+        if security.kafka.delegation_tokens is not None:
+            background.start_soon(security.kafka.delegation_tokens.run_purge,
+                                  config.security.delegation_token_expiry_check_interval_ms / 1000)
         await background.start(serve_dynamic_configs, store, broker, topics)
         ownership_running = False
         admin, retention_scope = build_admin(config, store, topics, namespaces, ownership,

@@ -216,6 +216,10 @@ async def run_standalone(
             quotas=quotas,
             share_groups=share_groups,
         )
+        broker.delegation_tokens = security.delegation_tokens
+        if security.delegation_tokens is not None:
+            background.start_soon(security.delegation_tokens.run_purge,
+                                  config.security.delegation_token_expiry_check_interval_ms / 1000)
         await background.start(serve_dynamic_configs, store, broker, topics)
         broker_metrics = BrokerMetrics()
         broker.request_observer = broker_metrics.observe_request

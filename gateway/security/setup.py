@@ -14,7 +14,9 @@
   allow_everyone_if_no_acl_found; authorisation is enforced when security.authorization says
   so ("auto": on every listener but PLAINTEXT);
 - on an SSL listener, the mapper from a client certificate to its principal
-  (kafka.ssl_client_auth, kafka.ssl_principal_mapping_rules).
+  (kafka.ssl_client_auth, kafka.ssl_principal_mapping_rules);
+- the delegation token store (gateway/security/delegation_tokens.py) when
+  security.delegation_token_secret_key(_file) is set, else None (tokens disabled).
 
 This module must never log passwords or keep them after the credentials are written.
 """
@@ -31,7 +33,9 @@ from typing import Any
 from gateway.config.settings import Config, ConfigError
 from gateway.security.acl_store import AclStore, Authorizer
 from gateway.security.credentials import CredentialStore
+from gateway.security.delegation_tokens import DelegationTokenStore
 from ledger_backend.metadata.store import MetadataStore
+from ledger_backend.secret_files import read_secret_file
 from protocols.kafka.sasl import SCRAM_SHA_256, SCRAM_SHA_512
 from protocols.kafka.ssl_principal import SslPrincipalMapper
 
@@ -47,6 +51,8 @@ class KafkaSecurity:
     authorizer: Authorizer
     # SSL listeners: the client certificate's principal (None: SASL decides, or no TLS)
     ssl_principal: SslPrincipalMapper | None = None
+    # Kafka delegation tokens (None: disabled, no secret key configured)
+    delegation_tokens: DelegationTokenStore | None = None
 
 
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
@@ -72,6 +78,26 @@ def server_ssl_context(certfile: str, keyfile: str, *, client_auth: str = "none"
             raise ConfigError(f"cannot load the client CA {cafile}: {exc}") from exc
         context.verify_mode = _CLIENT_AUTH[client_auth]
     return context
+
+
+def delegation_tokens_of(config: Config, store: MetadataStore) -> DelegationTokenStore | None:
+    """The token store when a secret key is configured (security.delegation_token_*)."""
+    s = config.security
+    key = s.delegation_token_secret_key
+    if s.delegation_token_secret_key_file:
+        try:
+            key = read_secret_file(s.delegation_token_secret_key_file,
+                                   "delegation token secret key")
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read security.delegation_token_secret_key_file: "
+                              f"{exc}") from None
+    if not key:
+        return None
+    try:
+        return DelegationTokenStore(store, key, max_lifetime_ms=s.delegation_token_max_lifetime_ms,
+                                    renew_ms=s.delegation_token_expiry_time_ms)
+    except ValueError as exc:
+        raise ConfigError(f"security.delegation_token_secret_key: {exc}") from None
 
 
 def configured_users(config: Config) -> list[dict[str, Any]]:
@@ -118,4 +144,5 @@ async def setup_kafka_security(config: Config, store: MetadataStore) -> KafkaSec
     )
     log.info("kafka security", extra={"protocol": protocol, "sasl": mechanisms,
                                       "authorization": authorizer.enabled})
-    return KafkaSecurity(ssl_context, mechanisms, credentials, acls, authorizer, ssl_principal)
+    return KafkaSecurity(ssl_context, mechanisms, credentials, acls, authorizer, ssl_principal,
+                         delegation_tokens_of(config, store))

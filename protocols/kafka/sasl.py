@@ -27,6 +27,13 @@ the password by deriving StoredKey from it with the user's stored SCRAM salt and
 so no password is ever stored.  Credentials are looked up by the caller between
 `username_in(token)` and `authenticate(token, credential)`; this module does no I/O.
 
+Delegation tokens (KIP-48) log in with SCRAM: the user name is the token id, the password the
+token's base64 HMAC, and Kafka's Java clients add the SCRAM extension `tokenauth=true` to the
+client-first message (`token_auth_in`; extensions are `key=value` pairs after the nonce, keys of
+letters and digits as Kafka's ScramExtensions allow).  The caller then passes the token's
+credential and its owner as `principal`: the connection's principal is the owner, and
+`token_authenticated` is set (such a connection may not ask for tokens itself).
+
 This module must never store or log a password, or compare secrets other than in constant time.
 """
 
@@ -159,6 +166,21 @@ def _scram_name(raw: str) -> str:
     return raw.replace("=2C", ",").replace("=3D", "=")
 
 
+def _client_first_bare(bare: str) -> tuple[str, str, dict[str, str]]:
+    """(raw user name, nonce, extensions) of a client-first-message-bare
+    (`n=user,r=nonce[,key=value]*`; RFC 5802 section 7 with Kafka's extension keys)."""
+    parts = bare.split(",")
+    if len(parts) < 2 or not parts[0].startswith("n=") or not parts[1].startswith("r="):
+        raise ValueError("client-first-message needs n= and r=")
+    extensions: dict[str, str] = {}
+    for part in parts[2:]:
+        key, sep, value = part.partition("=")
+        if not sep or not key.isascii() or not key.isalnum():
+            raise ValueError(f"malformed SCRAM extension {part!r}")
+        extensions[key] = value
+    return parts[0][2:], parts[1][2:], extensions
+
+
 def _attributes(message: str) -> list[tuple[str, str]]:
     out = []
     for part in message.split(","):
@@ -178,8 +200,11 @@ class SaslSession:
         self.mechanism: str | None = None
         self.principal: str | None = None
         self.raw_tokens = False  # SaslHandshake v0: tokens come as raw frames
+        # logged in with a delegation token (the principal is then the token's owner)
+        self.token_authenticated = False
         self._credential: ScramCredential | None = None
         self._user = ""
+        self._login_principal: str | None = None
         self._gs2_header = ""
         self._client_first_bare = ""
         self._server_first = ""
@@ -245,20 +270,34 @@ class SaslSession:
             _authzid, _, bare = rest.partition(",")
             if gs2_flag not in ("n", "y"):
                 return None
-            attrs = _attributes(bare)
-            return _scram_name(attrs[0][1]) if attrs and attrs[0][0] == "n" else None
+            return _scram_name(_client_first_bare(bare)[0])
         except (UnicodeError, ValueError):
             return None
 
-    def authenticate(self, token: bytes, credential: ScramCredential | None) -> bytes:
+    def token_auth_in(self, token: bytes) -> bool:
+        """Does this SCRAM client-first message ask to log in with a delegation token
+        (extension tokenauth=true)?  False for anything else, malformed input included."""
+        if self.mechanism not in SCRAM_HASHES or self.state is not SaslState.AWAIT_TOKEN:
+            return False
+        try:
+            _gs2, _, rest = bytes(token).decode("utf-8").partition(",")
+            _authzid, _, bare = rest.partition(",")
+            return _client_first_bare(bare)[2].get("tokenauth", "").lower() == "true"
+        except (UnicodeError, ValueError):
+            return False
+
+    def authenticate(self, token: bytes, credential: ScramCredential | None,
+                     principal: str | None = None) -> bytes:
         """Take one client token; the server's answer token.  SaslAuthenticationFailedError
-        (state FAILED) when the client is not who it claims to be or breaks the exchange."""
+        (state FAILED) when the client is not who it claims to be or breaks the exchange.
+        `principal` (SCRAM first message only): the delegation token's owner whose
+        credential this is; the login then has that principal and is token-authenticated."""
         self._require(SASL_AUTHENTICATE)
         try:
             if self.mechanism == PLAIN:
                 return self._plain(bytes(token), credential)
             if self.state is SaslState.AWAIT_TOKEN:
-                return self._scram_first(bytes(token), credential)
+                return self._scram_first(bytes(token), credential, principal)
             return self._scram_final(bytes(token))
         except SaslAuthenticationFailedError:
             self.state = SaslState.FAILED
@@ -281,17 +320,18 @@ class SaslSession:
         self._succeed(user)
         return b""
 
-    def _scram_first(self, token: bytes, credential: ScramCredential | None) -> bytes:
+    def _scram_first(self, token: bytes, credential: ScramCredential | None,
+                     principal: str | None) -> bytes:
         text = token.decode("utf-8")
         gs2_flag, _, rest = text.partition(",")
         authzid, _, bare = rest.partition(",")
         if gs2_flag not in ("n", "y"):
             raise ValueError("channel binding is not supported")
-        attrs = _attributes(bare)
-        if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r" or not attrs[1][1]:
-            raise ValueError("client-first-message needs n= and r=")
-        user = _scram_name(attrs[0][1])
-        if authzid and authzid != f"a={attrs[0][1]}":
+        raw_user, client_nonce, _extensions = _client_first_bare(bare)
+        if not client_nonce:
+            raise ValueError("client-first-message needs a nonce")
+        user = _scram_name(raw_user)
+        if authzid and authzid != f"a={raw_user}":
             raise SaslAuthenticationFailedError("Authentication failed: authorization id "
                                                 "must be empty or the user name")
         if credential is None or credential.mechanism != self.mechanism:
@@ -300,9 +340,10 @@ class SaslSession:
         if not self.reauthenticating:
             self.principal = None
         self._user = user
+        self._login_principal = principal
         self._gs2_header = f"{gs2_flag},{authzid},"
         self._client_first_bare = bare
-        self._nonce = attrs[1][1] + secrets.token_urlsafe(24)
+        self._nonce = client_nonce + secrets.token_urlsafe(24)
         self._server_first = (f"r={self._nonce},s={_b64(credential.salt)},"
                               f"i={credential.iterations}")
         self.state = SaslState.AWAIT_SCRAM_FINAL
@@ -337,10 +378,13 @@ class SaslSession:
         return f"v={_b64(server_signature)}".encode()
 
     def _succeed(self, user: str) -> None:
-        if self.reauthenticating and self.principal != f"User:{user}":
+        principal = self._login_principal or f"User:{user}"
+        if self.reauthenticating and self.principal != principal:
             raise SaslAuthenticationFailedError(
-                f"re-authentication as User:{user} on a connection of {self.principal}")
-        self.principal = f"User:{user}"
+                f"re-authentication as {principal} on a connection of {self.principal}")
+        self.principal = principal
+        self.token_authenticated = self._login_principal is not None
         self.state = SaslState.AUTHENTICATED
         self.reauthenticating = False
         self._credential = None
+        self._login_principal = None

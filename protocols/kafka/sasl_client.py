@@ -4,7 +4,8 @@ What a broker needs to log in to another broker (gateway/cluster/peer_client.py)
 the server's tokens and gives back the next client token, without touching a socket.
 
     PLAIN:  first_token() = "" NUL user NUL password; done after the server accepts it.
-    SCRAM:  first_token() = client-first-message "n,,n=<user>,r=<nonce>";
+    SCRAM:  first_token() = client-first-message "n,,n=<user>,r=<nonce>[,key=value]*" (SCRAM
+            extensions, e.g. tokenauth=true for a Kafka delegation token);
             next_token(server-first) = client-final-message "c=biws,r=<nonce>,p=<proof>";
             finish(server-final) checks the server's signature "v=..." (RFC 5802 section 3),
             so a broker is never fooled by an impostor that does not know the credential.
@@ -47,7 +48,7 @@ class SaslClient:
     """One login's client side (see the module docstring)."""
 
     def __init__(self, mechanism: str, user: str, password: str,
-                 nonce: str | None = None) -> None:
+                 nonce: str | None = None, extensions: dict[str, str] | None = None) -> None:
         if mechanism not in CLIENT_MECHANISMS:
             raise ValueError(f"unsupported SASL mechanism {mechanism!r}")
         if not user:
@@ -56,7 +57,8 @@ class SaslClient:
         self.user = user
         self._password: str | None = password
         self._nonce = nonce or secrets.token_urlsafe(24)
-        self._client_first_bare = f"n={_escape_name(user)},r={self._nonce}"
+        self._client_first_bare = f"n={_escape_name(user)},r={self._nonce}" + "".join(
+            f",{key}={value}" for key, value in (extensions or {}).items())
         self._expected_server_signature: bytes | None = None
         self.done = False
 

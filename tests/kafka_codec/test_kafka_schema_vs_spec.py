@@ -32,6 +32,7 @@ REQUIRED_API_KEYS = {
     0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
     27, 28, 29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 47, 48, 49, 50, 51, 60, 61, 65, 66, 68,
     69,
+    38, 39, 40, 41,
     76, 77, 78, 79, 90, 91, 92,
 }  # fmt: skip
 # KIP-932 share groups: their current specs live apart (kafka-message-specs has the removed v0).

@@ -39,6 +39,7 @@ SAMPLE_BODIES: dict[int, dict] = {
     51: {"deletions": [{"name": "u", "mechanism": 1}], "upsertions": []},
     65: {"transactional_ids": ["x"]},
     66: {},
+    38: {"renewers": []}, 39: {"hmac": b"h"}, 40: {"hmac": b"h"}, 41: {"owners": None},
 }
 
 

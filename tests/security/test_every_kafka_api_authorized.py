@@ -101,14 +101,23 @@ def no_log_dirs(answer: dict[str, Any]) -> None:
     assert answer["error_code"] == CLUSTER_DENIED and answer["results"] == [], answer
 
 
+# admin's delegation token (made in prepare_victims): mallory may not renew, expire or see it
+ADMIN_TOKEN: dict[str, Any] = {}
+
+
+def admin_token_hidden(answer: dict[str, Any]) -> None:
+    assert answer["error_code"] == 0, answer
+    assert ADMIN_TOKEN["token_id"] not in {t["token_id"] for t in answer["tokens"]}, answer
+
+
 def txn_not_listed(answer: dict[str, Any]) -> None:
     """Kafka lists only the transactional ids the caller may describe."""
     assert answer["error_code"] == 0, answer
     assert TXN not in {t["transactional_id"] for t in answer["transaction_states"]}, answer
 
 
-# api key -> [(version, body, check)], all sent by mallory.
-PROBES: dict[int, list[tuple[int, dict[str, Any], Check]]] = {
+# api key -> [(version, body, check)], all sent by mallory (a callable body is built when sent).
+PROBES: dict[int, list[tuple[int, Any, Check]]] = {
     0: [(9, {"acks": -1, "timeout_ms": 5000, "topic_data": [
         {"name": SECRET, "partition_data": [
             {"index": 0, "records": build_batch([(b"k", b"forged")])}]}]}, refused(TOPIC_DENIED)),
@@ -197,6 +206,16 @@ PROBES: dict[int, list[tuple[int, dict[str, Any], Check]]] = {
         {"name": "retention.ms", "value": "1"}]}]}, refused(TOPIC_DENIED))],
     37: [(3, {"topics": [{"name": SECRET, "count": 3, "assignments": None}],
               "timeout_ms": 5000}, refused(TOPIC_DENIED))],
+    # KIP-48 delegation tokens: a token for another owner needs CREATE_TOKENS on that user;
+    # renew/expire only by owner and renewers; describe shows only one's own
+    38: [(3, {"owner_principal_type": "User", "owner_principal_name": "admin", "renewers": [],
+              "max_lifetime_ms": -1},
+          refused(int(ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED)))],
+    39: [(2, lambda: {"hmac": ADMIN_TOKEN["hmac"], "renew_period_ms": -1},
+          refused(int(ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)))],
+    40: [(2, lambda: {"hmac": ADMIN_TOKEN["hmac"], "expiry_time_period_ms": -1},
+          refused(int(ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)))],
+    41: [(3, {"owners": None}, admin_token_hidden)],
     42: [(2, {"groups_names": [GROUP]}, refused(GROUP_DENIED))],
     44: [(1, {"resources": [{"resource_type": 2, "resource_name": SECRET, "configs": [
         {"name": "retention.ms", "config_operation": 0, "value": "1"}]}]},
@@ -251,7 +270,9 @@ PROBES: dict[int, list[tuple[int, dict[str, Any], Check]]] = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    with running(secured_standalone(tmp_path_factory.mktemp("every-api"))) as standalone:
+    with running(secured_standalone(
+            tmp_path_factory.mktemp("every-api"),
+            extra='delegation_token_secret_key = "every-api-token-key-0123"')) as standalone:
         yield standalone
 
 
@@ -281,6 +302,11 @@ async def prepare_victims(admin: WireClient) -> None:
          "principal": "User:mallory", "host": "*", "operation": op,
          "permission_type": PERM_ALLOW} for rt, name, pt, op in grants]})
     assert refusals(acls) == set(), acls
+    token = await admin.request(38, 3, {"owner_principal_type": None,
+                                        "owner_principal_name": None, "renewers": [],
+                                        "max_lifetime_ms": -1})
+    assert token["error_code"] == 0, token
+    ADMIN_TOKEN.update(token_id=token["token_id"], hmac=token["hmac"])
 
 
 async def test_unprivileged_principal_refused_on_every_authorized_api(server: Standalone) -> None:
@@ -296,7 +322,8 @@ async def test_unprivileged_principal_refused_on_every_authorized_api(server: St
         assert set(PROBES) <= advertised, sorted(set(PROBES) - advertised)
         for api_key, probes in sorted(PROBES.items()):
             for version, body, check in probes:
-                answer = await mallory.request(api_key, version, body)
+                answer = await mallory.request(api_key, version,
+                                               body() if callable(body) else body)
                 try:
                     check(answer)
                 except AssertionError as exc:

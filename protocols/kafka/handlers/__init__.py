@@ -47,6 +47,12 @@ from protocols.kafka.handlers.consumer_group_heartbeat import (
     handle_consumer_group_describe,
     handle_consumer_group_heartbeat,
 )
+from protocols.kafka.handlers.delegation_tokens import (
+    handle_create_delegation_token,
+    handle_describe_delegation_token,
+    handle_expire_delegation_token,
+    handle_renew_delegation_token,
+)
 from protocols.kafka.handlers.error_responses import ApiKey
 from protocols.kafka.handlers.fetch import handle_fetch
 from protocols.kafka.handlers.find_coordinator import handle_find_coordinator
@@ -157,6 +163,12 @@ HANDLERS: dict[int, HandlerSpec] = {
         HandlerSpec(50, "DescribeUserScramCredentials", 0, 0,
                     handle_describe_user_scram_credentials),
         HandlerSpec(51, "AlterUserScramCredentials", 0, 0, handle_alter_user_scram_credentials),
+        # KIP-48 delegation tokens (handlers.delegation_tokens; answered
+        # DELEGATION_TOKEN_AUTH_DISABLED by a broker without a secret key, as Kafka does)
+        HandlerSpec(38, "CreateDelegationToken", 0, 3, handle_create_delegation_token),
+        HandlerSpec(39, "RenewDelegationToken", 0, 2, handle_renew_delegation_token),
+        HandlerSpec(40, "ExpireDelegationToken", 0, 2, handle_expire_delegation_token),
+        HandlerSpec(41, "DescribeDelegationToken", 0, 3, handle_describe_delegation_token),
         HandlerSpec(17, "SaslHandshake", 0, 1, handle_sasl_handshake),
         HandlerSpec(36, "SaslAuthenticate", 0, 2, handle_sasl_authenticate),
         # Consumer groups and committed offsets (protocols.kafka.group_coordinator).

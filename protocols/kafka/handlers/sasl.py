@@ -8,6 +8,15 @@ session FAILED, after which the listener closes the connection.  On a listener w
 both APIs answer ILLEGAL_SASL_STATE.  `authenticate_token` is shared with the raw-token path
 of SaslHandshake v0.
 
+Delegation tokens (`broker.delegation_tokens`, gateway/security/delegation_tokens.py): a SCRAM
+login whose first message carries `tokenauth=true` (Kafka's Java clients send it) is checked
+against the token of that id only, never a user.  librdkafka (confluent-kafka, and the clients
+built on it) has no way to send a SCRAM extension -- its client-first message is always
+`n,,n=<user>,r=<nonce>`, and its only SASL extensions setting is for OAUTHBEARER -- so a SCRAM
+login without the extension whose name is not a user but is a live token id is checked
+against that token: a user of the same name always wins, so the fallback can never take a
+login away from a user, and it needs the token's HMAC like any token login.
+
 This module must never log tokens (they hold passwords and proofs).
 """
 
@@ -43,15 +52,22 @@ async def authenticate_token(ctx: RequestContext, token: bytes) -> bytes:
     session = _session(ctx)
     user = session.username_in(token)
     credential = None
+    owner = None
     if user is not None:
         credentials: Any = getattr(ctx.broker, "credentials", None)
-        if credentials is not None:
+        tokens: Any = getattr(ctx.broker, "delegation_tokens", None)
+        by_token = session.token_auth_in(token)
+        if credentials is not None and not by_token:
             credential = await credentials.lookup(user, session.mechanism)
+        if credential is None and tokens is not None and session.mechanism != PLAIN:
+            found = await tokens.scram_credential(user, session.mechanism)
+            if found is not None:
+                credential, owner = found[0], found[1].owner
     try:
         if session.mechanism == PLAIN:  # PBKDF2 of the password: keep it off the event loop
             reply = await trio.to_thread.run_sync(session.authenticate, token, credential)
         else:
-            reply = session.authenticate(token, credential)
+            reply = session.authenticate(token, credential, owner)
     except SaslAuthenticationFailedError:
         log.warning("SASL authentication failed", extra={
             "client": ctx.client_address, "user": user, "mechanism": session.mechanism})
@@ -59,7 +75,7 @@ async def authenticate_token(ctx: RequestContext, token: bytes) -> bytes:
     if session.authenticated:
         log.info("SASL authentication succeeded", extra={
             "client": ctx.client_address, "principal": session.principal,
-            "mechanism": session.mechanism})
+            "mechanism": session.mechanism, "token": session.token_authenticated})
     return reply
 
 

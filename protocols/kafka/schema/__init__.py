@@ -22,6 +22,7 @@ from . import (
     client_quotas,
     configs,
     consumer_groups,
+    delegation_tokens,
     fetch,
     group_offsets,
     groups,
@@ -94,6 +95,10 @@ _ALL: tuple[ApiSchema, ...] = (
     client_quotas.ALTER_CLIENT_QUOTAS,
     transactions_admin.DESCRIBE_TRANSACTIONS,
     transactions_admin.LIST_TRANSACTIONS,
+    delegation_tokens.CREATE_DELEGATION_TOKEN,
+    delegation_tokens.RENEW_DELEGATION_TOKEN,
+    delegation_tokens.EXPIRE_DELEGATION_TOKEN,
+    delegation_tokens.DESCRIBE_DELEGATION_TOKEN,
 )
 
 SCHEMAS: MappingProxyType[int, ApiSchema] = MappingProxyType(
