@@ -63,6 +63,7 @@ from protocols.kafka.errors import (
     KafkaStorageError,
     MessageTooLargeError,
     NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
@@ -103,8 +104,10 @@ class PartitionLogConfig:
     index_append_interval: int = 8
     replay_chunk_entries: int = 256
     compacted: bool = False  # cleanup.policy has "compact": records need keys
-    # How long a batch ahead of its producer's sequence waits for the earlier ones (see append)
-    sequence_gap_wait_s: float = 1.0
+    # How long a batch ahead of its producer's sequence waits for the earlier ones (see append):
+    # short, because a batch still ahead is refused retriably, and a client whose earlier batch
+    # was refused resends it only once this one is answered (librdkafka drains first)
+    sequence_gap_wait_s: float = 0.25
 
 
 def _now_ms() -> int:
@@ -283,6 +286,10 @@ class PartitionLog:
         log_append = timestamp_type_log_append or self.config.log_append_time
         if self._producers.awaits_earlier_batches(header):
             await self._wait_for_earlier_batches(header)
+            if self._producers.awaits_earlier_batches(header):
+                raise NotEnoughReplicasError(
+                    f"{self.name}: batch of producer {header.producer_id} starts at sequence "
+                    f"{header.base_sequence}, earlier batches have not arrived; not stored")
 
         # From here to the ledger append: no checkpoint (offset order == entry order).
         duplicate = self._producers.check(header)
@@ -313,11 +320,17 @@ class PartitionLog:
         fatal.  If a later batch were judged before an earlier one that is already in this
         broker (two requests racing to the partition), the client would see the earlier one
         acknowledged and then the later one refused: a fatal error for a batch that was in
-        order all along.  Waiting costs nothing in order; a real gap (the earlier batch was
-        refused) is still answered OUT_OF_ORDER, only later.  Batches pipelined on one
-        connection are judged in arrival order and never wait here
-        (tests/kafka_server/test_idempotent_pipelining.py).  A guard: no path that reorders
-        them has been found."""
+        order all along.  Batches pipelined on one connection are judged in arrival order
+        (tests/kafka_server/test_idempotent_pipelining.py), but they do wait here when an
+        earlier one was refused before it was stored (a partition hand-off: the new owner not
+        ready yet) and will be sent again.  A batch still ahead after the wait is refused
+        with NOT_ENOUGH_REPLICAS (retriable, not stored), never OUT_OF_ORDER_SEQUENCE_NUMBER:
+        librdkafka answers that one by bumping its producer epoch and sending everything
+        unacknowledged again under new sequences, so a batch that was stored but answered
+        with an error (the old owner's ownership ended during its append) would be stored
+        twice (tests/kafka_server/test_idempotent_retry_gap.py).  A client that dropped the
+        earlier batch for good renumbers the later ones itself (librdkafka bumps the epoch
+        on the permanent failure, the Java producer adjusts its in-flight sequences)."""
         self._sequence_waiters += 1
         try:
             with trio.move_on_after(self.config.sequence_gap_wait_s):
