@@ -90,9 +90,23 @@ class GeoCluster(Cluster):
 
     def all_led(self) -> bool:
         """Every partition of the topic has a live leader (its bundle is owned)."""
-        leaders = self.leaders()
+        return self.complete(self.leaders())
+
+    def complete(self, leaders: dict[int, int]) -> bool:
         alive = {node for node, broker in self.brokers.items() if broker.alive}
         return len(leaders) == PARTITIONS and set(leaders.values()) <= alive
+
+    def settled_leaders(self) -> dict[int, int]:
+        """The leader of every partition, once one answer names a live leader for each. Asked
+        again, a broker that has not yet seen the topic's creation may answer with nothing."""
+        seen: dict[int, int] = {}
+
+        def settled() -> bool:
+            seen.clear()
+            seen.update(self.leaders())
+            return self.complete(seen)
+        wait_for(settled, "every partition of the topic to have a leader")
+        return dict(seen)
 
     def replicating(self, node_id: int) -> set[int]:
         try:
@@ -163,8 +177,7 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
     east.admin("PUT", path("topics", TOPIC), {"partitions": PARTITIONS, "configs": {},
                                               "namespace": None})
     phase("topic created")
-    wait_for(east.all_led, "every partition of the topic to have a leader in east")
-    victim = Counter(east.leaders().values()).most_common(1)[0][0]
+    victim = Counter(east.settled_leaders().values()).most_common(1)[0][0]
     survivor = next(i for i in east.brokers if i != victim)
     # west knows both east brokers, the victim first: it passes over it once it is gone
     east.admin("PUT", path("clusters", "west"), {"kafka": west.bootstrap})
@@ -219,8 +232,7 @@ def test_failover_of_the_replicating_broker_loses_and_duplicates_nothing(
         after.stop()
     assert not after.errors, after.errors[:3]
     phase("produced after")
-    wait_for(east.all_led, "every partition of the topic to have a leader in east")
-    leaders = east.leaders()
+    leaders = east.settled_leaders()
     wait_for(lambda: all(east.drained(node, {p for p, n in leaders.items() if n == node})
                          for node in east.brokers), "east to drain again", timeout_s=120)
     from_east, from_west = read_all(east, TOPIC, PARTITIONS), read_all(west, TOPIC, PARTITIONS)
