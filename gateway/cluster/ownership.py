@@ -143,6 +143,7 @@ class OwnershipService:
         self._owners: dict[int, int] = {}  # bundle -> owner node id (last read)
         self._owned: set[int] = set()  # bundles whose node this session holds
         self._ready: set[int] = set()  # owned bundles whose acquire hook finished
+        self._ready_changed = trio.Event()  # set (and replaced) when a bundle is ready or lost
         self._releasing: set[int] = set()
         self._lease_until = -1.0
         self._session_epoch = 0
@@ -221,6 +222,20 @@ class OwnershipService:
         """This broker holds the bundle's node (also while its acquisition hooks run, before it
         serves requests): what a hook checks after waiting, to not load a bundle it lost."""
         return bundle in self._owned and bundle not in self._releasing
+
+    async def until_ready(self, bundle: int, timeout_s: float) -> bool:
+        """Wait while this broker holds `bundle` but still loads it (its acquire hooks fence
+        and recover the earlier owner's ledgers); True once it serves the bundle.  A request
+        that reaches the new owner in that window waits here instead of failing: clients
+        retry a refusal only a few times, and a load after a kill -9 can outlast them."""
+        with trio.move_on_after(timeout_s):
+            while self.holds_bundle(bundle) and not self._bundle_is_local(bundle):
+                await self._ready_changed.wait()
+        return self._bundle_is_local(bundle)
+
+    def _wake_ready_waiters(self) -> None:
+        old, self._ready_changed = self._ready_changed, trio.Event()
+        old.set()
 
     def owned_bundles(self) -> set[int]:
         return set(self._ready - self._releasing)
@@ -324,6 +339,7 @@ class OwnershipService:
         lost = sorted(self._owned)
         self._ready.clear()
         self._owned.clear()
+        self._wake_ready_waiters()
         log.warning("ZooKeeper session lost: stepping down", extra={"bundles": lost})
         for bundle in lost:
             await self._run_hook(self._on_releasing, bundle)
@@ -374,6 +390,7 @@ class OwnershipService:
                 if owner != me:  # our node vanished (session trouble): not ours any more
                     self._owned.discard(bundle)
                     self._ready.discard(bundle)
+                    self._wake_ready_waiters()
                     await self._run_hook(self._on_releasing, bundle)
                 elif target is not None and target != me and target in self._live:
                     if me in self._draining or self._handback_delay_s <= 0:
@@ -424,6 +441,7 @@ class OwnershipService:
         await self._run_hook(self._on_acquired, bundle)
         if bundle in self._owned:
             self._ready.add(bundle)
+        self._wake_ready_waiters()
 
     async def _release(self, bundle: int) -> None:
         self._releasing.add(bundle)
@@ -445,6 +463,7 @@ class OwnershipService:
             self._ready.discard(bundle)
             self._releasing.discard(bundle)
             self._owners.pop(bundle, None)
+            self._wake_ready_waiters()
 
     async def _run_hook(self, hook: BundleHook | None, bundle: int) -> None:
         if hook is None:

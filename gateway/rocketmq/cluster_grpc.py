@@ -19,7 +19,9 @@ is forwarded to the owner (gateway/rocketmq/grpc_forwarding.py), which serves it
 bundle's durable state: a receipt handed out by the earlier owner is still good there.  With no
 other owner known (its owner died and the bundle is not placed yet) it is answered
 INTERNAL_SERVER_ERROR "not served here": the 5.x producer retries the send on its next queue,
-consumers try again, and the next route refresh sends them to the owner.
+consumers try again, and the next route refresh sends them to the owner.  A call that reaches
+the bundle's new owner while it still loads the bundle (fencing and recovering the earlier
+owner's ledgers) waits for the load, up to LOADING_WAIT_S, rather than being refused.
 
 This module must never serve a queue of a bundle this broker does not own, nor answer a send
 before the bundle broker made it durable.
@@ -62,6 +64,9 @@ from protocols.rocketmq.topic_names import to_storage
 log = logging.getLogger("ledgerwire.rocketmq.grpc")
 
 REGISTRATION_KEY = "rocketmq_grpc"
+# how long a call on a bundle this broker holds but still loads waits for it (well inside a
+# 5.x client's request timeout, 3 s by default for sends, and longer than most loads)
+LOADING_WAIT_S = 2.5
 _WILDCARD = ("", "0.0.0.0", "::")
 T = TypeVar("T")
 
@@ -117,10 +122,17 @@ class ClusterGrpcBackend(GrpcBackend):
 
     async def _call(self, caller: Caller | None, fn: Callable[..., Awaitable[T]], *args: Any,
                     bundle: int | None = None) -> T:
+        bundle = self.bundle if bundle is None else bundle
         try:
             return await fn(*args)
         except (BundleNotServedError, NotOwnedError) as exc:
-            self._forward_or_fail(caller, exc, self.bundle if bundle is None else bundle)
+            # held here but still loading (a failover's fencing and recovery): wait for it
+            if not await self._grpc.side.ownership.until_ready(bundle, LOADING_WAIT_S):
+                self._forward_or_fail(caller, exc, bundle)
+        try:
+            return await fn(*args)
+        except (BundleNotServedError, NotOwnedError) as exc:
+            self._forward_or_fail(caller, exc, bundle)
 
     async def send(self, caller: Caller, messages: list[OutgoingMessage]) -> list[SendResult]:
         return await self._call(caller, super().send, caller, messages)

@@ -60,6 +60,8 @@ class Broker:
         self.service: OwnershipService | None = None
         self.scope = trio.CancelScope()
         self.store: Any = None
+        self.loaded = trio.Event()  # set: acquire hooks return (a gate a test may hold shut)
+        self.loaded.set()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.store = await open_store(f"memory:{self.name}")
@@ -67,6 +69,7 @@ class Broker:
 
         async def acquired(bundle: int) -> None:
             self.acquired.append(bundle)
+            await self.loaded.wait()
 
         async def released(bundle: int) -> None:
             self.released.append(bundle)
@@ -90,6 +93,37 @@ async def wait_owners(store: Any, want: set[int], timeout_s: float = 10.0) -> di
             if len(owners) == LAYOUT.bundles and set(owners.values()) == want:
                 return owners
             await trio.sleep(0.05)
+
+
+async def test_a_request_waits_while_its_bundle_loads() -> None:
+    name = f"own-{next(_names)}"
+    admin = await open_store(f"memory:{name}")
+    one = Broker(1, name)
+    one.loaded = trio.Event()  # every bundle's load hangs until the test opens the gate
+    answers: list[bool] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one.run)  # not start(): it reports started after the first loads
+        await wait_owners(admin, {1})
+        service = one.service
+        assert service is not None
+        assert service.holds_bundle(3) and not service.bundle_is_local(3)
+        assert not await service.until_ready(3, 0.05)  # still loading: refused after the wait
+
+        answered = trio.Event()
+
+        async def ask() -> None:
+            answers.append(await service.until_ready(3, 30))
+            answered.set()
+        nursery.start_soon(ask)
+        await trio.sleep(0.1)
+        assert answers == []  # waiting, not refused
+        one.loaded.set()
+        with trio.fail_after(10):
+            await answered.wait()
+        assert answers == [True] and service.bundle_is_local(3)
+        assert await service.until_ready(3, 0)  # ready: no wait
+        one.scope.cancel()
+    await admin.close()
 
 
 @pytest.mark.slow
