@@ -331,8 +331,8 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
                 recorded.append((ledger_id, key, encoded.data.size))
             if recorded:
                 taken = {key for _, key, _ in recorded}
-                uploads = [k for k in ml._offload_pending if k not in taken]
-                await ml._write_metadata(records, offload_pending=uploads)
+                still_pending = [k for k in ml._offload_pending if k not in taken]
+                await ml._write_metadata(records, offload_pending=still_pending)
                 ml._records[:] = records
     except BaseException:  # nothing of the group was recorded
         await _drop_uploads(ml, offloader, keys)
