@@ -10,7 +10,8 @@ bookie secret and/or an SSL context each new connection first runs the TLS and A
 (bookie_connect.py); a bookie that refuses them fails the requests with BookieUnavailableError.
 Past TLS, `submit` never writes to the socket itself.
 When the connection breaks, every request in flight fails with BookieUnavailableError and the next
-request reconnects.
+request reconnects; a connection without credentials that a bookie answered UNAUTHORIZED (it
+refuses unauthenticated clients and closes) fails the rest of its requests with that refusal.
 
 In-process bookies (LocalBookieConnection) get the request objects without the wire, and plain
 range reads in one storage call (`read_entries`), falling back to single requests on any doubt.
@@ -50,7 +51,12 @@ from ledger_backend.bookie.protocol import (
     encode,
 )
 from ledger_backend.client.bookie_connect import open_bookie_stream
-from ledger_backend.client.errors import BKTimeoutError, BookieUnavailableError, LedgerError
+from ledger_backend.client.errors import (
+    BKTimeoutError,
+    BookieRequestError,
+    BookieUnavailableError,
+    LedgerError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +141,8 @@ class BookieConnection:
         self._cancel_scope: trio.CancelScope | None = None
         self._fd = -1  # the connected socket's descriptor while `submit` may write to it
         self._sending = False  # the writer task holds frames not yet fully sent
+        # an unauthenticated connection's refusal: what its other requests fail with
+        self._refusal: LedgerError | None = None
         # batch reads (client/batch_reads.py): False once this bookie is known not to serve them
         self.batch_reads = True
         self.batch_answers = 0
@@ -212,6 +220,7 @@ class BookieConnection:
             except BookieUnavailableError as exc:
                 self._fail_all(exc)
                 return
+            self._refusal = None
             # each task handles its own I/O errors (a nursery would wrap them in a group)
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_loop, stream, nursery.cancel_scope)
@@ -220,7 +229,11 @@ class BookieConnection:
                 finally:
                     self._fd = -1  # before the socket closes: its number may be reused
                 nursery.cancel_scope.cancel()
-            self._fail_all(BookieUnavailableError(f"connection to {self.address} was lost"))
+            # Requests pipelined behind a refused one are not read by the bookie, which closes
+            # after its refusal: they were refused too, not lost to a fault (a reader would try
+            # elsewhere or report a broken connection instead of the missing credentials).
+            self._fail_all(self._refusal or BookieUnavailableError(
+                f"connection to {self.address} was lost"))
 
     async def _write_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         try:
@@ -269,6 +282,12 @@ class BookieConnection:
                     return  # the bookie closed the connection
                 for response in decoder.feed(data):
                     in_flight = self._in_flight.pop(response.request_id, None)
+                    if (self._secret is None
+                            and getattr(response, "status", None) is Status.UNAUTHORIZED):
+                        self._refusal = BookieRequestError(
+                            f"bookie {self.address} answered UNAUTHORIZED to a connection "
+                            "without a bookie secret or read ticket, and closes it",
+                            int(Status.UNAUTHORIZED))  # fmt: skip
                     if in_flight is not None:  # else it already timed out
                         _deliver(in_flight.callback, cast(Response, response))  # responses only
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,

@@ -119,6 +119,34 @@ async def test_unauthenticated_requests_are_refused_and_change_nothing(
     assert storage.last_entry_id(7) == 0
 
 
+async def test_requests_pipelined_behind_a_refused_one_fail_as_refused(
+    secured: tuple[MemoryBookieStorage, BookieAddress], nursery: trio.Nursery,
+) -> None:
+    """A client without the secret that sends several requests at once: the bookie answers the
+    first UNAUTHORIZED and closes without reading the rest; those fail with the refusal too,
+    not as a lost connection (which readers take for a fault and try elsewhere)."""
+    from ledger_backend.client.bookie_client import BookieConnection
+
+    _, address = secured
+    connection = BookieConnection(f"{address.host}:{address.port}", nursery, timeout_s=10)
+    outcomes: list[object] = []
+    done = trio.Event()
+
+    def collect(outcome: object) -> None:
+        outcomes.append(outcome)
+        if len(outcomes) == 4:
+            done.set()
+
+    for entry in range(4):  # queued in one go: sent together, before any answer
+        connection.submit(lambda rid, e=entry: ReadEntryRequest(rid, 7, e), collect)
+    with trio.fail_after(10):
+        await done.wait()
+    await connection.close()
+    answered, *behind = outcomes  # the first is answered; the rest fail with its refusal
+    assert getattr(answered, "status", None) is Status.UNAUTHORIZED, answered
+    assert all(isinstance(o, LedgerError) and "UNAUTHORIZED" in str(o) for o in behind), behind
+
+
 async def test_a_wrong_secret_is_refused_and_the_right_one_works(
     secured: tuple[MemoryBookieStorage, BookieAddress],
 ) -> None:

@@ -157,4 +157,5 @@ def test_without_the_bookie_secret_nothing_is_read(live: LiveLog) -> None:
         partition_layout(anonymous, "live", 0)  # parallel reads fail as a group
     errors = (refused.value.exceptions if isinstance(refused.value, ExceptionGroup)
               else (refused.value,))  # fmt: skip
-    assert all(isinstance(e, LedgerError) and "UNAUTHORIZED" in str(e) for e in errors)
+    assert all(isinstance(e, LedgerError) and "UNAUTHORIZED" in str(e) for e in errors), \
+        [repr(e) for e in errors]
