@@ -281,6 +281,7 @@ class ReplicationConfig:
     cluster_name: str = "standalone"
     checkpoint_interval_s: float = 1.0  # a replicator's durable position and offset sync
     retry_backoff_s: float = 1.0  # after a remote cluster failed to answer
+    forward_min_bytes: int = 16384  # a stored batch this big is sent whole, records untouched
 
 
 @dataclass

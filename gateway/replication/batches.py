@@ -12,6 +12,16 @@ clusters that replicate to each other.  The outgoing batch keeps each record's k
 headers and timestamp (as CreateTime) and its order, under the replicator's own idempotent
 producer id and sequence (gateway/replication/record_rewrite.py frames it).
 
+A stored batch big enough to go alone is forwarded whole instead, its records' bytes as they
+are (gateway/replication/record_rewrite.py): then only its first record carries the mark, with
+a third header,
+
+    lw.origin.records  how many records the batch holds (4 bytes, big-endian)
+
+which says that the whole batch came from that cluster, its records at consecutive offsets
+there from `lw.origin.offset` on (the batch's offset deltas run 0..count-1).  A consumer that
+reads the batch from its first record knows every record's origin.
+
 This module must never touch a socket, a log or the metadata store.
 """
 
@@ -29,11 +39,70 @@ from protocols.kafka.record_batch import (
     decode_records,
     parse_control_record,
     parse_header,
+    read_bytes,
+    read_varint,
 )
 
 ORIGIN_HEADER = "lw.origin"
 ORIGIN_OFFSET_HEADER = "lw.origin.offset"
+ORIGIN_RECORDS_HEADER = "lw.origin.records"
 _OFFSET = struct.Struct(">q")
+_COUNT = struct.Struct(">i")
+_MARK = ORIGIN_HEADER.encode()
+_OFFSET_KEY = ORIGIN_OFFSET_HEADER.encode()
+_RECORDS_KEY = ORIGIN_RECORDS_HEADER.encode()
+
+
+class BatchOrigin(NamedTuple):
+    """The mark of a forwarded batch (on its first record): where the batch came from."""
+
+    cluster: str
+    first_offset: int  # the origin offset of the batch's first record
+    first_delta: int  # that record's offset delta in the batch
+    records: int
+
+
+def batch_origin(payload: bytes, count: int) -> BatchOrigin | None:
+    """The batch-level mark in an uncompressed records section of `count` records (its first
+    record only is read), or None.  A mark whose count is not the batch's is no mark."""
+    if count <= 0 or _RECORDS_KEY not in payload:
+        return None
+    length, pos = read_varint(payload, 0)
+    end = pos + length
+    _, pos = read_varint(payload, pos + 1)  # attributes, then the timestamp delta
+    delta, pos = read_varint(payload, pos)
+    _, pos = read_bytes(payload, pos)  # key
+    _, pos = read_bytes(payload, pos)  # value
+    headers, pos = read_varint(payload, pos)
+    cluster = offset = records = None
+    for _ in range(headers):
+        key, pos = read_bytes(payload, pos)
+        value, pos = read_bytes(payload, pos)
+        if value is None:
+            continue
+        if key == _MARK:
+            cluster = value.decode("utf-8", "replace")
+        elif key == _OFFSET_KEY and len(value) == 8:
+            offset = _OFFSET.unpack(value)[0]
+        elif key == _RECORDS_KEY and len(value) == 4:
+            records = _COUNT.unpack(value)[0]
+    if pos > end or cluster is None or offset is None or records != count:
+        return None
+    return BatchOrigin(cluster, offset, delta, records)
+
+
+def record_origins(batch: bytes) -> list[tuple[str, int] | None]:
+    """(cluster, offset there) of each record of one stored batch, whichever way it was marked
+    (each record, or the batch on its first record); None for a record written here."""
+    records = decode_records(batch)
+    if not records:
+        return []
+    first = origin_of(records[0])
+    whole = dict(records[0].headers).get(ORIGIN_RECORDS_HEADER)
+    if first is not None and whole is not None and _COUNT.unpack(whole)[0] == len(records):
+        base = records[0].offset
+        return [(first[0], first[1] + r.offset - base) for r in records]
+    return [origin_of(r) for r in records]
 
 
 def origin_of(record: Record) -> tuple[str, int] | None:
@@ -122,7 +191,16 @@ def last_origin_record(records_blob: bytes, cluster: str) -> OriginRecord | None
     for data in whole_batches(records_blob):
         header = parse_header(data)
         if header.is_control or (header.compression == codecs.NONE and mark not in data):
-            continue  # cheap: the replicator sends uncompressed batches with this in each
+            continue  # cheap: the replicator sends uncompressed batches with this in them
+        if header.compression == codecs.NONE:
+            whole = batch_origin(bytes(data[61:header.size]), header.records_count)
+            if whole is not None:  # a forwarded batch: its last record, from the header
+                if whole.cluster == cluster:
+                    found = OriginRecord(
+                        header.last_offset,
+                        whole.first_offset + header.last_offset_delta - whole.first_delta,
+                        header.producer_id, header.producer_epoch, header.last_sequence)
+                continue
         for record in decode_records(data):
             origin = origin_of(record)
             if origin is not None and origin[0] == cluster:

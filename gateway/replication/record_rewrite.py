@@ -1,6 +1,16 @@
-"""Re-framing stored records for the remote, at byte level: the replicator's hot path.
+"""Stored batches made ready for the remote, at byte level: the replicator's hot path.
 
-Records of several stored batches go into one outgoing batch under the replicator's producer id
+A stored batch that can go alone (uncompressed after decompression, CreateTime, offset deltas
+0..count-1, all at or after the read position, at least `forward_min_bytes` and not near the
+send limit, no origin mark in it) is forwarded whole: its records section is sent as it is,
+except that its first record gains the batch-level origin mark (`lw.origin`,
+`lw.origin.offset` and `lw.origin.records`, gateway/replication/batches.py), and `frame` gives
+it a new header (producer id, epoch, sequence, CRC).  No Python runs per record on that path:
+a record copy of the first record and two copies of the bytes.  A batch marked that way that
+arrives here (the other cluster forwarded it) is noted as inbound from its first record alone.
+
+Smaller batches and the others are re-framed record by record, several into one batch:
+records of several stored batches go into one outgoing batch under the replicator's producer id
 and sequence.  Each record is copied as bytes: its attributes, key, value and headers are kept
 verbatim; only its timestamp and offset deltas are rewritten (the new batch has its own base),
 its header count grows by two and the origin headers (`lw.origin`, `lw.origin.offset`,
@@ -16,7 +26,12 @@ from __future__ import annotations
 
 import struct
 
-from gateway.replication.batches import ORIGIN_HEADER, ORIGIN_OFFSET_HEADER
+from gateway.replication.batches import (
+    ORIGIN_HEADER,
+    ORIGIN_OFFSET_HEADER,
+    ORIGIN_RECORDS_HEADER,
+    batch_origin,
+)
 from protocols.kafka import compression as codecs
 from protocols.kafka.errors import CorruptMessageError
 from protocols.kafka.record_batch import (  # the record format's own varints
@@ -32,6 +47,9 @@ from protocols.kafka.record_batch import (  # the record format's own varints
 
 _CRC = struct.Struct(">I")
 _OFFSET = struct.Struct(">q")
+_COUNT = struct.Struct(">i")
+FORWARD_MIN_BYTES = 16 << 10  # a stored batch this big goes alone, its records untouched
+_FORWARD_MARGIN = 256  # room under the send limit for the mark (a cluster name is <= 64 bytes)
 _MARK = ORIGIN_HEADER.encode()
 
 
@@ -70,12 +88,18 @@ class OutgoingBatches:
     """Collects records into outgoing batches whose records take at most `max_bytes` (a lone
     record larger than that makes a batch of its own)."""
 
-    def __init__(self, cluster: str, max_bytes: int) -> None:
+    def __init__(self, cluster: str, max_bytes: int, *,
+                 forward_min_bytes: int | None = None) -> None:
         name = cluster.encode()
         self._origin = (_varint(len(_MARK)) + _MARK + _varint(len(name)) + name
                         + _varint(len(ORIGIN_OFFSET_HEADER)) + ORIGIN_OFFSET_HEADER.encode()
                         + _varint(8))
+        self._records_key = (_varint(len(ORIGIN_RECORDS_HEADER))
+                             + ORIGIN_RECORDS_HEADER.encode() + _varint(4))
         self.max_bytes = max_bytes
+        self.forward_min_bytes = FORWARD_MIN_BYTES if forward_min_bytes is None \
+            else forward_min_bytes
+        self.forwarded = 0  # batches forwarded whole (the rest were re-framed)
         # (payload, record count, base timestamp, max timestamp, last source offset)
         self.groups: list[tuple[bytearray, int, int, int, int]] = []
         self._payload = bytearray()
@@ -91,6 +115,23 @@ class OutgoingBatches:
         body = memoryview(batch)[HEADER_SIZE:header.size]
         payload = bytes(codecs.decompress(header.compression, body)) if header.compression \
             else bytes(body)
+        whole = batch_origin(payload, header.records_count)
+        if whole is not None:  # another cluster forwarded this batch here
+            if header.last_offset >= start:
+                self.inbound.append((header.last_offset, whole.cluster, whole.first_offset
+                                     + header.last_offset_delta - whole.first_delta))
+            return
+        if (header.base_offset >= start and header.timestamp_type == 0
+                and header.last_offset_delta == header.records_count - 1
+                and self.forward_min_bytes <= len(payload) <= self.max_bytes - _FORWARD_MARGIN
+                and _MARK not in payload):
+            self._close_group()
+            self.groups.append((self._forwarded(payload, header.base_offset,
+                                                header.records_count), header.records_count,
+                                header.base_timestamp, header.max_timestamp,
+                                header.last_offset))
+            self.forwarded += 1
+            return
         if self._all_inbound(payload, header.records_count, header.last_offset, start):
             return
         log_append = header.timestamp_type == 1
@@ -121,6 +162,25 @@ class OutgoingBatches:
             ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
             self._append(attributes, ts, payload[kv_start:kv_end], header_count, headers,
                          offset)
+
+    def _forwarded(self, payload: bytes, base_offset: int, count: int) -> bytearray:
+        """The records section with the batch-level mark added to its first record."""
+        length, pos = read_varint(payload, 0)
+        end = pos + length
+        _, p = read_varint(payload, pos + 1)  # attributes, then the timestamp delta
+        delta, p = read_varint(payload, p)
+        _, p = read_bytes(payload, p)
+        _, p = read_bytes(payload, p)
+        header_count, headers_at = read_varint(payload, p)
+        if end > len(payload) or headers_at > end:
+            raise CorruptMessageError("record runs past the batch")
+        record = b"".join((payload[pos:p], _varint(header_count + 3), payload[headers_at:end],
+                           self._origin, _OFFSET.pack(base_offset + delta), self._records_key,
+                           _COUNT.pack(count)))
+        out = bytearray(_varint(len(record)))
+        out += record
+        out += memoryview(payload)[end:]
+        return out
 
     def _all_inbound(self, payload: bytes, count: int, last_offset: int, start: int) -> bool:
         """A batch that another cluster's replicator wrote (an `lw.origin` header in each of its

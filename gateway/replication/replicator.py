@@ -128,7 +128,8 @@ class PartitionReplicator:
 
     def __init__(self, topics: Any, remote: RemoteKafka, checkpoints: CheckpointStore,
                  local_cluster: str, topic: str, partition: int, *,
-                 checkpoint_interval_s: float = 1.0, retry_backoff_s: float = 1.0) -> None:
+                 checkpoint_interval_s: float = 1.0, retry_backoff_s: float = 1.0,
+                 forward_min_bytes: int | None = None) -> None:
         self.topics = topics
         self.remote = remote
         self.checkpoints = checkpoints
@@ -137,6 +138,7 @@ class PartitionReplicator:
         self.partition = partition
         self.checkpoint_interval_s = checkpoint_interval_s
         self.retry_backoff_s = retry_backoff_s
+        self.forward_min_bytes = forward_min_bytes  # None: record_rewrite's default
         self.status = ReplicatorStatus(remote.cluster.name, topic, partition)
         self.checkpoint = Checkpoint()
         self._out_of_order = 0  # sessions running that ended in an out-of-order answer
@@ -253,7 +255,8 @@ class PartitionReplicator:
                 await local.wait_for_data(stable, self.checkpoint_interval_s,
                                           committed=True)
                 continue
-            out = OutgoingBatches(self.local_cluster, SEND_BATCH_BYTES)
+            out = OutgoingBatches(self.local_cluster, SEND_BATCH_BYTES,
+                                  forward_min_bytes=self.forward_min_bytes)
             for data in kept:
                 out.add(data, source_next)
             groups = out.finish()

@@ -202,7 +202,8 @@ class ReplicationService:
             self.topics, remote, CheckpointStore(self.store, name, topic, partition),
             self.cluster_name, topic, partition,
             checkpoint_interval_s=self.config.checkpoint_interval_s,
-            retry_backoff_s=self.config.retry_backoff_s)
+            retry_backoff_s=self.config.retry_backoff_s,
+            forward_min_bytes=self.config.forward_min_bytes)
 
     def _start(self, nursery: trio.Nursery, key: Key, remote: RemoteKafka) -> None:
         name, topic, partition = key

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,11 +40,12 @@ class Message:
         return tuple(h for h in self.headers if not h[0].startswith("lw.origin"))
 
 
-def _start(base: Path, name: str) -> Standalone:
+def _start(base: Path, name: str, extra_args: tuple[str, ...] = ()) -> Standalone:
     """A fresh standalone; new ports when another process took one between choosing and
     binding (the machine is shared)."""
     for attempt in range(3):
-        server = Standalone(base / f"{name}{attempt or ''}", extra_args=["--cluster-name", name])
+        server = Standalone(base / f"{name}{attempt or ''}",
+                            extra_args=["--cluster-name", name, *extra_args])
         try:
             server.start()
             return server
@@ -54,10 +55,18 @@ def _start(base: Path, name: str) -> Standalone:
     raise AssertionError("unreachable")
 
 
-def start_pair(base: Path) -> tuple[Standalone, Standalone]:
-    east = _start(base, "east")
+def start_pair(base: Path, *, forward_min_bytes: int | None = None
+               ) -> tuple[Standalone, Standalone]:
+    """East and west replicating geo/ns both ways (`forward_min_bytes`: both sides' setting,
+    e.g. 0 to forward every stored batch whole that can go alone)."""
+    extra: tuple[str, ...] = ()
+    if forward_min_bytes is not None:
+        config = base / "replication.toml"
+        config.write_text(f"[replication]\nforward_min_bytes = {forward_min_bytes}\n")
+        extra = ("--config", str(config))
+    east = _start(base, "east", extra)
     try:
-        west = _start(base, "west")
+        west = _start(base, "west", extra)
     except BaseException:
         east.stop()
         raise
@@ -122,9 +131,31 @@ def read_all(server: Bootstrapped, topic: str = TOPIC, partitions: int = PARTITI
                 if tp.offset >= ends[tp.partition]:
                     done.add(tp.partition)
         assert len(done) == partitions, f"read stopped short: {ends}"
-        return got
+        return with_batch_origins(got)
     finally:
         consumer.close()
+
+
+def with_batch_origins(messages: list[Message]) -> list[Message]:
+    """Each record of a batch forwarded whole gets the origin headers its first record carries
+    for the batch (`lw.origin`, `lw.origin.offset` + its place, gateway/replication/batches.py),
+    so that tests see every record's origin, as a consumer reading the batch from its start
+    can tell."""
+    out: dict[tuple[int, int], Message] = {}
+    batch: dict[int, tuple[int, int, bytes, int]] = {}  # partition -> (first, end, origin, o)
+    for m in sorted(messages, key=lambda m: (m.partition, m.offset)):
+        headers = dict(m.headers)
+        if "lw.origin.records" in headers:
+            batch[m.partition] = (m.offset, m.offset + int.from_bytes(
+                headers["lw.origin.records"], "big"), headers["lw.origin"], int.from_bytes(
+                headers["lw.origin.offset"], "big"))
+        elif m.partition in batch and batch[m.partition][0] < m.offset < batch[m.partition][1]:
+            first, _, origin, at = batch[m.partition]
+            m = replace(m, headers=(*m.headers, ("lw.origin", origin),
+                                    ("lw.origin.offset", (at + m.offset - first).to_bytes(
+                                        8, "big"))))
+        out[(m.partition, m.offset)] = m
+    return [out[(m.partition, m.offset)] for m in messages]  # in the order read
 
 
 def status(server: Standalone) -> list[dict[str, Any]]:

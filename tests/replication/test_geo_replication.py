@@ -92,7 +92,9 @@ def test_both_ways_once_in_order_no_loops_and_a_group_moves(tmp_path: Path) -> N
 
 
 def test_kill9_of_a_replicating_standalone_and_a_remote_outage(tmp_path: Path) -> None:
-    east, west = start_pair(tmp_path)
+    """With every stored batch forwarded whole (the threshold at 0: these batches are small), so
+    that the kill lands among forwarded batches in flight."""
+    east, west = start_pair(tmp_path, forward_min_bytes=0)
     try:
         produce(east, "warm", 100)
         stop = threading.Event()
@@ -132,6 +134,7 @@ def test_kill9_of_a_replicating_standalone_and_a_remote_outage(tmp_path: Path) -
         in_east, in_west = read_all(east), read_all(west)
         assert set(acked) <= {m.value for m in in_east}  # the acknowledged ones survived here
         assert_replicated(in_east, in_west, "east")  # ... and crossed once each, in order
+        assert any("lw.origin.records" in dict(m.headers) for m in in_west)  # forwarded whole
 
         # the remote goes away; the backlog grows and drains when it is back
         west.stop()

@@ -1,5 +1,6 @@
 """The replicator's produce pipeline against a remote whose answers the test hands out one by
-one: up to five batches in flight, the durable position never past an unanswered batch, and a
+one: up to five batches in flight (re-framed ones and, with a low threshold, stored batches
+forwarded whole), the durable position never past an unanswered batch, and a
 failure in the middle of the pipeline (a batch the remote stored and still answered with an
 error among them) ends with every record in the remote exactly once, in order; a session
 that starts from a settled checkpoint does not scan the remote.
@@ -15,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
-from gateway.replication.batches import origin_of
+import gateway.replication.record_rewrite as record_rewrite
+from gateway.replication.batches import record_origins
 from gateway.replication.checkpoints import CheckpointStore, read_checkpoint
 from gateway.replication.clusters import RemoteCluster
 from gateway.replication.remote import MAX_IN_FLIGHT, RemoteError
@@ -147,8 +150,7 @@ class Remote:
     def origin_offsets(self) -> list[int]:
         out = []
         for batch in self.log:
-            for record in decode_records(batch):
-                origin = origin_of(record)
+            for origin in record_origins(batch):
                 assert origin is not None and origin[0] == "east"
                 out.append(origin[1])
         return out
@@ -170,8 +172,17 @@ async def _equals(value: Any, expected: int) -> bool:
     return bool(await value == expected)
 
 
+@pytest.fixture(params=["re-framed", "forwarded"])
+def forwarding(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a stored batch leaves: re-framed with others, or forwarded whole (a 10-record
+    batch here is far below the threshold: lower it)."""
+    if request.param == "forwarded":
+        monkeypatch.setattr(record_rewrite, "FORWARD_MIN_BYTES", 0)
+    return str(request.param)
+
+
 async def test_five_in_flight_position_only_past_answers_and_a_broken_pipeline_heals(
-        tmp_path: Path) -> None:
+        tmp_path: Path, forwarding: str) -> None:
     store = await open_store(f"embedded:{tmp_path}")
     remote = Remote()
     topics = LocalTopics()
@@ -209,6 +220,9 @@ async def test_five_in_flight_position_only_past_answers_and_a_broken_pipeline_h
             await _until(lambda: replicator.status.source_next == RECORDS
                          and replicator.status.state == "idle", "the rest sent")
             assert remote.origin_offsets() == list(range(RECORDS))  # once each, in order
+            whole = [any(k == "lw.origin.records" for k, _ in decode_records(b)[0].headers)
+                     for b in remote.log]
+            assert all(whole) if forwarding == "forwarded" else not any(whole)
             await _until(lambda: _equals(position(), RECORDS), "the last checkpoint")
             assert max(p.most_in_flight for p in remote.pipelines) == MAX_IN_FLIGHT
             await _until(settled, "a settled checkpoint")
