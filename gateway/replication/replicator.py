@@ -15,7 +15,8 @@ The exactly-once argument, in the order things happen:
    but before the checkpoint was written duplicates nothing, and a crash before the remote
    acknowledged loses nothing (the data is read again).  A checkpoint stored `settled` (written
    while the sender was held back with nothing in flight, unsettled before the next send) has
-   nothing in doubt: then this scan is skipped.
+   nothing in doubt: then this scan is skipped, as it is when the checkpoint has no producer
+   id yet (one is stored before anything is sent with it).
 3. It reads committed data from source_next (below the last stable offset, aborted transactions
    and control batches dropped, records that came from another cluster kept out) and sends it
    in order on one connection, up to `MAX_IN_FLIGHT` batches unanswered (remote.py's produce
@@ -51,7 +52,13 @@ import trio
 from gateway.replication.batches import committed_batches, last_origin_record, whole_batches
 from gateway.replication.checkpoints import Checkpoint, CheckpointLost, CheckpointStore
 from gateway.replication.record_rewrite import OutgoingBatches, frame
-from gateway.replication.remote import MAX_IN_FLIGHT, ProducePipeline, RemoteError, RemoteKafka
+from gateway.replication.remote import (
+    LATEST,
+    MAX_IN_FLIGHT,
+    ProducePipeline,
+    RemoteError,
+    RemoteKafka,
+)
 from protocols.kafka.errors import ErrorCode, KafkaProtocolError
 from protocols.kafka.record_batch import MAX_SEQUENCE, parse_header
 
@@ -61,6 +68,7 @@ READ_BYTES = 4 << 20
 SEND_BATCH_BYTES = 1000 * 1000  # under Kafka's default max.message.bytes (1048588) with headers
 SCAN_BYTES = 4 << 20
 FRAMED_AHEAD = 2  # framed batches waiting for a place in the pipeline
+FIRST_RETRY_S = 0.05  # the first retry after a session that sent something; doubling from there
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,9 @@ class PartitionReplicator:
 
     async def run(self) -> None:
         failures = 0
+        backoff = FIRST_RETRY_S
         while True:
+            sent = self.status.sent_total
             try:
                 try:
                     await self._session()
@@ -167,7 +177,10 @@ class PartitionReplicator:
                                 self.partition, self.remote.cluster.name, exc)
             self.refresh_backlog()
             self._update_lag()
-            await trio.sleep(self.retry_backoff_s)
+            # a remote that just came back is tried again soon; one that stays away, every
+            # retry_backoff_s
+            backoff = FIRST_RETRY_S if self.status.sent_total > sent else backoff * 2
+            await trio.sleep(min(self.retry_backoff_s, backoff))
 
     def refresh_backlog(self) -> None:
         """While the remote is away (or replication is paused) nothing is sent: count the
@@ -194,10 +207,14 @@ class PartitionReplicator:
                               f"here, and adding partitions there did not take")
         checkpoint = self.checkpoint = await self.checkpoints.claim()
         sequence: int | None
-        if checkpoint.settled:  # nothing can be in doubt: no scan of the remote's tail
+        if checkpoint.settled or checkpoint.producer is None:
+            # nothing can be in doubt (a producer id is stored before its first send): no scan
+            # of the remote's tail, which after an outage is all the remote's writers wrote
             source_next, remote_next = checkpoint.source_next, checkpoint.remote_next
             sequence = checkpoint.sequence
             checkpoint.settled = False  # as the claim stored it
+            if remote_next < 0:  # nothing sent yet: what is sent lands after the remote's end
+                remote_next = await self.remote.list_offset(self.topic, self.partition, LATEST)
         else:
             source_next, remote_next, sequence = await self._reconcile(checkpoint)
         if checkpoint.producer is None or sequence is None or self._out_of_order >= 3:
