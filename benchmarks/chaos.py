@@ -16,6 +16,11 @@ faults take turns, so a short run covers each):
   kill-bookie     SIGKILL a random bookie, restart it (same data dir) after a random pause;
   restart-broker  SIGTERM a random broker (graceful), start it again.
 
+Every trial starts on a settled cluster: each bundle owned by the broker rendezvous hashing
+gives it (`wait_settled`), so a restarted broker's delayed hand-back (15 s after it returns)
+does not land in the next trial's measurement (in session 6 it did, in every bookie-kill
+trial, which follows a SIGSTOP trial: 7-9 bundles handed back during each).
+
 It keeps producing until as many messages again are acknowledged after the fault, reads the
 topic back and counts: acknowledged messages missing (lost), messages stored more than once
 (duplicated), deliveries that failed by error code, failed deliveries that were stored anyway
@@ -39,12 +44,21 @@ the official RocketMQ C++ client (rocketmq-client-python) sending synchronously 
 own through both name servers; its line and the summary add acked, lost, duplicated, failed by
 kind, failed-but-stored and resume (the longest any queue went without an acknowledged send).
 A lost RocketMQ message fails the run; a duplicate is reported only (RocketMQ 4.x sends are at
-least once: a send the client retried after a timeout may be stored twice).
+least once: the C++ client resends a send that failed or timed out to another queue under a new
+message id (UNIQ_KEY), so the broker cannot tell the resend from a new message; read back from
+the bookies, a session-6 duplicate was one value in queues 0, 1 and 2 with three ids).
 
-Not covered yet (issue 24 asks for it): the Java kafka-clients producer.
+With --java each trial also runs Apache Kafka's Java producer (kafka-clients 4.x with its
+defaults: idempotent, acks=all; tests/java/ChaosProduce.java) on a topic of its own at 100/s;
+its line adds acked, lost, duplicated, failed by exception, failed-but-stored and resume, and
+its lost or duplicated messages count against the run like confluent-kafka's.
+
+When a trial stored a value twice, the values and their partition:offset places are printed.
+--faults picks the faults that take turns (e.g. only restart-broker, to chase one case);
+--no-settle skips the wait for a settled cluster (the short test in the suite uses it).
 
 Usage: python benchmarks/chaos.py --trials 30 [--topology spare,no-spare] [--seed 1] [--base DIR]
-                                  [--rocketmq]
+                                  [--rocketmq] [--java] [--faults kill-bookie,...]
 Exit status 1 if anything was lost or duplicated, or a trial could not finish.
 """
 
@@ -67,7 +81,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from gateway.cluster.ownership import target_broker  # noqa: E402
 from tests.cluster.cluster_processes import Cluster  # noqa: E402
+from tests.cluster.java_workload import JavaProduceRun  # noqa: E402
 from tests.cluster.kafka_workload import (  # noqa: E402
     ProduceRun,
     create_topic,
@@ -95,6 +111,7 @@ class TrialResult:
     resume_s: float | None
     rebalances: int
     rocketmq: RocketMQOutcome | None = None
+    java: RocketMQOutcome | None = None  # the same figures for the Java producer
     baseline_s: float | None = None  # the longest pause before the fault: the machine's noise
 
 
@@ -191,8 +208,9 @@ def wait_acks(run: ProduceRun, count: int, since: float, timeout_s: float) -> bo
     return True
 
 
-def heal(cluster: Cluster) -> None:
-    """Every process alive and registered again, every bundle owned, before the next trial."""
+def heal(cluster: Cluster, settle: bool = True) -> None:
+    """Every process alive and registered again, every bundle at its broker, before the next
+    trial."""
     for node_id, broker in cluster.brokers.items():
         if not broker.alive:
             cluster.add_broker(node_id)
@@ -205,6 +223,26 @@ def heal(cluster: Cluster) -> None:
             raise TimeoutError("a restarted broker did not register")
         time.sleep(0.3)
     cluster.wait_all_bundles_owned(timeout_s=60)
+    if settle:
+        wait_settled(cluster)
+
+
+def wait_settled(cluster: Cluster, timeout_s: float = 60.0) -> float:
+    """Wait until every bundle is owned by the broker rendezvous hashing gives it (the
+    delayed hand-back to a returned broker is done), so no load-balancing hand-off lands in
+    the next trial's measurement; the seconds waited."""
+    started = time.monotonic()
+    brokers = sorted(cluster.brokers)
+    targets = {b: target_broker(b, brokers) for b in range(cluster.bundles)}
+    while True:
+        owners = {int(b): o for b, o in status_retrying(cluster)["bundle_owners"].items()}
+        if owners == targets:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout_s:
+            print(f"cluster not settled after {timeout_s:.0f} s: {owners} (targets {targets})",
+                  flush=True)
+            return time.monotonic() - started
+        time.sleep(0.5)
 
 
 def status_retrying(cluster: Cluster, attempts: int = 3) -> dict:
@@ -262,7 +300,17 @@ def inject(cluster: Cluster, fault: str, rng: random.Random) -> str:
     return f"broker {owner} (stopped)"
 
 
-def wait_rocketmq_acks(run: RocketMQSendRun | None, count: int, since: float,
+def java_outcome(cluster: Cluster, run: JavaProduceRun, at: float) -> RocketMQOutcome:
+    records = read_topic(cluster.bootstrap, run.topic, PARTITIONS, timeout_s=120)
+    verdict = verify(run.acked, records)
+    stored = {value for _, _, value in records}
+    return RocketMQOutcome(verdict.acked, verdict.lost, verdict.duplicated,
+                           Counter(run.error_codes),
+                           sum(1 for value in set(run.failed) if value in stored),
+                           run.longest_pause_after(at), 0)
+
+
+def wait_rocketmq_acks(run: RocketMQSendRun | JavaProduceRun | None, count: int, since: float,
                        timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while run is not None and run.acked_since(since) < count:
@@ -284,13 +332,16 @@ def rocketmq_outcome(cluster: Cluster, run: RocketMQSendRun, at: float) -> Rocke
 
 
 def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Random,
-          batch: int) -> TrialResult:  # fmt: skip
+          batch: int, java: bool = False, settle: bool = True) -> TrialResult:  # fmt: skip
     topic = f"chaos-{name}-{index}"
     cluster.chaos_topic = topic  # type: ignore[attr-defined]
     create_topic_retrying(cluster, topic)
     rmq: RocketMQSendRun | None = None
     if cluster.rocketmq:
         create_topic_retrying(cluster, f"chaos-rmq-{name}-{index}")
+    jrun: JavaProduceRun | None = None
+    if java:
+        create_topic_retrying(cluster, f"chaos-java-{name}-{index}")
     tracebacks_before = count_tracebacks(cluster)
     member = GroupMember(cluster.bootstrap, topic, f"g-{topic}").start()
     run = ProduceRun(cluster.bootstrap, topic, f"t{index}", rate_per_s=300).start()
@@ -298,25 +349,36 @@ def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Rando
         rmq = RocketMQSendRun(";".join(cluster.name_server(i) for i in sorted(cluster.brokers)),
                               f"chaos-rmq-{name}-{index}", f"t{index}", rate_per_s=100,
                               timeout_ms=3000).start()  # the C++ client's default
+    if java:
+        jrun = JavaProduceRun(cluster.bootstrap, f"chaos-java-{name}-{index}", f"j{index}",
+                              rate_per_s=100, log_path=cluster.base / "java.log").start()
     try:
-        if not (wait_acks(run, batch, 0.0, 60) and wait_rocketmq_acks(rmq, batch // 3, 0.0, 60)):
+        if not (wait_acks(run, batch, 0.0, 60) and wait_rocketmq_acks(rmq, batch // 3, 0.0, 60)
+                and wait_rocketmq_acks(jrun, batch // 3, 0.0, 90)):
             raise RuntimeError(f"trial {index}: no acks before the fault: {run.errors[-3:]} "
-                               f"{rmq.error_kinds if rmq else ''}")
+                               f"{rmq.error_kinds if rmq else ''} "
+                               f"{dict(jrun.error_codes) if jrun else ''}")
         rebalances_before = member.rebalances
         at = time.monotonic()
         target = inject(cluster, fault, rng)
-        if not (wait_acks(run, batch, at, 120) and wait_rocketmq_acks(rmq, batch // 3, at, 120)):
+        if not (wait_acks(run, batch, at, 120) and wait_rocketmq_acks(rmq, batch // 3, at, 120)
+                and wait_rocketmq_acks(jrun, batch // 3, at, 120)):
             raise RuntimeError(f"trial {index}: no acks after {fault}: {run.errors[-3:]} "
-                               f"{rmq.error_kinds if rmq else ''}")
+                               f"{rmq.error_kinds if rmq else ''} "
+                               f"{dict(jrun.error_codes) if jrun else ''}")
         resume = run.longest_pause_after(at)
     finally:
         run.stop()
         member.stop()
         if rmq is not None:
             rmq.stop()
-    heal(cluster)
+        if jrun is not None:
+            jrun.stop()
+    heal(cluster, settle)
     records = read_topic(cluster.bootstrap, topic, PARTITIONS, timeout_s=120)
     verdict = verify(run.acked, records)
+    if verdict.duplicated:
+        print(f"   duplicates of trial {index}: {duplicate_places(records)}", flush=True)
     stored = {value for _, _, value in records}
     return TrialResult(fault, target, verdict.acked, verdict.lost, verdict.duplicated,
                        verdict.gaps, Counter(run.error_codes),
@@ -324,7 +386,18 @@ def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Rando
                        count_tracebacks(cluster) - tracebacks_before, resume,
                        member.rebalances - rebalances_before,
                        rocketmq_outcome(cluster, rmq, at) if rmq is not None else None,
+                       java_outcome(cluster, jrun, at) if jrun is not None else None,
                        longest_pause_before(run.ack_times, run.ack_partitions, at))
+
+
+def duplicate_places(records: list[tuple[int, int, str]], shown: int = 8) -> str:
+    """Where values stored more than once lie: value @ partition:offset, offset, ..."""
+    places: dict[str, list[tuple[int, int]]] = {}
+    for partition, offset, value in records:
+        places.setdefault(value, []).append((partition, offset))
+    twice = sorted((v, p) for v, p in places.items() if len(p) > 1)
+    return "; ".join(f"{v} @ " + ", ".join(f"{p}:{o}" for p, o in where)
+                     for v, where in twice[:shown]) + (" ..." if len(twice) > shown else "")
 
 
 def show(index: int, r: TrialResult) -> None:
@@ -340,6 +413,12 @@ def show(index: int, r: TrialResult) -> None:
         print(f"          rocketmq acked={q.acked} lost={q.lost} duplicated={q.duplicated} "
               f"failed={dict(q.failed_by_kind)} ({q.failed_after_fault} after the fault) "
               f"failed_but_stored={q.failed_but_stored} resume_s={resume}", flush=True)
+    if r.java is not None:
+        j = r.java
+        resume = f"{j.resume_s:.2f}" if j.resume_s is not None else "-"
+        print(f"          java     acked={j.acked} lost={j.lost} duplicated={j.duplicated} "
+              f"failed={dict(j.failed_by_kind)} failed_but_stored={j.failed_but_stored} "
+              f"resume_s={resume}", flush=True)
 
 
 def summarize(name: str, results: list[TrialResult]) -> None:
@@ -375,18 +454,37 @@ def summarize(name: str, results: list[TrialResult]) -> None:
             if times:
                 print(f"   rocketmq resume after {fault}: median "
                       f"{statistics.median(times):.2f} s, max {max(times):.2f} s")
+    java = [r.java for r in results if r.java is not None]
+    if java:
+        errors: Counter[str] = Counter()
+        for j in java:
+            errors.update(j.failed_by_kind)
+        print(f"   java: acked {sum(j.acked for j in java)}, lost {sum(j.lost for j in java)}, "
+              f"duplicated {sum(j.duplicated for j in java)}, failed {dict(errors)}, "
+              f"failed-but-stored {sum(j.failed_but_stored for j in java)}")
+        for fault in FAULTS:
+            times = [r.java.resume_s for r in results if r.fault == fault
+                     and r.java is not None and r.java.resume_s is not None]
+            if times:
+                print(f"   java resume after {fault}: median "
+                      f"{statistics.median(times):.2f} s, max {max(times):.2f} s")
     sys.stdout.flush()
 
 
-def run_topology(name: str, base: Path, trials: int, rng: random.Random,
-                 batch: int, rocketmq: bool = False) -> tuple[list[TrialResult], bool]:  # fmt: skip
+def run_topology(name: str, base: Path, trials: int, rng: random.Random, batch: int,
+                 rocketmq: bool = False, faults: tuple[str, ...] = FAULTS,
+                 java: bool = False,
+                 settle: bool = True) -> tuple[list[TrialResult], bool]:  # fmt: skip
     results: list[TrialResult] = []
     with Cluster(base / name, bookies=TOPOLOGIES[name], brokers=2, partitions=PARTITIONS,
                  lost_bookie_delay_s=5.0, open_ledger_grace_s=10.0, rocketmq=rocketmq,
                  handback_delay_s=None) as cluster:  # the brokers' own hand-back delay
         try:
+            if settle:  # the second broker gets its share after the hand-back delay
+                wait_settled(cluster)
             for index in range(trials):
-                result = trial(cluster, name, index, FAULTS[index % len(FAULTS)], rng, batch)
+                result = trial(cluster, name, index, faults[index % len(faults)], rng, batch,
+                               java, settle)
                 show(index, result)
                 results.append(result)
         except Exception as exc:
@@ -403,6 +501,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--batch", type=int, default=300, help="acks before and after a fault")
     parser.add_argument("--base", type=Path, default=None, help="working dir (default: temp)")
+    parser.add_argument("--faults", default=",".join(FAULTS),
+                        help="comma-separated faults taking turns (default: all of them)")
+    parser.add_argument("--no-settle", action="store_true",
+                        help="do not wait for the hand-back after a broker fault before the next "
+                        "trial (quicker; its pause may then land in the next trial's figures)")
+    parser.add_argument("--java", action="store_true",
+                        help="also the Java kafka-clients producer (its defaults) in every trial")
     parser.add_argument("--rocketmq", action="store_true",
                         help="also a RocketMQ C++ producer in every trial")
     args = parser.parse_args(argv)
@@ -410,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in TOPOLOGIES]
     if unknown:
         parser.error(f"unknown topology {unknown}; known: {sorted(TOPOLOGIES)}")
+    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    if not faults or set(faults) - set(FAULTS):
+        parser.error(f"unknown fault in {args.faults!r}; known: {', '.join(FAULTS)}")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     base = args.base or Path(tempfile.mkdtemp(prefix="ledgerwire-chaos-"))
@@ -420,15 +528,17 @@ def main(argv: list[str] | None = None) -> int:
     complete = True
     for name in names:
         results, finished = run_topology(name, base, args.trials, rng, args.batch,
-                                         args.rocketmq)
+                                         args.rocketmq, faults, args.java, not args.no_settle)
         summarize(name, results)
         everything += results
         complete = complete and finished
     rmq = [r.rocketmq for r in everything if r.rocketmq is not None]
-    lost = sum(r.lost for r in everything) + sum(q.lost for q in rmq)
+    java = [r.java for r in everything if r.java is not None]
+    lost = (sum(r.lost for r in everything) + sum(q.lost for q in rmq)
+            + sum(j.lost for j in java))
     # RocketMQ 4.x sends are at least once (a send the client retried may be stored twice):
     # its duplicates are reported, not counted against the run
-    duplicated = sum(r.duplicated for r in everything)
+    duplicated = sum(r.duplicated for r in everything) + sum(j.duplicated for j in java)
     print(f"elapsed {time.monotonic() - started:.0f} s")
     print("trials, acked, lost, duplicated")
     print(f"{len(everything)}, {sum(r.acked for r in everything)}, {lost}, {duplicated}")

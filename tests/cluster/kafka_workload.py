@@ -3,10 +3,13 @@ idempotent producer that records what was acknowledged, and a reader of a whole 
 
 Messages carry a unique id as their value ("<run>-<n>"), so "every acknowledged message
 exactly once" is a count over the consumed values.  Blocking (confluent-kafka) on purpose.
+LEDGERWIRE_RDKAFKA_DEBUG=eos (or any librdkafka debug contexts) makes the producer log them to
+stderr (ERRSEQ and DRAIN lines show a producer-epoch bump and what caused it).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -55,6 +58,8 @@ class ProduceRun:
             "linger.ms": 5, "message.timeout.ms": 120000, "request.timeout.ms": 30000,
             "retry.backoff.ms": 50, "retry.backoff.max.ms": 500,
             "topic.metadata.refresh.interval.ms": 1000, "metadata.max.age.ms": 3000,
+            **({"debug": os.environ["LEDGERWIRE_RDKAFKA_DEBUG"]}
+               if os.environ.get("LEDGERWIRE_RDKAFKA_DEBUG") else {}),
         })
         lock = threading.Lock()
 

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_short_chaos_run(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--trials", "3", "--seed", "5",
-         "--batch", "200", "--base", str(tmp_path)],
+         "--batch", "200", "--no-settle", "--base", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=280)
     lines = result.stdout.strip().splitlines()
     assert "trials, acked, lost, duplicated" in lines, result.stdout + result.stderr[-3000:]
