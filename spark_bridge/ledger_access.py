@@ -264,6 +264,18 @@ class LedgerAccess:
         end = self.ledger_end(ledger_id)
         return ledger_id, self._ledgers[ledger_id][0].to_json_bytes(), end.last_entry, end.closed
 
+    def entry_bytes(self, ledger_id: int) -> float | None:
+        """A closed or offloaded ledger's average stored bytes per entry (its length over its
+        entries); None for an open ledger, whose length the metadata does not hold yet."""
+        offloaded = self._offloaded_ledger(ledger_id)
+        if offloaded is not None:
+            return offloaded.size / max(offloaded.last_entry + 1, 1)
+        end = self.ledger_end(ledger_id)
+        metadata = self._ledgers[ledger_id][0]
+        if not end.closed or end.last_entry < 0 or metadata.length <= 0:
+            return None
+        return metadata.length / (end.last_entry + 1)
+
     def chunk_entries(self, ledger_id: int, target_bytes: int = 8 << 20) -> int:
         """How many entries make about `target_bytes` (from a closed ledger's length)."""
         offloaded = self._offloaded_ledger(ledger_id)

@@ -7,6 +7,8 @@ A job that used Spark's Kafka source changes only the format name and the connec
   startingOffsetsByTimestamp / endingOffsetsByTimestamp   {"t":{"0":1700000000000}}
   startingOffsetsByTimestampStrategy                "error" (default) or "latest"
   minPartitions, includeHeaders, failOnDataLoss, maxOffsetsPerTrigger (streaming)
+  ledgerwire.maxSplitBytes                          a large ledger is read by several tasks,
+                                                    each at most this many bytes (planner.py)
   kafka.isolation.level                             read_committed (default) | read_uncommitted
   ledgerwire.metadata                               standalone data dir or zk://host:port/chroot
   ledgerwire.readFrom                               auto (default) | bookies | files
@@ -85,6 +87,7 @@ class ReaderOptions:
     principal: ReadPrincipal | None = None  # whose READ the brokers check (authorization.py)
     admin_url: str | None = None  # a broker's admin API: read tickets (read_tickets.py)
     ticket_ttl_s: int = 3600
+    max_split_bytes: int | None = None  # None: planner.MAX_SPLIT_BYTES
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -269,4 +272,5 @@ def parse_reader_options(options: Mapping[str, str], *, streaming: bool = False
         principal=principal,
         admin_url=opts.get("ledgerwire.adminurl", "").strip() or None,
         ticket_ttl_s=_positive_int(opts, "ledgerwire.readTicketTtl") or 3600,
+        max_split_bytes=_positive_int(opts, "ledgerwire.maxSplitBytes"),
     )

@@ -4,11 +4,12 @@ The driver builds the batch reader (reader.py: the principal is checked there an
 dropped, exactly as for `spark.read`) and plans its splits; the splits are dealt into about one
 group per core (`deal`, largest first onto the lightest group: one task per ledger made many
 short tasks, each opening its own ledger client), and a Spark job with one task per group runs
-`_write_group` in the executors' Python workers: each split of the group is decoded into Arrow
-record batches (split_reader.py, one ledger client for the whole group) and written with
-pyarrow.parquet to its own part file, and only the files' names and row counts go back to the
-driver. Spark never turns the Arrow batches into rows, so the JVM's Arrow -> rows -> Parquet
-write is gone.
+`_write_group` in the executors' Python workers (a topic with fewer splits than cores has its
+largest splits halved by entry range first, so every core reads): each split of the group is
+decoded into Arrow record batches (split_reader.py, one ledger client for the whole group) and
+written with pyarrow.parquet to its own part file, and only the files' names and row counts go
+back to the driver. Spark never turns the Arrow batches into rows, so the JVM's Arrow -> rows ->
+Parquet write is gone.
 
 The output is what `df.write.parquet(DIR)` wrote before: one flat directory of snappy Parquet
 part files with the reader's columns (Spark's Kafka source schema), plus `_SUCCESS`. Exactly
@@ -34,7 +35,7 @@ from urllib.parse import urlparse
 import pyarrow.parquet as pq
 
 from spark_bridge.ledger_access import LedgerAccess
-from spark_bridge.planner import LedgerSplit
+from spark_bridge.planner import LedgerSplit, apply_min_partitions
 from spark_bridge.reader import LedgerwireBatchReader
 from spark_bridge.record_decode import arrow_schema
 from spark_bridge.split_reader import read_split
@@ -130,7 +131,8 @@ def replay_to_parquet(spark: Any, options: dict[str, str], target: str, *,
     try:
         written: list[tuple[str, int]] = []
         if splits:
-            groups = deal(splits, spark.sparkContext.defaultParallelism)
+            cores = spark.sparkContext.defaultParallelism  # fewer splits than cores: halved
+            groups = deal(apply_min_partitions(splits, cores), cores)
             job = _Task(reader, str(staging))
             written = [part for parts in spark.sparkContext.parallelize(groups, len(groups))
                        .map(job).collect() for part in parts]  # fmt: skip

@@ -6,7 +6,10 @@ then each partition's [start, end) from the offset, timestamp or per-partition o
 readable end is an error naming the option; with false it is clamped.
 
 Splitting follows the ledgers: one split per ledger a range touches (the first and last ones
-cut at the entries holding the range's ends, found by binary search on batch headers), then,
+cut at the entries holding the range's ends, found by binary search on batch headers); a split
+of a large ledger is cut by entry range into parts of at most `ledgerwire.maxSplitBytes`
+(128 MiB by default, as Spark's spark.sql.files.maxPartitionBytes; estimated from a closed or
+offloaded ledger's length: an open ledger's length is not known yet, so it stays whole), then,
 while there are fewer splits than minPartitions, the split with the most entries is halved.
 A split also carries the rest of its partition (as entry ranges) so that a task whose range
 ends inside an open transaction can read on to its marker (record_decode.py).
@@ -152,11 +155,13 @@ def offset_range(access: LedgerAccess, opts: ReaderOptions, layout: PartitionLay
 
 
 SHIPPED_CONTINUATION = 16  # ledgers past a split whose metadata it carries (see below)
+MAX_SPLIT_BYTES = 128 << 20  # ledgerwire.maxSplitBytes' default
 
 
-def splits_for_range(access: LedgerAccess, layout: PartitionLayout, start: int, end: int
-                     ) -> list[LedgerSplit]:  # fmt: skip
-    """One split per ledger holding part of [start, end); empty when start == end."""
+def splits_for_range(access: LedgerAccess, layout: PartitionLayout, start: int, end: int, *,
+                     max_split_bytes: int | None = None) -> list[LedgerSplit]:  # fmt: skip
+    """One split per ledger holding part of [start, end), a large ledger's cut into entry
+    ranges of at most `max_split_bytes` (cut_large); empty when start == end."""
     if start >= end:
         return []
     covering = spans_covering(layout, start, end)
@@ -188,10 +193,35 @@ def splits_for_range(access: LedgerAccess, layout: PartitionLayout, start: int, 
             if len(needed) > SHIPPED_CONTINUATION:  # with the square of the ledgers)
                 break
             needed.add(c[0])
-        splits.append(LedgerSplit(layout.topic, layout.partition, start, end, (r,), continuation,
-                                  offloaded, tuple(shipped[i] for i in sorted(needed)
-                                                   if i in shipped)))  # fmt: skip
+        split = LedgerSplit(layout.topic, layout.partition, start, end, (r,), continuation,
+                            offloaded, tuple(shipped[i] for i in sorted(needed)
+                                             if i in shipped))  # fmt: skip
+        splits.extend(cut_large(access, split, max_split_bytes or MAX_SPLIT_BYTES))
     return splits
+
+
+def cut(split: LedgerSplit, parts: int) -> list[LedgerSplit]:
+    """`split` (one entry range) as `parts` consecutive entry ranges of near-equal entry
+    counts (fewer when it has fewer entries); each part reads on through the later parts'
+    ranges and the split's continuation, as the whole split would."""
+    (ledger_id, first, last), = split.ranges
+    parts = max(1, min(parts, last - first + 1))
+    if parts == 1:
+        return [split]
+    bounds = [first + (last - first + 1) * k // parts for k in range(parts + 1)]
+    ranges = [(ledger_id, bounds[k], bounds[k + 1] - 1) for k in range(parts)]
+    return [LedgerSplit(split.topic, split.partition, split.start, split.end, (r,),
+                        tuple(ranges[k + 1:]) + split.continuation, split.offloaded,
+                        split.ledgers) for k, r in enumerate(ranges)]  # fmt: skip
+
+
+def cut_large(access: LedgerAccess, split: LedgerSplit, max_bytes: int) -> list[LedgerSplit]:
+    """`split` cut into entry ranges of at most about `max_bytes` each (see the module doc)."""
+    (ledger_id, first, last), = split.ranges
+    per_entry = access.entry_bytes(ledger_id)
+    if per_entry is None:
+        return [split]
+    return cut(split, -(-int((last - first + 1) * per_entry) // max_bytes))
 
 
 def apply_min_partitions(splits: list[LedgerSplit], min_partitions: int | None
@@ -204,17 +234,10 @@ def apply_min_partitions(splits: list[LedgerSplit], min_partitions: int | None
         biggest = max(range(len(splits)), key=lambda i: splits[i].entries, default=None)
         if biggest is None:
             break
-        s = splits[biggest]
-        (ledger_id, first, last), = s.ranges
-        if last <= first:
+        halves = cut(splits[biggest], 2)
+        if len(halves) == 1:
             break  # nothing left to halve
-        mid = (first + last) // 2
-        left = LedgerSplit(s.topic, s.partition, s.start, s.end, ((ledger_id, first, mid),),
-                           ((ledger_id, mid + 1, last),) + s.continuation, s.offloaded,
-                           s.ledgers)  # fmt: skip
-        right = LedgerSplit(s.topic, s.partition, s.start, s.end, ((ledger_id, mid + 1, last),),
-                            s.continuation, s.offloaded, s.ledgers)
-        splits[biggest:biggest + 1] = [left, right]
+        splits[biggest:biggest + 1] = halves
     return splits
 
 
@@ -224,5 +247,6 @@ def plan_batch(access: LedgerAccess, opts: ReaderOptions) -> list[LedgerSplit]:
     for topic, partition in pairs:
         layout = partition_layout(access, topic, partition, opts.namespace)
         start, end = offset_range(access, opts, layout)
-        splits.extend(splits_for_range(access, layout, start, end))
+        splits.extend(splits_for_range(access, layout, start, end,
+                                       max_split_bytes=opts.max_split_bytes))  # fmt: skip
     return apply_min_partitions(splits, opts.min_partitions)

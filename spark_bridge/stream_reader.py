@@ -216,7 +216,8 @@ class LedgerwireStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                         "failOnDataLoss=false to skip them")
                 first = layout.earliest_offset
             if stop > first:
-                splits.extend(splits_for_range(self._acc(), layout, first, stop))
+                splits.extend(splits_for_range(self._acc(), layout, first, stop,
+                                               max_split_bytes=self.opts.max_split_bytes))
         return [StreamSplit(split, ticket) for split in splits]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -10,7 +10,8 @@ from spark_bridge_support import BASE_TS, ProducedTopic
 
 from spark_bridge.ledger_access import LedgerAccess
 from spark_bridge.options import parse_reader_options
-from spark_bridge.planner import plan_batch
+from spark_bridge.planner import LedgerSplit, cut, plan_batch
+from spark_bridge.split_reader import read_split
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -132,3 +133,43 @@ def test_malformed_options_name_the_option(spark: Any, history: ProducedTopic, m
 def test_missing_metadata_option_is_named(spark: Any) -> None:
     with pytest.raises(Exception, match=r"option 'ledgerwire.metadata' is required"):
         spark.read.format("ledgerwire").option("subscribe", "x").load().collect()
+
+
+def test_large_ledgers_split_by_entry_range(history: ProducedTopic, metadata_dir: str) -> None:
+    """A closed ledger larger than ledgerwire.maxSplitBytes is read by several splits of
+    consecutive entry ranges that together cover the ledger's split exactly once, and read
+    together they give every row once."""
+    base = {"ledgerwire.metadata": metadata_dir, "subscribe": history.topic}
+    whole_opts = parse_reader_options(base)
+    cut_opts = parse_reader_options({**base, "ledgerwire.maxSplitBytes": "4096"})
+    with LedgerAccess(whole_opts.spec, "bookies") as access:
+        whole = plan_batch(access, whole_opts)
+        cut = plan_batch(access, cut_opts)
+        sizes = {s.ranges[0][0]: access.entry_bytes(s.ranges[0][0]) for s in whole}
+        rows = [(r["partition"], r["offset"]) for s in cut
+                for batch in read_split(cut_opts.spec, "bookies", s, include_headers=False,
+                                        read_committed=True, access=access)
+                for r in batch.select(["partition", "offset"]).to_pylist()]  # fmt: skip
+    assert len(cut) > len(whole)
+    for split in whole:
+        (ledger, first, last), = split.ranges
+        pieces = [s.ranges[0] for s in cut if s.ranges[0][0] == ledger]
+        assert pieces[0][1] == first and pieces[-1][2] == last
+        assert all(a[2] + 1 == b[1] for a, b in zip(pieces, pieces[1:], strict=False))
+        per_entry = sizes[ledger]
+        if per_entry is None:  # the open ledger: its length is not known, it stays whole
+            assert len(pieces) == 1
+        else:
+            assert len(pieces) >= min(last - first + 1, (last - first + 1) * per_entry // 4096)
+            assert all((b - a + 1) * per_entry <= 4096 or a == b for _l, a, b in pieces)
+    assert len(rows) == len(set(rows)) == 50_000
+
+
+def test_cut_gives_consecutive_ranges_reading_on() -> None:
+    split = LedgerSplit("t", 0, 0, 100, ((7, 10, 19),), ((8, 0, 5),))
+    parts = cut(split, 3)
+    assert [p.ranges for p in parts] == [((7, 10, 12),), ((7, 13, 15),), ((7, 16, 19),)]
+    assert parts[0].continuation == ((7, 13, 15), (7, 16, 19), (8, 0, 5))
+    assert parts[2].continuation == ((8, 0, 5),)
+    assert [p.ranges for p in cut(LedgerSplit("t", 0, 0, 1, ((7, 4, 5),)), 9)] == [
+        ((7, 4, 4),), ((7, 5, 5),)]
