@@ -19,7 +19,12 @@ their write set hold a copy that passes its digest: exactly the entries that led
 would keep (it gives up on an entry only after Qw - Qa + 1 bookies lack it), so no reader ever
 sees an entry that a later owner could lose. tail="lac" is BookKeeper's plain rule.
 `resolve_read_mode` picks "files" only for a standalone data directory whose registered bookies
-refuse connections (the broker process is not running).
+refuse connections (the broker process is not running). That choice is the driver's; a task
+makes its own with `mode_on_this_host`: "files" only where the standalone's files are (its
+metadata database and every bookie directory), so a Spark executor on another host reads the
+same ledgers from their bookies over the network, at the addresses they registered
+(`[storage] bookie_advertised_host`, a cluster bookie's `--advertised-host`), with the metadata
+its split carries; planning ships it in both modes.
 Ledgers offloaded to tiered storage (`add_offloaded`, from the managed ledger's records) are
 read from the offload store in either mode (offloaded_ledgers.py), never from bookies.
 An executor given its ledgers' metadata and readable ends by the driver (`shipped`, from
@@ -32,11 +37,13 @@ while its bookie answers.
 
 from __future__ import annotations
 
+import logging
 import queue
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import trio
@@ -56,7 +63,9 @@ from ledger_backend.client.ledger_metadata import (
 )
 from ledger_backend.client.read_handle import read_range_from_bookies
 from ledger_backend.metadata import open_store
+from ledger_backend.metadata.embedded_readonly import URL_PREFIX as READONLY_URL_PREFIX
 from ledger_backend.metadata.embedded_readonly import ReadOnlyEmbeddedStore
+from ledger_backend.metadata.sqlite_tree import DB_FILE
 from ledger_backend.metadata.store import MetadataStore, NoNodeError
 from ledger_backend.metadata.zk_url import redact
 from spark_bridge.bookie_files import BookieFiles
@@ -68,6 +77,7 @@ from spark_bridge.metadata_access import (
 from spark_bridge.offloaded_ledgers import OffloadedLedger, OffloadedLedgers
 from spark_bridge.trio_thread import TrioThread
 
+logger = logging.getLogger("spark_bridge.ledger_access")
 ReadMode = Literal["bookies", "files"]
 # what the driver ships per ledger: (ledger id, metadata node bytes, readable last entry, closed)
 ShippedLedger = tuple[int, bytes, int, bool]
@@ -114,6 +124,35 @@ def resolve_read_mode(spec: ConnectionSpec, requested: str = "auto") -> ReadMode
     finally:
         store.close_sync()
     return "bookies" if any(_bookie_answers(a) for a in available) else "files"
+
+
+def files_here(spec: ConnectionSpec) -> bool:
+    """Whether this host has the standalone's files: its metadata database and every bookie
+    directory the driver resolved."""
+    if not (spec.is_embedded and spec.bookie_dirs):
+        return False
+    metadata_dir = Path(spec.metadata_url[len(READONLY_URL_PREFIX):])
+    return (metadata_dir / DB_FILE).is_file() and all(Path(d).is_dir() for d in spec.bookie_dirs)
+
+
+def mode_on_this_host(spec: ConnectionSpec, mode: ReadMode) -> ReadMode:
+    """The driver's `mode` as this host can serve it (see the module docstring): "files" only
+    where the files are, else the bookies over the network."""
+    if mode == "files" and not files_here(spec):
+        logger.info("the standalone's files (%s) are not on this host (%s): reading its "
+                    "bookies over the network", spec.bookie_dirs[0] if spec.bookie_dirs
+                    else spec.metadata_url, socket.gethostname())  # fmt: skip
+        return "bookies"
+    return mode
+
+
+def not_here_hint(spec: ConnectionSpec) -> str:
+    """What a failed network read of a standalone whose files are elsewhere tells the user."""
+    where = spec.bookie_dirs[0] if spec.bookie_dirs else spec.metadata_url
+    return (f"the standalone's files ({where}) are not on this host ({socket.gethostname()}), "
+            "so its bookies were read over the network: start the standalone with its bookies "
+            "registered at an address this host reaches ([storage] bookie_advertised_host), or "
+            "run the job on the standalone's host")
 
 
 class LedgerAccess:

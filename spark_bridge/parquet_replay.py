@@ -34,7 +34,8 @@ from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 
-from spark_bridge.ledger_access import LedgerAccess
+from ledger_backend.client.errors import LedgerError
+from spark_bridge.ledger_access import LedgerAccess, mode_on_this_host, not_here_hint
 from spark_bridge.planner import LedgerSplit, apply_min_partitions
 from spark_bridge.reader import LedgerwireBatchReader
 from spark_bridge.record_decode import arrow_schema
@@ -107,9 +108,15 @@ def _write_group(reader: LedgerwireBatchReader, staging: str,
                  group: list[tuple[int, LedgerSplit]]) -> list[tuple[str, int]]:  # fmt: skip
     """One task: its splits in turn, through one ledger client."""
     opts = reader.opts
-    with LedgerAccess(opts.spec, reader.mode, tail=opts.tail_read,  # splits carry metadata
-                      shipped=() if reader.mode == "bookies" else None) as access:
-        return [_write_split(reader, staging, item, access) for item in group]
+    here = mode_on_this_host(opts.spec, reader.mode)  # "files" only where the files are
+    try:
+        with LedgerAccess(opts.spec, here, tail=opts.tail_read,  # splits carry metadata
+                          shipped=() if here == "bookies" else None) as access:
+            return [_write_split(reader, staging, item, access) for item in group]
+    except LedgerError as exc:
+        if here == reader.mode:
+            raise
+        raise LedgerError(f"{exc}; {not_here_hint(opts.spec)}") from exc
 
 
 def replay_to_parquet(spark: Any, options: dict[str, str], target: str, *,

@@ -181,10 +181,9 @@ def splits_for_range(access: LedgerAccess, layout: PartitionLayout, start: int, 
     rest.extend((s.ledger_id, 0, s.last_entry) for s in layout.ledgers[last_span + 1:])
     offloaded = tuple(s.offloaded for s in layout.ledgers[first_span:]
                       if s.offloaded is not None)  # fmt: skip
-    shipped: dict[int, ShippedLedger] = {}
-    if access.mode == "bookies":
-        shipped = {s.ledger_id: access.shipped(s.ledger_id)
-                   for s in layout.ledgers[first_span:] if s.offloaded is None}
+    # both modes: a task on a host without the standalone's files reads the bookies with it
+    shipped = {s.ledger_id: access.shipped(s.ledger_id)
+               for s in layout.ledgers[first_span:] if s.offloaded is None}
     splits = []
     for k, r in enumerate(ranges):
         continuation = tuple(ranges[k + 1:]) + tuple(rest)

@@ -153,36 +153,6 @@ def test_replay_then_a_failing_job(broker: tuple[Standalone, ProducedTopic],
     assert "Traceback" in log.read_text()
 
 
-def test_standalone_bookies_register_their_advertised_host(tmp_path: Path) -> None:
-    """[storage] bookie_advertised_host: the embedded bookie registers that host (here
-    "localhost" while it binds 127.0.0.1), and a reader resolving the registered address
-    reads through it."""
-    from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
-    from spark_bridge.metadata_access import open_embedded_sync, resolve_connection
-    from spark_bridge.topic_layout import partition_layout
-
-    config = tmp_path / "ledgerwire.toml"
-    config.write_text('[storage]\nbookie_advertised_host = "localhost"\n')
-    broker = Standalone(tmp_path / "data", extra_args=["--config", str(config)])
-    broker.start()
-    try:
-        produced = produce_history(broker, "adv", 100, partitions=1)
-        spec = resolve_connection(str(broker.data_dir))
-        store = open_embedded_sync(spec)
-        try:
-            available = store.children_sync("/ledgerwire/bookies/available")
-        finally:
-            store.close_sync()
-        assert [a.rpartition(":")[0] for a in available] == ["localhost"], available
-        assert resolve_read_mode(spec) == "bookies"
-        with LedgerAccess(spec, "bookies") as access:  # reads entries from "localhost:port"
-            layout = partition_layout(access, "adv", 0, "public/default")
-        assert layout.end_offset == len(produced.rows) == 100
-        assert layout.ledgers
-    finally:
-        broker.stop()
-
-
 def test_backfill_unreachable_metadata_and_brokers_are_one_line(
         broker: tuple[Standalone, ProducedTopic], tmp_path: Path) -> None:  # fmt: skip
     standalone, _ = broker
