@@ -72,11 +72,24 @@ class SparkCluster:
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                     "--port", str(self.port), "--webui-port", str(self.ui_port))  # fmt: skip
         for i, work in enumerate(self.work_dirs):
-            work.mkdir(parents=True)
-            self._spawn(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host",
-                        "127.0.0.1", "--cores", "1", "--memory", self.worker_memory,
-                        "--webui-port", str(free_port()), "--work-dir", str(work),
-                        self.master)  # fmt: skip
+            self._spawn_worker(i, work)
+        self.wait_alive(timeout_s)
+
+    def _spawn_worker(self, i: int, work: Path) -> None:
+        work.mkdir(parents=True)
+        self._spawn(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host",
+                    "127.0.0.1", "--cores", "1", "--memory", self.worker_memory,
+                    "--webui-port", str(free_port()), "--work-dir", str(work),
+                    self.master)  # fmt: skip
+
+    def add_worker(self, timeout_s: float = 180.0) -> None:
+        """One more one-core worker (a running application gets an executor there too)."""
+        work = self.tmp / f"worker-{len(self.work_dirs)}"
+        self.work_dirs.append(work)
+        self._spawn_worker(len(self.work_dirs) - 1, work)
+        self.wait_alive(timeout_s)
+
+    def wait_alive(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.alive_workers() == len(self.work_dirs):
