@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from gateway.cluster.broker_registry import ClusterLayout
 from gateway.cluster.ownership import BUNDLE_PINNED_PREFIXES, OwnershipService
@@ -262,3 +263,30 @@ async def test_acquiring_a_bundle_closes_stale_logs_of_it() -> None:
         await hooks.acquired(target)
     assert [p for (_, p), plog in logs.items() if plog.closed] == [
         p for p in range(4) if bundle_of("t", p, 4) == target]
+
+
+class SlowClosingLog(ClosableLog):
+    """A log whose close takes 10 s (virtual time): a snapshot and a ledger close that wait."""
+
+    async def close(self) -> None:
+        await trio.sleep(10)
+        self.closed = True
+
+
+async def test_releasing_a_bundle_closes_its_logs_side_by_side(
+        autojump_clock: trio.testing.MockClock) -> None:  # noqa: ARG001
+    """A bundle's partitions answer nowhere until its release is done: 8 closes that take
+    10 s each are one wait, not 8 (80 s before)."""
+    from gateway.cluster.ownership import bundle_of
+    from gateway.process.cluster_broker import BundleHooks
+
+    target = bundle_of("t", 0, 4)
+    logs = {("t", p): SlowClosingLog() for p in range(32) if bundle_of("t", p, 4) == target}
+    async with trio.open_nursery() as nursery:
+        hooks = BundleHooks(OpenLogs(logs), nursery)  # type: ignore[arg-type]
+        hooks.ownership = LayoutOwnership()  # type: ignore[assignment]
+        hooks.groups = object()  # type: ignore[assignment]
+        started = trio.current_time()
+        await hooks.releasing(target)
+        assert trio.current_time() - started < 20
+    assert len(logs) == 8 and all(plog.closed for plog in logs.values())
