@@ -306,11 +306,17 @@ def send_run(namesrv: str, topic: str, count: int, threads: int) -> tuple[float,
                     p.send_sync(m)
                     break
                 except ProducerSendSyncFailed:
-                    # a client-side failure: counted and retried
+                    # a client-side failure: counted and retried after a pause.  The 2.x C++
+                    # client fails a send at once while its heartbeat round (every 30 s, to
+                    # every broker it knows: 16 bundle brokers of a multi-worker node) holds
+                    # its transport table ("GetTransport ... get timed_mutex timeout" in
+                    # ~/logs/rocketmq-cpp), and after its own retries reports that as "No
+                    # route info of this topic"; an immediate retry meets the same round
                     with lock:
                         retries[0] += 1
                     if attempt == 4:
                         raise
+                    time.sleep(0.1 * (attempt + 1))
             mine.append(time.perf_counter() - t0)
         with lock:
             latencies.extend(mine)

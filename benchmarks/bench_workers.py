@@ -1,22 +1,26 @@
 """Kafka produce/consume over 8 partitions: `standalone --workers 2` vs `--workers 1`, one run.
 
     .venv/bin/python benchmarks/bench_workers.py [--messages 50000] [--workers 2] [--repeat 1]
-        [--rocketmq]
+        [--rocketmq [--sends 5000]]
 
 Each shape runs as a real `ledgerwire standalone` (fsync on) on loopback, driven by the same
 confluent-kafka code as benchmarks/bench_kafka.py: 1 KB values, acks=all, linger.ms=5, one
 producer and one consumer (librdkafka spreads them over every broker it is sent to).  With
-N workers the benchmark waits until the topic's partitions are led by every worker (a new
-node's bundles are balanced after cluster.handback_delay_s) before measuring.
+N workers the benchmark waits until every partition of the topic is led by the worker the
+ownership's rendezvous hash gives its bundle (a new node's bundles are handed back one at a
+time after cluster.handback_delay_s): a partition that moves during a run costs its clients a
+NOT_LEADER answer, a metadata refresh and the new owner's fencing and recovery, so a run
+that starts at the first hand-back measures the moves, not the shape.
 
-With --rocketmq each shape also serves RocketMQ and the same topic gets --messages sends from 8
+With --rocketmq each shape also serves RocketMQ and the same topic gets --sends sends from 8
 threads of the C++ client (rocketmq-client-python, bench_rocketmq.send_run: one producer
 instance per thread, send_sync), through the node's name server.
 
-Printed: msg/s of each shape and their ratio (from this one run), and the node's CPU time per
+Printed: msg/s of each shape and their ratio (from this one run), the node's CPU time per
 message (user + system of the supervisor, the bookies and every worker process, from /proc),
-which load on a shared machine disturbs less than throughput.  The clients run on the same
-cores as the brokers.
+which load on a shared machine disturbs less than throughput, split per process, and the
+client's own CPU per message (this process: the clients run on the same cores as the
+brokers).  When a node fails, the tail of its log is printed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import sys
 import tempfile
@@ -41,6 +46,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_kafka import consume_throughput, produce_throughput  # noqa: E402
 from common import cpu_seconds  # noqa: E402
 
+from gateway.cluster.ownership import bundle_of, target_broker  # noqa: E402
+from gateway.config.settings import Config  # noqa: E402
+from gateway.process.supervisor import cluster_layout  # noqa: E402
 from tests.support.standalone import Standalone, free_port_range  # noqa: E402
 
 PARTITIONS = 8
@@ -59,62 +67,88 @@ class Node(Standalone):
     def _accepts(self) -> bool:
         return self.workers == 1 and super()._accepts()
 
-    def pids(self) -> list[int]:
+    def pids(self) -> dict[str, int]:
+        """Each process of the node by name ("node" alone with one worker)."""
         assert self.proc is not None
         found = {name: int(pid) for name, pid in re.findall(
             r"ledgerwire (bookies|worker \d+) started \(pid (\d+)\)",
             self.log_path.read_text(errors="replace"))}
-        return [self.proc.pid, *found.values()]
+        return {"supervisor" if found else "node": self.proc.pid, **found}
 
 
 @contextmanager
 def node(workers: int, rocketmq: bool = False) -> Iterator[Node]:
     with tempfile.TemporaryDirectory() as tmp:
         server = Node(Path(tmp) / "data", workers, rocketmq)
-        server.start(180)
         try:
+            server.start(180)
             yield server
+        except BaseException:
+            print(f"--workers {workers} failed; its log ends:\n{server.log()[-4000:]}",
+                  file=sys.stderr)
+            raise
         finally:
             server.stop(120)
 
 
-def node_cpu(pids: list[int]) -> float:
-    return sum(cpu_seconds(pid) or 0.0 for pid in pids)
+def process_cpu(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
+
+
+def client_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread: librdkafka's, the C++ client's
+    return usage.ru_utime + usage.ru_stime
+
+
+def settled_leaders(topic: str, workers: int) -> list[int]:
+    """Each partition's leader once the new node's hand-backs are done (node ids 0..N-1, the
+    default kafka.broker_id): the rendezvous target of its bundle."""
+    bundles = cluster_layout(Config(), workers).bundles
+    return [target_broker(bundle_of(topic, p, bundles), list(range(workers))) or 0
+            for p in range(PARTITIONS)]
 
 
 def create_spread_topic(server: Node, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # every worker leads some partitions
-        metadata = admin.list_topics(topic, timeout=30)
-        leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
-        if -1 not in leaders and len(leaders) == server.workers:
+    settled = settled_leaders(topic, server.workers)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # every partition on the worker it ends up on
+        partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+        if [partitions[p].leader for p in range(PARTITIONS)] == settled:
+            time.sleep(2)  # the last move's new ledger and the clients' first connections
             return
         time.sleep(0.5)
-    raise RuntimeError(f"{topic}'s partitions did not spread over {server.workers} workers")
+    raise RuntimeError(f"{topic}'s partitions did not settle on {settled}")
 
 
-def measured(server: Node, count: int, run: Callable[[], float], repeat: int
+def measured(server: Node, label: str, count: int, run: Callable[[], float], repeat: int
              ) -> tuple[float, float]:  # fmt: skip
-    """Median msg/s of `repeat` runs and the node's CPU us/msg."""
+    """Median msg/s of `repeat` runs and the node's CPU us/msg; prints each run's split."""
     rates, cpu = [], []
     for _ in range(repeat):
         pids = server.pids()
-        before = node_cpu(pids)
+        before, client_before = process_cpu(pids), client_cpu()
         rates.append(run())
-        cpu.append((node_cpu(pids) - before) * 1e6 / count)
+        after, client_after = process_cpu(pids), client_cpu()
+        per = {name: (after[name] - before[name]) * 1e6 / count for name in pids}
+        cpu.append(sum(per.values()))
+        print(f"    {label}: {rates[-1]:,.0f} msg/s, node {cpu[-1]:.1f} us CPU/msg ("
+              + ", ".join(f"{name} {us:.1f}" for name, us in per.items())
+              + f"), client {(client_after - client_before) * 1e6 / count:.1f}; load "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
     return statistics.median(rates), statistics.median(cpu)
 
 
-def run_shape(workers: int, count: int, repeat: int, rocketmq: bool = False
-              ) -> dict[str, float]:  # fmt: skip
+def run_shape(workers: int, count: int, repeat: int, sends: int = 0) -> dict[str, float]:
+    """Figures of one shape; `sends` RocketMQ sends too when not 0."""
+    rocketmq = sends > 0
     with node(workers, rocketmq) as server:
         topic = "bench-workers"
         create_spread_topic(server, topic)
-        produce, produce_cpu = measured(server, count, partial(
+        produce, produce_cpu = measured(server, "produce", count, partial(
             produce_throughput, server.bootstrap, topic, PARTITIONS, count), repeat)
-        consume, consume_cpu = measured(server, count, partial(
+        consume, consume_cpu = measured(server, "consume", count, partial(
             consume_throughput, server.bootstrap, topic, PARTITIONS, count), repeat)
         figures = {"produce": produce, "produce_cpu": produce_cpu, "consume": consume,
                    "consume_cpu": consume_cpu}
@@ -123,7 +157,8 @@ def run_shape(workers: int, count: int, repeat: int, rocketmq: bool = False
 
             ns = f"127.0.0.1:{server.name_server_port}"
             figures["send8"], figures["send8_cpu"] = measured(
-                server, count, lambda: send_run(ns, topic, count, 8)[0], repeat)
+                server, "RocketMQ send", sends, lambda: send_run(ns, topic, sends, 8)[0],
+                repeat)
     print(f"  --workers {workers}: produce {produce:,.0f} msg/s ({produce_cpu:.0f} us CPU/msg), "
           f"consume {consume:,.0f} msg/s ({consume_cpu:.0f} us CPU/msg)"
           + (f", RocketMQ 8-thread sends {figures['send8']:,.0f} msg/s "
@@ -138,11 +173,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--rocketmq", action="store_true",
                         help="also RocketMQ sends from 8 threads of the C++ client")
+    parser.add_argument("--sends", type=int, default=5_000,
+                        help="RocketMQ sends per run (each is one synchronous round trip)")
     args = parser.parse_args()
     print(f"{args.messages} x 1 KB over {PARTITIONS} partitions, acks=all, fsync on; load "
           f"{os.getloadavg()[0]:.1f}", flush=True)
-    one = run_shape(1, args.messages, args.repeat, args.rocketmq)
-    many = run_shape(args.workers, args.messages, args.repeat, args.rocketmq)
+    one = run_shape(1, args.messages, args.repeat, args.rocketmq and args.sends)
+    many = run_shape(args.workers, args.messages, args.repeat, args.rocketmq and args.sends)
     print(f"ratio --workers {args.workers} / --workers 1: produce "
           f"{many['produce'] / one['produce']:.2f}x, consume "
           f"{many['consume'] / one['consume']:.2f}x; node CPU per message: produce "
