@@ -62,13 +62,16 @@ class BatchOrigin(NamedTuple):
     records: int
 
 
-def batch_origin(payload: bytes, count: int) -> BatchOrigin | None:
-    """The batch-level mark in an uncompressed records section of `count` records (its first
-    record only is read), or None.  A mark whose count is not the batch's is no mark."""
-    if count <= 0 or _RECORDS_KEY not in payload:
+def batch_origin(payload: bytes, count: int, begin: int = 0) -> BatchOrigin | None:
+    """The batch-level mark on the first of the `count` uncompressed records that start at
+    `begin` of `payload` (only that record is read), or None.  A mark whose count is not the
+    batch's is no mark."""
+    if count <= 0:
         return None
-    length, pos = read_varint(payload, 0)
+    length, pos = read_varint(payload, begin)
     end = pos + length
+    if payload.find(_RECORDS_KEY, pos, end) < 0:
+        return None
     _, pos = read_varint(payload, pos + 1)  # attributes, then the timestamp delta
     delta, pos = read_varint(payload, pos)
     _, pos = read_bytes(payload, pos)  # key
@@ -193,7 +196,7 @@ def last_origin_record(records_blob: bytes, cluster: str) -> OriginRecord | None
         if header.is_control or (header.compression == codecs.NONE and mark not in data):
             continue  # cheap: the replicator sends uncompressed batches with this in them
         if header.compression == codecs.NONE:
-            whole = batch_origin(bytes(data[61:header.size]), header.records_count)
+            whole = batch_origin(data, header.records_count, 61)
             if whole is not None:  # a forwarded batch: its last record, from the header
                 if whole.cluster == cluster:
                     found = OriginRecord(

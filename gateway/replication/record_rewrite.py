@@ -112,26 +112,31 @@ class OutgoingBatches:
     def add(self, batch: bytes, start: int) -> None:
         """The records of one stored (committed, non-control) batch at or after `start`."""
         header = parse_header(batch)
-        body = memoryview(batch)[HEADER_SIZE:header.size]
-        payload = bytes(codecs.decompress(header.compression, body)) if header.compression \
-            else bytes(body)
-        whole = batch_origin(payload, header.records_count)
+        count = header.records_count
+        if header.compression:
+            data = bytes(codecs.decompress(header.compression,
+                                           memoryview(batch)[HEADER_SIZE:header.size]))
+            begin, end = 0, len(data)
+        else:  # looked at in place: the mark is on the first record, the rest is not copied
+            data = batch if isinstance(batch, bytes) else bytes(batch)
+            begin, end = HEADER_SIZE, header.size
+        whole = batch_origin(data, count, begin)
         if whole is not None:  # another cluster forwarded this batch here
             if header.last_offset >= start:
                 self.inbound.append((header.last_offset, whole.cluster, whole.first_offset
                                      + header.last_offset_delta - whole.first_delta))
             return
         if (header.base_offset >= start and header.timestamp_type == 0
-                and header.last_offset_delta == header.records_count - 1
-                and self.forward_min_bytes <= len(payload) <= self.max_bytes - _FORWARD_MARGIN
-                and _MARK not in payload):
+                and header.last_offset_delta == count - 1
+                and self.forward_min_bytes <= end - begin <= self.max_bytes - _FORWARD_MARGIN
+                and data.find(_MARK, begin, end) < 0):
             self._close_group()
-            self.groups.append((self._forwarded(payload, header.base_offset,
-                                                header.records_count), header.records_count,
-                                header.base_timestamp, header.max_timestamp,
+            self.groups.append((self._forwarded(data, begin, end, header.base_offset, count),
+                                count, header.base_timestamp, header.max_timestamp,
                                 header.last_offset))
             self.forwarded += 1
             return
+        payload = data[begin:end] if begin or end != len(data) else data
         if self._all_inbound(payload, header.records_count, header.last_offset, start):
             return
         log_append = header.timestamp_type == 1
@@ -163,23 +168,25 @@ class OutgoingBatches:
             self._append(attributes, ts, payload[kv_start:kv_end], header_count, headers,
                          offset)
 
-    def _forwarded(self, payload: bytes, base_offset: int, count: int) -> bytearray:
-        """The records section with the batch-level mark added to its first record."""
-        length, pos = read_varint(payload, 0)
-        end = pos + length
-        _, p = read_varint(payload, pos + 1)  # attributes, then the timestamp delta
-        delta, p = read_varint(payload, p)
-        _, p = read_bytes(payload, p)
-        _, p = read_bytes(payload, p)
-        header_count, headers_at = read_varint(payload, p)
-        if end > len(payload) or headers_at > end:
+    def _forwarded(self, data: bytes, begin: int, end: int, base_offset: int,
+                   count: int) -> bytearray:
+        """The records section data[begin:end] with the batch-level mark added to its first
+        record."""
+        length, pos = read_varint(data, begin)
+        first_end = pos + length
+        _, p = read_varint(data, pos + 1)  # attributes, then the timestamp delta
+        delta, p = read_varint(data, p)
+        _, p = read_bytes(data, p)
+        _, p = read_bytes(data, p)
+        header_count, headers_at = read_varint(data, p)
+        if first_end > end or headers_at > first_end:
             raise CorruptMessageError("record runs past the batch")
-        record = b"".join((payload[pos:p], _varint(header_count + 3), payload[headers_at:end],
+        record = b"".join((data[pos:p], _varint(header_count + 3), data[headers_at:first_end],
                            self._origin, _OFFSET.pack(base_offset + delta), self._records_key,
                            _COUNT.pack(count)))
         out = bytearray(_varint(len(record)))
         out += record
-        out += memoryview(payload)[end:]
+        out += memoryview(data)[first_end:end]
         return out
 
     def _all_inbound(self, payload: bytes, count: int, last_offset: int, start: int) -> bool:
