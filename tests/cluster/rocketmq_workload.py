@@ -87,13 +87,15 @@ class RocketMQSendRun:
         self.failure_times.append(time.monotonic())
 
     def acked_since(self, t: float) -> int:
-        return sum(1 for at in self.ack_times.values() if at >= t)
+        # a copy (one C call, under the GIL): the sending thread adds to the dict meanwhile,
+        # and iterating it directly ended a 30-trial chaos run ("dictionary changed size")
+        return sum(1 for at in self.ack_times.copy().values() if at >= t)
 
     def longest_pause_after(self, t: float, partition_of: dict[str, int]) -> float | None:
         """The longest time any queue (partition, from the stored records) went without an
         acknowledged send from `t` on; None if nothing was acknowledged after `t`."""
         times: dict[int, list[float]] = {}
-        for value, at in self.ack_times.items():
+        for value, at in self.ack_times.copy().items():
             if value in partition_of:
                 times.setdefault(partition_of[value], []).append(at)
         longest, any_after = 0.0, False
