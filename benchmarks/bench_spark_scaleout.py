@@ -28,6 +28,10 @@ shared with other engineers (figures: MB/s of message values, best of the two re
                       machine 2.0 of 2 cores busy); 2 workers 195.8 / 194.6 (2.9+3.0 /
                       2.4+2.1 s); scale-out 1.59x; standalone CPU 1.4-1.7 ms/MB in every phase;
                       spark.read count 28.2 (1 worker) and 48.2 MB/s (2 workers)
+    run 2, load 24-37: drain 29.7; replay 1 worker 16.2 / 42.6 (executor CPU 5.7 / 4.6 s);
+                      2 workers 54.7 / 55.2 (2.2+2.4 / 2.7+2.2 s); scale-out 1.30x; standalone
+                      1.4-1.8 ms/MB; spark.read count 7.5 and 10.8 MB/s; the Spark cluster and
+                      session took 397 s to start, the second worker's executor 119 s
 This is a measuring tool: it must never be imported by the package.
 """
 
