@@ -12,6 +12,7 @@ import json
 import sys
 import threading
 import time
+from typing import Any
 
 from rocketmq import (
     ClientConfiguration,
@@ -83,16 +84,39 @@ def produce(args: argparse.Namespace) -> None:
 class Checker(TransactionChecker):
     def __init__(self, answer: str) -> None:
         self.answer = answer
+        self.checked = threading.Event()
 
     def check(self, message: Message) -> TransactionResolution:
         emit(checked=message.body.decode(), message_id=message.message_id)
+        self.checked.set()
         return TransactionResolution.COMMIT if self.answer == "commit" else \
             TransactionResolution.ROLLBACK
 
 
+def track_end_transactions(producer: Producer) -> list[Any]:
+    """The futures of the producer's EndTransaction calls, its answers to check-backs among
+    them (the client sends those from a thread of its own and only logs how they went)."""
+    futures: list[Any] = []
+    rpc = producer.rpc_client
+    send = rpc.end_transaction_async
+
+    def tracked(*args: Any, **kwargs: Any) -> Any:
+        future = send(*args, **kwargs)
+        futures.append(future)
+        return future
+
+    rpc.end_transaction_async = tracked
+    return futures
+
+
 def transaction(args: argparse.Namespace) -> None:
-    producer = Producer(config(args), (args.topic,), Checker(args.check_answer))
+    """One transaction per decision (commit, rollback, none: left open); with --until-checked
+    the producer lives until a check-back was answered and every EndTransaction (that answer
+    included) is done, at most --linger-s; else --linger-s."""
+    checker = Checker(args.check_answer)
+    producer = Producer(config(args), (args.topic,), checker)
     producer.startup()
+    ended = track_end_transactions(producer)
     try:
         for decision in args.decisions.split(","):
             txn = producer.begin_transaction()
@@ -106,6 +130,9 @@ def transaction(args: argparse.Namespace) -> None:
             emit(sent=decision, message_id=receipt.message_id)
         deadline = time.time() + args.linger_s
         while time.time() < deadline:  # an orphan is checked back while the producer lives
+            if args.until_checked and checker.checked.is_set() and all(
+                    f.done() for f in list(ended)):
+                break
             time.sleep(0.2)
     finally:
         producer.shutdown()
@@ -331,6 +358,8 @@ def main() -> None:
     p.add_argument("--decisions", default="commit")
     p.add_argument("--check-answer", default="commit")
     p.add_argument("--linger-s", type=float, default=0.0)
+    p.add_argument("--until-checked", action="store_true",
+                   help="transaction: stop lingering once a check-back's answer is done")
     p.add_argument("--consumer-group", default="g")
     p.add_argument("--filter", default="*")
     p.add_argument("--sql", default="", help="a SQL92 filter instead of the tag filter")

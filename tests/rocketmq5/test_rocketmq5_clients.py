@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
@@ -15,9 +14,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from tests.rocketmq.remoting_client import RawClient
 from tests.rocketmq.test_rocketmq_group_config import update_group
 from tests.rocketmq5.support import received, run5
-from tests.support.standalone import Standalone
+from tests.support.standalone import Standalone, running_standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# A receive that ends after one long poll (the client waits 2 s on the server): what the group
+# could be given now, all queues looked at; for "nothing left" checks.
+NOTHING_LEFT = ("--max-seconds", "0.5")
+INVISIBLE_S = 5  # of the held and the acknowledged record in the restart test
 
 
 def endpoint(server: Standalone) -> str:
@@ -50,7 +54,7 @@ def test_send_receive_ack_and_one_topic_space_with_kafka(module_standalone: Stan
     assert {m["message_id"] for m in got} == {s["message_id"] for s in sent}
     assert all(m["keys"] == [f"key-{m['props']['index']}"] for m in got)
     # Everything was acknowledged: nothing comes back.
-    again = run5("receive", ep, "r5-basic", "--consumer-group", "basic", "--max-seconds", "4")
+    again = run5("receive", ep, "r5-basic", "--consumer-group", "basic", *NOTHING_LEFT)
     assert received(again) == []
 
     # A Kafka consumer reads what the 5.x producer wrote, properties as headers.
@@ -103,7 +107,7 @@ def test_unacknowledged_messages_come_back_with_their_attempt_counted(
     assert sorted(m["body"] for m in third) == ["r-0", "r-1"]
     assert {m["attempt"] for m in third} == {3}
     assert received(run5("receive", ep, "r5-redeliver", "--consumer-group", "redo",
-                         "--max-seconds", "3")) == []
+                         *NOTHING_LEFT)) == []
 
 
 def test_tag_filter_and_message_group(module_standalone: Standalone) -> None:
@@ -114,7 +118,7 @@ def test_tag_filter_and_message_group(module_standalone: Standalone) -> None:
                         "--expect", "3"))
     assert sorted(m["body"] for m in got) == ["keep-0", "keep-1", "keep-2"]
     assert received(run5("receive", ep, "r5-tags", "--consumer-group", "tags", "--filter", "keep",
-                         "--max-seconds", "3")) == []
+                         *NOTHING_LEFT)) == []
     run5("produce", ep, "r5-fifo", "--count", "3", "--group", "order-7", "--prefix", "f")
     got = received(run5("receive", ep, "r5-fifo", "--consumer-group", "fifo", "--expect", "3"))
     assert {m["group"] for m in got} == {"order-7"}
@@ -133,7 +137,7 @@ def test_sql92_filter_on_properties_and_tags(module_standalone: Standalone) -> N
     assert sorted(m["body"] for m in got) == ["keep-1", "keep-2", "keep-3"]
     # What the filter left out is settled for the group, as a tag filter's is.
     assert received(run5("receive", ep, "r5-sql", "--consumer-group", "sql", "--sql", sql,
-                         "--max-seconds", "3")) == []
+                         *NOTHING_LEFT)) == []
 
 
 def test_a_fifo_group_gets_a_message_groups_next_message_only_after_an_ack(
@@ -162,7 +166,7 @@ def test_push_consumer_consumes_everything_once(module_standalone: Standalone) -
     assert sorted((m["body"], m["attempt"]) for m in got) == [(f"p-{i}", 1) for i in range(6)]
     # All acknowledged: a simple consumer of the same group finds nothing left.
     assert received(run5("receive", ep, "r5-push", "--consumer-group", "pusher",
-                         "--max-seconds", "3")) == []
+                         *NOTHING_LEFT)) == []
 
 
 def test_delivery_timestamp_delays_the_message(module_standalone: Standalone) -> None:
@@ -183,8 +187,12 @@ def test_recall_drops_a_timed_message_before_its_delivery(module_standalone: Sta
     assert [line["recalled"] for line in out if "recalled" in line] == recalled
     assert [line["again"] for line in out if "again" in line] == recalled  # the same answer
     got = received(run5("receive", ep, "r5-recall", "--consumer-group", "recall", "--expect",
-                        "3", "--max-seconds", "12"))
-    assert sorted(m["body"] for m in got) == ["rc-1", "rc-3"]  # and nothing else came
+                        "2", "--max-seconds", "30"))
+    assert sorted(m["body"] for m in got) == ["rc-1", "rc-3"]
+    # rc-0 and rc-2 were due before rc-3 (sent before it, the same delay): had the timer
+    # delivered them, they would be here by now
+    assert received(run5("receive", ep, "r5-recall", "--consumer-group", "recall",
+                         *NOTHING_LEFT)) == []
     # no longer waiting (delivered, or recalled and past its time): nothing to recall
     for body in ("rc-1", "rc-0"):
         late = run5("recall", ep, "r5-recall", "--handle", sent[body]["recall_handle"])
@@ -201,32 +209,35 @@ def test_a_recall_survives_sigkill(dlq_standalone: Standalone) -> None:
     dlq_standalone.kill()  # SIGKILL: the recall marker must already be durable
     dlq_standalone.start()
     got = received(run5("receive", ep, "r5-recall-kill", "--consumer-group", "recall",
-                        "--expect", "2", "--max-seconds", "15"))
+                        "--expect", "1", "--max-seconds", "30"))
     assert [m["body"] for m in got] == ["rk-1"]
+    # rk-0 was due before rk-1: had the recall been lost, it would be here by now
+    assert received(run5("receive", ep, "r5-recall-kill", "--consumer-group", "recall",
+                         *NOTHING_LEFT)) == []
 
 
 def test_transactions_commit_rollback_and_orphan_check_back(
         module_standalone: Standalone) -> None:
     ep = endpoint(module_standalone)
     out = run5("transaction", ep, "r5-txn", "--decisions", "commit,rollback,none",
-               "--check-answer", "commit", "--prefix", "t", "--linger-s", "15")
+               "--check-answer", "commit", "--prefix", "t", "--linger-s", "40",
+               "--until-checked")
     assert [line["checked"] for line in out if "checked" in line] == ["t-none"]
     got = received(run5("receive", ep, "r5-txn", "--consumer-group", "txn", "--expect", "2"))
     assert sorted(m["body"] for m in got) == ["t-commit", "t-none"]
     assert received(run5("receive", ep, "r5-txn", "--consumer-group", "txn",
-                         "--max-seconds", "3")) == []
+                         *NOTHING_LEFT)) == []
 
 
-@pytest.fixture
-def dlq_standalone(tmp_path: Path) -> Iterator[Standalone]:
-    config = tmp_path / "ledgerwire.toml"
+@pytest.fixture(scope="module")
+def dlq_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """One standalone with max_reconsume_times 1 for the module's tests that kill or restart
+    it (distinct topics); a test leaves it running."""
+    base = tmp_path_factory.mktemp("dlq")
+    config = base / "ledgerwire.toml"
     config.write_text("[rocketmq]\nmax_reconsume_times = 1\n")
-    server = Standalone(tmp_path / "data", extra_args=["--config", str(config)])
-    server.start()
-    try:
+    with running_standalone(base / "data", extra_args=["--config", str(config)]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_dead_letter_after_max_attempts_and_state_survives_a_restart(
@@ -240,21 +251,26 @@ def test_dead_letter_after_max_attempts_and_state_survives_a_restart(
         assert [(m["body"], m["attempt"]) for m in got] == [("poison-0", attempt)]
         time.sleep(1.5)
     assert received(run5("receive", ep, "r5-dlq", "--consumer-group", "dlq",
-                         "--max-seconds", "3")) == []
+                         *NOTHING_LEFT)) == []
     dead = received(run5("receive", ep, "%DLQ%dlq", "--consumer-group", "dlq-reader",
                          "--expect", "1"))
     assert [m["body"] for m in dead] == ["poison-0"]
 
-    # In-flight state is durable: one record acked, one held, across a restart.
-    held = received(run5("receive", ep, "r5-keep", "--consumer-group", "keep", "--expect", "1",
-                         "--batch", "1", "--action", "none", "--invisible-s", "15"))
+    # In-flight state is durable: one record acked, one held, across a restart (acked first:
+    # the held one is then the only one left, whatever its invisibility and the machine's load).
     acked = received(run5("receive", ep, "r5-keep", "--consumer-group", "keep", "--expect", "1",
-                          "--batch", "1"))
+                          "--batch", "1", "--invisible-s", str(INVISIBLE_S)))
+    held_at = time.monotonic()
+    held = received(run5("receive", ep, "r5-keep", "--consumer-group", "keep", "--expect", "1",
+                         "--batch", "1", "--action", "none", "--invisible-s", str(INVISIBLE_S)))
     assert {held[0]["body"], acked[0]["body"]} == {"k-0", "k-1"}
     dlq_standalone.stop()
     dlq_standalone.start()
+    # Received until well past both records' invisibility (the acked one's too, were its ack
+    # lost): only the held one comes back, once.
+    until = held_at + INVISIBLE_S + 6 - time.monotonic()
     back = received(run5("receive", ep, "r5-keep", "--consumer-group", "keep", "--expect", "2",
-                         "--max-seconds", "25"))
+                         "--max-seconds", str(max(until, 3.0))))
     assert [(m["body"], m["attempt"]) for m in back] == [(held[0]["body"], 2)]
 
 
