@@ -36,10 +36,21 @@ PARTITIONS = 6
 BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "500"]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Standalone]:
-    with running_standalone(tmp_path / "data", extra_args=BROKER_ARGS) as server:
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """One standalone for the module's cases: their topics and groups are distinct (some
+    restart it)."""
+    with running_standalone(tmp_path_factory.mktemp("groups") / "data",
+                            extra_args=BROKER_ARGS) as server:  # fmt: skip
         yield server
+
+
+@pytest.fixture
+def server(module_server: Standalone) -> Standalone:
+    """The module's standalone, started again if an earlier case left it down."""
+    if module_server.proc is None or module_server.proc.poll() is not None:
+        module_server.start()
+    return module_server
 
 
 def covered(members: list[Member], expected: set[int]) -> bool:
