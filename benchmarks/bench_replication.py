@@ -1,7 +1,7 @@
 """Geo-replication throughput against local produce, and end-to-end replication lag.
 
     .venv/bin/python benchmarks/bench_replication.py [--messages 50000] [--rate-mb 20]
-                                                     [--seconds 10]
+                                                     [--seconds 10] [--source CHECKOUT]
 
 Two `ledgerwire standalone` processes ("east", "west") on this machine replicate a namespace
 both ways (tests/replication/geo_pair.py sets them up), 1 KB values, 2 partitions:
@@ -129,9 +129,13 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--rate-mb", type=float, default=20.0)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--source", type=Path, default=None,
+                        help="run both standalones from this checkout (e.g. a git worktree of "
+                             "the parent commit, to compare a change with it)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
-        east, west = start_pair(Path(tmp))
+        east, west = start_pair(Path(tmp), source=args.source)
+        print(f"standalones from {args.source or 'this checkout'}")
         try:
             west.stop()
             n = args.messages

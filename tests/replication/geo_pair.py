@@ -40,12 +40,13 @@ class Message:
         return tuple(h for h in self.headers if not h[0].startswith("lw.origin"))
 
 
-def _start(base: Path, name: str, extra_args: tuple[str, ...] = ()) -> Standalone:
+def _start(base: Path, name: str, extra_args: tuple[str, ...] = (),
+           source: Path | None = None) -> Standalone:
     """A fresh standalone; new ports when another process took one between choosing and
     binding (the machine is shared)."""
     for attempt in range(3):
         server = Standalone(base / f"{name}{attempt or ''}",
-                            extra_args=["--cluster-name", name, *extra_args])
+                            extra_args=["--cluster-name", name, *extra_args], source=source)
         try:
             server.start()
             return server
@@ -55,18 +56,19 @@ def _start(base: Path, name: str, extra_args: tuple[str, ...] = ()) -> Standalon
     raise AssertionError("unreachable")
 
 
-def start_pair(base: Path, *, forward_min_bytes: int | None = None
-               ) -> tuple[Standalone, Standalone]:
+def start_pair(base: Path, *, forward_min_bytes: int | None = None,
+               source: Path | None = None) -> tuple[Standalone, Standalone]:
     """East and west replicating geo/ns both ways (`forward_min_bytes`: both sides' setting,
-    e.g. 0 to forward every stored batch whole that can go alone)."""
+    e.g. 0 to forward every stored batch whole that can go alone; `source`: run both from
+    another checkout, as benchmarks compare a change with its parent)."""
     extra: tuple[str, ...] = ()
     if forward_min_bytes is not None:
         config = base / "replication.toml"
         config.write_text(f"[replication]\nforward_min_bytes = {forward_min_bytes}\n")
         extra = ("--config", str(config))
-    east = _start(base, "east", extra)
+    east = _start(base, "east", extra, source)
     try:
-        west = _start(base, "west", extra)
+        west = _start(base, "west", extra, source)
     except BaseException:
         east.stop()
         raise
