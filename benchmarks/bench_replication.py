@@ -44,7 +44,6 @@ from tests.replication.geo_pair import (  # noqa: E402
     drained,
     start_pair,
     status,
-    wait_for,
 )
 
 VALUE = os.urandom(1024)
