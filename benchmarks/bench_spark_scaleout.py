@@ -32,6 +32,10 @@ shared with other engineers (figures: MB/s of message values, best of the two re
                       2 workers 54.7 / 55.2 (2.2+2.4 / 2.7+2.2 s); scale-out 1.30x; standalone
                       1.4-1.8 ms/MB; spark.read count 7.5 and 10.8 MB/s; the Spark cluster and
                       session took 397 s to start, the second worker's executor 119 s
+    run 3, load 19-36: drain 13.2 (at the run's start, the load's peak); replay 1 worker
+                      21.1 / 59.4 (executor CPU 4.4 / 3.6 s); 2 workers 81.5 / 85.7 (2.4+2.5 /
+                      2.0+2.1 s); scale-out 1.44x; standalone 1.3-1.7 ms/MB; spark.read count
+                      9.2 and 25.7 MB/s
 This is a measuring tool: it must never be imported by the package.
 """
 
