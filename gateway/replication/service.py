@@ -10,7 +10,9 @@ refuses, so a group that already runs there is left alone.  In a cluster the bro
 coordinating a group pushes its offsets for every partition: through the running replicator's
 checkpoint, or the stored one of a partition another broker replicates.  Those commits carry
 the metadata "lw.replication", and an offset with that metadata is never pushed on: offsets
-do not loop.
+do not loop.  A topic replicated among three or more clusters has no offsets pushed: the
+translation bounds only the two clusters' own records (offset_translation.py), and a third
+cluster's records in the remote could be skipped.
 
 Each replicated topic's configs follow it: every `CONFIG_LOOK_INTERVAL_S` a topic whose configs
 here differ from those last agreed with a remote has the changes pushed there
@@ -314,6 +316,9 @@ class ReplicationService:
             for (topic, partition), offset in committed.items():
                 if offset.offset < 0 or offset.metadata == PUSHED_METADATA:
                     continue  # never push back what a remote pushed here (no offset loops)
+                if len({*(self.namespaces.topic_policies(topic).replication_clusters or []),
+                        self.cluster_name}) > 2:
+                    continue  # a third cluster's records there are not bounded: not yet
                 for key, checkpoint, pushed in await self._translators(topic, partition, read):
                     translated = translate(checkpoint, offset.offset)
                     if pushed.get(group_id) != translated:
