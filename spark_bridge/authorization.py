@@ -18,6 +18,8 @@ Below the driver: with `ledgerwire.adminUrl` the executors read with a read tick
 broker issues for the principal's topics (read_tickets.py), never with the password (the data
 source drops it before Spark ships it) nor the bookie secret; without it they read with
 ledgerwire.bookieSecretFile, which reaches every topic. Streaming reads keep the principal.
+Backfill writes: the executors' producers log in with a delegation token the driver obtains
+for the principal (job_tokens.py, writer.py), never with the password.
 
 This module must never log or put a password into an error message, and never consume records
 (it asks for the end of a partition and stops at the first answer).

@@ -33,6 +33,14 @@ from typing import Any
 
 from spark_bridge.authorization import AuthorizationError, check_write_access, read_principal
 from spark_bridge.backfill_resume import PROGRESS_OPTION, encode_progress, scan_progress_job
+from spark_bridge.job_tokens import (
+    DEFAULT_MAX_LIFETIME_MS,
+    DELEGATION_TOKEN_OPTION,
+    EXECUTOR_CREDENTIALS_OPTION,
+    JobToken,
+    create_job_token,
+    expire_job_token,
+)
 from spark_bridge.parquet_replay import replay_to_parquet, writes_locally
 from spark_bridge.preflight import PreflightError, check_master, check_metadata, check_read
 from spark_bridge.progress import Progress
@@ -116,9 +124,17 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compression", default="lz4",
                    choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--tasks", type=int, help="repartition the input into this many tasks")
-    _add_principal_arguments(p, "write as a Kafka principal: the brokers check WRITE on the "
-                                "topic before the job starts, and every produce (the resume "
-                                "scan reads the topic as that principal: READ)")
+    auth = _add_principal_arguments(
+        p, "write as a Kafka principal: the brokers check WRITE on the topic before the job "
+           "starts, and every produce (the resume scan reads the topic as that principal: "
+           "READ); the executors' producers log in with a delegation token the driver "
+           "obtains and expires when the job ends, never with the password")
+    auth.add_argument("--executor-credentials", choices=["token", "password"], default="token",
+                      help="password: send the password to the executors (brokers without "
+                           "delegation tokens)")
+    auth.add_argument("--token-max-lifetime-ms", type=int, default=DEFAULT_MAX_LIFETIME_MS,
+                      help="the executors' delegation token lives at most this long "
+                           "(default: %(default)s)")
     _add_run_arguments(p)
 
 
@@ -191,8 +207,6 @@ def backfill_main(argv: list[str] | None = None) -> int:
 
 def run_backfill(args: argparse.Namespace) -> int:
     """Run a parsed backfill command (for gateway/commands: run)."""
-    from pyspark.sql import functions as F
-
     fmt = args.format or _infer_format(args.source)
     backfill_id = args.backfill_id or default_backfill_id(args)
     log = RunLog.create("backfill", args.verbose, args.log_file)  # kazoo's retries log there
@@ -205,17 +219,49 @@ def run_backfill(args: argparse.Namespace) -> int:
         print(f"ledgerwire backfill: {exc}", file=sys.stderr)
         return exc.exit_code
     principal = read_principal(kafka)
+    token: JobToken | None = None
     try:
         _ensure_topic(args.bootstrap_servers, args.topic, args.partitions,
                       dict(principal.client_config) if principal else {})  # fmt: skip
         if principal is not None:  # the brokers' ACLs decide, before any JVM starts
             check_write_access(principal, args.topic)
+            if args.executor_credentials == "token":
+                token = create_job_token(principal, args.token_max_lifetime_ms)
+                print(f"backfill: the executors log in with delegation token {token.token_id} "
+                      f"of {token.owner}, expired when the job ends", file=sys.stderr)
     except SystemExit as exc:
         print(exc, file=sys.stderr)
         return 2
     except (AuthorizationError, RuntimeError) as exc:
         print(f"ledgerwire backfill: {exc}", file=sys.stderr)
         return 1
+    try:
+        return _run_backfill_job(args, fmt, backfill_id, log, conf, kafka,
+                                 _writer_credentials(kafka, token, args.executor_credentials))
+    finally:
+        if token is not None and principal is not None:  # the job is over: so is its token
+            expire_job_token(principal, token)
+
+
+def _writer_credentials(kafka: dict[str, str], token: JobToken | None,
+                        mode: str) -> dict[str, str]:  # fmt: skip
+    """The kafka.* options the writer (and so the executors) get: the token, not the
+    password, when there is one."""
+    out = {k: v for k, v in kafka.items() if k != "kafka.bootstrap.servers"}
+    if not kafka:
+        return out
+    out[EXECUTOR_CREDENTIALS_OPTION] = mode
+    if token is not None:
+        out.update({"kafka.sasl.username": token.token_id, "kafka.sasl.password": token.password,
+                    "kafka.sasl.mechanism": "SCRAM-SHA-512", DELEGATION_TOKEN_OPTION: "true"})
+    return out
+
+
+def _run_backfill_job(args: argparse.Namespace, fmt: str, backfill_id: str, log: RunLog,
+                      conf: dict[str, str], kafka: dict[str, str],
+                      writer_kafka: dict[str, str]) -> int:  # fmt: skip
+    from pyspark.sql import functions as F
+
     spark = None
     own_session = False
     started = time.time()
@@ -278,7 +324,7 @@ def run_backfill(args: argparse.Namespace) -> int:
                .option("ledgerwire.metadata", args.metadata)
                .option("ledgerwire.backfillId", backfill_id)
                .option(PROGRESS_OPTION, encode_progress(progress))
-               .options(**{k: v for k, v in kafka.items() if k != "kafka.bootstrap.servers"})
+               .options(**writer_kafka)
                .option("ledgerwire.summaryPath", str(summary_file))
                .save())  # fmt: skip
         done = json.loads(summary_file.read_text()) if summary_file.exists() else {}

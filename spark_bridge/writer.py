@@ -32,6 +32,16 @@ retried task attempt re-reads before it writes. Without a backfill id nothing is
 the rule covers the option's topic (rows routed to other topics by a topic column are not
 checked).
 
+Credentials (issue 27): when the options name a SASL principal (authorization.py), the driver
+logs in with its password and obtains a Kafka delegation token (job_tokens.py, max lifetime
+option ledgerwire.tokenMaxLifetimeMs, 2 h by default); the producer settings Spark ships to the
+executors then hold only the token id and HMAC, never the password, and the brokers apply the
+principal's ACLs to every produce.  `ledgerwire backfill` obtains the token itself and expires
+it when the job ends (it passes ledgerwire.delegationToken=true with the token as user name and
+password); a direct `df.write` cannot expire it (the writer Spark ships holds no password), so
+its token lives until its max lifetime.  Brokers without delegation tokens refuse the write in
+one line unless ledgerwire.executorCredentials=password lets the password go to the executors.
+
 This module must never write a row whose (task, row number, partition) is already in the topic
 for the same backfill id, nor write to a partition other than the one the rules above choose.
 """
@@ -49,6 +59,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from spark_bridge.authorization import read_principal
 from spark_bridge.backfill_resume import (
     BACKFILL_HEADER,
     PROGRESS_OPTION,
@@ -56,6 +67,15 @@ from spark_bridge.backfill_resume import (
     decode_progress,
 )
 from spark_bridge.backfill_rows import RowColumns, fast_partitions, row_partition
+from spark_bridge.job_tokens import (
+    DEFAULT_MAX_LIFETIME_MS,
+    DELEGATION_TOKEN_OPTION,
+    EXECUTOR_CREDENTIALS_OPTION,
+    TOKEN_LIFETIME_OPTION,
+    TOKEN_MECHANISM,
+    create_job_token,
+    token_client_config,
+)
 from spark_bridge.ledger_access import LedgerAccess, resolve_read_mode
 from spark_bridge.metadata_access import (
     METADATA_OPTION,
@@ -137,6 +157,31 @@ def _producer_config(options: dict[str, str]) -> dict[str, Any]:
     return config
 
 
+def executor_producer_config(options: dict[str, str], config: dict[str, Any]
+                             ) -> tuple[dict[str, Any], str | None]:  # fmt: skip
+    """The producer settings the executors get, and the id of the delegation token they log in
+    with (None: no principal, or the password is allowed to go): see the module docstring."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    mode = lowered.get(EXECUTOR_CREDENTIALS_OPTION.lower(), "token").strip().lower()
+    if mode not in ("token", "password"):
+        raise OptionError(f"option '{EXECUTOR_CREDENTIALS_OPTION}'={mode!r}: token or password")
+    try:
+        principal = read_principal(options)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+    if principal is None or mode == "password":
+        return config, None
+    if lowered.get(DELEGATION_TOKEN_OPTION.lower(), "").strip().lower() == "true":
+        return {k: v for k, v in config.items() if k != "sasl.jaas.config"} | {
+            "sasl.mechanism": TOKEN_MECHANISM}, principal.user
+    try:
+        lifetime = int(lowered.get(TOKEN_LIFETIME_OPTION.lower(), DEFAULT_MAX_LIFETIME_MS))
+    except ValueError:
+        raise OptionError(f"option '{TOKEN_LIFETIME_OPTION}': milliseconds expected") from None
+    token = create_job_token(principal, lifetime)
+    return token_client_config(config, token), token.token_id
+
+
 class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         lowered = {k.lower(): v for k, v in options.items()}
@@ -147,7 +192,8 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
         self.default_topic = lowered.get("topic")
         if self.default_topic is None and "topic" not in names:
             raise OptionError("option 'topic' (or a 'topic' column) is required to write")
-        self.producer_config = _producer_config(options)
+        self.producer_config, self.token_id = executor_producer_config(
+            options, _producer_config(options))
         self.backfill_id = lowered.get("ledgerwire.backfillid")
         self.namespace = lowered.get("ledgerwire.namespace", "public/default")
         self.summary_path = lowered.get("ledgerwire.summarypath")

@@ -46,7 +46,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     home = tmp_path_factory.mktemp("spark-acls")
     (home / "bookie.secret").write_text("spark-acls-bookie-secret-0123\n")
     (home / "bookie.secret").chmod(0o600)
-    sa = secured_standalone(home, extra=f'[storage]\nbookie_secret_file = '
+    sa = secured_standalone(home, extra='delegation_token_secret_key = "spark-acls-token-key-01"\n'
+                                         f'[storage]\nbookie_secret_file = '
                                          f'"{home / "bookie.secret"}"\n'
                                          'max_entries_per_ledger = 20')  # ledgers roll
     sa.start()
