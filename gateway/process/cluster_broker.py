@@ -87,6 +87,8 @@ from protocols.kafka.group_coordinator import CoordinatorConfig
 log = logging.getLogger("ledgerwire.broker")
 
 TOPIC_REFRESH_INTERVAL_S = 10.0
+# partitions of acquired bundles opened in the background at once (see BundleHooks.acquired)
+BACKGROUND_OPENS = 8
 
 
 class ClusterKafkaBroker(KafkaBroker):
@@ -161,6 +163,9 @@ class BundleHooks:
     def __init__(self, topics: TopicService, nursery: trio.Nursery) -> None:
         self.topics = topics
         self.nursery = nursery
+        # background opens of acquired partitions, a few at a time: a request opens its
+        # partition at once instead of queueing behind every other open of a failover
+        self._opening = trio.CapacityLimiter(BACKGROUND_OPENS)
         self.groups: ClusterGroupCoordinator | None = None
         self.ownership: OwnershipService | None = None
         self.extensions: list[BundleExtension] = []
@@ -176,7 +181,9 @@ class BundleHooks:
         await self._close_bundle_logs(bundle)
         # Open (and so fence and recover) the bundle's partitions now rather than on the
         # first request, while the coordinators load: failover then costs clients one
-        # metadata refresh, not a recovery after the loads.
+        # metadata refresh, not a recovery after the loads.  BACKGROUND_OPENS at a time: a
+        # failover of a few hundred partitions opened all at once made every client wait
+        # for the slowest of them (chaos.py: 19-26 s for ~190 partitions at load 30-40).
         bundles = self.ownership.layout.bundles
         for name, info in self.topics.topics().items():
             for p in range(info.partitions):
@@ -210,13 +217,14 @@ class BundleHooks:
         """Open a partition of a bundle this broker holds (its hooks may still be loading:
         requests wait for the bundle to be ready, the open need not)."""
         assert self.ownership is not None
-        if not self.ownership.holds_bundle(bundle):
-            return
-        try:
-            plog = await self.topics.partition(topic, partition)
-        except Exception as exc:  # a background open must never take the broker down
-            log.warning("opening %s-%d failed: %r", topic, partition, exc)
-            return
+        async with self._opening:
+            if not self.ownership.holds_bundle(bundle):
+                return
+            try:
+                plog = await self.topics.partition(topic, partition)
+            except Exception as exc:  # a background open must never take the broker down
+                log.warning("opening %s-%d failed: %r", topic, partition, exc)
+                return
         if not self.ownership.holds_bundle(bundle):  # released while it opened
             await _close_quietly(plog, topic, partition)
 

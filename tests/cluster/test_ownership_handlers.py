@@ -290,3 +290,58 @@ async def test_releasing_a_bundle_closes_its_logs_side_by_side(
         await hooks.releasing(target)
         assert trio.current_time() - started < 20
     assert len(logs) == 8 and all(plog.closed for plog in logs.values())
+
+
+class OpeningTopics:
+    """Partitions whose open takes 1 s (virtual time): a fence and a recovery."""
+
+    def __init__(self, partitions: int) -> None:
+        self.info = Info("t", uuid.uuid4(), partitions)
+        self.opening = 0
+        self.most_at_once = 0
+        self.opened: set[int] = set()
+
+    def open_partitions(self) -> dict[tuple[str, int], ClosableLog]:
+        return {}
+
+    def topics(self) -> dict[str, Any]:
+        return {"t": self.info}
+
+    async def partition(self, topic: str, partition: int) -> ClosableLog:
+        self.opening += 1
+        self.most_at_once = max(self.most_at_once, self.opening)
+        try:
+            await trio.sleep(1)
+        finally:
+            self.opening -= 1
+        self.opened.add(partition)
+        return ClosableLog()
+
+
+class HoldingOwnership(LayoutOwnership):
+    def holds_bundle(self, bundle: int) -> bool:
+        return True
+
+
+async def test_a_failover_opens_a_few_partitions_at_a_time_and_requests_at_once(
+        autojump_clock: trio.testing.MockClock) -> None:  # noqa: ARG001
+    """Acquiring a bundle of 100 partitions opens them BACKGROUND_OPENS at a time, and a
+    client's request for one of them opens it at once: before, all 100 opened together and a
+    request waited for the crowd (a failover's resume followed the partition count)."""
+    from gateway.cluster.ownership import bundle_of
+    from gateway.process.cluster_broker import BACKGROUND_OPENS, BundleHooks
+
+    topics = OpeningTopics(400)
+    target = bundle_of("t", 0, 4)
+    mine = [p for p in range(400) if bundle_of("t", p, 4) == target]
+    async with trio.open_nursery() as nursery:
+        hooks = BundleHooks(topics, nursery)  # type: ignore[arg-type]
+        hooks.ownership = HoldingOwnership()  # type: ignore[assignment]
+        hooks.groups = object()  # type: ignore[assignment]
+        await hooks.acquired(target)
+        await trio.sleep(0.5)
+        started = trio.current_time()
+        await topics.partition("t", mine[-1])  # a request, while the background opens run
+        assert trio.current_time() - started <= 1.5
+    assert topics.opened == set(mine)
+    assert topics.most_at_once <= BACKGROUND_OPENS + 1  # the request's own open beside them
