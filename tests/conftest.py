@@ -35,6 +35,7 @@ SLOW_FILES_FIRST = (
     "tests/cluster/test_bookie_recovery.py",  # 56-73
     "tests/cluster/test_cluster_rocketmq.py",  # 51-70
     "tests/integration/test_standalone_workers.py",  # 46-67
+    "tests/integration/test_standalone_workers_secured.py",  # 32-40
     "tests/cluster/test_readme_walkthrough.py",  # 56-59
     "tests/spark_bridge/test_spark_batch_reader.py",  # 35-104
     "tests/replication/test_geo_replication.py",  # 33-62
