@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.cluster.kafka_workload import longest_pause_after
 from tests.support.java_clients import java_command
 
 
@@ -82,21 +83,5 @@ class JavaProduceRun:
         return sum(1 for at in list(self.ack_times) if at >= t)
 
     def longest_pause_after(self, t: float) -> float | None:
-        """The longest any partition went without an acknowledgement from `t` on (as
-        ProduceRun.longest_pause_after)."""
-        last_before: dict[int, float] = {}
-        after: dict[int, list[float]] = {}
-        for at, partition in zip(list(self.ack_times), list(self.ack_partitions), strict=False):
-            if at < t:
-                last_before[partition] = at
-            else:
-                after.setdefault(partition, []).append(at)
-        if not after:
-            return None
-        longest = 0.0
-        for partition, times in after.items():
-            previous = last_before.get(partition, t)
-            for at in times:
-                longest = max(longest, at - previous)
-                previous = at
-        return longest
+        """The longest any partition went without an acknowledgement from `t` on."""
+        return longest_pause_after(list(self.ack_times), list(self.ack_partitions), t)

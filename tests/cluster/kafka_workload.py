@@ -101,25 +101,31 @@ class ProduceRun:
         return next((at for at in self.ack_times if at >= t), None)
 
     def longest_pause_after(self, t: float) -> float | None:
-        """The longest time any partition went without an acknowledgement from `t` on (the
-        last acknowledgement before `t` counts as the start of a pause): how long a fault at
-        `t` stopped produce. None if no partition acknowledged anything after `t`."""
-        last_before: dict[int, float] = {}
-        after: dict[int, list[float]] = {}
-        for at, partition in zip(self.ack_times, self.ack_partitions, strict=False):
-            if at < t:
-                last_before[partition] = at
-            else:
-                after.setdefault(partition, []).append(at)
-        if not after:
-            return None
-        longest = 0.0
-        for partition, times in after.items():
-            previous = last_before.get(partition, t)
-            for at in times:
-                longest = max(longest, at - previous)
-                previous = at
-        return longest
+        """How long a fault at `t` stopped produce (see longest_pause_after below)."""
+        return longest_pause_after(list(self.ack_times), list(self.ack_partitions), t)
+
+
+def longest_pause_after(ack_times: list[float], ack_partitions: list[int],
+                        t: float) -> float | None:
+    """The longest time any partition went without an acknowledgement from `t` on (the
+    last acknowledgement before `t` counts as the start of a pause): how long a fault at
+    `t` stopped produce. None if no partition acknowledged anything after `t`."""
+    last_before: dict[int, float] = {}
+    after: dict[int, list[float]] = {}
+    for at, partition in zip(ack_times, ack_partitions, strict=False):
+        if at < t:
+            last_before[partition] = at
+        else:
+            after.setdefault(partition, []).append(at)
+    if not after:
+        return None
+    longest = 0.0
+    for partition, times in after.items():
+        previous = last_before.get(partition, t)
+        for at in times:
+            longest = max(longest, at - previous)
+            previous = at
+    return longest
 
 
 def read_topic(bootstrap: str, topic: str, partitions: int,
