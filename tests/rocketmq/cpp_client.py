@@ -35,6 +35,24 @@ def producer(ns: str, group: str, *, orderly: bool = False) -> Producer:
     return p
 
 
+def send_sync_patiently(p: Producer, m: Message, *, attempts: int = 3,
+                        pause_s: float = 1.0) -> SendStatus:
+    """send_sync, tried again after a pause when the client gives up before asking the broker.
+
+    Under a loaded machine the C++ client's transport lock can time out during its heartbeat
+    round; it then reports "No route info" without sending. Its own retry comes at once and
+    meets the same lock, so pause first. A 4.x send is at least once: a retried send may be
+    stored twice, so callers compare sets of bodies, not lists."""
+    for attempt in range(attempts):
+        try:
+            return p.send_sync(m).status
+        except Exception as exc:  # noqa: BLE001 - the client raises one exception type per call
+            if "No route info" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(pause_s)
+    raise AssertionError("unreachable")
+
+
 def send_async(p: Producer, m: Message, timeout: float = 10.0) -> str:
     """SendMessageAsync through the C API (the Python wrapper has no send_async)."""
     done = threading.Event()
