@@ -126,8 +126,9 @@ def read_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     while time.monotonic() < deadline:
         batch = consumer.consume(num_messages=5000, timeout=0.5)
         for message in batch:
-            if message.error() is None:
-                values.append(message.value())
+            value = message.value()
+            if message.error() is None and value is not None:
+                values.append(value)
         if len(values) >= expected:  # then a little more: a duplicate would show up here
             idle_until = idle_until or time.monotonic() + 2.0
             if time.monotonic() > idle_until:
@@ -210,8 +211,9 @@ def test_two_workers_are_two_brokers_that_serve_produce_and_group_consume(
     deadline = time.monotonic() + 90
     while len(seen) < 2000 and time.monotonic() < deadline:
         message = consumer.poll(1.0)
-        if message is not None and message.error() is None:
-            seen.add(message.value())
+        value = None if message is None or message.error() is not None else message.value()
+        if value is not None:
+            seen.add(value)
     consumer.close()
     assert len(seen) == 2000
     check_node_admin(node)

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 import trio
@@ -22,7 +23,7 @@ from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata import open_store
 from ledger_backend.metadata.store import MetadataStore
-from protocols.rocketmq.broker_api import RocketMQBrokerConfig
+from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicServiceLike
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
 from tests.ledger_client.bookie_cluster import running_bookies
 
@@ -47,7 +48,7 @@ async def start_stack(store: MetadataStore, bk: MemoryBookKeeper, nursery: trio.
         advertised_host="127.0.0.1", advertised_port=0, **config))  # type: ignore[arg-type]
     await broker.load()
     b_addr = await nursery.start(serve_rocketmq_broker, broker, "127.0.0.1", 0)
-    name_server = NameServer(topics, lambda: [broker.endpoint()],
+    name_server = NameServer(cast(TopicServiceLike, topics), lambda: [broker.endpoint()],
                              NameServerConfig(broker.config.auto_create_topics,
                                               broker.config.default_queue_nums))
     ns_addr = await nursery.start(serve_rocketmq_name_server, name_server, "127.0.0.1", 0)
