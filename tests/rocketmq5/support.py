@@ -120,6 +120,19 @@ class RawClient:
             entries=[spb.AckMessageEntry(message_id=m, receipt_handle=h) for m, h in handles]),
             spb.AckMessageResponse)
 
+    def change_invisible(self, topic: str, group: str, message_id: str, handle: str,
+                         invisible_s: float) -> Any:
+        """ChangeInvisibleDuration of one received message."""
+        from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
+        from protocols.rocketmq.grpc.v2 import service_pb2 as spb
+
+        request = spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+            receipt_handle=handle, message_id=message_id)
+        request.invisible_duration.FromMilliseconds(int(invisible_s * 1000))
+        return self.unary("ChangeInvisibleDuration", request,
+                          spb.ChangeInvisibleDurationResponse)
+
     def pull(self, topic: str, group: str, offset: int, batch: int = 32, poll_s: float = 0,
              sql: str = "") -> tuple[int, list, int]:
         """PullMessage on queue 0: (status code, messages, next offset)."""
