@@ -80,6 +80,8 @@ async def scan_queue(
     max_records: int,
     max_bytes: int,
     read_bytes: Callable[[int, int], int],
+    encode_batch: Callable[[bytes, int], list[tuple[int, tuple[T, int] | None]] | None]
+    | None = None,
 ) -> tuple[list[T], int]:
     """The messages of a queue from `offset` on that `convert` keeps, and the offset after the
     last record looked at (a pull's next offset).
@@ -89,7 +91,10 @@ async def scan_queue(
     `max_bytes` kept (checked after each record, so a filter that skips most records still
     answers soon). `read_bytes(kept, kept_bytes)` is how much one partition read asks for.
     Batches of control records only are stepped over. An offset the partition no longer has
-    ends the scan; other storage errors (KafkaProtocolError) are the caller's."""
+    ends the scan; other storage errors (KafkaProtocolError) are the caller's.
+    `encode_batch(batch, first_offset)`, when given, converts a whole batch at once (the same
+    (offset, converted) pairs `convert` would give for its records at or after first_offset),
+    or gives None to have that batch's records decoded and converted one by one."""
     out: list[T] = []
     scanned = size = 0
     while (offset < plog.high_watermark and len(out) < max_messages
@@ -101,10 +106,9 @@ async def scan_queue(
         if not batches:
             break
         before = offset
-        for record in iter_records(batches, offset):
+        for record_offset, converted in _converted(batches, offset, convert, encode_batch):
             scanned += 1
-            offset = record.offset + 1
-            converted = convert(record)
+            offset = record_offset + 1
             if converted is None:
                 continue
             message, message_size = converted
@@ -115,6 +119,23 @@ async def scan_queue(
         if offset == before:  # only control batches: step past them
             offset = max(offset, parse_header(batches[-1]).last_offset + 1)
     return out, offset
+
+
+def _converted(
+    batches: list[bytes], first_offset: int, convert: Callable[[Record], tuple[T, int] | None],
+    encode_batch: Callable[[bytes, int], list[tuple[int, tuple[T, int] | None]] | None] | None,
+) -> Iterator[tuple[int, tuple[T, int] | None]]:
+    """(offset, converted) of the data records at or after `first_offset`, batch by batch."""
+    for batch in batches:
+        if parse_header(batch).is_control:
+            continue
+        encoded = encode_batch(batch, first_offset) if encode_batch is not None else None
+        if encoded is not None:
+            yield from encoded
+            continue
+        for record in decode_records(batch):
+            if record.offset >= first_offset:
+                yield record.offset, convert(record)
 
 
 def stored_message(broker: BrokerLike, storage_topic: str, queue_id: int,

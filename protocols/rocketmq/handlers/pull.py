@@ -2,7 +2,8 @@
 
 The subscription comes from the request when the client sends it (sysFlag bit 2: C++ client,
 ali-ons) and otherwise from the group's heartbeat (Java).  Records are decoded from the stored
-batches and re-framed in RocketMQ's stored-message encoding.  When nothing is there and the
+batches and re-framed in RocketMQ's stored-message encoding (what RocketMQ clients wrote in one
+pass per batch: pulled_messages.py).  When nothing is there and the
 client allows suspension (sysFlag bit 1), the request waits for new data up to its suspend
 timeout (capped by long_polling_max_s).  Offsets outside [min, max] answer PULL_OFFSET_MOVED;
 an empty queue PULL_NOT_FOUND; records that were all filtered out PULL_RETRY_IMMEDIATELY with
@@ -35,9 +36,10 @@ from protocols.rocketmq.headers import (
     PULL_FLAG_SUSPEND,
     PullHeader,
 )
-from protocols.rocketmq.message_encoding import PROPERTY_TAGS, encode_stored_message
+from protocols.rocketmq.message_encoding import PROPERTY_TAGS, encode_stored_message, ipv4
+from protocols.rocketmq.pulled_messages import PullEncoding
 from protocols.rocketmq.subscription import MATCH_ALL, TagFilter, parse_tag_expression
-from protocols.rocketmq.topic_names import to_storage
+from protocols.rocketmq.topic_names import from_storage, to_storage
 
 MAX_MESSAGES = 1024
 READ_CHUNK_BYTES = 256 * 1024  # per partition read: batches are decoded only as needed
@@ -104,6 +106,10 @@ async def handle_pull(broker: BrokerLike, conn: ConnectionLike,
             stored_message(broker, storage_topic, header.queue_id, record))
         return encoded, len(encoded)
 
+    cfg = broker.config
+    fast = PullEncoding(from_storage(storage_topic), header.queue_id, ipv4(cfg.advertised_host),
+                        cfg.advertised_port, tag_filter.matches)
+
     def read_bytes(kept: int, kept_bytes: int) -> int:
         wanted = max(MIN_READ_CHUNK_BYTES, (max_msgs - kept) * READ_BYTES_PER_MESSAGE)
         return min(READ_CHUNK_BYTES, wanted, broker.config.pull_max_bytes - kept_bytes)
@@ -118,6 +124,7 @@ async def handle_pull(broker: BrokerLike, conn: ConnectionLike,
                 plog, offset, convert, max_messages=max_msgs,
                 max_records=broker.config.pull_scan_limit,
                 max_bytes=broker.config.pull_max_bytes, read_bytes=read_bytes,
+                encode_batch=fast.encode_batch,
             )  # fmt: skip
         except KafkaProtocolError as exc:
             raise StorageError(f"reading {header.topic}-{header.queue_id}: {exc}") from exc
