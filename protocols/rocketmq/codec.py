@@ -200,17 +200,22 @@ def _exact_with_orjson(doc: object) -> bool:
     """False when orjson's reading may differ from the standard library's: orjson reads an
     integer beyond 64 bits as a float (the standard library keeps it exact), so any float
     among the fields read, or a nested container, is read again with the standard library."""
-    if not isinstance(doc, dict):
+    if type(doc) is not dict:  # orjson gives exact types, never subclasses
         return True
     for key, value in doc.items():
-        if type(value) is float or (key != "extFields" and isinstance(value, (dict, list))):
+        kind = type(value)
+        if kind is float or (kind in _CONTAINERS and key != "extFields"):
             return False
     ext = doc.get("extFields")
-    if isinstance(ext, dict):
+    if type(ext) is dict:
         for value in ext.values():
-            if type(value) is float or isinstance(value, (dict, list)):
+            if type(value) in _INEXACT:
                 return False
     return True
+
+
+_CONTAINERS = (dict, list)
+_INEXACT = (float, dict, list)
 
 
 def _load_json(header: bytes) -> object:

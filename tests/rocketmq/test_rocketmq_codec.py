@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocols.kafka.record_batch import Record
+from protocols.kafka.record_batch import Record, build_batch
 from protocols.rocketmq.codec import (
     SERIALIZE_JSON,
     SERIALIZE_ROCKETMQ,
@@ -32,6 +32,7 @@ from protocols.rocketmq.message_encoding import (
     encode_stored_message,
     from_record,
     java_string_hash,
+    message_batch,
     to_record,
 )
 from protocols.rocketmq.message_id import (
@@ -163,6 +164,18 @@ def test_record_mapping() -> None:
     # a Kafka record: headers become properties, the key KEYS, separators are dropped
     body, p, back = from_record(Record(5, 77, b"kk", b"v", [("h\x01", b"v\x02al"), ("n", None)]))
     assert p == {"h": "val", "n": "", "KEYS": "kk"} and back.store_timestamp == 77
+
+
+@settings(max_examples=60)
+@given(st.binary(max_size=300), st.dictionaries(text, text, max_size=5), st.builds(
+    MessageMeta, flag=st.integers(-(2**31), 2**31 - 1), sys_flag=st.integers(0, 2**31 - 1),
+    born_host=st.tuples(st.sampled_from(["10.0.0.9", "not an address"]), st.integers(0, 65535)),
+    store_timestamp=st.integers(0, 2**41), reconsume_times=st.integers(0, 16)),
+    st.integers(0, 2**41))
+def test_one_message_batch_is_the_generic_batch(body: bytes, props: dict[str, str],
+                                                meta: MessageMeta, born: int) -> None:
+    assert message_batch(body, props, meta, born) == build_batch([to_record(body, props, meta,
+                                                                            born)])
 
 
 @given(st.text(alphabet="abcXYZ_-%", min_size=1, max_size=30), st.integers(0, 4095),

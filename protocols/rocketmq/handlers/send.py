@@ -40,6 +40,7 @@ from protocols.rocketmq.message_encoding import (
     decode_batch_body,
     decode_properties,
     decompress_body,
+    message_batch,
     to_record,
 )
 from protocols.rocketmq.message_id import commit_log_offset, offset_message_id
@@ -87,9 +88,14 @@ def _message_meta(header: SendHeader, flag: int, conn: ConnectionLike, now: int)
 async def append_records(broker: BrokerLike, topic: str, queue_id: int,
                          records: list[Record]) -> int:
     """Append records as one batch to (RocketMQ) topic/queue; returns the first offset."""
+    return await append_batch(broker, topic, queue_id, build_batch(records))
+
+
+async def append_batch(broker: BrokerLike, topic: str, queue_id: int, batch: bytes) -> int:
+    """Append one built batch to (RocketMQ) topic/queue; returns its first offset."""
     plog = await get_queue(broker, topic, queue_id)
     try:
-        result = await plog.append(build_batch(records))
+        result = await plog.append(batch)
     except KafkaProtocolError as exc:
         raise StorageError(f"append to {topic}-{queue_id} failed: {exc}") from exc
     return result.base_offset
@@ -173,13 +179,18 @@ async def handle_send(broker: BrokerLike, conn: ConnectionLike,
         if diverted is not None:
             return make_response(request, ResponseCode.SUCCESS, None, diverted)
 
-    records = [to_record(body, props, _message_meta(header, flag, conn, now), born)
-               for body, props, flag in messages]
-    base = await append_records(broker, header.topic, queue_id, records)
+    if batch:
+        records = [to_record(body, props, _message_meta(header, flag, conn, now), born)
+                   for body, props, flag in messages]
+        base = await append_records(broker, header.topic, queue_id, records)
+    else:
+        body, props, flag = messages[0]
+        base = await append_batch(broker, header.topic, queue_id, message_batch(
+            body, props, _message_meta(header, flag, conn, now), born))
     cfg = broker.config
     ids = [offset_message_id(cfg.advertised_host, cfg.advertised_port,
                              commit_log_offset(header.topic, queue_id, base + i))
-           for i in range(len(records))]
+           for i in range(len(messages))]
     ext: dict[str, object] = {
         "msgId": ",".join(ids),
         "queueId": queue_id,
