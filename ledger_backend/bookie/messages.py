@@ -125,7 +125,7 @@ class ReadEntriesResponse:
     ledger_id: int
     first_entry_id: int
     lac: int
-    bodies: tuple[bytes, ...] = ()
+    bodies: tuple[bytes | memoryview, ...] = ()  # decoded: views of the frame
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,8 @@ __all__ = [
 
 PROTOCOL_VERSION: Final = 1
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+# FrameDecoder gathers a frame at least this long in a buffer of its own (see its __init__)
+LARGE_FRAME_BYTES: Final = 256 * 1024
 _RESPONSE_BIT: Final = 0x80
 _FLAG_SET: Final = 0x01
 _FLAG_MASTER_KEY: Final = 0x02  # a 32-byte ledger master key follows the fixed fields
@@ -255,7 +257,7 @@ def _encode_batch(msg: ReadEntriesResponse) -> bytes:
     """A batch answer in one join: header, then length + bytes of each entry."""
     bodies = msg.bodies
     size = sum(len(b) for b in bodies) + _BODY_LENGTH.size * len(bodies)
-    parts = [_BATCH_RESP_FRAME.pack(
+    parts: list[bytes | memoryview] = [_BATCH_RESP_FRAME.pack(
         _BATCH_RESP_FRAME.size - 4 + size, PROTOCOL_VERSION, _BATCH_RESP_OP, msg.request_id,
         msg.status, msg.ledger_id, msg.first_entry_id, msg.lac, len(bodies),
     )]  # fmt: skip
@@ -267,6 +269,7 @@ def _encode_batch(msg: ReadEntriesResponse) -> bytes:
 
 
 def _decode_batch(fields: memoryview, op: int) -> ReadEntriesResponse:
+    """The entries are views of `fields` (no copies): its buffer must never change after."""
     rid, status, ledger, first, lac, count = _at_least(_BATCH_RESP, fields, op)
     pos = _BATCH_RESP.size
     end = len(fields)
@@ -274,7 +277,7 @@ def _decode_batch(fields: memoryview, op: int) -> ReadEntriesResponse:
     # anything is allocated for it
     if count * _BODY_LENGTH.size > end - pos:
         raise ProtocolError(f"op {op:#04x}: {count} entries cannot fit in {end - pos} bytes")
-    bodies: list[bytes] = []
+    bodies: list[bytes | memoryview] = []
     unpack = _BODY_LENGTH.unpack_from
     for _ in range(count):
         if end - pos < _BODY_LENGTH.size:
@@ -284,7 +287,7 @@ def _decode_batch(fields: memoryview, op: int) -> ReadEntriesResponse:
         if length > end - pos:
             raise ProtocolError(f"op {op:#04x}: entry {len(bodies)} of {length} bytes overruns "
                                 f"the frame")  # fmt: skip
-        bodies.append(bytes(fields[pos : pos + length]))
+        bodies.append(fields[pos : pos + length])
         pos += length
     if pos != end:
         raise ProtocolError(f"op {op:#04x}: {end - pos} bytes after the last entry")
@@ -419,10 +422,11 @@ class FrameDecoder:
     """
 
     __slots__ = ("_buffer", "_max_frame_bytes", "_accept_requests", "_accept_responses",
-                 "_error")  # fmt: skip
+                 "_error", "_frame", "_filled", "_large")  # fmt: skip
 
     def __init__(
-        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, accept: AcceptKind = "any"
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, accept: AcceptKind = "any",
+        large_frame_bytes: int | None = None,
     ) -> None:
         if max_frame_bytes < _MIN_FRAME_LENGTH:
             raise ValueError(f"max_frame_bytes must be >= {_MIN_FRAME_LENGTH}")
@@ -433,6 +437,16 @@ class FrameDecoder:
         self._accept_requests = accept != "responses"
         self._accept_responses = accept != "requests"
         self._error: ProtocolError | None = None
+        # A frame of at least `large_frame_bytes` (LARGE_FRAME_BYTES on a client's response
+        # stream; never by default on a bookie's, which allocates only what has arrived) is
+        # gathered in a buffer of its own exact size (`_filled` bytes of it so far), never in
+        # `_buffer`: no regrowth copies, its rest may be received straight into it
+        # (`receive_buffer`), and a batch answer's entries are views of it, not copies.
+        self._frame: bytearray | None = None
+        self._filled = 0
+        if large_frame_bytes is None:
+            large_frame_bytes = LARGE_FRAME_BYTES if accept == "responses" else 0
+        self._large = large_frame_bytes
 
     @property
     def max_frame_bytes(self) -> int:
@@ -448,24 +462,67 @@ class FrameDecoder:
     @property
     def buffered_bytes(self) -> int:
         """Bytes of an incomplete frame waiting for the rest (0 at a frame boundary)."""
-        return len(self._buffer)
+        return self._filled if self._frame is not None else len(self._buffer)
 
     @property
     def missing_bytes(self) -> int:
         """Bytes still to come of the frame being buffered (0 unless its length is known):
         a reader may receive that much at once (a batch answer is megabytes)."""
+        if self._frame is not None:
+            return len(self._frame) - self._filled
         buf = self._buffer
         if len(buf) < 4:
             return 0
         (length,) = _LENGTH.unpack_from(buf)
         return max(0, min(length, self._max_frame_bytes) + 4 - len(buf))
 
+    def receive_buffer(self) -> memoryview | None:
+        """Where the rest of a large frame may be received directly (a socket's recv_into),
+        then handed over with `received(n)`; None while no large frame is being gathered."""
+        if self._frame is None or self._error is not None:
+            return None
+        return memoryview(self._frame)[self._filled :]
+
+    def received(self, count: int) -> list[Message]:
+        """`count` bytes were written into `receive_buffer()`: the messages now complete."""
+        if self._error is not None:
+            raise self._error
+        if self._frame is None or not 0 <= count <= len(self._frame) - self._filled:
+            raise ValueError(f"{count} bytes were not received into the frame buffer")
+        self._filled += count
+        messages: list[Message] = []
+        self._finish_large_frame(messages)
+        return messages
+
+    def _finish_large_frame(self, messages: list[Message]) -> None:
+        frame = self._frame
+        if frame is None or self._filled < len(frame):
+            return
+        self._frame, self._filled = None, 0
+        try:
+            msg = decode_frame(memoryview(frame)[4:])
+            self._check_direction(msg)
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+        messages.append(msg)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         if self._error is not None:
             raise self._error
+        messages: list[Message] = []
+        frame = self._frame
+        if frame is not None:  # the next bytes of a large frame go straight to its buffer
+            data = memoryview(data)
+            take = min(len(frame) - self._filled, len(data))
+            frame[self._filled : self._filled + take] = data[:take]
+            self._filled += take
+            self._finish_large_frame(messages)
+            if take == len(data):
+                return messages
+            data = data[take:]
         buf = self._buffer
         buf += data
-        messages: list[Message] = []
         pos = 0
         end = len(buf)
         try:
@@ -481,8 +538,18 @@ class FrameDecoder:
                         raise ProtocolError(f"frame length {length} is too short")
                     frame_end = pos + 4 + length
                     if frame_end > end:
+                        if 0 < self._large <= length + 4:  # gather it in its own buffer
+                            self._frame = bytearray(length + 4)
+                            self._frame[: end - pos] = view[pos:end]
+                            self._filled = end - pos
+                            pos = end
                         break
-                    msg = decode_frame(view[pos + 4 : frame_end])
+                    if view[pos + 5] == _BATCH_RESP_OP:
+                        # its entries are views of the frame: of a copy, not of `buf`, which
+                        # is trimmed below
+                        msg = decode_frame(bytes(view[pos + 4 : frame_end]))
+                    else:
+                        msg = decode_frame(view[pos + 4 : frame_end])
                     self._check_direction(msg)
                     messages.append(msg)
                     pos = frame_end

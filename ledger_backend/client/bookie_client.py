@@ -273,14 +273,26 @@ class BookieConnection:
 
     async def _read_loop(self, stream: trio.abc.Stream, decoder: FrameDecoder) -> None:
         """Dispatch responses until the connection ends (EOF, error or a bad frame)."""
+        sock = stream.socket if isinstance(stream, trio.SocketStream) else None  # never TLS
         try:
             while True:
-                # the rest of a large frame (a batch answer) in one receive, not 64 KiB at a time
-                data = await stream.receive_some(
-                    min(max(_RECEIVE_BYTES, decoder.missing_bytes), _MAX_RECEIVE_BYTES))
-                if not data:
-                    return  # the bookie closed the connection
-                for response in decoder.feed(data):
+                into = decoder.receive_buffer() if sock is not None else None
+                if into is not None and sock is not None:
+                    # the rest of a large frame (a batch answer) straight into its buffer: no
+                    # bytes object per receive, no copy into the decoder
+                    count = await sock.recv_into(into)
+                    into.release()
+                    if not count:
+                        return  # the bookie closed the connection
+                    responses = decoder.received(count)
+                else:
+                    # the rest of a large frame in one receive, not 64 KiB at a time
+                    data = await stream.receive_some(
+                        min(max(_RECEIVE_BYTES, decoder.missing_bytes), _MAX_RECEIVE_BYTES))
+                    if not data:
+                        return  # the bookie closed the connection
+                    responses = decoder.feed(data)
+                for response in responses:
                     in_flight = self._in_flight.pop(response.request_id, None)
                     if (self._secret is None
                             and getattr(response, "status", None) is Status.UNAUTHORIZED):

@@ -85,6 +85,45 @@ def test_any_messages_survive_any_chunking(batch: list[Message], cuts: list[int]
     assert decoder.buffered_bytes == 0
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=12), st.lists(st.integers(0, 10_000), max_size=20),
+       st.integers(6, 200), st.booleans())
+def test_large_frames_gathered_apart_survive_any_chunking(
+    batch: list[Message], cuts: list[int], large: int, into: bool
+) -> None:
+    """Frames from `large` bytes on are gathered in a buffer of their own: fed in any pieces,
+    or with `into` received straight into `receive_buffer()` wherever one is offered, the
+    same messages come out (a batch answer's entries are views of its frame)."""
+    stream = b"".join(encode(m) for m in batch)
+    decoder = FrameDecoder(large_frame_bytes=large)
+    decoded: list[Message] = []
+    for piece in _chunks(stream, cuts):
+        while piece:
+            target = decoder.receive_buffer() if into else None
+            if target is None:
+                decoded.extend(decoder.feed(piece))
+                break
+            count = min(len(target), len(piece))
+            target[:count] = piece[:count]
+            target.release()
+            decoded.extend(decoder.received(count))
+            piece = piece[count:]
+    assert decoded == batch
+    assert decoder.buffered_bytes == 0 and decoder.receive_buffer() is None
+
+
+def test_a_bad_large_frame_poisons_the_decoder() -> None:
+    frame = bytearray(encode(ReadEntriesResponse(1, Status.OK, 2, 0, 1, (b"x" * 100,))))
+    frame[4] = PROTOCOL_VERSION + 1
+    decoder = FrameDecoder(large_frame_bytes=64)
+    assert decoder.feed(frame[:10]) == [] and decoder.missing_bytes == len(frame) - 10
+    with pytest.raises(ProtocolError):
+        decoder.feed(frame[10:])
+    assert decoder.receive_buffer() is None
+    with pytest.raises(ProtocolError):
+        decoder.feed(b"")
+
+
 @settings(max_examples=200, deadline=None)
 @given(messages)
 def test_every_message_round_trips_alone_and_byte_by_byte(msg: Message) -> None:
