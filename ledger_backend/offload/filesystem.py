@@ -14,11 +14,13 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import crc32c
 import trio
 
 from ledger_backend.offload.offloader import ObjectMissingError, ObjectStoreUnavailableError
 
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+_READ_BACK_CHUNK = 1 << 20  # read_back's one reused buffer
 
 
 class FilesystemOffloader:
@@ -54,6 +56,12 @@ class FilesystemOffloader:
             raise ObjectMissingError(f"no object {path}") from exc
         except OSError as exc:
             raise ObjectStoreUnavailableError(f"{path}: {exc}") from exc
+
+    async def read_back(self, key: str) -> tuple[int, int]:
+        """(size, CRC-32C) of every byte of the stored object, read back from the file in
+        one worker-thread hop through one reused buffer (an upload's verification)."""
+        path = self._path(key)
+        return await trio.to_thread.run_sync(_read_back, path)
 
     async def delete(self, key: str) -> None:
         path = self._path(key)
@@ -96,6 +104,27 @@ def _write_parts(fd: int, parts: list[bytes]) -> None:
         rest = memoryview(b"".join(chunk))[written:]  # a short write: finish plainly
         while rest:
             rest = rest[os.write(fd, rest) :]
+
+
+def _read_back(path: Path) -> tuple[int, int]:
+    buffer = bytearray(_READ_BACK_CHUNK)
+    crc = size = 0
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError as exc:
+        raise ObjectMissingError(f"no object {path}") from exc
+    except OSError as exc:
+        raise ObjectStoreUnavailableError(f"reading {path}: {exc}") from exc
+    try:
+        with memoryview(buffer) as view:
+            while count := os.readv(fd, [buffer]):
+                crc = crc32c.crc32c(view[:count], crc)
+                size += count
+    except OSError as exc:
+        raise ObjectStoreUnavailableError(f"reading {path}: {exc}") from exc
+    finally:
+        os.close(fd)
+    return size, crc & 0xFFFFFFFF
 
 
 def _read_range(path: Path, start: int, length: int) -> bytes:

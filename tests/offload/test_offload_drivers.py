@@ -95,6 +95,41 @@ def test_filesystem_put_of_parts_writes_their_concatenation(tmp_path: Path) -> N
     assert (tmp_path / "ml" / "parts.lwo").read_bytes() == b"".join(parts)
 
 
+class _NoReadBack:
+    """The filesystem driver without its own read-back: verification goes by get_range."""
+
+    def __init__(self, inner: FilesystemOffloader) -> None:
+        self.driver, self.location = inner.driver, inner.location
+        self.put, self.get_range = inner.put, inner.get_range
+        self.size, self.delete = inner.size, inner.delete
+
+
+@pytest.mark.parametrize("own_read_back", [True, False])
+def test_an_upload_that_reads_back_different_fails_verification(tmp_path: Path,
+                                                                own_read_back: bool) -> None:
+    """The upload check reads every byte back (the filesystem driver in one pass of its own,
+    others by ranges): one flipped byte anywhere, or a missing byte, is an ObjectFormatError."""
+    from ledger_backend.managed_ledger.offloading import _verify
+
+    fs = FilesystemOffloader(tmp_path)
+    offloader = fs if own_read_back else _NoReadBack(fs)
+    data = encode_object_parts(9, [bytes([i]) * (3 << 20) for i in range(3)])  # > 1 chunk
+    trio.run(offloader.put, "ml/9-x.lwo", data.parts)
+    trio.run(_verify, offloader, "ml/9-x.lwo", data)
+    path = tmp_path / "ml" / "9-x.lwo"
+    stored = bytearray(path.read_bytes())
+    stored[len(stored) * 2 // 3] ^= 1
+    path.write_bytes(stored)
+    with pytest.raises(ObjectFormatError, match="9-x.lwo"):
+        trio.run(_verify, offloader, "ml/9-x.lwo", data)
+    stored[len(stored) * 2 // 3] ^= 1
+    path.write_bytes(stored[:-1])
+    with pytest.raises(ObjectFormatError, match="9-x.lwo"):
+        trio.run(_verify, offloader, "ml/9-x.lwo", data)
+    with pytest.raises(ObjectMissingError):
+        trio.run(_verify, offloader, "ml/none.lwo", data)
+
+
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
     with moto_s3("ledgers") as endpoint:
