@@ -80,6 +80,9 @@ TXN_TOPIC = "__transaction_state"
 LEASE_FRACTION = 0.6
 RECONCILE_INTERVAL_S = 2.0
 HANDBACK_DELAY_S = 15.0  # a (re)joined broker must be live this long before bundles move to it
+# a broker that left is still listed to clients this long (or until it is live again): see
+# `listed_brokers`
+DEPARTED_LISTING_S = 60.0
 
 BundleHook = Callable[[int], Awaitable[None]]
 
@@ -138,6 +141,7 @@ class OwnershipService:
         self._handback_delay_s = handback_delay_s
         self._live: dict[int, BrokerEndpoint] = {me.node_id: me}
         self._live_since: dict[int, float] = {}  # node id -> when this broker first saw it live
+        self._departed: dict[int, tuple[BrokerEndpoint, float]] = {}  # left: endpoint, when
         self._reconciled = False  # no answer about other brokers' bundles before the first
         self._draining: set[int] = set()
         self._owners: dict[int, int] = {}  # bundle -> owner node id (last read)
@@ -163,6 +167,23 @@ class OwnershipService:
 
     def live_brokers(self) -> list[BrokerEndpoint]:
         return [self._live[i] for i in sorted(self._live)]
+
+    def listed_brokers(self) -> list[BrokerEndpoint]:
+        """The brokers a Metadata answer lists: the live ones and those that left less than
+        DEPARTED_LISTING_S ago.  librdkafka (2.x) drops a broker missing from the list in the
+        same update that moves its partitions to their new leader, and the dropped broker's
+        thread then sets those partitions back to "no leader" (its debug log: "Reverting from
+        preferred replica 1 to leader -1"), so they waited for the client's next refresh, up
+        to a second more after every broker kill (chaos.py).  A dead broker's node and its
+        bundle nodes vanish with the same session, so the survivor names itself leader in the
+        very answer that would have dropped the dead broker; listed a while longer, it is just
+        a broker the client fails to reach and leads nothing."""
+        now = self._clock()
+        listed = dict(self._live)
+        for node_id, (endpoint, left_at) in self._departed.items():
+            if node_id not in listed and now - left_at < DEPARTED_LISTING_S:
+                listed[node_id] = endpoint
+        return [listed[i] for i in sorted(listed)]
 
     def _owner_of_bundle(self, bundle: int) -> BrokerEndpoint | None:
         if bundle in self._owned:
@@ -372,7 +393,13 @@ class OwnershipService:
         registrations = await read_live_registrations(self._store)
         for observe in self.registration_observers:
             observe(registrations)
-        self._live = {i: endpoint_from_doc(doc) for i, doc in registrations.items()}
+        live = {i: endpoint_from_doc(doc) for i, doc in registrations.items()}
+        left_at = self._clock()
+        self._departed.update({i: (endpoint, left_at) for i, endpoint in self._live.items()
+                               if i not in live})
+        self._departed = {i: d for i, d in self._departed.items()
+                          if i not in live and left_at - d[1] < DEPARTED_LISTING_S}
+        self._live = live
         leaving = {i for i, doc in registrations.items() if doc.get("leaving")}
         self._draining = await read_draining(self._store) | leaving
         self._owners = await read_bundle_owners(self._store)

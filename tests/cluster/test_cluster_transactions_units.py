@@ -69,6 +69,9 @@ class MapOwnership:
     def live_brokers(self) -> list[BrokerEndpoint]:
         return list(self.owners.endpoints.values())
 
+    def listed_brokers(self) -> list[BrokerEndpoint]:
+        return self.live_brokers()
+
     def is_local(self, topic: str, partition: int) -> bool:
         return self.owners.owner(topic, partition) == self.node_id
 

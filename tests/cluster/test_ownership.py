@@ -20,6 +20,7 @@ from gateway.cluster.broker_registry import (
     set_draining,
 )
 from gateway.cluster.ownership import (
+    DEPARTED_LISTING_S,
     GROUP_TOPIC,
     OwnershipService,
     bundle_of,
@@ -208,3 +209,32 @@ async def test_no_owner_is_named_before_the_first_reconcile() -> None:
                                session_timeout_s=10.0)
     assert service.bundle_owner(3) is None  # not "myself": routes wait for registration
     await store.close()
+
+
+async def test_a_broker_that_left_stays_listed_a_while_but_leads_nothing() -> None:
+    name = f"own-{next(_names)}"
+    admin = await open_store(f"memory:{name}")
+    one, two = Broker(1, name), Broker(2, name)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(one.run)
+        await nursery.start(two.run)
+        await wait_owners(admin, {1, 2})
+        service = one.service
+        assert service is not None
+        with trio.fail_after(10):
+            while len(service.live_brokers()) < 2:
+                await service.changed.wait()
+        two.scope.cancel()  # broker 2 "dies": its session ends, its nodes go
+        await wait_owners(admin, {1})
+        with trio.fail_after(10):
+            while len(service.live_brokers()) > 1 or any(
+                    service.bundle_owner(b) != service.me for b in range(LAYOUT.bundles)):
+                await service.changed.wait()
+        # the answer that names broker 1 leader of broker 2's partitions still lists broker 2
+        assert [b.node_id for b in service.live_brokers()] == [1]
+        assert [b.node_id for b in service.listed_brokers()] == [1, 2]
+        later = service._clock() + DEPARTED_LISTING_S
+        service._clock = lambda: later  # type: ignore[method-assign]
+        assert [b.node_id for b in service.listed_brokers()] == [1]
+        nursery.cancel_scope.cancel()
+    await admin.close()

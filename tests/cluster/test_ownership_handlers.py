@@ -75,6 +75,9 @@ class FakeOwnership:
     def live_brokers(self) -> list[BrokerEndpoint]:
         return [ME, OTHER]
 
+    def listed_brokers(self) -> list[BrokerEndpoint]:
+        return self.live_brokers()
+
     def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
         if self.gone:
             return None

@@ -319,9 +319,9 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
     controller_id = config.broker_id
     ownership = ownership_of(ctx.broker)
     if ownership is not None:
-        live = ownership.live_brokers()
+        live = ownership.live_brokers()  # (a broker that just left is listed, not controller)
         brokers = [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                   for b in live] or brokers
+                   for b in ownership.listed_brokers()] or brokers
         controller_id = min(b.node_id for b in live) if live else controller_id
     return {
         "throttle_time_ms": 0,
