@@ -159,6 +159,9 @@ class OwnershipService:
         # told every live registration as each round reads them, before it loads a bundle
         # (a gone broker's ports are adopted at once: gateway/rocketmq/adoption.py)
         self.registration_observers: list[Callable[[dict[int, dict[str, Any]]], None]] = []
+        # told (bundle, topic, partition) when a request waits for a partition of a bundle
+        # still loading here (see until_local)
+        self.on_awaited: Callable[[int, str, int], None] | None = None
 
     # --- what handlers ask -----------------------------------------------------------------
 
@@ -253,6 +256,16 @@ class OwnershipService:
             while self.holds_bundle(bundle) and not self._bundle_is_local(bundle):
                 await self._ready_changed.wait()
         return self._bundle_is_local(bundle)
+
+    async def until_local(self, topic: str, partition: int, timeout_s: float) -> bool:
+        """`until_ready` for a partition's bundle; a partition a request waits for is first
+        handed to `on_awaited` (the broker opens it at once, not after the bundle's other
+        partitions), so its fencing and recovery overlap the bundle's load."""
+        bundle = self.bundle_of(topic, partition)
+        if self.on_awaited is not None and self.holds_bundle(bundle) \
+                and not self._bundle_is_local(bundle):
+            self.on_awaited(bundle, topic, partition)
+        return await self.until_ready(bundle, timeout_s)
 
     def _wake_ready_waiters(self) -> None:
         old, self._ready_changed = self._ready_changed, trio.Event()

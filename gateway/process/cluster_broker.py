@@ -24,6 +24,7 @@ handlers, and never release a bundle before its ledgers are closed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 from contextlib import AsyncExitStack
@@ -213,11 +214,17 @@ class BundleHooks:
             log_failure(log, "bundle %d: %r failed to load", bundle, extension,
                         bug_level=logging.ERROR)
 
-    async def _open_quietly(self, bundle: int, topic: str, partition: int) -> None:
+    def open_now(self, bundle: int, topic: str, partition: int) -> None:
+        """A request waits for this partition while its bundle loads: open it at once, beside
+        the background opens (OwnershipService.on_awaited)."""
+        self.nursery.start_soon(self._open_quietly, bundle, topic, partition, False)
+
+    async def _open_quietly(self, bundle: int, topic: str, partition: int,
+                            queued: bool = True) -> None:
         """Open a partition of a bundle this broker holds (its hooks may still be loading:
         requests wait for the bundle to be ready, the open need not)."""
         assert self.ownership is not None
-        async with self._opening:
+        async with self._opening if queued else contextlib.nullcontext():
             if not self.ownership.holds_bundle(bundle):
                 return
             try:
@@ -349,6 +356,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             ),
         )
         hooks.ownership, hooks.groups = ownership, groups
+        ownership.on_awaited = hooks.open_now
         # what `cluster status` compares the live bookies with (a spare bookie or not)
         ownership.registration_extra["ensemble_size"] = config.storage.ensemble_size
         background.start_soon(watch_capacity, store, config.storage.ensemble_size)

@@ -200,6 +200,11 @@ class OwnershipApi(Protocol):
 
     def is_local(self, topic: str, partition: int) -> bool: ...
 
+    async def until_local(self, topic: str, partition: int, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) while this broker holds the partition's bundle but still
+        loads it; then `is_local`."""
+        ...
+
     def coordinator_owner(self, key_type: int, key: str) -> BrokerEndpoint | None:
         """key_type 0 = consumer group, 1 = transactional id (FindCoordinator's key types)."""
         ...

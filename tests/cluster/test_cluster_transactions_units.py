@@ -72,6 +72,9 @@ class MapOwnership:
     def listed_brokers(self) -> list[BrokerEndpoint]:
         return self.live_brokers()
 
+    async def until_local(self, topic: str, partition: int, timeout_s: float) -> bool:
+        return self.is_local(topic, partition)
+
     def is_local(self, topic: str, partition: int) -> bool:
         return self.owners.owner(topic, partition) == self.node_id
 

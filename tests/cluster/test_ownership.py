@@ -109,6 +109,11 @@ async def test_a_request_waits_while_its_bundle_loads() -> None:
         assert service is not None
         assert service.holds_bundle(3) and not service.bundle_is_local(3)
         assert not await service.until_ready(3, 0.05)  # still loading: refused after the wait
+        awaited: list[tuple[int, str, int]] = []
+        service.on_awaited = lambda *unit: awaited.append(unit)
+        partition = next(p for p in range(16) if bundle_of("t", p, LAYOUT.bundles) == 3)
+        assert not await service.until_local("t", partition, 0.05)
+        assert awaited == [(3, "t", partition)]  # the broker is told to open it at once
 
         answered = trio.Event()
 

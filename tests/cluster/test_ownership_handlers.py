@@ -78,6 +78,9 @@ class FakeOwnership:
     def listed_brokers(self) -> list[BrokerEndpoint]:
         return self.live_brokers()
 
+    async def until_local(self, topic: str, partition: int, timeout_s: float) -> bool:
+        return self.is_local(topic, partition)
+
     def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
         if self.gone:
             return None

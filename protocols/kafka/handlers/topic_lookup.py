@@ -5,7 +5,8 @@ Every handler that names a topic goes through here, so "unknown topic", "unknown
 
 In a cluster (the broker has an ownership service, broker_api.ownership_of) a partition is
 served only by its owner: `open_partition` refuses others with NOT_LEADER_OR_FOLLOWER so the
-client refreshes its metadata, and the log it returns re-checks ownership after every append,
+client refreshes its metadata (on the owner that still loads the partition's bundle it waits up
+to LOADING_WAIT_S for the load), and the log it returns re-checks ownership after every append,
 so a broker that lost ownership while the append was in flight (paused past its ZooKeeper
 session, or releasing the partition) never acknowledges it.  The entry may still be in the log
 (the new owner recovered it); an idempotent producer's retry is then answered as a duplicate.
@@ -34,6 +35,7 @@ from protocols.kafka.errors import (
 )
 
 MAX_TOPIC_NAME_LENGTH = 249
+LOADING_WAIT_S = 2.5  # a request for a partition whose bundle this broker still loads waits
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -89,6 +91,11 @@ async def open_partition(ctx: RequestContext, topic: str | None, partition: int)
     ownership = ownership_of(ctx.broker)
     if ownership is None:
         return await ctx.topics.partition(topic, partition)
+    if not ownership.is_local(topic, partition):
+        # held here but still loading (a failover fences and recovers the earlier owner's
+        # ledgers): wait for the load rather than refuse, which costs the client a metadata
+        # round and a retry back-off (up to 0.5-1 s) after the bundle is ready
+        await ownership.until_local(topic, partition, LOADING_WAIT_S)
     require_local(ownership, topic, partition)
     plog = await ctx.topics.partition(topic, partition)
     require_local(ownership, topic, partition)
