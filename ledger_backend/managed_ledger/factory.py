@@ -193,32 +193,54 @@ class ManagedLedgerFactory:
             loaded = None
         node, version = await self._load_or_create(name, path, cursors_dir, loaded)
         readers = LedgerReaders(self._bk)
+        next_ledger: list[WriteHandleLike] = []
+        listed = False
+        failures: list[Exception] = []  # raised below as they are (not as an ExceptionGroup)
+
+        async def create_next() -> None:
+            try:
+                next_ledger.append(await self._bk.create_ledger(
+                    config.ensemble_size,
+                    config.write_quorum,
+                    config.ack_quorum,
+                    {"managed-ledger": name.encode("utf-8")},
+                ))
+            except Exception as exc:
+                failures.append(exc)
+
         try:
-            await self._recover_unclosed(node.ledgers, readers)
+            # The next ledger is created while the unclosed ones are fenced and recovered (a
+            # take-over's pause is the longer of the two, not their sum); only the CAS below,
+            # after recovery succeeded, names it in the list.
+            async with trio.open_nursery() as opening:
+                opening.start_soon(create_next)
+                try:
+                    await self._recover_unclosed(node.ledgers, readers)
+                except Exception as exc:
+                    failures.insert(0, exc)
+            if failures:
+                raise failures[0]
+            handle = next_ledger[0]
             empty = [r for r in node.ledgers if r.entries == 0]
             kept = [r for r in node.ledgers if r.entries > 0]
-            handle = await self._bk.create_ledger(
-                config.ensemble_size,
-                config.write_quorum,
-                config.ack_quorum,
-                {"managed-ledger": name.encode("utf-8")},
-            )
             current = LedgerRecord(handle.ledger_id, 0, 0, int(self._clock() * 1000), closed=False)
             node.ledgers = [*kept, current]
             try:
                 stat = await self._store.set(path, encode_managed_ledger(node), version)
             except (BadVersionError, NoNodeError) as exc:
-                await _delete_ledger_quietly(self._bk, handle.ledger_id)
                 raise ManagedLedgerFencedError(
                     f"managed ledger {name!r}: metadata node {path} changed while opening "
                     f"(expected version {version}); another owner opened it"
                 ) from exc
+            listed = True
             for record in empty:
                 await _delete_ledger_quietly(self._bk, record.ledger_id)
             cursors = await self._load_cursors(cursors_dir)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await readers.close_all()
+                if next_ledger and not listed:  # named nowhere: nobody else would delete it
+                    await _delete_ledger_quietly(self._bk, next_ledger[0].ledger_id)
             raise
         log.info(
             "opened managed ledger %r: ledgers %s, writing ledger %d",

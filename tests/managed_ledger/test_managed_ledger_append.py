@@ -372,3 +372,53 @@ async def test_crash_mid_rollover_recovers_every_unclosed_ledger(
     # the cursors dir is created on demand for a node written without one
     cursor = await ml.open_cursor("g")
     await cursor.mark_delete(Position(old_writer.ledger_id, 2))
+
+
+class GatedRecoveryBookKeeper(SpyBookKeeper):
+    """Recovery opens wait at a gate (or fail with `recovery_error`)."""
+
+    def __init__(self, inner: MemoryBookKeeper) -> None:
+        super().__init__(inner)
+        self.recovery_gate = trio.Event()
+        self.recovery_error: Exception | None = None
+
+    async def open_ledger(self, ledger_id: int, *, recovery: bool) -> object:
+        if recovery:
+            await self.recovery_gate.wait()
+            if self.recovery_error is not None:
+                raise self.recovery_error
+        return await super().open_ledger(ledger_id, recovery=recovery)
+
+
+async def test_a_take_over_creates_its_next_ledger_while_it_recovers(
+    store: MetadataStore, clock: FakeClock
+) -> None:
+    from ledger_backend.client.errors import LedgerRecoveryError
+
+    async with MemoryBookKeeper(store) as bk_a, MemoryBookKeeper(store) as bk_b:
+        crashed = await ManagedLedgerFactory(store, bk_a, clock=clock).open(NAME)
+        await crashed.append(b"c0")
+        spy = GatedRecoveryBookKeeper(bk_b)
+        new_owner = ManagedLedgerFactory(store, spy, clock=clock)  # type: ignore[arg-type]
+        # recovery fails: its own error comes out (no ExceptionGroup), and the ledger created
+        # meanwhile is deleted, as nothing names it
+        spy.recovery_error = LedgerRecoveryError("bookies undecided")
+        spy.recovery_gate.set()
+        with pytest.raises(LedgerRecoveryError):
+            await new_owner.open(NAME)
+        assert len(spy.created) == 1 and spy.created[0] not in await bk_b.list_ledgers()
+        spy.recovery_error, spy.recovery_gate = None, trio.Event()
+        spy.create_started = trio.Event()
+        opened: list[object] = []
+
+        async def take_over() -> None:
+            opened.append(await new_owner.open(NAME))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(take_over)
+            with trio.fail_after(10):
+                await spy.create_started.wait()  # while the recovery is still held
+            spy.recovery_gate.set()
+        ml = opened[0]
+        assert await read_all(ml) == [b"c0"]
+        assert ml.current_ledger_id == spy.created[-1]  # type: ignore[attr-defined]
