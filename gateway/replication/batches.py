@@ -74,9 +74,12 @@ def batch_origin(payload: bytes, count: int, begin: int = 0) -> BatchOrigin | No
         return None
     _, pos = read_varint(payload, pos + 1)  # attributes, then the timestamp delta
     delta, pos = read_varint(payload, pos)
-    _, pos = read_bytes(payload, pos)  # key
-    _, pos = read_bytes(payload, pos)  # value
+    for _ in range(2):  # key and value, skipped without a copy
+        size, pos = read_varint(payload, pos)
+        pos += max(size, 0)
     headers, pos = read_varint(payload, pos)
+    if pos > end:
+        return None
     cluster = offset = records = None
     for _ in range(headers):
         key, pos = read_bytes(payload, pos)

@@ -9,9 +9,13 @@ until the others fail too); a remote that answers NOT_LEADER_OR_FOLLOWER for a p
 asked for its metadata and the partition's leader gets the next request.
 
 Produce goes through a `ProducePipeline`: one connection of its own to the partition's leader
-with up to `MAX_IN_FLIGHT` requests on it (Kafka's limit for an idempotent producer, whose
-sequence numbers let the remote apply them in order and refuse a gap); the answers come back in
-request order and are matched by correlation id.
+with up to `MAX_IN_FLIGHT` requests and `MAX_IN_FLIGHT_BYTES` on it (the idempotent sequence
+numbers let the remote apply them in order and refuse a gap); the answers come back in request
+order and are matched by correlation id.  Kafka's producers keep at most 5 in flight because a
+broker remembers only a producer's last 5 batches to recognise a *retry*; a replicator never
+retries a batch in a session (any failed answer ends it, and the next session finds what landed
+by scanning the remote), so that cache does not bound it, and a late batch of an earlier session
+is refused by its sequence number whatever the count.
 
 Each call raises `RemoteError` (retriable: the caller backs off and starts a new session) or
 returns the decoded answer.  This module must never retry on its own, nor log a password.
@@ -36,7 +40,12 @@ CONFIG_SET, CONFIG_DELETE = 0, 1
 REMOTE_TIMEOUT_S = 30.0
 EARLIEST, LATEST = -2, -1
 PUSHED_METADATA = "lw.replication"  # the metadata of group offsets a replicator committed
-MAX_IN_FLIGHT = 5  # produce requests in flight per partition (Kafka's idempotent limit)
+# produce requests in flight per partition, and their bytes (at least one request): each
+# answer waits a journal fsync and both processes' turns on the CPU, so 5 stored 128 KiB batches
+# a round trip bound a partition's rate on a loaded machine (see the module doc for why more
+# than Kafka's 5 is safe here)
+MAX_IN_FLIGHT = 16
+MAX_IN_FLIGHT_BYTES = 4 << 20
 PRODUCE_VERSION = 7
 
 
@@ -293,3 +302,29 @@ class ProducePipeline:
 
     async def aclose(self) -> None:
         await self._connection.aclose()
+
+
+class InFlightWindow:
+    """Room for produce requests in flight: at most `MAX_IN_FLIGHT` requests and
+    `MAX_IN_FLIGHT_BYTES` of batches, but always one (a batch larger than the byte budget goes
+    alone).  One task reserves before each send, the one taking the answers releases."""
+
+    def __init__(self, max_requests: int = MAX_IN_FLIGHT,
+                 max_bytes: int = MAX_IN_FLIGHT_BYTES) -> None:
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self.requests = 0
+        self.bytes = 0
+        self._room = trio.lowlevel.ParkingLot()
+
+    async def reserve(self, size: int) -> None:
+        while self.requests and (self.requests >= self.max_requests
+                                 or self.bytes + size > self.max_bytes):
+            await self._room.park()
+        self.requests += 1
+        self.bytes += size
+
+    def release(self, size: int) -> None:
+        self.requests -= 1
+        self.bytes -= size
+        self._room.unpark_all()

@@ -19,10 +19,10 @@ The exactly-once argument, in the order things happen:
    id yet (one is stored before anything is sent with it).
 3. It reads committed data from source_next (below the last stable offset, aborted transactions
    and control batches dropped, records that came from another cluster kept out) and sends it
-   in order on one connection, up to `MAX_IN_FLIGHT` batches unanswered (remote.py's produce
-   pipeline; the next ones are framed meanwhile).  The answers are taken in request order, and
-   the position advances past a batch only when its answer, and so every earlier one, said
-   acknowledged.
+   in order on one connection, up to `MAX_IN_FLIGHT` batches (and `MAX_IN_FLIGHT_BYTES`)
+   unanswered (remote.py's produce pipeline; the next ones are framed meanwhile).  The
+   answers are taken in request order, and the position advances past a batch only when its
+   answer, and so every earlier one, said acknowledged.
 4. Every `checkpoint_interval_s` it writes the last acknowledged (source_next, remote_next) by
    compare-and-set; batches still in flight are never part of it.  A failed answer anywhere in
    the pipeline ends the session: the ones behind it are in doubt, and step 2 of the next
@@ -55,6 +55,7 @@ from gateway.replication.record_rewrite import OutgoingBatches, frame
 from gateway.replication.remote import (
     LATEST,
     MAX_IN_FLIGHT,
+    InFlightWindow,
     ProducePipeline,
     RemoteError,
     RemoteKafka,
@@ -229,15 +230,16 @@ class PartitionReplicator:
             await self.checkpoints.save(checkpoint)  # before anything is sent with it
         producer_id, epoch = checkpoint.producer
         self.status.source_next = source_next
-        # The reader frames batches; the transmitter keeps up to MAX_IN_FLIGHT of them at the
-        # remote; the acknowledger takes the answers in order and alone moves the position.
+        # The reader frames batches; the transmitter keeps up to MAX_IN_FLIGHT of them (and
+        # MAX_IN_FLIGHT_BYTES) at the remote; the acknowledger takes the answers in order and
+        # alone moves the position.
         framed, to_transmit = trio.open_memory_channel[_Outgoing](FRAMED_AHEAD)
         sent, to_acknowledge = trio.open_memory_channel[_Outgoing](MAX_IN_FLIGHT * 4)
         pipeline = await self.remote.open_pipeline(self.topic, self.partition)
         gate = trio.Lock()  # held to send, and to write the checkpoint (settled or not)
         try:
             async with trio.open_nursery() as nursery:
-                slots = trio.Semaphore(MAX_IN_FLIGHT)
+                slots = InFlightWindow()
                 nursery.start_soon(self._read, source_next, producer_id, epoch, sequence,
                                    framed)
                 nursery.start_soon(self._transmit, to_transmit, pipeline, slots, gate,
@@ -290,14 +292,14 @@ class PartitionReplicator:
             source_next = next_offset
 
     async def _transmit(self, framed: trio.MemoryReceiveChannel[_Outgoing],
-                        pipeline: ProducePipeline, slots: trio.Semaphore, gate: trio.Lock,
+                        pipeline: ProducePipeline, slots: InFlightWindow, gate: trio.Lock,
                         checkpoint: Checkpoint,
                         sent: trio.MemorySendChannel[_Outgoing]) -> None:
         """Send each framed batch as soon as the pipeline has room, and hand every item, sent
         or not, to the acknowledger in order.  A settled checkpoint is unsettled first."""
         async for item in framed:
             if item.batch is not None:
-                await slots.acquire()
+                await slots.reserve(len(item.batch))
                 async with gate:
                     if checkpoint.settled:
                         checkpoint.settled = False
@@ -306,7 +308,7 @@ class PartitionReplicator:
             await sent.send(item)
 
     async def _acknowledge(self, sent: trio.MemoryReceiveChannel[_Outgoing],
-                           pipeline: ProducePipeline, slots: trio.Semaphore, gate: trio.Lock,
+                           pipeline: ProducePipeline, slots: InFlightWindow, gate: trio.Lock,
                            checkpoint: Checkpoint, source_next: int, remote_next: int,
                            sequence: int) -> None:
         """Take the answers in order; the position moves only here (see the module doc)."""
@@ -317,7 +319,7 @@ class PartitionReplicator:
                 self.status.oldest_unsent_ms = item.first_timestamp
                 self._update_lag()
                 base = await pipeline.receive()
-                slots.release()
+                slots.release(len(item.batch))
                 remote_next = base + item.records
                 self.status.sent_total += item.records
             for local_offset, origin, origin_offset in item.inbound:

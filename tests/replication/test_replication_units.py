@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,6 +10,7 @@ from gateway.replication.batches import committed_batches, last_origin_offset, r
 from gateway.replication.checkpoints import Checkpoint
 from gateway.replication.offset_translation import translate
 from gateway.replication.record_rewrite import OutgoingBatches, frame
+from gateway.replication.remote import InFlightWindow
 from protocols.kafka import compression as codecs
 from protocols.kafka.record_batch import (
     CONTROL_ABORT,
@@ -154,3 +156,26 @@ def test_what_leaves_is_every_record_from_the_start_once_in_order_and_comes_back
     for data in stored:
         west.add(data, 0)
     assert west.finish() == [] and west.inbound[-1] == (at - 1, "east", want[-1][4][1])
+
+
+async def test_in_flight_window_counts_requests_and_bytes() -> None:
+    window = InFlightWindow(max_requests=3, max_bytes=100)
+    for _ in range(3):
+        await window.reserve(10)
+    with trio.move_on_after(0.05) as blocked:  # a fourth request waits
+        await window.reserve(10)
+    assert blocked.cancelled_caught and window.requests == 3
+    window.release(10)
+    await window.reserve(80)  # 90 bytes with the other two: fits
+    with trio.move_on_after(0.05) as blocked:  # 11 more bytes would not
+        await window.reserve(11)
+    assert blocked.cancelled_caught
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(window.reserve, 11)
+        await trio.sleep(0.01)
+        window.release(80)  # room again: the waiting one goes on
+    assert (window.requests, window.bytes) == (3, 31)
+    for size in (10, 10, 11):
+        window.release(size)
+    await window.reserve(500)  # larger than the budget: it goes alone
+    assert (window.requests, window.bytes) == (1, 500)

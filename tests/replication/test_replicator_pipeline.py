@@ -1,5 +1,5 @@
 """The replicator's produce pipeline against a remote whose answers the test hands out one by
-one: up to five batches in flight (re-framed ones and, with a low threshold, stored batches
+one: up to MAX_IN_FLIGHT batches in flight (re-framed ones and, with a low threshold, stored batches
 forwarded whole), the durable position never past an unanswered batch, and a
 failure in the middle of the pipeline (a batch the remote stored and still answered with an
 error among them) ends with every record in the remote exactly once, in order; a session
@@ -181,7 +181,7 @@ def forwarding(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return str(request.param)
 
 
-async def test_five_in_flight_position_only_past_answers_and_a_broken_pipeline_heals(
+async def test_full_pipeline_position_only_past_answers_and_a_broken_pipeline_heals(
         tmp_path: Path, forwarding: str) -> None:
     store = await open_store(f"embedded:{tmp_path}")
     remote = Remote()
@@ -202,15 +202,16 @@ async def test_five_in_flight_position_only_past_answers_and_a_broken_pipeline_h
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(replicator.run)
-            await _until(lambda: remote.pipelines and remote.pipelines[0].in_flight == 5,
-                         "five batches in flight")
+            await _until(lambda: remote.pipelines
+                         and remote.pipelines[0].in_flight == MAX_IN_FLIGHT,
+                         "a full pipeline")
             first = remote.pipelines[0]
             assert await position() == 0  # nothing answered: nothing durable
             acked = [parse_header(b).records_count for b in first.sent[:2]]
             for _ in range(2):
                 remote.hand_out.send_nowait("ok")
             await _until(lambda: replicator.status.source_next == sum(acked), "two answers")
-            await _until(lambda: first.in_flight == 5, "the pipeline refilled")
+            await _until(lambda: first.in_flight == MAX_IN_FLIGHT, "the pipeline refilled")
             assert await position() <= sum(acked)  # never past an unanswered batch
             # the third is stored but its answer is an error; the rest are in doubt
             remote.hand_out.send_nowait("stored-but-failed")
