@@ -20,8 +20,9 @@ when adds arrived meanwhile, starts the next group's write at once.  With the qu
 trigger the add that opens a group on an idle journal fires it itself (after one checkpoint),
 so the journal task only times max-wait groups, reports failures and shuts down: a lone add
 costs no journal task step, and groups under steady load none either.  An add still returns
-only after its record is on disk.  Files roll over at journal_max_file_bytes; a restarted
-bookie never appends to an old file.
+only after its record is on disk.  ``append_soon`` journals a record without a waiting task: its
+callback runs in the Trio thread when the group is released (fsynced, or failed).  Files roll
+over at journal_max_file_bytes; a restarted bookie never appends to an old file.
 
 Replay (``JournalScanner``) reads from a log mark forward and stops at the first record that
 is short, fails its CRC or has an unknown version/type, reporting file, offset and reason.  A
@@ -234,6 +235,19 @@ class _Group:
     full: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
     error: BaseException | None = None
+    # append_soon's completions: called with None once the group is fsynced, or the error
+    callbacks: list[Callable[[BaseException | None], None]] = field(default_factory=list)
+
+    def release(self) -> None:
+        """Wake the group's waiters and run its callbacks (in the Trio thread)."""
+        self.done.set()
+        error = None if self.error is None else \
+            JournalFailedError(f"journal write failed: {self.error!r}")
+        for callback in self.callbacks:
+            try:
+                callback(error)
+            except Exception:
+                log.exception("journal completion callback failed")
 
 
 class JournalFailedError(BookieError):
@@ -285,6 +299,11 @@ class Journal:
     def current_file_id(self) -> int:
         return self._file_id
 
+    @property
+    def failed(self) -> bool:
+        """A write failed: no further record can be acknowledged."""
+        return self._failed is not None
+
     def _roll_new_file(self) -> None:
         """Blocking: fsync and close the current file, start the next one (header + dir fsync)."""
         if self._fd >= 0:
@@ -303,17 +322,7 @@ class Journal:
         self, rec_type: int, ledger_id: int, entry_id: int, lac: int, payload: bytes = b""
     ) -> None:
         """Journal one record; return once it is fsynced (raises if the journal failed)."""
-        if self._failed is not None:
-            raise JournalFailedError(f"journal failed: {self._failed!r}")
-        group = self._open
-        opens_idle_group = not group.buffers and self._in_flight is None
-        if not group.buffers:
-            group.first_arrival = trio.current_time()
-        group.buffers.append((rec_type, ledger_id, entry_id, lac, payload))
-        group.nbytes += RECORD_HEADER_SIZE + len(payload)
-        if group.nbytes >= self._group_bytes:
-            group.full.set()
-        # else a write is in flight and its completion takes this group
+        group, opens_idle_group = self._enqueue(rec_type, ledger_id, entry_id, lac, payload)
         if opens_idle_group:
             if self._flush_when_queue_empty and self._token is not None and not self._stopping:
                 # The queue-empty trigger, fired by this add instead of the journal task (one
@@ -328,6 +337,35 @@ class Journal:
         await group.done.wait()
         if group.error is not None:
             raise JournalFailedError(f"journal write failed: {group.error!r}") from group.error
+
+    def append_soon(self, rec_type: int, ledger_id: int, entry_id: int, lac: int,
+                    payload: bytes, on_done: Callable[[BaseException | None], None]) -> None:
+        """Journal one record without a waiting task: `on_done` is called in the Trio thread
+        with None once the record is fsynced, or with the JournalFailedError of its group.
+        Raises JournalFailedError at once if the journal already failed.  A group this record
+        opens on an idle journal is started by the journal task (after one checkpoint, so the
+        adds runnable now join it); under load the previous group's completion starts it."""
+        group, opens_idle_group = self._enqueue(rec_type, ledger_id, entry_id, lac, payload)
+        group.callbacks.append(on_done)
+        if opens_idle_group:
+            self._wake.set()
+
+    def _enqueue(self, rec_type: int, ledger_id: int, entry_id: int, lac: int,
+                 payload: bytes) -> tuple[_Group, bool]:
+        """Put a record into the open group: (the group, whether it opened an idle journal's
+        group, which nobody else will start)."""
+        if self._failed is not None:
+            raise JournalFailedError(f"journal failed: {self._failed!r}")
+        group = self._open
+        opens_idle_group = not group.buffers and self._in_flight is None
+        if not group.buffers:
+            group.first_arrival = trio.current_time()
+        group.buffers.append((rec_type, ledger_id, entry_id, lac, payload))
+        group.nbytes += RECORD_HEADER_SIZE + len(payload)
+        if group.nbytes >= self._group_bytes:
+            group.full.set()
+        # else a write is in flight and its completion takes this group
+        return group, opens_idle_group
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The journal task: start a group's write when a trigger fires (writes that follow
@@ -409,7 +447,7 @@ class Journal:
                     log.error("journal write failed, refusing further adds: %r", exc)
                 self._failed = exc
             self._write_error = exc
-            group.done.set()
+            group.release()
             self._wake.set()  # the journal task raises it (or finishes its shutdown)
             return
         if self.fsync_observer is not None:
@@ -419,7 +457,7 @@ class Journal:
                 log.exception("journal fsync observer failed")
         self.groups_written += 1
         self.written_mark = LogMark(self._file_id, self._file_size)
-        group.done.set()
+        group.release()
         following = self._open
         full = following.nbytes >= self._group_bytes
         if following.buffers and (self._flush_when_queue_empty or full):
@@ -455,7 +493,7 @@ class Journal:
                 pending.error = exc
         elif pending.buffers:
             pending.error = JournalFailedError("journal failed")
-        pending.done.set()
+        pending.release()
         self._open = _Group()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1

@@ -50,6 +50,17 @@ class LedgerKeys:
         return Status.UNAUTHORIZED
 
 
+    def known_refusal(self, ledger_id: int, master_key: bytes) -> tuple[bool, Status | None]:
+        """(True, refusal's answer) when the ledger's hash is already known, without a
+        metadata read; (False, None) when `refusal` must read it."""
+        stored = self._hashes.get(ledger_id)
+        if stored is None:
+            return False, None
+        if not stored or key_matches(stored, master_key):
+            return True, None
+        return True, Status.UNAUTHORIZED
+
+
 def _stored_hash(data: bytes) -> str:
     try:
         doc = json.loads(data)

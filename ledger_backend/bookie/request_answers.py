@@ -18,6 +18,7 @@ journal fsync), never touch a socket, and never close the storage.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -104,6 +105,33 @@ class BookieAnswers:
         else:  # FrameDecoder(accept="requests") lets nothing else through
             raise AssertionError(f"unexpected message {request!r}")
         return response
+
+    def start_add(self, req: AddEntryRequest, respond: Callable[[AddEntryResponse], None]
+                  ) -> bool:  # fmt: skip
+        """Take an add without a task (an in-process client): when its ledger's key is known
+        to match and the storage takes it at once, `respond` gets the OK (or the journal
+        failure's status) in the Trio thread once the entry is fsynced, and True is returned.
+        False, with nothing done: answer() it (a refusal, a key to read, a full write cache;
+        the same checks then give the same status)."""
+        start = getattr(self.storage, "start_add_entry", None)
+        if start is None or req.ledger_id < 0 or req.entry_id < 0:
+            return False
+        if self._keys is not None:
+            known, refused = self._keys.known_refusal(req.ledger_id, req.master_key)
+            if not known or refused is not None:
+                return False
+
+        def journaled(error: BaseException | None) -> None:
+            status = Status.OK
+            if error is not None:
+                status = self._status_for(error if isinstance(error, Exception)
+                                          else RuntimeError(repr(error)),
+                                          f"add {req.ledger_id}:{req.entry_id}")
+            respond(AddEntryResponse(req.request_id, status, req.ledger_id, req.entry_id))
+
+        taken: bool = start(req.ledger_id, req.entry_id, req.lac, req.body, journaled,
+                            recovery_add=req.recovery)
+        return taken
 
     async def _add_entry(self, req: AddEntryRequest) -> AddEntryResponse:
         refused = None

@@ -222,19 +222,51 @@ class DurableBookieStorage(BookieStorage):
 
     # ---- BookieStorage --------------------------------------------------------------------
 
+    def _check_add(self, ledger_id: int, recovery_add: bool) -> None:
+        if self.disk.read_only:
+            raise BookieReadOnlyError("bookie is read-only (disk usage over threshold)")
+        state = self.states.get(ledger_id)
+        if state is not None and state.deleted:
+            raise LedgerFencedError(f"ledger {ledger_id} was deleted on this bookie")
+        if state is not None and state.fenced and not recovery_add:
+            raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+
+    def start_add_entry(
+        self, ledger_id: int, entry_id: int, lac: int, data: bytes,
+        on_done: Callable[[BaseException | None], None], *, recovery_add: bool = False,
+    ) -> bool:
+        """add_entry without a waiting task (an in-process client's add): the same checks and
+        in-memory effects now, then `on_done` in the Trio thread with None once the journal
+        fsynced the entry, or with the error.  Returns False, having done nothing, when the
+        add could not be taken at once (refused, or it would wait for room in the write
+        cache): add_entry then does it and says why."""
+        if not self._accepting or self.journal is None or type(data) is not bytes:
+            return False
+        try:
+            self._check_add(ledger_id, recovery_add)
+        except BookieError:
+            return False
+        if not self.write_cache.has_room_for(len(data)) or self.journal.failed:
+            return False
+        self.apply_add(ledger_id, entry_id, lac, data)
+        if self.write_cache.should_flush() or self.write_cache.is_full():
+            self.request_flush()
+
+        def journaled(error: BaseException | None) -> None:
+            if error is None:
+                self._notify_lac(ledger_id)
+            on_done(error)
+
+        self.journal.append_soon(TYPE_ADD, ledger_id, entry_id, lac, data, journaled)
+        return True
+
     async def add_entry(
         self, ledger_id: int, entry_id: int, lac: int, data: bytes, *, recovery_add: bool = False
     ) -> None:
         journal = self._check_accepting()
         data = bytes(data)
         while True:
-            if self.disk.read_only:
-                raise BookieReadOnlyError("bookie is read-only (disk usage over threshold)")
-            state = self.states.get(ledger_id)
-            if state is not None and state.deleted:
-                raise LedgerFencedError(f"ledger {ledger_id} was deleted on this bookie")
-            if state is not None and state.fenced and not recovery_add:
-                raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+            self._check_add(ledger_id, recovery_add)
             if self.write_cache.has_room_for(len(data)):
                 break
             self.request_flush()  # memory bound: wait for the flush rather than grow

@@ -17,6 +17,8 @@ In-process bookies (LocalBookieConnection) get the request objects without the w
 range reads in one storage call (`read_entries`), falling back to single requests on any doubt.
 Their requests are answered by parked worker tasks that `submit` hands each request to, not by
 a task spawned per request (spawning one cost about as much as the rest of the hand-over).
+An add the bookie can take at once (`start_add`: its ledger's key known, room in the write
+cache) needs no worker at all: its answer comes from the journal's completion of its group.
 
 Callbacks run inside the connection's tasks: they must be quick and must never block or await.
 This module must never interpret entries or ledger state: it moves protocol messages only.
@@ -25,6 +27,7 @@ This module must never interpret entries or ledger state: it moves protocol mess
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import math
@@ -41,6 +44,7 @@ from ledger_backend.bookie import local_bookies
 from ledger_backend.bookie.auth import BookieCredential
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
+    AddEntryRequest,
     FrameDecoder,
     ProtocolError,
     ReadEntryRequest,
@@ -365,14 +369,23 @@ class LocalBookieConnection:
         request = build(request_id)
         wait = self._timeout_s if timeout_s is None else timeout_s
         self._in_flight[request_id] = _InFlight(trio.current_time() + wait, callback)
-        job = (server, request, request_id)
-        if self._idle_workers:  # hand it to a parked worker: no task created per request
+        start_add = getattr(server, "start_add", None)
+        if type(request) is AddEntryRequest and start_add is not None and \
+                start_add(request, functools.partial(self._answered, request_id)):
+            pass  # answered from the journal's completion: no worker task for an add
+        elif self._idle_workers:  # hand it to a parked worker: no task created per request
+            job = (server, request, request_id)
             trio.lowlevel.reschedule(self._idle_workers.pop(), outcome.Value(job))
         else:
-            self._nursery.start_soon(self._answer_requests, job)
+            self._nursery.start_soon(self._answer_requests, (server, request, request_id))
         if not self._sweeping:
             self._sweeping = True
             self._nursery.start_soon(self._sweep_expired)
+
+    def _answered(self, request_id: int, response: Response) -> None:
+        in_flight = self._in_flight.pop(request_id, None)
+        if in_flight is not None:  # else it timed out (or the connection closed) meanwhile
+            _deliver(in_flight.callback, response)
 
     async def _answer_requests(self, job: _LocalJob | None) -> None:
         """A worker: answer `job`, then park until `submit` hands over the next one.  As many

@@ -111,9 +111,8 @@ async def test_queue_empty_trigger(tmp_path: Path) -> None:
     assert journal.triggers["queue_empty"] == 1
 
 
-async def test_add_is_not_acknowledged_before_fsync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def gate_fdatasync(monkeypatch: pytest.MonkeyPatch) -> tuple[trio.Event, trio.Event]:
+    """From now on fdatasync sets the first event, then waits for the second."""
     synced = trio.Event()
     gate = trio.Event()
     token = trio.lowlevel.current_trio_token()
@@ -124,8 +123,15 @@ async def test_add_is_not_acknowledged_before_fsync(
         trio.from_thread.run(gate.wait, trio_token=token)
         real_fdatasync(fd)
 
-    journal = await open_journal(tmp_path)
     monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    return synced, gate
+
+
+async def test_add_is_not_acknowledged_before_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = await open_journal(tmp_path)
+    synced, gate = gate_fdatasync(monkeypatch)
     acked = trio.Event()
 
     async def add() -> None:
@@ -248,3 +254,48 @@ async def test_write_failure_fails_the_group_and_later_adds(
     assert len(errors) == 1
     with pytest.raises(JournalFailedError):
         await journal.append(TYPE_ADD, 1, 1, -1, b"refused")
+
+
+async def test_append_soon_calls_back_after_fsync_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record journaled without a waiting task (an in-process add) is reported done only
+    once its group is fsynced, and lands in order with the appends around it."""
+    journal = await open_journal(tmp_path, flush_when_queue_empty=True)
+    synced, gate = gate_fdatasync(monkeypatch)
+    outcomes: list[BaseException | None] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        journal.append_soon(TYPE_ADD, 1, 0, -1, b"soon 0", outcomes.append)
+        journal.append_soon(TYPE_ADD, 1, 1, 0, b"soon 1", outcomes.append)
+        await synced.wait()
+        await trio.sleep(0.05)
+        assert outcomes == []  # written, fsync in progress: not done yet
+        gate.set()
+        with trio.fail_after(5):
+            await journal.append(TYPE_ADD, 1, 2, 1, b"awaited 2")
+        assert outcomes == [None, None]
+        nursery.cancel_scope.cancel()
+    records, _ = scan_all(tmp_path)
+    assert [r.payload for r in records] == [b"soon 0", b"soon 1", b"awaited 2"]
+
+
+async def test_append_soon_reports_a_failed_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = await open_journal(tmp_path, flush_when_queue_empty=True)
+
+    def broken_fdatasync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken_fdatasync)
+    outcomes: list[BaseException | None] = []
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run)
+            journal.append_soon(TYPE_ADD, 1, 0, -1, b"never acknowledged", outcomes.append)
+    assert info.group_contains(OSError)
+    assert len(outcomes) == 1 and isinstance(outcomes[0], JournalFailedError)
+    assert journal.failed
+    with pytest.raises(JournalFailedError):
+        journal.append_soon(TYPE_ADD, 1, 1, -1, b"refused", outcomes.append)
