@@ -286,7 +286,7 @@ class DurableBookieStorage(BookieStorage):
         return await self.reads.read_entries(ledger_id, first, last)
 
     async def read_batch(self, ledger_id: int, first: int, max_entries: int,
-                         max_bytes: int) -> list[bytes]:  # fmt: skip
+                         max_bytes: int) -> list[bytes | memoryview]:  # fmt: skip
         """A batch read's entries (see EntryReads.read_batch)."""
         return await self.reads.read_batch(ledger_id, first, max_entries, max_bytes)
 

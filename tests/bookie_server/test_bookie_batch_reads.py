@@ -161,3 +161,36 @@ async def test_a_bookie_without_batch_reads_answers_bad_request() -> None:
     async with _served(storage, batch_reads=False) as client:
         answer = await _batch(client, 0, 2, 100)
         assert answer.status is Status.BAD_REQUEST
+
+
+def _damage_entry_log(data_dir: Path, payload: bytes) -> None:
+    """Flip a byte of `payload` where the bookie's (one) entry log holds it."""
+    (log,) = data_dir.rglob("*.log")
+    data = bytearray(log.read_bytes())
+    data[data.index(payload) + 10] ^= 0xFF
+    log.write_bytes(data)
+
+
+async def test_batch_reads_from_entry_logs_skip_the_read_cache_and_stop_at_a_bad_record(
+    tmp_path: Path,
+) -> None:
+    """Entries a batch read takes from the entry logs are answered without entering the read
+    cache (a scan must not evict the tail's readers' entries; what is cached is used); a
+    record that fails its check ends the batch before it, and a batch from it is refused."""
+    config = BookieStorageConfig(data_dir=tmp_path, flush_interval_s=3600.0,
+                                 disk_check_interval_s=3600.0, read_ahead_entries=1)  # fmt: skip
+    async with open_bookie_storage(config) as storage:
+        entries = await _fill(storage, 1, _SIZES)
+        await storage.checkpoint()  # type: ignore[attr-defined]
+        cache = storage.read_cache  # type: ignore[attr-defined]
+        cache.drop_ledger(1)
+        assert await storage.read_entry(1, 4) == entries[4]  # now cached, alone
+        async with _served(storage, max_batch_entries=64, max_batch_bytes=1 << 20) as client:
+            answer = await _batch(client, 0, 64, 1 << 20)
+            assert list(answer.bodies) == entries
+            assert [e for e in range(len(entries)) if cache.get(1, e) is not None] == [4]
+            _damage_entry_log(tmp_path, entries[7])
+            answer = await _batch(client, 0, 64, 1 << 20)
+            assert list(answer.bodies) == entries[:7]
+            answer = await _batch(client, 7, 64, 1 << 20)
+            assert answer.status is not Status.OK and answer.bodies == ()
