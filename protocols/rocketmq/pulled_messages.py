@@ -101,11 +101,11 @@ class PullEncoding:
         size = batch_length + LOG_OVERHEAD
         if size > len(batch) or size < HEADER_SIZE:
             return None
-        payload = bytes(memoryview(batch)[HEADER_SIZE:size])
-        end_all = len(payload)
+        payload = batch if type(batch) is bytes else bytes(batch)  # read in place, not copied
+        end_all = size
         log_append = attributes & ATTR_LOG_APPEND_TIME
         out: Encoded = []
-        pos = 0
+        pos = HEADER_SIZE
         # every varint: one byte read inline (the common case), longer ones by read_varint
         for _ in range(count):
             n = payload[pos]

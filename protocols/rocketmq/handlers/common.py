@@ -127,11 +127,11 @@ def _converted(
 ) -> Iterator[tuple[int, tuple[T, int] | None]]:
     """(offset, converted) of the data records at or after `first_offset`, batch by batch."""
     for batch in batches:
-        if parse_header(batch).is_control:
-            continue
         encoded = encode_batch(batch, first_offset) if encode_batch is not None else None
-        if encoded is not None:
+        if encoded is not None:  # never for a control batch
             yield from encoded
+            continue
+        if parse_header(batch).is_control:
             continue
         for record in decode_records(batch):
             if record.offset >= first_offset:
