@@ -180,24 +180,26 @@ class BundleHooks:
         # broker owned the bundle, e.g. by a request racing a release): its producer state
         # and offsets may be behind the log.  Close it; the next use reopens, fences, recovers.
         await self._close_bundle_logs(bundle)
-        # Open (and so fence and recover) the bundle's partitions now rather than on the
-        # first request, while the coordinators load: failover then costs clients one
-        # metadata refresh, not a recovery after the loads.  BACKGROUND_OPENS at a time: a
-        # failover of a few hundred partitions opened all at once made every client wait
-        # for the slowest of them (chaos.py: 19-26 s for ~190 partitions at load 30-40).
-        bundles = self.ownership.layout.bundles
-        for name, info in self.topics.topics().items():
-            for p in range(info.partitions):
-                if bundle_of(name, p, bundles) == bundle:
-                    self.nursery.start_soon(self._open_quietly, bundle, name, p)
         # Loaded side by side (each its own ledgers): the bundle is ready after the slowest
-        # load, not after their sum (a failover's pause).
+        # load, not after their sum (a failover's pause).  Meanwhile only the partitions
+        # requests wait for are opened (open_now): every request waits for this load.
         async with trio.open_nursery() as loading:
             for topic, partition in self.ownership.units_in_bundle(bundle):
                 if topic == GROUP_TOPIC:
                     loading.start_soon(self._load_group_partition, partition)
             for extension in self.extensions:
                 loading.start_soon(self._load_extension, extension, bundle)
+        # Then open (and so fence and recover) the bundle's other partitions in the background
+        # rather than on their first request.  BACKGROUND_OPENS at a time: a failover of a few
+        # hundred partitions opened all at once made every client wait for the slowest of them
+        # (chaos.py: 19-26 s for ~190 partitions at load 30-40); started beside the loads
+        # they slowed the bundle's readiness as the partition count grew (chaos.py broker
+        # kills at load 10: 0.6-1.2 s from acquiring to serving, more with every trial).
+        bundles = self.ownership.layout.bundles
+        for name, info in self.topics.topics().items():
+            for p in range(info.partitions):
+                if bundle_of(name, p, bundles) == bundle:
+                    self.nursery.start_soon(self._open_quietly, bundle, name, p)
 
     async def _load_group_partition(self, partition: int) -> None:
         assert self.groups is not None

@@ -351,3 +351,41 @@ async def test_a_failover_opens_a_few_partitions_at_a_time_and_requests_at_once(
         assert trio.current_time() - started <= 1.5
     assert topics.opened == set(mine)
     assert topics.most_at_once <= BACKGROUND_OPENS + 1  # the request's own open beside them
+
+
+class HeldGroups:
+    """A coordinator partition whose load waits for `release`."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+
+    async def start_partition(self, partition: int) -> None:
+        await self.release.wait()
+
+
+class GroupUnitOwnership(HoldingOwnership):
+    def units_in_bundle(self, bundle: int) -> list[tuple[str, int]]:
+        return [("__consumer_offsets", 0)]
+
+
+async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_loads(
+        autojump_clock: trio.testing.MockClock) -> None:  # noqa: ARG001
+    """While a taken-over bundle's coordinators load (every request waits for that), only the
+    partitions requests wait for are opened; the rest follow once the bundle is ready."""
+    from gateway.cluster.ownership import bundle_of
+    from gateway.process.cluster_broker import BundleHooks
+
+    topics = OpeningTopics(40)
+    target = bundle_of("t", 0, 4)
+    groups = HeldGroups()
+    async with trio.open_nursery() as nursery:
+        hooks = BundleHooks(topics, nursery)  # type: ignore[arg-type]
+        hooks.ownership = GroupUnitOwnership()  # type: ignore[assignment]
+        hooks.groups = groups  # type: ignore[assignment]
+        nursery.start_soon(hooks.acquired, target)
+        await trio.sleep(0.1)
+        hooks.open_now(target, "t", 0)  # a request waits for partition 0
+        await trio.sleep(5)
+        assert topics.opened == {0}
+        groups.release.set()
+    assert topics.opened == {p for p in range(40) if bundle_of("t", p, 4) == target}
