@@ -44,7 +44,7 @@ import hashlib
 import json
 import logging
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import trio
@@ -83,6 +83,7 @@ HANDBACK_DELAY_S = 15.0  # a (re)joined broker must be live this long before bun
 # a broker that left is still listed to clients this long (or until it is live again): see
 # `listed_brokers`
 DEPARTED_LISTING_S = 60.0
+ASKED_RECENTLY_S = 30.0  # a topic named in a Metadata request this recently is in demand
 
 BundleHook = Callable[[int], Awaitable[None]]
 
@@ -162,6 +163,7 @@ class OwnershipService:
         # told (bundle, topic, partition) when a request waits for a partition of a bundle
         # still loading here (see until_local)
         self.on_awaited: Callable[[int, str, int], None] | None = None
+        self._asked: dict[str, float] = {}  # topic -> when a client last asked where it lives
 
     # --- what handlers ask -----------------------------------------------------------------
 
@@ -187,6 +189,21 @@ class OwnershipService:
             if node_id not in listed and now - left_at < DEPARTED_LISTING_S:
                 listed[node_id] = endpoint
         return [listed[i] for i in sorted(listed)]
+
+    def note_asked(self, topics: Iterable[str]) -> None:
+        """Clients asked where these topics live (a Metadata request naming them): a client
+        whose partition's broker died asks every second, so on a take-over they are the
+        partitions to open first (`recently_asked`)."""
+        now = self._clock()
+        for topic in topics:
+            self._asked[topic] = now
+        if len(self._asked) > 4096:
+            self._asked = {t: at for t, at in self._asked.items()
+                           if now - at < ASKED_RECENTLY_S}
+
+    def recently_asked(self) -> set[str]:
+        now = self._clock()
+        return {t for t, at in self._asked.items() if now - at < ASKED_RECENTLY_S}
 
     def _owner_of_bundle(self, bundle: int) -> BrokerEndpoint | None:
         if bundle in self._owned:

@@ -167,6 +167,7 @@ class BundleHooks:
         # background opens of acquired partitions, a few at a time: a request opens its
         # partition at once instead of queueing behind every other open of a failover
         self._opening = trio.CapacityLimiter(BACKGROUND_OPENS)
+        self._opening_asked = trio.CapacityLimiter(BACKGROUND_OPENS)  # topics in demand
         self.groups: ClusterGroupCoordinator | None = None
         self.ownership: OwnershipService | None = None
         self.extensions: list[BundleExtension] = []
@@ -181,8 +182,21 @@ class BundleHooks:
         # and offsets may be behind the log.  Close it; the next use reopens, fences, recovers.
         await self._close_bundle_logs(bundle)
         # Loaded side by side (each its own ledgers): the bundle is ready after the slowest
-        # load, not after their sum (a failover's pause).  Meanwhile only the partitions
-        # requests wait for are opened (open_now): every request waits for this load.
+        # load, not after their sum (a failover's pause).  Meanwhile only the partitions in
+        # demand are opened: those requests wait for (open_now) and those of topics clients
+        # asked about lately (OwnershipService.recently_asked: a producer whose broker died
+        # asks every second), BACKGROUND_OPENS at a time; every request waits for this load.
+        bundles = self.ownership.layout.bundles
+        asked = self.ownership.recently_asked()
+        later: list[tuple[str, int]] = []
+        for name, info in self.topics.topics().items():
+            for p in range(info.partitions):
+                if bundle_of(name, p, bundles) == bundle:
+                    if name in asked:
+                        self.nursery.start_soon(self._open_quietly, bundle, name, p,
+                                                self._opening_asked)
+                    else:
+                        later.append((name, p))
         async with trio.open_nursery() as loading:
             for topic, partition in self.ownership.units_in_bundle(bundle):
                 if topic == GROUP_TOPIC:
@@ -195,11 +209,8 @@ class BundleHooks:
         # (chaos.py: 19-26 s for ~190 partitions at load 30-40); started beside the loads
         # they slowed the bundle's readiness as the partition count grew (chaos.py broker
         # kills at load 10: 0.6-1.2 s from acquiring to serving, more with every trial).
-        bundles = self.ownership.layout.bundles
-        for name, info in self.topics.topics().items():
-            for p in range(info.partitions):
-                if bundle_of(name, p, bundles) == bundle:
-                    self.nursery.start_soon(self._open_quietly, bundle, name, p)
+        for name, p in later:
+            self.nursery.start_soon(self._open_quietly, bundle, name, p, self._opening)
 
     async def _load_group_partition(self, partition: int) -> None:
         assert self.groups is not None
@@ -219,14 +230,15 @@ class BundleHooks:
     def open_now(self, bundle: int, topic: str, partition: int) -> None:
         """A request waits for this partition while its bundle loads: open it at once, beside
         the background opens (OwnershipService.on_awaited)."""
-        self.nursery.start_soon(self._open_quietly, bundle, topic, partition, False)
+        self.nursery.start_soon(self._open_quietly, bundle, topic, partition, None)
 
     async def _open_quietly(self, bundle: int, topic: str, partition: int,
-                            queued: bool = True) -> None:
+                            limiter: trio.CapacityLimiter | None) -> None:
         """Open a partition of a bundle this broker holds (its hooks may still be loading:
-        requests wait for the bundle to be ready, the open need not)."""
+        requests wait for the bundle to be ready, the open need not), `limiter` at a time
+        (None: at once)."""
         assert self.ownership is not None
-        async with self._opening if queued else contextlib.nullcontext():
+        async with limiter if limiter is not None else contextlib.nullcontext():
             if not self.ownership.holds_bundle(bundle):
                 return
             try:

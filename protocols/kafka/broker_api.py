@@ -12,7 +12,7 @@ This module must never import gateway/, Trio networking, or do any I/O: it only 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -199,6 +199,10 @@ class OwnershipApi(Protocol):
     def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None: ...
 
     def is_local(self, topic: str, partition: int) -> bool: ...
+
+    def note_asked(self, topics: Iterable[str]) -> None:
+        """A client named these topics in a Metadata request (in demand on a take-over)."""
+        ...
 
     async def until_local(self, topic: str, partition: int, timeout_s: float) -> bool:
         """Wait (at most `timeout_s`) while this broker holds the partition's bundle but still

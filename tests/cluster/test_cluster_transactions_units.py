@@ -72,6 +72,9 @@ class MapOwnership:
     def listed_brokers(self) -> list[BrokerEndpoint]:
         return self.live_brokers()
 
+    def note_asked(self, topics: Any) -> None:
+        self.asked = set(topics)
+
     async def until_local(self, topic: str, partition: int, timeout_s: float) -> bool:
         return self.is_local(topic, partition)
 

@@ -20,6 +20,7 @@ from gateway.cluster.broker_registry import (
     set_draining,
 )
 from gateway.cluster.ownership import (
+    ASKED_RECENTLY_S,
     DEPARTED_LISTING_S,
     GROUP_TOPIC,
     OwnershipService,
@@ -243,3 +244,15 @@ async def test_a_broker_that_left_stays_listed_a_while_but_leads_nothing() -> No
         assert [b.node_id for b in service.listed_brokers()] == [1]
         nursery.cancel_scope.cancel()
     await admin.close()
+
+
+def test_topics_asked_about_lately_are_remembered_a_while() -> None:
+    now = [100.0]
+    service = OwnershipService(None, LAYOUT, BrokerEndpoint(1, "127.0.0.1", 9001),  # type: ignore[arg-type]
+                               session_timeout_s=10.0, clock=lambda: now[0])
+    service.note_asked(["a", "b"])
+    now[0] += ASKED_RECENTLY_S / 2
+    service.note_asked(["b"])
+    assert service.recently_asked() == {"a", "b"}
+    now[0] += ASKED_RECENTLY_S / 2 + 0.1
+    assert service.recently_asked() == {"b"}

@@ -78,6 +78,9 @@ class FakeOwnership:
     def listed_brokers(self) -> list[BrokerEndpoint]:
         return self.live_brokers()
 
+    def note_asked(self, topics: Any) -> None:
+        self.asked = set(topics)
+
     async def until_local(self, topic: str, partition: int, timeout_s: float) -> bool:
         return self.is_local(topic, partition)
 
@@ -141,6 +144,9 @@ async def test_metadata_names_owners_and_live_brokers() -> None:
     ctx = RequestContext(broker=FakeBroker())  # type: ignore[arg-type]
     answer = await metadata(ctx, 12)
     assert {b["node_id"] for b in answer["brokers"]} == {1, 2}
+    assert not hasattr(ctx.broker.ownership, "asked")  # a listing of all topics names none
+    await metadata(ctx, 12, [{"name": "t", "topic_id": None}])
+    assert ctx.broker.ownership.asked == {"t"}  # type: ignore[attr-defined]
     assert leaders_of(answer) == {0: 1, 1: 2, 2: 1, 3: 2}
 
 
@@ -241,6 +247,9 @@ class LayoutOwnership:
 
     def is_local(self, topic: str, partition: int) -> bool:
         return False
+
+    def recently_asked(self) -> set[str]:
+        return set()
 
 
 class OpenLogs:
@@ -364,8 +373,13 @@ class HeldGroups:
 
 
 class GroupUnitOwnership(HoldingOwnership):
+    asked: set[str] = set()
+
     def units_in_bundle(self, bundle: int) -> list[tuple[str, int]]:
         return [("__consumer_offsets", 0)]
+
+    def recently_asked(self) -> set[str]:
+        return self.asked
 
 
 async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_loads(
@@ -388,4 +402,17 @@ async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_lo
         await trio.sleep(5)
         assert topics.opened == {0}
         groups.release.set()
-    assert topics.opened == {p for p in range(40) if bundle_of("t", p, 4) == target}
+    mine = {p for p in range(40) if bundle_of("t", p, 4) == target}
+    assert topics.opened == mine
+    # a topic clients asked about lately (a producer whose broker died asks every second)
+    # is opened at once, beside the loads
+    topics, groups = OpeningTopics(40), HeldGroups()
+    async with trio.open_nursery() as nursery:
+        hooks = BundleHooks(topics, nursery)  # type: ignore[arg-type]
+        hooks.ownership = GroupUnitOwnership()  # type: ignore[assignment]
+        hooks.ownership.asked = {"t"}  # type: ignore[attr-defined]
+        hooks.groups = groups  # type: ignore[assignment]
+        nursery.start_soon(hooks.acquired, target)
+        await trio.sleep(5)
+        assert topics.opened == mine
+        groups.release.set()

@@ -308,6 +308,9 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
                 )
             else:
                 topics_out.append(topic_entry(ctx, info, with_ops, version, table))
+        asked_by = ownership_of(ctx.broker)
+        if asked_by is not None and seen:
+            asked_by.note_asked(seen)
     brokers = [
         {
             "node_id": config.broker_id,
