@@ -41,6 +41,7 @@ from spark_bridge.job_tokens import (
     create_job_token,
     expire_job_token,
 )
+from spark_bridge.parquet_backfill import backfill_parquet, plan_parquet
 from spark_bridge.parquet_replay import replay_to_parquet, writes_locally
 from spark_bridge.preflight import PreflightError, check_master, check_metadata, check_read
 from spark_bridge.progress import Progress
@@ -260,8 +261,6 @@ def _writer_credentials(kafka: dict[str, str], token: JobToken | None,
 def _run_backfill_job(args: argparse.Namespace, fmt: str, backfill_id: str, log: RunLog,
                       conf: dict[str, str], kafka: dict[str, str],
                       writer_kafka: dict[str, str]) -> int:  # fmt: skip
-    from pyspark.sql import functions as F
-
     spark = None
     own_session = False
     started = time.time()
@@ -272,61 +271,34 @@ def _run_backfill_job(args: argparse.Namespace, fmt: str, backfill_id: str, log:
         ui = ui_address(spark)
         if ui:
             print(f"backfill: Spark UI {ui}", file=sys.stderr)
-        reader = spark.read.format(fmt)
-        if fmt == "csv":
-            reader = reader.option("header", "true").option("inferSchema", "true")
-        df = reader.load(args.source)
-        if args.tasks:
-            df = df.coalesce(args.tasks) if args.tasks < df.rdd.getNumPartitions() \
-                else df.repartition(args.tasks)  # fmt: skip
-        columns = df.columns
-        for option, name in (("--key-column", args.key_column),
-                             ("--timestamp-column", args.timestamp_column),
-                             ("--value-column", args.value_column),
-                             ("--partition-column", args.partition_column),
-                             ("--headers-column", args.headers_column)):  # fmt: skip
-            if name is not None and name not in columns:
-                print(f"ledgerwire backfill: {option} {name!r} is not a column of "
-                      f"{args.source} (columns: {', '.join(columns)})", file=sys.stderr)
-                return 2
-        special = {args.key_column, args.timestamp_column, args.partition_column,
-                   args.headers_column} - {None}  # fmt: skip
-        if args.value_column:
-            value = F.col(args.value_column)
-        elif "value" in columns:
-            value = F.col("value")
-        else:
-            value = F.to_json(F.struct(*[F.col(c) for c in columns if c not in special]))
-        selected = [value.cast("binary").alias("value")]
-        if args.key_column:
-            selected.append(F.col(args.key_column).cast("binary").alias("key"))
-        if args.timestamp_column:
-            ts = F.col(args.timestamp_column)
-            kind = dict(df.dtypes)[args.timestamp_column]
-            selected.append((ts if kind in ("timestamp", "bigint") else
-                             ts.cast("timestamp")).alias("timestamp"))  # fmt: skip
-        if args.partition_column:
-            selected.append(F.col(args.partition_column).cast("int").alias("partition"))
-        if args.headers_column:
-            selected.append(F.col(args.headers_column).alias("headers"))
         summary_file = Path(tempfile.mkdtemp(prefix="ledgerwire-backfill-")) / "summary.json"
+        roles = {"value": args.value_column or "value", "key": args.key_column,
+                 "timestamp": args.timestamp_column, "partition": args.partition_column,
+                 "headers": args.headers_column}  # fmt: skip
+        plan = plan_parquet(args.source, {r: c for r, c in roles.items() if c}, args.tasks) \
+            if fmt == "parquet" else None  # fmt: skip
+        df = None
+        if plan is None:  # Spark reads the input (see parquet_backfill.py for when)
+            df = _backfill_frame(spark, args, fmt)
+            if df is None:
+                return 2
         print(f"backfill {args.source} ({fmt}) -> {args.topic}, backfill id {backfill_id}",
               file=sys.stderr)
         scan = {"ledgerwire.metadata": args.metadata, **kafka}
         if kafka and args.admin_url:
             scan["ledgerwire.adminUrl"] = args.admin_url
         progress = scan_progress_job(spark, scan, args.topic, backfill_id)  # in the executors
+        options = {"topic": args.topic, "kafka.bootstrap.servers": args.bootstrap_servers,
+                   "kafka.compression.type": args.compression,
+                   "ledgerwire.metadata": args.metadata, "ledgerwire.backfillId": backfill_id,
+                   PROGRESS_OPTION: encode_progress(progress), **writer_kafka,
+                   "ledgerwire.summaryPath": str(summary_file)}  # fmt: skip
         with Progress(spark, None, sys.stderr, interval_s=args.progress_interval):
-            (df.select(*selected).write.format("ledgerwire").mode("append")
-               .option("topic", args.topic)
-               .option("kafka.bootstrap.servers", args.bootstrap_servers)
-               .option("kafka.compression.type", args.compression)
-               .option("ledgerwire.metadata", args.metadata)
-               .option("ledgerwire.backfillId", backfill_id)
-               .option(PROGRESS_OPTION, encode_progress(progress))
-               .options(**writer_kafka)
-               .option("ledgerwire.summaryPath", str(summary_file))
-               .save())  # fmt: skip
+            if df is None:
+                assert plan is not None
+                backfill_parquet(spark, plan, options)  # pyarrow reads it in the tasks
+            else:
+                df.write.format("ledgerwire").mode("append").options(**options).save()
         done = json.loads(summary_file.read_text()) if summary_file.exists() else {}
         print(_summary("backfill", int(done.get("rows", 0)), int(done.get("bytes", 0)),
                        time.time() - started,
@@ -338,6 +310,51 @@ def _run_backfill_job(args: argparse.Namespace, fmt: str, backfill_id: str, log:
     finally:
         if own_session and spark is not None:
             spark.stop()
+
+
+def _backfill_frame(spark: Any, args: argparse.Namespace, fmt: str) -> Any:
+    """The input as Spark reads it, with the writer's columns (None: a named column is
+    missing, said on stderr)."""
+    from pyspark.sql import functions as F
+
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    df = reader.load(args.source)
+    if args.tasks:
+        df = df.coalesce(args.tasks) if args.tasks < df.rdd.getNumPartitions() \
+            else df.repartition(args.tasks)  # fmt: skip
+    columns = df.columns
+    for option, name in (("--key-column", args.key_column),
+                         ("--timestamp-column", args.timestamp_column),
+                         ("--value-column", args.value_column),
+                         ("--partition-column", args.partition_column),
+                         ("--headers-column", args.headers_column)):  # fmt: skip
+        if name is not None and name not in columns:
+            print(f"ledgerwire backfill: {option} {name!r} is not a column of "
+                  f"{args.source} (columns: {', '.join(columns)})", file=sys.stderr)
+            return None
+    special = {args.key_column, args.timestamp_column, args.partition_column,
+               args.headers_column} - {None}  # fmt: skip
+    if args.value_column:
+        value = F.col(args.value_column)
+    elif "value" in columns:
+        value = F.col("value")
+    else:
+        value = F.to_json(F.struct(*[F.col(c) for c in columns if c not in special]))
+    selected = [value.cast("binary").alias("value")]
+    if args.key_column:
+        selected.append(F.col(args.key_column).cast("binary").alias("key"))
+    if args.timestamp_column:
+        ts = F.col(args.timestamp_column)
+        kind = dict(df.dtypes)[args.timestamp_column]
+        selected.append((ts if kind in ("timestamp", "bigint") else
+                         ts.cast("timestamp")).alias("timestamp"))  # fmt: skip
+    if args.partition_column:
+        selected.append(F.col(args.partition_column).cast("int").alias("partition"))
+    if args.headers_column:
+        selected.append(F.col(args.headers_column).alias("headers"))
+    return df.select(*selected)
 
 
 # ---- replay --------------------------------------------------------------------------------

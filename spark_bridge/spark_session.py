@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spark_bridge.options import OptionError
+
 _DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",  # the CLI prints its own progress line
     "spark.sql.shuffle.partitions": "8",
@@ -162,6 +164,8 @@ _PY_ERROR = re.compile(r"^\s*([A-Za-z_.]*(?:Error|Exception)): (.+)$", re.MULTIL
 
 def failure_line(exc: BaseException) -> tuple[str, int]:
     """(one line naming the cause, exit code): 2 for an option error, else 1."""
+    if isinstance(exc, OptionError):  # raised on the driver itself (the writer's checks)
+        return str(exc), 2
     text = str(exc)
     found = _OPTION.search(text)
     if found is not None:
