@@ -18,7 +18,11 @@ both ways (tests/replication/geo_pair.py sets them up), 1 KB values, 2 partition
    rates).
 3. lag: a producer sends at --rate-mb MB/s to east for --seconds while a consumer on west reads
    the replicated records; lag = arrival in west - the record's timestamp (set by the producer
-   in east, kept by replication); p50 / p99 printed.
+   in east, kept by replication); p50 / p99 printed.  A consumer on east reads the same records
+   meanwhile: its lag (arrival in east) is what the producer and east take before replication
+   starts, so the difference is replication's share; each broker's CPU per message of this
+   phase is printed beside it (a rate that falls behind with CPU per message unchanged is the
+   machine's CPU, not a wait in the replicator, which is woken by each durable append).
 """
 
 from __future__ import annotations
@@ -76,13 +80,34 @@ def produce_burst(bootstrap: str, count: int) -> float:
     return time.perf_counter() - start
 
 
-def measure_lag(east_bootstrap: str, west_bootstrap: str, rate_mb: float,
-                seconds: float) -> tuple[list[float], int]:
-    consumer = Consumer({"bootstrap.servers": west_bootstrap, "group.id": "bench-lag",
+def _tail_consumer(bootstrap: str) -> Consumer:
+    """A consumer at the end of each partition of the topic."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-lag",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 10})
     ends = [consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10,
                                            cached=False)[1] for p in range(PARTITIONS)]
     consumer.assign([TopicPartition(TOPIC, p, ends[p]) for p in range(PARTITIONS)])
+    return consumer
+
+
+def _arrivals(consumer: Consumer, stop: threading.Event, lags: list[float]) -> None:
+    """Arrival - timestamp of every record of east's own producer until `stop`."""
+    while not stop.is_set():
+        for msg in consumer.consume(1000, 0.2):
+            if msg.error() is None and msg.headers() is None:  # not a replicated one
+                lags.append(time.time() - msg.timestamp()[1] / 1000.0)
+    consumer.close()
+
+
+def measure_lag(east_bootstrap: str, west_bootstrap: str, rate_mb: float,
+                seconds: float) -> tuple[list[float], list[float], int]:
+    """(lags in west, lags in east, records sent)."""
+    consumer = _tail_consumer(west_bootstrap)
+    local_lags: list[float] = []
+    local_done = threading.Event()
+    local = threading.Thread(target=_arrivals, args=(_tail_consumer(east_bootstrap),
+                                                     local_done, local_lags))
+    local.start()
     lags: list[float] = []
     stop = threading.Event()
     sent = [0]
@@ -119,7 +144,18 @@ def measure_lag(east_bootstrap: str, west_bootstrap: str, rate_mb: float,
                 break
     thread.join()
     consumer.close()
-    return lags, sent[0]
+    local_done.set()
+    local.join()
+    return lags, local_lags, sent[0]
+
+
+def _percentiles(lags: list[float]) -> str:
+    if not lags:
+        return "no record"
+    lags = sorted(lags)
+    p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+    return (f"p50 {statistics.median(lags) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
+            f"max {lags[-1] * 1000:.0f} ms")
 
 
 def main() -> None:
@@ -168,15 +204,17 @@ def main() -> None:
                   f"from it: {n / sending_s:,.0f} msg/s, {mb / sending_s:.1f} MB/s")
             print(f"ratio: replication {local_s / repl_s:.2f}x local produce (same run); "
                   f"{local_s / sending_s:.2f}x from the first send")
-            lags, sent = measure_lag(east.bootstrap, west.bootstrap, args.rate_mb, args.seconds)
-            lags.sort()
+            cpu_east, cpu_west = cpu_seconds(east), cpu_seconds(west)
+            lags, local_lags, sent = measure_lag(east.bootstrap, west.bootstrap, args.rate_mb,
+                                                 args.seconds)
             achieved = sent * len(VALUE) / 1e6 / args.seconds
             if lags:
-                p50 = statistics.median(lags)
-                p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
                 print(f"lag at {args.rate_mb:g} MB/s offered ({achieved:.1f} MB/s sent, "
-                      f"{len(lags)}/{sent} records seen in west): p50 {p50 * 1000:.0f} ms, "
-                      f"p99 {p99 * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms")
+                      f"{len(lags)}/{sent} records seen in west): {_percentiles(lags)}")
+                print(f"  the same records' arrival in east's own consumer: "
+                      f"{_percentiles(local_lags)}; CPU in this phase: east "
+                      f"{(cpu_seconds(east) - cpu_east) / sent * 1e6:.0f} us/msg, west "
+                      f"{(cpu_seconds(west) - cpu_west) / sent * 1e6:.0f} us/msg")
             else:
                 print("lag: no replicated record arrived")
         finally:
