@@ -15,10 +15,23 @@ either side) between the last offset sync before C and C itself, i.e. about one
 `checkpoint_interval_s` of traffic.  This holds for two clusters; a third cluster's records
 in B are not covered (they reach A on their own link) and are not accounted for.
 
+Among three or more clusters (`translate_among`), each third cluster X adds
+
+- bound 3, from two pair lists: A's inbound pairs from X (newest (a, x) with a <= C: the group
+  read every X-record below X-offset x; none: below 0) and B's inbound pairs from X (its
+  checkpoint for X: newest (b, x') with x' <= x, so every X-record at or after x sits in B at or
+  after b; none: B's start).  When B has noted no record from X, no bound (as for bound 2).
+
+X-records reach B only on X's own link (a replicated record is never sent on), so the bounds
+cover every origin.  B's pairs live in B's metadata store: the service does not fetch them yet,
+so offsets of a topic among three or more clusters are still not pushed (service.py).
+
 This module must never touch a socket or the store.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 from gateway.replication.checkpoints import Checkpoint
 
@@ -36,3 +49,31 @@ def translate(checkpoint: Checkpoint, committed: int) -> int:
         if local_next <= committed:
             bound2 = origin_next
     return min(bound1, bound2)
+
+
+Pairs = Sequence[tuple[int, int]]
+
+
+def _newest(pairs: Pairs, limit: int, *, by_first: bool = True) -> int:
+    """The other member of the newest pair whose first (or second) member is <= `limit`; 0
+    when there is none."""
+    found = 0
+    for first, second in pairs:
+        if (first if by_first else second) <= limit:
+            found = second if by_first else first
+    return found
+
+
+def translate_among(checkpoint: Checkpoint, committed: int, inbound_here: Mapping[str, Pairs],
+                    inbound_there: Mapping[str, Pairs]) -> int:
+    """The offset in the remote (B) for a group committed at `committed` here (A), with third
+    clusters: `checkpoint` is A's for B; `inbound_here[X]`, A's inbound pairs from each third
+    cluster X (from A's checkpoint for X); `inbound_there[X]`, B's (from B's checkpoint for
+    X).  See the module docstring."""
+    bound = translate(checkpoint, committed)
+    for cluster, there in inbound_there.items():
+        if not there:
+            continue
+        read_below = _newest(inbound_here.get(cluster, ()), committed)
+        bound = min(bound, _newest(there, read_below, by_first=False))
+    return bound
