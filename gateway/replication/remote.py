@@ -46,6 +46,8 @@ PUSHED_METADATA = "lw.replication"  # the metadata of group offsets a replicator
 # than Kafka's 5 is safe here)
 MAX_IN_FLIGHT = 16
 MAX_IN_FLIGHT_BYTES = 4 << 20
+PROBE_INTERVAL_S = 0.1  # how often a remote that takes no connection is tried meanwhile
+PROBE_TIMEOUT_S = 1.0
 PRODUCE_VERSION = 7
 
 
@@ -76,6 +78,8 @@ class RemoteKafka:
         self._peers = PeerClient(client_id, REMOTE_TIMEOUT_S, security, max_connections=8)
         self._leaders: dict[tuple[str, int], tuple[str, int]] = {}
         self._bootstrap = 0  # index of the bootstrap broker that answered last
+        self._back = trio.Event()  # set when a probe finds the remote accepting again
+        self._probing = False  # one replicator probes for all
 
     async def aclose(self) -> None:
         await self._peers.aclose()
@@ -109,6 +113,42 @@ class RemoteKafka:
             return await self._peers.request(host, port, api_key, version, body)
         except (KafkaProtocolError, OSError) as exc:
             raise RemoteError(f"cluster {self.cluster.name} ({host}:{port}): {exc}") from None
+
+    async def _accepts(self) -> bool:
+        """Whether a bootstrap broker takes a TCP connection (nothing is sent on it)."""
+        for host, port in self._bootstraps():
+            with trio.move_on_after(PROBE_TIMEOUT_S):
+                try:
+                    stream = await trio.open_tcp_stream(host, port)
+                except OSError:
+                    continue
+                await stream.aclose()
+                return True
+        return False
+
+    async def pause_after_failure(self, delay_s: float) -> None:
+        """A replicator's back-off after a failed session: `delay_s`, or less once a remote
+        that took no connection takes one again (one replicator probes every
+        `PROBE_INTERVAL_S` for all of this remote's replicators), so a remote that comes back
+        is used at once, not after each replicator's back-off."""
+        with trio.move_on_after(delay_s):
+            if await self._accepts():  # it is there: the failure was another one
+                await trio.sleep_forever()
+            if self._back.is_set():
+                self._back = trio.Event()
+            back = self._back
+            if self._probing:
+                await back.wait()
+                return
+            self._probing = True
+            try:
+                while True:
+                    if await self._accepts():
+                        back.set()
+                        return
+                    await trio.sleep(PROBE_INTERVAL_S)
+            finally:
+                self._probing = False
 
     def _leader(self, topic: str, partition: int) -> tuple[str, int] | None:
         return self._leaders.get((topic, partition))

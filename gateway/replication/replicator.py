@@ -179,9 +179,9 @@ class PartitionReplicator:
             self.refresh_backlog()
             self._update_lag()
             # a remote that just came back is tried again soon; one that stays away, every
-            # retry_backoff_s
+            # retry_backoff_s, or as soon as it takes connections again
             backoff = FIRST_RETRY_S if self.status.sent_total > sent else backoff * 2
-            await trio.sleep(min(self.retry_backoff_s, backoff))
+            await self.remote.pause_after_failure(min(self.retry_backoff_s, backoff))
 
     def refresh_backlog(self) -> None:
         """While the remote is away (or replication is paused) nothing is sent: count the

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from gateway.replication.batches import committed_batches, last_origin_offset, record_origins
 from gateway.replication.checkpoints import Checkpoint
+from gateway.replication.clusters import RemoteCluster
 from gateway.replication.offset_translation import translate, translate_among
 from gateway.replication.record_rewrite import OutgoingBatches, frame
-from gateway.replication.remote import InFlightWindow
+from gateway.replication.remote import InFlightWindow, RemoteKafka
 from protocols.kafka import compression as codecs
 from protocols.kafka.record_batch import (
     CONTROL_ABORT,
@@ -24,6 +25,7 @@ from protocols.kafka.record_batch import (
     parse_header,
     patch_base_offset,
 )
+from tests.support.ports import free_port
 
 
 def _batch(base: int, values: list[bytes], **kw: object) -> bytes:
@@ -289,3 +291,24 @@ def test_the_two_cluster_translation_skips_a_third_clusters_records() -> None:
     assert len(mesh.skipped("a", "b", committed, two)) == 5  # c's five, never read in a
     among = mesh.translated("a", "b", committed)
     assert among < two and mesh.skipped("a", "b", committed, among) == []
+
+
+async def test_a_remote_that_comes_back_is_tried_at_once() -> None:
+    """The back-off after a failure ends as soon as a remote that took no connection takes one
+    (one probe for all the remote's replicators); a remote that takes connections gets the
+    whole back-off (its failure was something else)."""
+    port = free_port()
+    remote = RemoteKafka(RemoteCluster("west", f"127.0.0.1:{port}"), "probe-test")
+    try:
+        with trio.fail_after(60):  # the back-off below is 600 s: only the probe ends it early
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(remote.pause_after_failure, 600.0)
+                await trio.sleep(0.3)  # all three wait; nothing listens yet
+                listener = (await trio.open_tcp_listeners(port, host="127.0.0.1"))[0]
+        start = trio.current_time()
+        await remote.pause_after_failure(0.3)  # it takes connections now
+        assert trio.current_time() - start >= 0.3
+        await listener.aclose()
+    finally:
+        await remote.aclose()

@@ -143,6 +143,9 @@ class Remote:
         end = sum(parse_header(b).records_count for b in self.log)
         return b"".join(b for b in self.log if parse_header(b).last_offset >= offset), end
 
+    async def pause_after_failure(self, delay_s: float) -> None:
+        await trio.sleep(delay_s)
+
     async def open_pipeline(self, topic: str, partition: int) -> Pipeline:
         self.pipelines.append(Pipeline(self))
         return self.pipelines[-1]
