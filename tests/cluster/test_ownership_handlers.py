@@ -150,6 +150,16 @@ async def test_metadata_names_owners_and_live_brokers() -> None:
     assert leaders_of(answer) == {0: 1, 1: 2, 2: 1, 3: 2}
 
 
+async def test_metadata_notes_only_topics_that_exist() -> None:
+    """Names a client makes up are not remembered (the asked set stays within the catalogue,
+    whatever a client sends)."""
+    ctx = RequestContext(broker=FakeBroker())  # type: ignore[arg-type]
+    names = [{"name": "t", "topic_id": None}] + [
+        {"name": f"made-up-{i}", "topic_id": None} for i in range(100)]
+    await metadata(ctx, 12, names)
+    assert ctx.broker.ownership.asked == {"t"}  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("version", [1, 9, 12])
 async def test_listed_topics_are_listed_anew_when_owners_or_partitions_change(
         version: int) -> None:

@@ -267,6 +267,7 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
             cache.prune(catalogue)
     else:
         seen: set[str] = set()
+        asked: list[str] = []
         no_name = None if version >= 12 else ""  # the response's name is nullable from v12
         for item in requested or []:
             name = item.get("name")
@@ -308,9 +309,10 @@ async def handle_metadata(ctx: RequestContext, header: RequestHeader, body: dict
                 )
             else:
                 topics_out.append(topic_entry(ctx, info, with_ops, version, table))
+                asked.append(name)
         asked_by = ownership_of(ctx.broker)
-        if asked_by is not None and seen:
-            asked_by.note_asked(seen)
+        if asked_by is not None and asked:
+            asked_by.note_asked(asked)  # topics that exist only: a made-up name is not kept
     brokers = [
         {
             "node_id": config.broker_id,
