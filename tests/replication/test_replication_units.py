@@ -299,16 +299,22 @@ async def test_a_remote_that_comes_back_is_tried_at_once() -> None:
     whole back-off (its failure was something else)."""
     port = free_port()
     remote = RemoteKafka(RemoteCluster("west", f"127.0.0.1:{port}"), "probe-test")
+    listener: trio.SocketListener | None = None
     try:
         with trio.fail_after(60):  # the back-off below is 600 s: only the probe ends it early
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
                     nursery.start_soon(remote.pause_after_failure, 600.0)
-                await trio.sleep(0.3)  # all three wait; nothing listens yet
+                # all three wait, nothing listening yet: one probes, two wait for it (a fixed
+                # sleep here let a waiter not yet run see the listener below and wait 600 s)
+                while not (remote._probing  # noqa: ASYNC110 - no event says "waiting"
+                           and remote._back.statistics().tasks_waiting == 2):
+                    await trio.sleep(0.01)
                 listener = (await trio.open_tcp_listeners(port, host="127.0.0.1"))[0]
         start = trio.current_time()
         await remote.pause_after_failure(0.3)  # it takes connections now
         assert trio.current_time() - start >= 0.3
-        await listener.aclose()
     finally:
+        if listener is not None:
+            await listener.aclose()
         await remote.aclose()
