@@ -17,7 +17,7 @@ threads of the C++ client (rocketmq-client-python, bench_rocketmq.send_run: one 
 instance per thread, send_sync), through the node's name server.
 
 Printed: msg/s of each shape and their ratio (from this one run), the node's CPU time per
-message (user + system of the supervisor, the bookies and every worker process, from /proc),
+message (user + system of the supervisor and every worker process, from /proc),
 which load on a shared machine disturbs less than throughput, split per process, and the
 client's own CPU per message (this process: the clients run on the same cores as the
 brokers).  When a node fails, the tail of its log is printed.
@@ -56,8 +56,10 @@ PARTITIONS = 8
 
 class Node(Standalone):
     def __init__(self, data_dir: Path, workers: int, rocketmq: bool = False) -> None:
-        super().__init__(data_dir, extra_args=["--workers", str(workers), "--log-level", "INFO",
-                                               *([] if rocketmq else ["--no-rocketmq"])])
+        # one bookie per worker (each worker serves its own): their ports are reserved
+        super().__init__(data_dir, bookies=workers,
+                         extra_args=["--workers", str(workers), "--log-level", "INFO",
+                                     *([] if rocketmq else ["--no-rocketmq"])])
         self.workers = workers
         self.kafka_port = free_port_range(workers)
         if rocketmq:  # bundle b of worker i on base + 16 i + b (16 bundles up to 4 workers)

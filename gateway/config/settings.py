@@ -88,6 +88,9 @@ class StorageConfig:
     bookies: int = 1
     bookie_host: str = "127.0.0.1"
     bookie_port: int = 3181  # first bookie; the others take the next ports
+    # standalone --workers N: each worker serves its share of max(bookies, N) bookies in its
+    # own process (its adds never leave it); false: all bookies in one process of their own
+    worker_bookies: bool = True
     # what the bookies register for readers on other hosts (Spark executors); "": bookie_host
     bookie_advertised_host: str = ""
     ensemble_size: int = 1

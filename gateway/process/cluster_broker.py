@@ -1,7 +1,8 @@
 """`ledgerwire broker`: one stateless broker of a cluster, on a shared ZooKeeper.
 
 Assembled from the same pieces as `ledgerwire standalone` (TopicService, managed ledgers,
-LedgerOffsetStore + GroupCoordinator, KafkaBroker, serve_kafka) minus the bookies, plus:
+LedgerOffsetStore + GroupCoordinator, KafkaBroker, serve_kafka) minus the bookies (a worker of
+`standalone --workers N` serves its share of the node's bookies in-process, see run_broker), plus:
 
 - the cluster layout (created idempotently on first start, gateway/cluster/broker_registry.py);
 - the ownership service (gateway/cluster/ownership.py): registration with the advertised listener,
@@ -27,12 +28,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any, Protocol
 
 import trio
 
+from gateway.admin.api import LocalBookie
 from gateway.admin.listener import admin_auth, admin_tls, announce
 from gateway.admin.read_tickets import ReadTicketIssuer
 from gateway.admin.routes import serve_admin_api
@@ -61,6 +64,7 @@ from gateway.process.cluster_services import (
     setup_security,
     start_ops_background,
 )
+from gateway.process.local_bookies import start_local_bookies
 from gateway.process.standalone import (
     ledger_password,
     system_ledger_config,
@@ -303,10 +307,13 @@ def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerCon
 
 
 async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *,
-                     node_worker: bool = False,
+                     node_worker: bool = False, bookie_indexes: Sequence[int] = (),
                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Run one cluster broker until SIGINT/SIGTERM (or cancellation); `node_worker`: one of
-    a `standalone --workers N` node, which shares the node's RocketMQ name server port."""
+    a `standalone --workers N` node, which shares the node's RocketMQ name server port and
+    serves the node's bookies `bookie_indexes` in this process (gateway/process/
+    local_bookies.py): its ledger client reaches them without the wire and places new
+    ensembles on them first.  They stop after the broker has closed its logs."""
     async with AsyncExitStack() as stack:
         store = await open_store(metadata_url)
         stack.push_async_callback(store.close)
@@ -321,7 +328,16 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         bookkeeper = await stack.enter_async_context(
             BookKeeper(store, bookie_secret=bookie_secret, bookie_tls=bookie_tls,
                        ledger_password=ledger_password(config),
-                       entry_mac=config.storage.entry_mac))
+                       entry_mac=config.storage.entry_mac,
+                       local_bookies=bool(bookie_indexes)))
+        served_bookies: list[LocalBookie] = []
+        if bookie_indexes:
+            async def active_ledgers() -> set[int]:
+                return set(await bookkeeper.list_ledgers())
+
+            served_bookies = await start_local_bookies(config, store, stack, active_ledgers,
+                                                       bookie_secret, bookie_tls,
+                                                       indexes=bookie_indexes)
         factory = ManagedLedgerFactory(
             store, bookkeeper, offloader=offloader_from_config(config.offload, config.data_dir),
             offload_cache_bytes=config.offload.cache_mb << 20)
@@ -430,6 +446,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                                                config.replication, groups,
                                                owns=ownership.is_local)
         hooks.add_extension(ReplicationBundles(admin.replication, ownership.bundle_of))
+        admin.bookies = served_bookies  # their state and disk use in /metrics
         admin.share_groups = share_groups  # metrics and listings of what this broker holds
         admin.read_tickets = ReadTicketIssuer(store, topics, bookie_secret)
         bind_host, bind_port = config.kafka_bind

@@ -1,17 +1,19 @@
 """The bookies of a standalone node: started on one data directory and one metadata store.
 
-`ledgerwire standalone` runs them in its own process; `standalone --workers N` runs them in a
-process of their own (gateway/process/supervisor.py).  Either way bookie i keeps its data in
-<data_dir>/bookies/<i>/, its identity "standalone-bookie-<i>" (its cookie refuses a directory
-of another identity) and its port storage.bookie_port + i, so a data directory moves between
-the two shapes with its ledgers readable.
+`ledgerwire standalone` runs them in its own process; `standalone --workers N` spreads them
+over its workers (worker w serves the bookies i with i % N == w, of max(storage.bookies, N):
+worker_bookie_indexes), so that each worker's adds stay in its own process, as in the
+one-process standalone (gateway/process/supervisor.py says why).  Either way bookie i keeps
+its data in <data_dir>/bookies/<i>/, its identity "standalone-bookie-<i>" (its cookie refuses a
+directory of another identity) and its port storage.bookie_port + i, so a data directory moves
+between the shapes with its ledgers readable.
 
 This module must never start a bookie on a data directory whose cookie names another bookie.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
 
@@ -42,16 +44,28 @@ def bookie_storage_config(config: Config, index: int) -> BookieStorageConfig:
     )
 
 
+def node_bookie_count(config: Config, workers: int) -> int:
+    """How many bookies a node of `workers` workers has: at least one per worker."""
+    return max(config.storage.bookies, workers)
+
+
+def worker_bookie_indexes(config: Config, workers: int, worker: int) -> list[int]:
+    """The bookies worker `worker` of a `--workers N` node serves (by index)."""
+    return list(range(worker, node_bookie_count(config, workers), workers))
+
+
 async def start_local_bookies(
     config: Config, store: MetadataStore, stack: AsyncExitStack,
     active_ledgers: Callable[[], Awaitable[set[int]]],
     bookie_secret: BookieSecret | None, bookie_tls: BookieTls,
+    indexes: Sequence[int] | None = None,
 ) -> list[LocalBookie]:
-    """Start config.storage.bookies bookie servers; they stop when `stack` unwinds (servers
-    before their storage).  Returns them for the admin API and /metrics."""
+    """Start bookie servers (`indexes`, by default all config.storage.bookies of them); they
+    stop when `stack` unwinds (servers before their storage).  Returns them for the admin API
+    and /metrics."""
     bookie_nursery = await stack.enter_async_context(trio.open_nursery())
     local_bookies: list[LocalBookie] = []
-    for index in range(config.storage.bookies):
+    for index in (range(config.storage.bookies) if indexes is None else indexes):
         storage_config = bookie_storage_config(config, index)
         # Refuse a data directory that belongs to another bookie identity.
         await check_cookie(storage_config.data_dir, store, f"standalone-bookie-{index}")

@@ -5,14 +5,17 @@ run comes pickled on stdin from the supervisor (its parent, over a pipe only it 
 from a file or the command line, so nothing another user can reach is ever unpickled:
 
     {"role": "bookies" | "broker", "name": "worker 0", "config": Config,
-     "metadata_url": "shared:...", "layout": ClusterLayout (broker only), "parent": its pid}
+     "metadata_url": "shared:...", "layout": ClusterLayout (broker only),
+     "bookies": [bookie indexes the broker serves in-process], "parent": its pid}
 
 The first thing a child does is ask the kernel to SIGKILL it when its parent dies
 (PR_SET_PDEATHSIG through prctl), then check that the parent is still the supervisor (it may
 have died before the prctl): a kill -9 of the supervisor leaves no orphan behind.
 
 A broker worker is a cluster broker (gateway/process/cluster_broker.py) on the supervisor's
-shared metadata store; the bookies process serves the node's bookies (local_bookies.py).
+shared metadata store serving its share of the node's bookies in-process (local_bookies.py);
+the "bookies" role (all of them in one process of their own) is the storage.worker_bookies =
+false shape.
 Both stop cleanly on SIGTERM.  This module must never run anything without a living parent.
 """
 
@@ -95,7 +98,7 @@ def main() -> int:
             trio.run(run_bookies, config, job["metadata_url"])
         else:
             trio.run(partial(run_broker, config, job["metadata_url"], job["layout"],
-                             node_worker=True))
+                             node_worker=True, bookie_indexes=job.get("bookies", ())))
     except KeyboardInterrupt:
         pass
     except (OSError, ValueError, BaseExceptionGroup) as exc:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ledger_backend.bookie import local_bookies as local_bookies_registry
 from ledger_backend.bookie.auth import BookieCredential
 from ledger_backend.bookie.master_key import derive_master_key, master_key_hash, new_salt
 from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
@@ -47,6 +48,10 @@ if TYPE_CHECKING:
 
 __all__ = ["BookKeeper", "PreparedLedger", "ReadHandle", "WriteHandle"]
 
+
+
+def _served_here(address: str) -> bool:
+    return local_bookies_registry.lookup(address) is not None
 
 
 class BookKeeper:
@@ -78,7 +83,10 @@ class BookKeeper:
         self.explicit_lac_delay_s = explicit_lac_delay_s  # 0: readers trail by one entry
         self._local_bookies = local_bookies  # reach bookies of this process without the wire
         self.timeout_s = timeout_s
-        self._placement = placement or PlacementPolicy()
+        # new ensembles start on this process's own bookies (no wire, no other process's
+        # event loop per add); the others only as the ensemble size needs them
+        self._placement = placement or PlacementPolicy(
+            prefer=_served_here if local_bookies else None)
         self._max_frame_bytes = max_frame_bytes
         self._ctx: ClientContext | None = None
         self._closed = False

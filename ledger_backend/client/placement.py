@@ -2,15 +2,18 @@
 
 Chooses among the bookies registered under /ledgerwire/bookies/available, preferring the ones this
 client has placed the fewest ledgers on (ties broken at random) so load spreads, and never puts
-two copies on one bookie. Pure functions plus a small load counter; must never talk to the
-network or the metadata store itself.
+two copies on one bookie.  A client may name bookies it prefers (`prefer`: the ones served by
+its own process, reached without the wire): a new ensemble takes those first, the rest as
+above.  Durability is the quorums' business, not the placement's: a preferred bookie only
+changes which bookies hold the copies, never how many.  Pure functions plus a small load
+counter; must never talk to the network or the metadata store itself.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ledger_backend.client.errors import NotEnoughBookiesError
 
@@ -18,9 +21,11 @@ from ledger_backend.client.errors import NotEnoughBookiesError
 class PlacementPolicy:
     """Least-loaded-first placement with random tie breaking."""
 
-    def __init__(self, rng: random.Random | None = None) -> None:
+    def __init__(self, rng: random.Random | None = None,
+                 prefer: Callable[[str], bool] | None = None) -> None:
         self._rng = rng or random.Random()
         self._placed: Counter[str] = Counter()
+        self._prefer = prefer
 
     def choose_ensemble(self, available: Iterable[str], size: int) -> list[str]:
         candidates = sorted(set(available))
@@ -28,7 +33,10 @@ class PlacementPolicy:
             raise NotEnoughBookiesError(
                 f"need {size} bookies, {len(candidates)} available: {candidates}"
             )
-        chosen = self._least_loaded(candidates, size)
+        preferred = [b for b in candidates if self._prefer(b)] if self._prefer else []
+        chosen = self._least_loaded(preferred, min(size, len(preferred)))
+        rest = [b for b in candidates if b not in chosen]
+        chosen += self._least_loaded(rest, size - len(chosen))
         self._rng.shuffle(chosen)  # spread which bookie leads each write set
         self._placed.update(chosen)
         return chosen

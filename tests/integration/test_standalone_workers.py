@@ -1,4 +1,4 @@
-"""`ledgerwire standalone --workers 2`: a supervisor, a bookies process and two broker workers.
+"""`ledgerwire standalone --workers 2`: a supervisor and two broker workers, each with a bookie.
 
 Real processes, real clients (confluent-kafka), real kills: a worker killed with SIGKILL during
 acknowledged idempotent produce loses and duplicates nothing; a supervisor killed with SIGKILL
@@ -32,13 +32,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 WORKERS = 2
 PARTITIONS = 8
+BROKER_ID = 0  # kafka.broker_id: worker i is node BROKER_ID + i
 
 
 class WorkersStandalone(Standalone):
     """A standalone with --workers N on N consecutive Kafka ports."""
 
     def __init__(self, data_dir: Path, workers: int = WORKERS) -> None:
-        super().__init__(data_dir, extra_args=["--workers", str(workers), "--no-rocketmq"])
+        # one bookie per worker (what the node has anyway): their ports are reserved
+        super().__init__(data_dir, bookies=workers,
+                         extra_args=["--workers", str(workers), "--no-rocketmq"])
         self.workers = workers
         self.kafka_port = free_port_range(workers)
 
@@ -53,7 +56,7 @@ class WorkersStandalone(Standalone):
         return self.log_path.read_text(errors="replace")
 
     def children(self) -> dict[str, int]:
-        """The latest pid of each child ("bookies", "worker 0", ...) from their start lines."""
+        """The latest pid of each child ("worker 0", ...) from their start lines."""
         found: dict[str, int] = {}
         for name, pid in re.findall(r"ledgerwire (bookies|worker \d+) started \(pid (\d+)\)",
                                     self.full_log()):
@@ -166,7 +169,7 @@ def admin_call(node: WorkersStandalone, method: str, path: str,
 def check_node_admin(node: WorkersStandalone) -> None:
     """The node's one admin listener answers for both workers: /metrics carries every
     worker's samples (labelled) and counts the 2000 records produced to "spread" over both;
-    admin calls (a write and a read) are served for the whole node."""
+    admin calls (a write and reads) are served for the whole node."""
     status, content_type, body = admin_call(node, "GET", "/metrics")
     assert status == 200 and content_type.startswith("text/plain"), (status, body[:300])
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
@@ -188,6 +191,26 @@ def check_node_admin(node: WorkersStandalone) -> None:
     status, _, body = admin_call(node, "GET", "/ready")  # the node's: every worker ready
     assert (status, json.loads(body)) == (200, {"ready": True, "workers": {
         str(i): "ready" for i in range(WORKERS)}})
+
+
+def check_ledgers_on_owners_bookies(node: WorkersStandalone, topic: str) -> None:
+    """A partition's current ledger is on its owner's own bookie (worker i serves bookie i),
+    so its adds never leave the owner's process.  The node's admin forwards a describe to
+    worker 0, which lists the ledgers of the partitions it owns: asked until it owns one
+    (its share arrives once the start-up hand-backs are done)."""
+    deadline = time.monotonic() + 90
+    while True:
+        status, _, body = admin_call(node, "GET", f"/admin/v1/topics/{topic}")
+        # 400 NOT_LEADER_OR_FOLLOWER: a partition moved while it was described; ask again
+        owned = [p for p in json.loads(body)["partitions"] if p["ledgers"]] \
+            if status == 200 else []
+        if owned or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert owned, (status, body[:800])
+    for p in owned:
+        assert p["ledgers"][-1]["ensemble"] == [
+            f"127.0.0.1:{node.bookie_port + p['owner'] - BROKER_ID}"], owned
 
 
 def test_two_workers_are_two_brokers_that_serve_produce_and_group_consume(
@@ -218,10 +241,11 @@ def test_two_workers_are_two_brokers_that_serve_produce_and_group_consume(
     assert len(seen) == 2000
     check_node_admin(node)
     children = list(node.children().values())
-    assert len(children) == WORKERS + 1
+    assert len(children) == WORKERS
     time.sleep(max(0.0, 15.0 - (time.monotonic() - node.started_at)))  # outlive idle threads
+    check_ledgers_on_owners_bookies(node, "spread")
     assert "exited (" not in node.full_log(), "a child died on its own"
-    assert node.stop(120) == 0  # SIGTERM: workers hand off and close, then bookies, then store
+    assert node.stop(120) == 0  # SIGTERM: workers hand off, close, stop their bookies; then store
     assert wait_dead(children) == []
 
 
@@ -286,7 +310,7 @@ def test_kill_9_of_the_supervisor_leaves_no_orphans_and_a_restart_recovers(
         producer.produce("kept", b"k-%05d" % i, key=b"%d" % i)
     assert producer.flush(60) == 0
     children = list(node.children().values())
-    assert len(children) == WORKERS + 1
+    assert len(children) == WORKERS
     node.kill()  # SIGKILL the supervisor only
     assert wait_dead(children) == [], "children outlived their supervisor"
     node.start()

@@ -87,3 +87,20 @@ def test_placement_spreads_load_and_never_doubles_a_bookie() -> None:
     assert replacement in {"b4:1", "b5:1"}
     with pytest.raises(NotEnoughBookiesError):
         policy.choose_replacement(bookies[:3], bookies[:3])
+
+
+def test_placement_takes_preferred_bookies_first_and_the_rest_as_needed() -> None:
+    """A worker of `standalone --workers N` prefers its own in-process bookies: ensembles of
+    one are always on them, larger ones take them first and spread the rest by load."""
+    local = {"b1:1", "b4:1"}
+    policy = PlacementPolicy(random.Random(3), prefer=local.__contains__)
+    bookies = [f"b{i}:1" for i in range(6)]
+    singles = Counter(policy.choose_ensemble(bookies, 1)[0] for _ in range(40))
+    assert set(singles) == local and set(singles.values()) == {20}  # even among the local
+    others: Counter[str] = Counter()
+    for _ in range(40):
+        ensemble = policy.choose_ensemble(bookies, 3)
+        assert len(set(ensemble)) == 3 and local <= set(ensemble)
+        others.update(set(ensemble) - local)
+    assert set(others) == set(bookies) - local and set(others.values()) == {10}
+    assert policy.choose_ensemble(["b0:1", "b2:1"], 2) in (["b0:1", "b2:1"], ["b2:1", "b0:1"])
