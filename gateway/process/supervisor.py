@@ -235,6 +235,13 @@ def _describe(code: int) -> str:
     return f"code {code}"
 
 
+def raise_if_one_exited(children: list[Child]) -> None:
+    for child in children:
+        code = None if child.process is None else child.process.poll()
+        if code is not None:
+            raise RuntimeError(f"{child.name} exited ({_describe(code)}) while starting")
+
+
 async def wait_for_children(store: MetadataStore, path: str, count: int,
                             children: list[Child]) -> None:
     """Until `count` nodes are under path (bookies or workers registered); fails if a child
@@ -246,10 +253,18 @@ async def wait_for_children(store: MetadataStore, path: str, count: int,
                     return
             except MetadataError:
                 pass
-            for child in children:
-                code = None if child.process is None else child.process.poll()
-                if code is not None:
-                    raise RuntimeError(f"{child.name} exited ({_describe(code)}) while starting")
+            raise_if_one_exited(children)
+            await trio.sleep(0.1)
+
+
+async def wait_for_workers_ready(node_admin: NodeAdmin, children: list[Child]) -> None:
+    """Until every worker's own /ready answers 200; fails if a child exits first."""
+    with trio.fail_after(READY_TIMEOUT_S):
+        while True:
+            status, _, _ = await node_admin.ready(b"/ready", [])
+            if status == 200:
+                return
+            raise_if_one_exited(children)
             await trio.sleep(0.1)
 
 
@@ -294,8 +309,10 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                     children.append(child)
                     await nursery.start(child.keep_running)
                 await wait_for_children(store, LIVE_BROKERS_PATH, workers, children)
-                # ready = every bundle (so every partition) has an owner answering for it
+                # ready = every bundle (so every partition) has an owner answering for it,
+                # and every worker says it is ready (its RocketMQ name server binds last)
                 await wait_for_children(store, BUNDLES_PATH, layout.bundles, children)
+                await wait_for_workers_ready(NodeAdmin(admin_sockets), children)
                 host, port = config.kafka_advertised
                 log.info("ledgerwire standalone ready", extra={
                     "workers": workers, "kafka": [f"{host}:{port + i}" for i in range(workers)],
