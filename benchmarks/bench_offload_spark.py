@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -67,6 +68,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bytes", default="32MiB", help="topic size (default 32MiB)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="more drain/replay pairs after the first, alternated; prints each "
+                             "and the median ratio")
+    parser.add_argument("--no-count", action="store_true", help="skip the spark.read counts")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-offload-spark-"))
     store = work / "tier"
@@ -103,18 +108,32 @@ def main() -> None:
         print(f"{'Python workers start':<28} {start_python_workers(spark):>7.1f} s (once per "
               "session; not in the figures below)", flush=True)
 
-        cpu0, t0 = cpu_seconds(pid), time.time()
-        code = replay_main(["--topic", TOPIC, "--to", str(work / "replay.parquet"),
-                            "--metadata", str(broker.data_dir), "--master", args.master,
-                            "--offload-directory", str(store), "--no-ui",
-                            "--progress-interval", "600"])  # fmt: skip
-        replay_s = time.time() - t0
-        if code != 0:
-            raise SystemExit(f"replay failed with exit code {code}")
-        report("ledgerwire replay (CLI)", count, count * VALUE_BYTES, replay_s,
-               cpu_seconds(pid) - cpu0)
+        replay_argv = ["--topic", TOPIC, "--to", str(work / "replay.parquet"),
+                       "--metadata", str(broker.data_dir), "--master", args.master,
+                       "--offload-directory", str(store), "--no-ui", "--overwrite",
+                       "--progress-interval", "600"]  # fmt: skip
+        ratios: list[float] = []
+        for n in range(args.rounds):
+            if n:
+                cpu0, t0 = cpu_seconds(pid), time.time()
+                got, nbytes = drain(broker.bootstrap, TOPIC, count)
+                drain_s = time.time() - t0
+                report(f"  round {n + 1}: drain", got, nbytes, drain_s, cpu_seconds(pid) - cpu0)
+            cpu0, t0 = cpu_seconds(pid), time.time()
+            code = replay_main(replay_argv)
+            replay_s = time.time() - t0
+            if code != 0:
+                raise SystemExit(f"replay failed with exit code {code}")
+            report("ledgerwire replay (CLI)" if not n else f"  round {n + 1}: replay", count,
+                   count * VALUE_BYTES, replay_s, cpu_seconds(pid) - cpu0)  # fmt: skip
+            ratios.append(drain_s / replay_s)
+        if args.rounds > 1:
+            print(f"replay/drain per round: {', '.join(f'{r:.2f}x' for r in ratios)}; median "
+                  f"{statistics.median(ratios):.2f}x", flush=True)
         figures = {"replay CLI": replay_s}
         for label in ("spark.read count (cold)", "spark.read count (warm)"):
+            if args.no_count:
+                break
             df = (spark.read.format("ledgerwire")
                   .option("ledgerwire.metadata", str(broker.data_dir))
                   .option("ledgerwire.offload.directory", str(store))

@@ -76,6 +76,21 @@ the first data-source write of the session: two `backfill_main` runs of 100k row
 other in one session (load 13-25, after this change) took 49.5 s (2.0k rows/s) and 4.5 s
 (22k rows/s): the first pays Spark's Python workers for the write (start, imports), which the
 replay's warmed workers do not serve. Warm, 22k rows/s is still 0.11x the 200k rows/s goal.
+2026-11-26 (session 8), backfill from local Parquet read by pyarrow in plain Python tasks
+(parquet_backfill.py) instead of Spark's data source write; one run each, loads 10-13:
+                      before (main 1f375d8, 128 MiB,   after (main 4d34cf9, 256 MiB,
+                      100k backfill rows)              300k backfill rows: 3 tasks)
+    drain             2.4 s (55k rows/s)               2.2 s (121k rows/s)
+    Spark JVM start   46.4 s                           34.5 s
+    Python workers    11.5 s                           18.7 s
+    replay CLI        4.1 s: 0.59x                     3.9 s: 0.57x
+    backfill CLI      24.2 s (4.1k rows/s)             3.6 s (84k rows/s: 0.42x the goal)
+The backfill's tasks now spend their time producing: in-process (no Spark) 200k rows took 1.2-
+1.5 s of the task's CPU (~2 us a produce call with its header, ~1 us building the headers,
+~1.5 us librdkafka's delivery bookkeeping in poll, the column conversion) and 0.35 s of broker
+CPU, against 3.4-5.5 s of wall time at load ~9: CPU-bound on a shared machine. One replay/drain
+pair moves by 2x or more from round to round at these loads (two alternated 128 MiB pairs of
+one session at load 10-12 gave 0.27x and 1.81x), hence --rounds.
 "cold" is the session's first job: it includes starting Spark's Python workers and importing
 pyarrow/trio in them (~4-10 s here). In `ledgerwire standalone` the bookies live in the broker
 process, so "broker CPU" during a replay is the bookies serving reads (no broker code runs);
@@ -89,6 +104,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -250,6 +266,9 @@ def main() -> None:
     parser.add_argument("--min-partitions", type=int, help="minPartitions for the replay")
     parser.add_argument("--dir", help="work directory (default: a new temp dir)")
     parser.add_argument("--no-count", action="store_true", help="skip the spark.read count")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="more drain/replay pairs after the first, alternated (the machine "
+                             "is shared: one pair's ratio moves by 2x); prints each and the median")
     args = parser.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench-spark-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -289,6 +308,21 @@ def main() -> None:
         replay_s = run_cli("replay", replay_main, replay_argv)
         report("ledgerwire replay (CLI)", count, count * VALUE_BYTES, replay_s,
                cpu_seconds(pid) - cpu0)
+        ratios = [drain_s / replay_s]
+        for n in range(1, args.rounds):
+            cpu0, t0 = cpu_seconds(pid), time.time()
+            rows, nbytes = drain(broker.bootstrap, "replay", count)
+            pair_drain = time.time() - t0
+            report(f"  round {n + 1}: drain", rows, nbytes, pair_drain, cpu_seconds(pid) - cpu0)
+            cpu0 = cpu_seconds(pid)
+            pair_replay = run_cli("replay", replay_main, [*replay_argv, "--overwrite"])
+            report(f"  round {n + 1}: replay", count, count * VALUE_BYTES, pair_replay,
+                   cpu_seconds(pid) - cpu0)
+            ratios.append(pair_drain / pair_replay)
+        if args.rounds > 1:
+            print(f"replay/drain per round: {', '.join(f'{r:.2f}x' for r in ratios)}; median "
+                  f"{statistics.median(ratios):.2f}x (load {os.getloadavg()})",
+                  flush=True)
 
         if not args.no_count:
             df = (spark.read.format("ledgerwire")
