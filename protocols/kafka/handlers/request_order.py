@@ -73,11 +73,12 @@ class RequestTurn:
         """Return when every earlier Produce has issued its appends.
 
         The caller must call `append_issued` and then append *without a checkpoint between*.
+        No checkpoint when it is already this Produce's turn (the usual case): the task would
+        only be rescheduled once more per partition before the append it is about to issue.
         """
-        if self._previous_append is not None:
-            await self._previous_append.wait()
-        else:
-            await trio.lowlevel.checkpoint()
+        previous = self._previous_append
+        if previous is not None and not previous.is_set():
+            await previous.wait()
 
     def append_issued(self) -> None:
         """One partition is about to append (or gave up); the last one releases the next Produce."""
