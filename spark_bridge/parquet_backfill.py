@@ -184,7 +184,8 @@ def backfill_parquet(spark: Any, plan: ParquetPlan, options: dict[str, str]) -> 
     schema = StructType([StructField(name, _spark_type(name)) for name in plan.columns])
     writer = LedgerwireBackfillWriter(options, schema, False)
     n = len(plan.tasks)
-    messages = spark.sparkContext.parallelize(range(n), n).map(_Task(writer, plan)).collect()
+    messages = spark.sparkContext.parallelize(range(n), n).map(_Task(writer, plan)).collect() \
+        if n else []  # an input without rows: no job (Spark wants at least one slice)
     writer.commit(messages)
 
 

@@ -58,6 +58,13 @@ def test_plan_does_not_depend_on_anything_but_the_input(tmp_path: Path) -> None:
         "file://" + str(tmp_path / "in"), COLUMNS)  # same pieces, same task numbers
 
 
+def test_an_input_without_rows_plans_no_task(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"payload": pa.array([], pa.binary())}), empty)
+    plan = plan_parquet(str(empty), {"value": "payload"})
+    assert plan is not None and plan.tasks == () and plan.rows == 0
+
+
 def test_inputs_spark_must_read_are_left_to_it(tmp_path: Path) -> None:
     source = tmp_path / "in"
     _write(source)
