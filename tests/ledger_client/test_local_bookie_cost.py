@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
 from ledger_backend.bookie.request_answers import BookieAnswers
@@ -135,3 +136,53 @@ async def test_durable_local_adds_are_answered_by_the_journal(
         reader = await bk.open_ledger(writer.ledger_id, recovery=False)
         last = 3 + APPENDS - 2  # the last one is beyond the LAC the bookie has heard
         assert await reader.read(last, last) == [b"entry %d" % (APPENDS - 2)]
+
+
+async def test_a_local_add_answered_by_the_journal_waits_for_its_fsync(
+    store: MetadataStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The add taken without a worker task (start_add) is acknowledged to the writer only once
+    the journal's fdatasync of its group returned."""
+    import os
+
+    async with open_bookie_storage(BookieStorageConfig(tmp_path / "b0", fsync=True)) as disk, \
+            running_bookies(store, 1, make_storage=lambda: disk), \
+            BookKeeper(store, timeout_s=30, local_bookies=True) as bk:  # fmt: skip
+        writer = await bk.create_ledger(1, 1, 1)
+        await writer.append(b"warm")  # the ledger's key is known after the first add
+        taken: list[bool] = []
+        real_start_add = BookieAnswers.start_add
+
+        def start_add(self: BookieAnswers, *args: Any) -> bool:
+            taken.append(real_start_add(self, *args))
+            return taken[-1]
+
+        monkeypatch.setattr(BookieAnswers, "start_add", start_add)
+        assert disk.journal is not None
+        journal_fd = disk.journal._fd
+        synced, gate = trio.Event(), trio.Event()
+        token = trio.lowlevel.current_trio_token()
+        real_fdatasync = os.fdatasync
+
+        def held_fdatasync(fd: int) -> None:
+            if fd == journal_fd:
+                trio.from_thread.run_sync(synced.set, trio_token=token)
+                trio.from_thread.run(gate.wait, trio_token=token)
+            real_fdatasync(fd)
+
+        monkeypatch.setattr(os, "fdatasync", held_fdatasync)
+        acked: list[int] = []
+
+        async def add() -> None:
+            acked.append(await writer.append(b"held"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(add)
+            try:
+                with trio.fail_after(10):
+                    await synced.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                assert acked == [] and taken == [True]  # written, not fsynced: not acked
+            finally:
+                gate.set()  # else the journal's write never ends and nothing can close
+        assert acked == [1]
