@@ -1,7 +1,7 @@
 """Kafka produce/consume over 8 partitions: `standalone --workers 2` vs `--workers 1`, one run.
 
     .venv/bin/python benchmarks/bench_workers.py [--messages 50000] [--workers 2] [--repeat 1]
-        [--rocketmq [--sends 5000]]
+        [--rocketmq [--sends 5000]] [--bookies-process]
 
 Each shape runs as a real `ledgerwire standalone` (fsync on) on loopback, driven by the same
 confluent-kafka code as benchmarks/bench_kafka.py: 1 KB values, acks=all, linger.ms=5, one
@@ -15,6 +15,9 @@ that starts at the first hand-back measures the moves, not the shape.
 With --rocketmq each shape also serves RocketMQ and the same topic gets --sends sends from 8
 threads of the C++ client (rocketmq-client-python, bench_rocketmq.send_run: one producer
 instance per thread, send_sync), through the node's name server.
+
+--bookies-process also runs the N-worker node with all bookies in one process of their own
+(storage.worker_bookies = false, the shape before session 8), as a third shape of the run.
 
 Printed: msg/s of each shape and their ratio (from this one run), the node's CPU time per
 message (user + system of the supervisor and every worker process, from /proc),
@@ -55,7 +58,8 @@ PARTITIONS = 8
 
 
 class Node(Standalone):
-    def __init__(self, data_dir: Path, workers: int, rocketmq: bool = False) -> None:
+    def __init__(self, data_dir: Path, workers: int, rocketmq: bool = False,
+                 bookies_process: bool = False) -> None:
         # one bookie per worker (each worker serves its own): their ports are reserved
         super().__init__(data_dir, bookies=workers,
                          extra_args=["--workers", str(workers), "--log-level", "INFO",
@@ -65,6 +69,11 @@ class Node(Standalone):
         if rocketmq:  # bundle b of worker i on base + 16 i + b (16 bundles up to 4 workers)
             self.rocketmq_broker_port = free_port_range(max(16, 4 * workers) * workers)
             self.extra_args += ["--rocketmq-grpc-listener", ""]
+        if bookies_process:
+            config = data_dir.parent / "bookies-process.toml"
+            data_dir.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text("[storage]\nworker_bookies = false\n")
+            self.extra_args += ["--config", str(config)]
 
     def _accepts(self) -> bool:
         return self.workers == 1 and super()._accepts()
@@ -79,9 +88,9 @@ class Node(Standalone):
 
 
 @contextmanager
-def node(workers: int, rocketmq: bool = False) -> Iterator[Node]:
+def node(workers: int, rocketmq: bool = False, bookies_process: bool = False) -> Iterator[Node]:
     with tempfile.TemporaryDirectory() as tmp:
-        server = Node(Path(tmp) / "data", workers, rocketmq)
+        server = Node(Path(tmp) / "data", workers, rocketmq, bookies_process)
         try:
             server.start(180)
             yield server
@@ -142,10 +151,11 @@ def measured(server: Node, label: str, count: int, run: Callable[[], float], rep
     return statistics.median(rates), statistics.median(cpu)
 
 
-def run_shape(workers: int, count: int, repeat: int, sends: int = 0) -> dict[str, float]:
+def run_shape(workers: int, count: int, repeat: int, sends: int = 0,
+              bookies_process: bool = False) -> dict[str, float]:
     """Figures of one shape; `sends` RocketMQ sends too when not 0."""
     rocketmq = sends > 0
-    with node(workers, rocketmq) as server:
+    with node(workers, rocketmq, bookies_process) as server:
         topic = "bench-workers"
         create_spread_topic(server, topic)
         produce, produce_cpu = measured(server, "produce", count, partial(
@@ -161,7 +171,8 @@ def run_shape(workers: int, count: int, repeat: int, sends: int = 0) -> dict[str
             figures["send8"], figures["send8_cpu"] = measured(
                 server, "RocketMQ send", sends, lambda: send_run(ns, topic, sends, 8)[0],
                 repeat)
-    print(f"  --workers {workers}: produce {produce:,.0f} msg/s ({produce_cpu:.0f} us CPU/msg), "
+    shape = f"--workers {workers}" + (" (bookies process)" if bookies_process else "")
+    print(f"  {shape}: produce {produce:,.0f} msg/s ({produce_cpu:.0f} us CPU/msg), "
           f"consume {consume:,.0f} msg/s ({consume_cpu:.0f} us CPU/msg)"
           + (f", RocketMQ 8-thread sends {figures['send8']:,.0f} msg/s "
              f"({figures['send8_cpu']:.0f} us CPU/msg)" if rocketmq else ""), flush=True)
@@ -177,18 +188,30 @@ def main() -> None:
                         help="also RocketMQ sends from 8 threads of the C++ client")
     parser.add_argument("--sends", type=int, default=5_000,
                         help="RocketMQ sends per run (each is one synchronous round trip)")
+    parser.add_argument("--bookies-process", action="store_true",
+                        help="also the N-worker node with its bookies in one process")
     args = parser.parse_args()
     print(f"{args.messages} x 1 KB over {PARTITIONS} partitions, acks=all, fsync on; load "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     one = run_shape(1, args.messages, args.repeat, args.rocketmq and args.sends)
     many = run_shape(args.workers, args.messages, args.repeat, args.rocketmq and args.sends)
-    print(f"ratio --workers {args.workers} / --workers 1: produce "
+    shapes = [("", many)]
+    if args.bookies_process:
+        shapes.append((" (bookies process)", run_shape(
+            args.workers, args.messages, args.repeat, args.rocketmq and args.sends, True)))
+    for label, many in shapes:
+        report(args, label, one, many)
+
+
+def report(args: argparse.Namespace, label: str, one: dict[str, float],
+           many: dict[str, float]) -> None:
+    print(f"ratio --workers {args.workers}{label} / --workers 1: produce "
           f"{many['produce'] / one['produce']:.2f}x, consume "
           f"{many['consume'] / one['consume']:.2f}x; node CPU per message: produce "
           f"{many['produce_cpu'] / one['produce_cpu']:.2f}x, consume "
           f"{many['consume_cpu'] / one['consume_cpu']:.2f}x")
     if args.rocketmq:
-        print(f"RocketMQ 8-thread sends: {many['send8'] / one['send8']:.2f}x, node CPU per "
+        print(f"RocketMQ 8-thread sends{label}: {many['send8'] / one['send8']:.2f}x, node CPU per "
               f"message {many['send8_cpu'] / one['send8_cpu']:.2f}x; load "
               f"{os.getloadavg()[0]:.1f}")
 
