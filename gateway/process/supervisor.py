@@ -86,7 +86,7 @@ from gateway.cluster.broker_registry import (
     init_cluster,
 )
 from gateway.config.settings import Config, parse_host_port
-from gateway.process.local_bookies import worker_bookie_indexes
+from gateway.process.local_bookies import local_bookie_indexes, worker_bookie_indexes
 from gateway.process.node_admin import NodeAdmin
 from ledger_backend.bookie.registration import AVAILABLE_BOOKIES_PATH
 from ledger_backend.metadata import MetadataError, MetadataStore, open_store
@@ -298,7 +298,7 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                     children.append(bookies)
                     await nursery.start(bookies.keep_running)
                     await wait_for_children(store, AVAILABLE_BOOKIES_PATH,
-                                            config.storage.bookies, children)
+                                            len(local_bookie_indexes(config)), children)
                 for index in range(workers):
                     child = Child(f"worker {index}", {
                         "role": "broker", "config": worker_config(
