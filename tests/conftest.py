@@ -12,44 +12,45 @@ import pytest
 from tests.support.standalone import Standalone, running_standalone
 
 # The files that take longest in a full run, heaviest first: seconds each held its worker in
-# session 6's CI runs (2 workers; the range over those runs and two on 3 workers), or as
-# measured since for files whose tests changed. scripts/run-tests hands files to the workers
-# in collection order (--no-loadscope-reorder), and these go first, so no worker is left alone
-# with a 2-minute file at the end while the others idle. Any other file keeps its place after
-# them. Re-rank from the "slowest test files" table a full run prints.
+# session 8's clean CI run (3 workers, 17 min), or as measured since for files whose tests
+# changed. scripts/run-tests hands files to the workers in collection order
+# (--no-loadscope-reorder), and these go first, so no worker is left alone with a 2-minute file
+# at the end while the others idle. Any other file keeps its place after them. Re-rank from the
+# "slowest test files" table a full run prints.
 SLOW_FILES_FIRST = (
-    "tests/spark_bridge/test_spark_standalone_cluster.py",  # 163-211
-    "tests/spark_bridge/test_spark_backfill.py",  # 106-132
-    "tests/integration/test_consumer_groups_clients.py",  # 128-179 (one standalone now)
-    "tests/spark_bridge/test_spark_cli_errors.py",  # 96-122
-    "tests/integration/test_group_restart.py",  # 87-119
-    "tests/rocketmq5/test_rocketmq5_clients.py",  # 167-208 before ~55 s of waits went
-    "tests/cluster/test_cluster_rocketmq5.py",  # 87-121
-    "tests/integration/test_share_groups_java.py",  # 79-105
-    "tests/cluster/test_share_groups_cluster.py",  # 77-95
-    "tests/spark_bridge/test_spark_authorized_reads.py",  # 74-94
-    "tests/cluster/test_group_coordinator_move.py",  # 77-90
-    "tests/integration/test_client_java.py",  # 68-84
-    "tests/cluster/test_failover.py",  # 56-86
-    "tests/cluster/test_cluster_transactions.py",  # 51-81
-    "tests/cluster/test_bookie_recovery.py",  # 56-73
-    "tests/cluster/test_cluster_rocketmq.py",  # 51-70
-    "tests/integration/test_standalone_workers.py",  # 46-67
-    "tests/integration/test_standalone_workers_secured.py",  # 32-40
-    "tests/cluster/test_readme_walkthrough.py",  # 56-59
-    "tests/spark_bridge/test_spark_batch_reader.py",  # 35-104
-    "tests/replication/test_geo_replication.py",  # 33-62
-    "tests/integration/test_log_compaction_clients.py",  # 39-59
-    "tests/integration/test_transactions.py",  # 47-53
+    "tests/spark_bridge/test_spark_standalone_cluster.py",  # 157 (183-211 before)
+    "tests/integration/test_consumer_groups_clients.py",  # 145
+    "tests/rocketmq5/test_rocketmq5_clients.py",  # 128
+    "tests/spark_bridge/test_spark_backfill.py",  # 111
+    "tests/integration/test_group_restart.py",  # 100
+    "tests/integration/test_share_groups_java.py",  # 94
+    "tests/cluster/test_group_coordinator_move.py",  # 88
+    "tests/integration/test_client_java.py",  # 88
+    "tests/spark_bridge/test_spark_cli_errors.py",  # 83
+    "tests/cluster/test_cluster_rocketmq5.py",  # 82 (the drain test no longer waits 30 s)
+    "tests/cluster/test_share_groups_cluster.py",  # 82
+    "tests/spark_bridge/test_spark_authorized_reads.py",  # 71
+    "tests/cluster/test_failover.py",  # 69
+    "tests/cluster/test_cluster_transactions.py",  # 62
+    "tests/spark_bridge/test_spark_batch_reader.py",  # 60
+    "tests/cluster/test_cluster_rocketmq.py",  # 57
+    "tests/cluster/test_bookie_recovery.py",  # 54
+    "tests/integration/test_transactions.py",  # 53
+    "tests/cluster/test_readme_walkthrough.py",  # 53
+    "tests/integration/test_standalone_workers.py",  # 39
+    "tests/integration/test_log_compaction_clients.py",  # 37
+    "tests/replication/test_geo_follow.py",  # 36
+    "tests/replication/test_geo_replication.py",  # 35 (128 at load ~12)
+    "tests/cluster/test_cluster_operations.py",  # 35
+    "tests/cluster/test_cluster_rocketmq_failover.py",  # 34 (110-270 at load 20-35)
+    "tests/cluster/test_cluster_transactions_secured.py",  # 34
+    "tests/cluster/test_sticky_ownership.py",  # 33
+    "tests/cluster/test_chaos_short.py",  # 32
+    "tests/offload/test_offload_clients.py",  # 30 (185 at load ~30: three standalones)
     "tests/spark_bridge/test_spark_transactions.py",  # 26-45
-    "tests/cluster/test_cluster_rocketmq_failover.py",  # 35-45 (110-270 at load 20-35)
-    "tests/cluster/test_chaos_short.py",  # 27-42
-    "tests/cluster/test_cluster_transactions_secured.py",  # 30-37
-    "tests/cluster/test_sticky_ownership.py",  # 27-36
     "tests/replication/test_geo_clusters.py",  # ~30 (70-100 on a loaded machine)
     "tests/integration/test_standalone_workers_rocketmq.py",  # 34 (62-115 at load 20+)
-    "tests/offload/test_offload_clients.py",  # 34 (185 at load ~30: three standalones)
-    "tests/replication/test_geo_follow.py",  # 31-34
+    "tests/integration/test_standalone_workers_secured.py",  # 32-40
     "tests/offload/test_offload_rocketmq.py",  # < 30 (60-140 at load 30-45)
 )
 

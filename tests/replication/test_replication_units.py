@@ -34,7 +34,8 @@ def _batch(base: int, values: list[bytes], **kw: object) -> bytes:
 
 
 def test_aborted_and_control_and_replicated_in_records_stay_home() -> None:
-    origin = [("lw.origin", b"west"), ("lw.origin.offset", (7).to_bytes(8, "big"))]
+    origin: list[tuple[str, bytes | None]] = [("lw.origin", b"west"),
+                                              ("lw.origin.offset", (7).to_bytes(8, "big"))]
     foreign = build_batch([Record(0, 5, None, b"from-west", origin)], base_offset=7)
     batches = [
         _batch(0, [b"a", b"b"]),
