@@ -46,14 +46,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from bench_workers import Node, node_cpu  # noqa: E402
+from bench_workers import Node, process_cpu  # noqa: E402
 
 from protocols.kafka.codec import RequestHeader, decode_response, encode_request  # noqa: E402
 
 
-def rss_mb(pids: list[int]) -> float:
+def rss_mb(pids: dict[str, int]) -> float:
+    """Resident memory of every process of the node, MB."""
     total = 0
-    for pid in pids:
+    for pid in pids.values():
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -62,6 +63,11 @@ def rss_mb(pids: list[int]) -> float:
             continue
     return total / 1024
 
+
+
+def node_cpu(pids: dict[str, int]) -> float:
+    """CPU seconds so far of every process of the node."""
+    return sum(process_cpu(pids).values())
 
 def create_topics(server: Node, names: list[str], partitions: int, batch: int) -> None:
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
