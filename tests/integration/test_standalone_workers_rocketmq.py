@@ -112,25 +112,57 @@ def send_all(p: Any, bodies: list[str], deadline_s: float) -> list[str]:
     return acked
 
 
-def consume(ns: str, expected: set[str]) -> list[str]:
-    c = Consumer(ns, GROUP, TOPIC)
+async def wait_committed(addresses: dict[str, str], timeout_s: float = 60.0) -> None:
+    """Until GROUP's committed offset on each bundle's queue reaches the queue's end, as the
+    bundle's owner at `addresses` (brokerName -> address) answers it: committed offsets are
+    answered once they are durable."""
+    seen: dict[str, tuple[int | None, int]] = {}
+    with trio.move_on_after(timeout_s):
+        while True:
+            for name, address in addresses.items():
+                client = await RawClient.connect(address)
+                try:
+                    end = await client.call(RC.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": 0})
+                    committed = await client.call(RC.QUERY_CONSUMER_OFFSET, {
+                        "consumerGroup": GROUP, "topic": TOPIC, "queueId": 0})
+                finally:
+                    await client.aclose()
+                assert end.code == ResponseCode.SUCCESS, end.remark
+                seen[name] = (int(committed.ext_fields["offset"])
+                              if committed.code == ResponseCode.SUCCESS else None,
+                              int(end.ext_fields["offset"]))  # fmt: skip
+            if all(c is not None and c >= e for c, e in seen.values()):
+                return
+            await trio.sleep(0.5)
+    raise AssertionError(f"(committed, end) by bundle never met: {seen}")
+
+
+async def consume(ns: str, expected: set[str],
+                  committed_at: dict[str, str] | None = None) -> list[str]:
+    """What a push consumer of GROUP receives once it has `expected`; with `committed_at`, it
+    runs until its offsets are durable there (its last commit, at shutdown, is oneway: a worker
+    killed before storing it hands those messages out again, as at-least-once allows)."""
+    c = await trio.to_thread.run_sync(Consumer, ns, GROUP, TOPIC)
     try:
-        assert c.wait_for(lambda got: {r.body.decode() for r in got} >= expected, 120), \
+        assert await trio.to_thread.run_sync(
+            c.wait_for, lambda got: {r.body.decode() for r in got} >= expected, 120), \
             len(c.received)
-        time.sleep(2.0)  # a duplicate would show up here
+        await trio.sleep(2.0)  # a duplicate would show up here
+        if committed_at is not None:
+            await wait_committed(committed_at)
         return [r.body.decode() for r in c.received]
     finally:
-        c.shutdown()
+        await trio.to_thread.run_sync(c.shutdown)
 
 
 async def test_cpp_client_sends_and_consumes_across_two_workers(node: RocketMQWorkers) -> None:
     await trio.to_thread.run_sync(create_topic, node.bootstrap, TOPIC, PARTITIONS)
-    await wait_route(node, {0, 1})
+    routed = await wait_route(node, {0, 1})
     p = await trio.to_thread.run_sync(producer, node.name_server, "PG_WORKERS")
     try:
         first = [f"first-{i}" for i in range(160)]
         assert await trio.to_thread.run_sync(send_all, p, first, 120.0) == first
-        got = await trio.to_thread.run_sync(consume, node.name_server, set(first))
+        got = await consume(node.name_server, set(first), committed_at=routed)
         assert sorted(got) == sorted(first)  # every message received exactly once
 
         node_children = node.children()
@@ -142,5 +174,5 @@ async def test_cpp_client_sends_and_consumes_across_two_workers(node: RocketMQWo
     records = await trio.to_thread.run_sync(read_topic, node.bootstrap, TOPIC, PARTITIONS)
     stored = sorted(v for _, _, v in records)
     assert stored == sorted(first + second)  # each acknowledged send stored once
-    got = await trio.to_thread.run_sync(consume, node.name_server, set(second))
+    got = await consume(node.name_server, set(second))
     assert sorted(got) == sorted(second)  # offsets of both workers' bundles kept
