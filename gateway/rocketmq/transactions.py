@@ -21,6 +21,7 @@ import time
 
 import trio
 
+from gateway.rocketmq.bundle_logs import BundleNotServedError
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import Record
 from protocols.rocketmq.codec import make_request
@@ -144,6 +145,8 @@ class TransactionService:
             await trio.sleep(self.scan_interval_s)
             try:
                 await self.scan()
+            except BundleNotServedError:
+                pass  # the bundle is being released: this service is cancelled next
             except (RocketMQError, KafkaProtocolError):
                 log.warning("transaction check scan failed", exc_info=True)
 
