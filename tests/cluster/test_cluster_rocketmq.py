@@ -22,6 +22,7 @@ from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.cluster.cluster_processes import Cluster
 from tests.cluster.kafka_workload import create_topic, read_topic
 from tests.rocketmq.cpp_client import Consumer, SendStatus, message, producer
+from tests.rocketmq.offsets import wait_committed
 from tests.rocketmq.remoting_client import RawClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -74,32 +75,6 @@ async def wait_route(cluster: Cluster, owners: dict[int, int], timeout_s: float 
     raise AssertionError(f"routes {seen} never became {want}")
 
 
-async def wait_committed(cluster: Cluster, owners: dict[int, int], group: str,
-                         timeout_s: float = 60.0) -> None:
-    """Until `group`'s committed offset on each bundle's queue reaches the queue's end, as the
-    bundle's owner answers it (committed offsets are answered once they are durable)."""
-    seen: dict[int, tuple[int | None, int]] = {}
-    with trio.move_on_after(timeout_s):
-        while True:
-            for bundle, owner in owners.items():
-                client = await RawClient.connect(
-                    f"127.0.0.1:{cluster.rocketmq_base_ports[owner] + bundle}")
-                try:
-                    end = await client.call(RC.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": 0})
-                    committed = await client.call(RC.QUERY_CONSUMER_OFFSET, {
-                        "consumerGroup": group, "topic": TOPIC, "queueId": 0})
-                finally:
-                    await client.aclose()
-                assert end.code == ResponseCode.SUCCESS, end.remark
-                seen[bundle] = (int(committed.ext_fields["offset"])
-                                if committed.code == ResponseCode.SUCCESS else None,
-                                int(end.ext_fields["offset"]))  # fmt: skip
-            if all(c is not None and c >= e for c, e in seen.values()):
-                return
-            await trio.sleep(0.5)
-    raise AssertionError(f"(committed, end) by bundle never met: {seen}")
-
-
 def send_all(p: Any, bodies: list[str], deadline_s: float) -> tuple[list[str], int]:
     """Send each body until acknowledged (retrying failures); (acked, failed attempts)."""
     acked, failures = [], 0
@@ -145,7 +120,8 @@ async def test_cpp_client_across_bundles_and_broker_sigkill(cluster: Cluster) ->
             # never acknowledged: killed before it is stored, those messages come again, as
             # RocketMQ's at-least-once allows (seen in a 3-worker run), and the check of
             # "nothing consumed twice" below would not hold.
-            await wait_committed(cluster, owners, GROUP)
+            await wait_committed({b: f"127.0.0.1:{cluster.rocketmq_base_ports[o] + b}"
+                                  for b, o in owners.items()}, GROUP, TOPIC)
         finally:
             await trio.to_thread.run_sync(consumer.shutdown)
 

@@ -25,6 +25,7 @@ from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.cluster.kafka_workload import create_topic, read_topic
 from tests.integration.test_standalone_workers import WorkersStandalone, serving
 from tests.rocketmq.cpp_client import Consumer, SendStatus, message, producer
+from tests.rocketmq.offsets import wait_committed
 from tests.rocketmq.remoting_client import RawClient
 from tests.support.standalone import free_port_range
 
@@ -112,31 +113,6 @@ def send_all(p: Any, bodies: list[str], deadline_s: float) -> list[str]:
     return acked
 
 
-async def wait_committed(addresses: dict[str, str], timeout_s: float = 60.0) -> None:
-    """Until GROUP's committed offset on each bundle's queue reaches the queue's end, as the
-    bundle's owner at `addresses` (brokerName -> address) answers it: committed offsets are
-    answered once they are durable."""
-    seen: dict[str, tuple[int | None, int]] = {}
-    with trio.move_on_after(timeout_s):
-        while True:
-            for name, address in addresses.items():
-                client = await RawClient.connect(address)
-                try:
-                    end = await client.call(RC.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": 0})
-                    committed = await client.call(RC.QUERY_CONSUMER_OFFSET, {
-                        "consumerGroup": GROUP, "topic": TOPIC, "queueId": 0})
-                finally:
-                    await client.aclose()
-                assert end.code == ResponseCode.SUCCESS, end.remark
-                seen[name] = (int(committed.ext_fields["offset"])
-                              if committed.code == ResponseCode.SUCCESS else None,
-                              int(end.ext_fields["offset"]))  # fmt: skip
-            if all(c is not None and c >= e for c, e in seen.values()):
-                return
-            await trio.sleep(0.5)
-    raise AssertionError(f"(committed, end) by bundle never met: {seen}")
-
-
 async def consume(ns: str, expected: set[str],
                   committed_at: dict[str, str] | None = None) -> list[str]:
     """What a push consumer of GROUP receives once it has `expected`; with `committed_at`, it
@@ -149,7 +125,7 @@ async def consume(ns: str, expected: set[str],
             len(c.received)
         await trio.sleep(2.0)  # a duplicate would show up here
         if committed_at is not None:
-            await wait_committed(committed_at)
+            await wait_committed(committed_at, GROUP, TOPIC)
         return [r.body.decode() for r in c.received]
     finally:
         await trio.to_thread.run_sync(c.shutdown)
