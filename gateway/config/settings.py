@@ -103,6 +103,12 @@ class StorageConfig:
     max_entries_per_ledger: int = 50_000
     max_ledger_mb: int = 256
     max_ledger_age_s: float = 4 * 3600
+    # a partition log nobody used this long is closed (its data stays; the next request opens
+    # it again, as Pulsar unloads bundles); <= 0: never
+    partition_idle_unload_s: float = 600.0
+    # open partition logs at most per broker process (the least recently used idle ones are
+    # closed beyond it); 0: no bound
+    max_open_partitions: int = 0
     entry_log_max_mb: int = 1024  # a bookie's entry log rolls at this size (GC frees whole logs)
     journal_max_file_mb: int = 512  # a journal file rolls at this size (checkpoints trim old ones)
     # The cluster's shared bookie secret (>= 16 bytes): bookies authenticate every connection
@@ -325,6 +331,8 @@ class Config:
         s = self.storage
         if s.bookies < 1:
             raise ConfigError("storage.bookies must be at least 1")
+        if s.max_open_partitions < 0:
+            raise ConfigError("storage.max_open_partitions must be >= 0 (0: no bound)")
         if not s.bookies >= s.ensemble_size >= s.write_quorum >= s.ack_quorum >= 1:
             raise ConfigError(
                 "need bookies >= ensemble_size >= write_quorum >= ack_quorum >= 1, got "

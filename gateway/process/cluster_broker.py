@@ -245,6 +245,8 @@ class BundleHooks:
         async with limiter if limiter is not None else contextlib.nullcontext():
             if not self.ownership.holds_bundle(bundle):
                 return
+            if limiter is not None and self.topics.open_limit_reached():
+                return  # at storage.max_open_partitions: opened on first use instead
             try:
                 plog = await self.topics.partition(topic, partition)
             except Exception as exc:  # a background open must never take the broker down
@@ -362,6 +364,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         background = await stack.enter_async_context(trio.open_nursery())
         stack.callback(background.cancel_scope.cancel)
         background.start_soon(keep_running, "topic retention", topics.run_retention)
+        background.start_soon(keep_running, "idle partition unloading", topics.run_unloader)
         background.start_soon(keep_running, "log compaction", topics.compaction.run)
         background.start_soon(keep_running, "tiered storage", topics.offload.run)
         background.start_soon(follow_topic_catalogue, store, topics, namespaces)

@@ -97,6 +97,8 @@ def topic_service_config(config: Config) -> TopicServiceConfig:
         offload_threshold_s=config.offload.threshold_seconds,
         offload_deletion_lag_s=config.offload.deletion_lag_s,
         offload_interval_s=config.offload.interval_s,
+        idle_unload_s=s.partition_idle_unload_s,
+        max_open_partitions=s.max_open_partitions,
     )
 
 
@@ -161,6 +163,7 @@ async def run_standalone(
         background = await stack.enter_async_context(trio.open_nursery())
         stack.callback(background.cancel_scope.cancel)
         background.start_soon(topics.run_retention)
+        background.start_soon(topics.run_unloader)
         background.start_soon(topics.compaction.run)
         background.start_soon(topics.offload.run)
         # namespaces/policies changed elsewhere reach this process (and its open partitions)

@@ -135,9 +135,10 @@ class CompactionService:
         async with self._lock:
             state.running = True
             try:
-                result = await compact_partition(
-                    plog, self.settings(topic), force=force, pacer=Pacer(self.max_bytes_per_s),
-                    progress=state.progress)
+                with plog.pinned():  # not unloaded as idle under the pass
+                    result = await compact_partition(
+                        plog, self.settings(topic), force=force,
+                        pacer=Pacer(self.max_bytes_per_s), progress=state.progress)
             except (KafkaProtocolError, ManagedLedgerError, LedgerError, MetadataError,
                     OSError) as exc:  # expected faults: the next pass retries
                 state.last_error = f"{type(exc).__name__}: {exc}"

@@ -130,8 +130,9 @@ class OffloadService:
             if plog.failed or plog.closed or getattr(ml, "offloader", None) is None:
                 continue
             keep, age = self.thresholds_of(topic)
-            await self._pass(topic, partition, ml, keep, age,
-                             offload=keep is not None or age is not None)
+            with plog.pinned():  # not unloaded as idle under the pass
+                await self._pass(topic, partition, ml, keep, age,
+                                 offload=keep is not None or age is not None)
 
     async def offload_topic(self, topic: str) -> list[dict[str, Any]]:
         """Offload every closed ledger of each partition of `topic` open here, then delete
@@ -149,7 +150,8 @@ class OffloadService:
             if getattr(plog.ledger, "offloader", None) is None:
                 out.append({"partition": p, "skipped": "offloading is off ([offload] driver)"})
                 continue
-            done = await self._pass(topic, p, plog.ledger, None, None, offload=True)
+            with plog.pinned():
+                done = await self._pass(topic, p, plog.ledger, None, None, offload=True)
             out.append({**self._row(topic, p, plog.ledger), "offloaded_now": done})
         return out
 

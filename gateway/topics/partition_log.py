@@ -39,6 +39,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +147,12 @@ class PartitionLog:
         self._pending_snapshot: tuple[int, dict[str, object]] | None = None
         self._state: dict[str, Any] = {}
         self._state_lock = trio.Lock()
+        # idle unloading (TopicService.run_unloader): the topic service's use tick when this
+        # log was last handed out, reads from the ledger under way, and background passes
+        # (compaction, offload) that hold it
+        self.used_tick = 0
+        self._reads_in_flight = 0
+        self._pins = 0
 
     # --- opening ---------------------------------------------------------------------------------
 
@@ -248,6 +256,24 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """Work under way that closing the log would cut short: appends not yet durable, reads
+        from the ledger, readers or producers waiting on it, a state write, a pinned pass."""
+        return bool(self._next_offset != self.high_watermark or self._reads_in_flight
+                    or self._sequence_waiters or self._pins or self._snapshot_running
+                    or self._state_lock.locked()
+                    or self._data_event.statistics().tasks_waiting)
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Keep the log from being unloaded as idle while a background pass works on it."""
+        self._pins += 1
+        try:
+            yield
+        finally:
+            self._pins -= 1
 
     def _check_usable(self) -> None:
         if self._closed or self._closing:
@@ -497,6 +523,13 @@ class PartitionLog:
         cached = self._cache.read(offset, hw, max_bytes)
         if cached is not None:
             return cached
+        self._reads_in_flight += 1
+        try:
+            return await self._read_stored(offset, hw, max_bytes)
+        finally:
+            self._reads_in_flight -= 1
+
+    async def _read_stored(self, offset: int, hw: int, max_bytes: int) -> list[bytes]:
         try:
             return await read_stored(self, offset, hw, max_bytes)
         except InvalidPositionError as exc:  # trimmed, or compacted, while we looked
@@ -520,11 +553,19 @@ class PartitionLog:
 
     async def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         self._check_usable()
-        return await self._timestamps.offset_for_timestamp(ts_ms)
+        self._reads_in_flight += 1
+        try:
+            return await self._timestamps.offset_for_timestamp(ts_ms)
+        finally:
+            self._reads_in_flight -= 1
 
     async def max_timestamp_offset(self) -> tuple[int, int] | None:
         self._check_usable()
-        return await self._timestamps.max_timestamp_offset()
+        self._reads_in_flight += 1
+        try:
+            return await self._timestamps.max_timestamp_offset()
+        finally:
+            self._reads_in_flight -= 1
 
     # --- trimming --------------------------------------------------------------------------------
 

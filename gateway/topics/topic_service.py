@@ -9,7 +9,9 @@ namespace's quorum/retention/max-topics policies) plus a small state node under
 /ledgerwire/partition-state/<t>/<p> (log start offset, producer snapshot; see partition_log.py).
 Partition logs are opened lazily on first use; opening the managed ledger fences and recovers a
 crashed predecessor's open ledger, and a log that failed (fenced by another owner) is replaced by
-a freshly opened one on the next `partition()` call.
+a freshly opened one on the next `partition()` call.  A log nobody used for
+`idle_unload_s` is closed, and at most `max_open_partitions` stay open (idle_unloader.py); the
+next `partition()` call opens it again.
 
 Topic configs change by compare-and-set too (`alter_topic_configs`): the new configs are written
 to the topic node, then applied to the partitions open here -- retention.ms/bytes and the
@@ -40,6 +42,7 @@ import trio
 
 from gateway.topics.compaction_service import CompactionService
 from gateway.topics.compactor import CompactionSettings, ledger_age_limit_s
+from gateway.topics.idle_unloader import IdleUnloader
 from gateway.topics.offload_service import OffloadService
 from gateway.topics.partition_log import PartitionLog, PartitionLogConfig
 from ledger_backend.faults import log_failure
@@ -99,6 +102,8 @@ class TopicServiceConfig:
     offload_threshold_s: float = -1  # ... and offloads ledgers this old; -1 off
     offload_deletion_lag_s: float = 4 * 3600
     offload_interval_s: float = 60.0
+    idle_unload_s: float = 600.0  # a partition log unused this long is closed; <= 0: never
+    max_open_partitions: int = 0  # open partition logs at most (LRU idle ones close); 0: no bound
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,10 @@ class TopicService:
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
         self._state_dirs: set[str] = set()  # topics whose partition-state parent exists
         self._closed = False
+        # advanced by the unloader every tick; partition() stamps the log it hands out with it
+        self.use_tick = 0
+        self.unloader = IdleUnloader(self, self.config.idle_unload_s,
+                                     self.config.max_open_partitions)
         # topic config name -> default from dynamic broker configs (set_broker_defaults)
         self._broker_defaults: dict[str, str] = {}
         # gateway.topics.namespaces.NamespaceRegistry, or None: every topic in config.namespace with
@@ -297,6 +306,7 @@ class TopicService:
         for p in range(info.partitions):
             plog = self._logs.pop((info.name, p), None)
             self._partition_ledgers.pop((info.name, p), None)
+            self._open_locks.pop((info.name, p), None)
             if plog is not None:
                 await plog.close()
             ml_name = self.managed_ledger_name(info.name, p)
@@ -418,6 +428,7 @@ class TopicService:
         key = (topic, partition)
         plog = self._logs.get(key)
         if plog is not None and not plog.failed and not plog.closed:
+            plog.used_tick = self.use_tick
             return plog
         info = self._topics.get(topic)
         if info is None or partition >= info.partitions:
@@ -428,12 +439,39 @@ class TopicService:
         async with lock:
             plog = self._logs.get(key)
             if plog is not None and not plog.failed and not plog.closed:
+                plog.used_tick = self.use_tick
                 return plog
             if plog is not None:
                 await _close_quietly(plog)
             plog = await self._open_partition(info, partition)
+            plog.used_tick = self.use_tick
             self._logs[key] = plog
+            self.unloader.note_opened(len(self._logs))
             return plog
+
+    async def unload_partition(self, key: tuple[str, int], plog: PartitionLog,
+                               unused_before: int) -> bool:
+        """Close an open log that was not handed out since tick `unused_before` and is not
+        busy (idle_unloader.py); False when that no longer holds.  Under the partition's open
+        lock: a request for it meanwhile waits for the close and opens it afresh."""
+        lock = self._open_locks.setdefault(key, trio.Lock())
+        if lock.locked() or self._closed:
+            return False
+        async with lock:
+            if (self._logs.get(key) is not plog or plog.used_tick >= unused_before
+                    or plog.busy or self._closed):
+                return False
+            del self._logs[key]
+            self._partition_ledgers.pop(key, None)
+            await _close_quietly(plog)
+            if not lock.statistics().tasks_waiting:
+                self._open_locks.pop(key, None)
+        return True
+
+    async def run_unloader(self) -> None:
+        """Close idle partition logs and keep the open ones within max_open_partitions
+        (idle_unloader.py); start it in the broker's background nursery."""
+        await self.unloader.run()
 
     async def set_broker_defaults(self, defaults: dict[str, str]) -> None:
         """Topic-config defaults from dynamic broker configs (topic config name -> value), below
@@ -556,6 +594,15 @@ class TopicService:
 
     def open_partitions(self) -> dict[tuple[str, int], PartitionLog]:
         return dict(self._logs)
+
+    def open_limit_reached(self) -> bool:
+        """As many logs are open as max_open_partitions allows (background opens wait for
+        requests then)."""
+        return self.unloader.over_limit(len(self._logs) + 1)
+
+    def open_partitions_view(self) -> dict[tuple[str, int], PartitionLog]:
+        """The open logs themselves, not a copy: do not hold it across a checkpoint."""
+        return self._logs
 
     async def close(self) -> None:
         """Close every open partition log (and so its managed ledger) cleanly."""

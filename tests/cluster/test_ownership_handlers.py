@@ -329,6 +329,9 @@ class OpeningTopics:
     def open_partitions(self) -> dict[tuple[str, int], ClosableLog]:
         return {}
 
+    def open_limit_reached(self) -> bool:
+        return False
+
     def topics(self) -> dict[str, Any]:
         return {"t": self.info}
 
