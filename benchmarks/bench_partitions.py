@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_partitions.py [--topics 1000] [--partitions 10]
         [--workers 1] [--batch 100] [--write-sample N] [--churn TOPICS]
+        [--write-all-once] [--max-open N] [--idle-unload S]
 
 A real `ledgerwire standalone` (fsync on, RocketMQ off) on loopback, driven by confluent-kafka:
 
@@ -20,8 +21,14 @@ A real `ledgerwire standalone` (fsync on, RocketMQ off) on loopback, driven by c
    N/5, the node's RSS after each round (a client test suite's churn: RSS must not keep
    growing).
 
---write-sample N writes rounds 2, 3 and 6 to the first N partitions only (every partition of
-the first N/P topics): at 100,000 partitions a full write round is minutes of the machine.
+--write-sample N writes rounds 2, 3 and 6 to N partitions only (every partition of
+the first N/P topics, the last with --write-all-once): at 100,000 partitions a full write round
+is minutes of the machine.
+--write-all-once writes round 2 (the first write) to every partition all the same, so every
+partition is opened once: with --max-open N (`[storage] max_open_partitions`) the node closes
+the least recently used beyond N (gateway/topics/idle_unloader.py) and its RSS is printed with
+all of them written; --idle-unload S sets `[storage] partition_idle_unload_s`.  The unloads the
+node logged are counted after each phase.
 
 Printed: partitions/s and node CPU per partition for each phase, the first-write cost minus
 the steady write cost (what opening a partition costs), Metadata seconds, RSS, restart
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import struct
 import sys
@@ -155,6 +163,12 @@ def metadata_seconds(server: Node, expected: int) -> float:
     return took
 
 
+def unloaded(server: Node) -> int:
+    """Partition logs the node closed as idle or over max_open_partitions so far (its log)."""
+    return sum(int(n) for n in re.findall(r"unloaded (\d+) idle partition logs",
+                                           server.log_path.read_text(errors="replace")))
+
+
 def phase(server: Node, label: str, count: int, run: object) -> tuple[float, float]:
     pids = server.pids()
     cpu_before, started = node_cpu(pids), time.perf_counter()
@@ -176,18 +190,35 @@ def main() -> None:
                         help="write rounds go to this many partitions only (0: all)")
     parser.add_argument("--churn", type=int, default=0,
                         help="topics to create, write and delete at the end (0: none)")
+    parser.add_argument("--write-all-once", action="store_true",
+                        help="the first write round goes to every partition")
+    parser.add_argument("--max-open", type=int, default=0,
+                        help="[storage] max_open_partitions of the node (0: no bound)")
+    parser.add_argument("--idle-unload", type=float, default=None,
+                        help="[storage] partition_idle_unload_s of the node")
     args = parser.parse_args()
     names = [f"bp-{i:06d}" for i in range(args.topics)]
     total = args.topics * args.partitions
     sample = names
     if args.write_sample:
-        sample = names[:max(1, args.write_sample // args.partitions)]
+        count = max(1, args.write_sample // args.partitions)
+        # after a write to all, the last written are the ones still open under --max-open
+        sample = names[-count:] if args.write_all_once else names[:count]
     written = len(sample) * args.partitions
+    first_names = names if args.write_all_once else sample
+    first_written = len(first_names) * args.partitions
     print(f"{args.topics} topics x {args.partitions} partitions = {total:,}, "
-          f"--workers {args.workers}, fsync on, write rounds to {written:,}; "
+          f"--workers {args.workers}, fsync on, first write to {first_written:,}, other write "
+          f"rounds to {written:,}, max_open_partitions {args.max_open}; "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         server = Node(Path(tmp) / "data", args.workers)
+        storage = [f"max_open_partitions = {args.max_open}"]
+        if args.idle_unload is not None:
+            storage.append(f"partition_idle_unload_s = {args.idle_unload}")
+        config = Path(tmp) / "bench-partitions.toml"
+        config.write_text("[storage]\n" + "\n".join(storage) + "\n")
+        server.extra_args += ["--config", str(config)]
         server.start(300)
         try:
             phase(server, "create", total,
@@ -196,12 +227,15 @@ def main() -> None:
                   f"{metadata_wire(server, total)}, again {metadata_wire(server, total)}; "
                   f"confluent-kafka list_topics {metadata_seconds(server, total):.2f} s; "
                   f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
-            _, first = phase(server, "first write (opens)", written,
-                             lambda: write_round(server, sample, args.partitions))
+            _, first = phase(server, "first write (opens)", first_written,
+                             lambda: write_round(server, first_names, args.partitions))
+            print(f"  after the first write: node RSS {rss_mb(server.pids()):,.0f} MB, "
+                  f"{unloaded(server):,} partition logs unloaded so far", flush=True)
             _, again = phase(server, "second write (open)", written,
                              lambda: write_round(server, sample, args.partitions))
             print(f"  opening a partition: {first - again:.2f} ms node CPU "
-                  f"(first write minus second)", flush=True)
+                  f"(first write minus second; {unloaded(server):,} unloaded so far)",
+                  flush=True)
             print(f"  Metadata of every topic: {metadata_wire(server, total)}; "
                   f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
             server.stop(600)

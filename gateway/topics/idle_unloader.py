@@ -35,7 +35,7 @@ import trio
 
 log = logging.getLogger(__name__)
 
-UNLOAD_CONCURRENCY = 16  # closes at a time: each is a few metadata writes
+UNLOAD_CONCURRENCY = 64  # closes at a time: each is a few metadata writes, fsync-grouped
 LIMIT_SLACK = 0.9  # over the bound, close down to this share of it
 
 
