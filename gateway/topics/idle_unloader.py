@@ -10,12 +10,13 @@ read, a new ledger created), so ownership and fencing work as on a first open.  
 open (down to 90% of it, so one pass serves many opens).
 
 Use is counted in ticks, not read from a clock on every request: the unloader advances
-`TopicService.use_tick` every `tick_s`, and `partition()` stamps the log it hands out with the
-current tick (one attribute store).  A log stamped in the current or the previous tick is never
-closed (a request holding it is between its `partition()` call and its use), nor one that is
-`busy` (appends not yet durable, reads from the ledger, waiting readers or producers, a state
-write, a pinned compaction or offload pass), nor an internal topic's (RocketMQ's schedule,
-transaction and retry queues, which background loops hold).
+`TopicService.use_tick` every `tick_s` (1 s), and `partition()` stamps the log it hands out with
+the current tick (one attribute store). A log stamped in the current or the previous tick (so
+handed out less than `tick_s` ago) is never closed (a request holding it is between its
+`partition()` call and its use), nor one that is `busy` (appends not yet durable, reads from the
+ledger, waiting readers or producers, a state write, a pinned compaction or offload pass), nor
+an internal topic's (RocketMQ's schedule, transaction and retry queues, which background loops
+hold).
 
 What an unloaded partition does not get until it is opened again: retention and compaction
 passes, offloading and backlog-quota checks (they run over the open logs only).
@@ -78,15 +79,21 @@ class IdleUnloader:
         if not self.enabled:
             return
         ticks = 0
+        last_tick = trio.current_time()
         while True:
-            with trio.move_on_after(self.tick_s):
+            with trio.move_on_at(last_tick + self.tick_s):
                 await self._wake.wait()
             self._wake = trio.Event()
-            self.topics.use_tick += 1
-            ticks += 1
-            idle_scan = bool(self.idle_ticks) and ticks % self.scan_every == 0
+            idle_scan = False
+            now = trio.current_time()
+            if now >= last_tick + self.tick_s:  # woken early (over the bound): same tick
+                self.topics.use_tick += 1
+                ticks, last_tick = ticks + 1, now
+                idle_scan = bool(self.idle_ticks) and ticks % self.scan_every == 0
             if idle_scan or self.over_limit(len(self.topics.open_partitions_view())):
                 await self.sweep(idle_scan=idle_scan)
+                # a sweep walks every open log: not after every open while over the bound
+                await trio.sleep(self.tick_s / 10)
 
     async def sweep(self, *, idle_scan: bool = True) -> int:
         """Close the idle logs (if `idle_scan`) and, over the bound, the least recently used;

@@ -86,6 +86,7 @@ from protocols.kafka.record_batch import (
 log = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
+SHORT_REPLAY_BATCHES = 64  # fewer batches after the snapshot, no producers: none on close
 
 
 @dataclass(frozen=True, slots=True)
@@ -643,8 +644,13 @@ class PartitionLog:
         # but stored nowhere); those already under way finish or fail on their own.
         self._closing = True
         self._wake_sequence_waiters()
+        # Without producers to remember, a few batches since the last snapshot are cheaper to
+        # replay on the next open than a state write now (idle unloading closes many logs).
+        replay_is_short = (not len(self._producers) and self._pending_snapshot is None
+                           and self._batches_since_snapshot <= SHORT_REPLAY_BATCHES)
         try:
-            if self._failure is None and (self._batches_since_snapshot or self._pending_snapshot):
+            if self._failure is None and not replay_is_short and (
+                    self._batches_since_snapshot or self._pending_snapshot):
                 with trio.CancelScope(shield=True):
                     try:
                         if self.high_watermark == self._next_offset:

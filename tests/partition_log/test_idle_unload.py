@@ -111,3 +111,31 @@ async def test_a_request_during_the_close_waits_and_gets_a_fresh_log(
     assert values(await got[0].read(0, 1 << 20)) == [b"x"]
     # a log handed out since the tick asked for is not closed
     assert not await topics.unload_partition(("race", 0), got[0], topics.use_tick)
+
+
+async def test_a_close_without_producers_writes_no_state_and_reopens_by_replay(
+        make_broker: Any, store: Any) -> None:
+    broker = await make_broker(idle_unload_s=0)
+    topics = broker.topics
+    await topics.create_topic("plain", 1)
+    plog = await topics.partition("plain", 0)
+    for i in range(3):
+        await plog.append(rb.build_batch([(None, f"p{i}".encode())]))
+    _, before = await store.get("/ledgerwire/partition-state/plain/0")
+    topics.use_tick += 5
+    assert await topics.unload_partition(("plain", 0), plog, topics.use_tick - 1)
+    _, after = await store.get("/ledgerwire/partition-state/plain/0")
+    assert after.version == before.version  # no producer snapshot written on the close
+    again = await topics.partition("plain", 0)
+    assert again.high_watermark == 3
+    assert values(await again.read(0, 1 << 20)) == [b"p0", b"p1", b"p2"]
+    # an idempotent producer's batch is remembered the same way (a snapshot on close)
+    await again.append(rb.build_batch([(None, b"i")], producer_id=9, producer_epoch=0,
+                                      base_sequence=0))
+    topics.use_tick += 5
+    assert await topics.unload_partition(("plain", 0), again, topics.use_tick - 1)
+    _, last = await store.get("/ledgerwire/partition-state/plain/0")
+    assert last.version > after.version + 1  # claimed by the reopen, then the snapshot
+    third = await topics.partition("plain", 0)
+    assert (await third.append(rb.build_batch([(None, b"i")], producer_id=9, producer_epoch=0,
+                                              base_sequence=0))).base_offset == 3
