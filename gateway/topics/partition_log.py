@@ -233,6 +233,9 @@ class PartitionLog:
                     self._producers.replay(
                         header, now, entry.data if header.is_control else None
                     )
+                    # still after the last snapshot: counted, or each open and close without a
+                    # state write (a short replay) would leave the next open a longer one
+                    self._batches_since_snapshot += 1
             position = self.ledger.next_position(entries[-1].position)
 
     # --- properties ------------------------------------------------------------------------------
