@@ -15,6 +15,7 @@ This module must never acknowledge an offset commit before the offset store made
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import time
 from typing import Any
@@ -26,6 +27,7 @@ from gateway.rocketmq.delays import DelayScheduler
 from gateway.rocketmq.subscription_groups import SubscriptionGroupStore
 from gateway.rocketmq.transactions import TransactionService
 from gateway.topics.topic_service import TopicService
+from ledger_backend.faults import storage_fault_of, warn_fault
 from protocols.kafka.errors import KafkaProtocolError, TopicAlreadyExistsError
 from protocols.kafka.group_coordinator import CommittedOffset
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike
@@ -47,12 +49,27 @@ EXPIRY_SCAN_INTERVAL_S = 10.0
 
 
 class RocketMQOffsets:
-    """group -> (topic, queue) -> offset, read from memory, committed durably."""
+    """group -> (topic, queue) -> offset, read from memory, committed durably.
+
+    `commit` returns once the offset is durable (UPDATE_CONSUMER_OFFSET answers after it).
+    `commit_soon` is for the offset a pull carries (sysFlag bit 0), which nothing answers: it
+    is written by the writer task (`write_soon_commits`, run in the broker's background
+    nursery) after the pull was answered, the pending offsets of one group in one record, the
+    newest per key winning while a write is in flight.  Apache's broker keeps these in memory
+    and persists them every few seconds; here they are durable one write later.  Memory (what
+    QUERY_CONSUMER_OFFSET answers) only ever shows durable offsets, and the offset of the
+    write that was appended last for a key, whichever task resumes first.
+    """
 
     def __init__(self, store: LedgerOffsetStore) -> None:
         self._store = store
         self._offsets: dict[str, dict[tuple[str, int], int]] = {}
         self._lock = trio.Lock()
+        self._soon: dict[str, dict[tuple[str, int], int]] = {}  # group -> key -> offset
+        self._soon_wanted = trio.Event()
+        self._writer_running = False
+        self._tickets = itertools.count(1)
+        self._applied: dict[tuple[str, str, int], int] = {}  # (group, key) -> ticket in memory
 
     async def load(self) -> None:
         state = await self._store.load()
@@ -63,11 +80,76 @@ class RocketMQOffsets:
         return self._offsets.get(group, {}).get((topic, queue_id))
 
     async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = (topic, queue_id)
+        pending = self._soon.get(group)
+        if pending is not None:  # this later commit wins over a pull's pending one
+            pending.pop(key, None)
         if self.query(group, topic, queue_id) == offset:
             return
+        await self._write(group, {key: offset})
+
+    async def _write(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Append one commit record; then show its offsets in memory, unless a write of the
+        same key appended after it is already shown (tickets follow append order: nothing
+        checkpoints between taking one and the ledger taking the entry's id)."""
         now = int(time.time() * 1000)
-        await self._store.commit(group, {(topic, queue_id): CommittedOffset(offset, -1, "", now)})
-        self._offsets.setdefault(group, {})[(topic, queue_id)] = offset
+        ticket = next(self._tickets)
+        await self._store.commit(group, {key: CommittedOffset(offset, -1, "", now)
+                                         for key, offset in offsets.items()})
+        shown = self._offsets.setdefault(group, {})
+        for key, offset in offsets.items():
+            applied = (group, *key)
+            if self._applied.get(applied, 0) < ticket:
+                self._applied[applied] = ticket
+                shown[key] = offset
+
+    def commit_soon(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
+        """Have the writer task commit `offset` (see the class docstring); False, having done
+        nothing, when no writer runs (the caller commits it itself)."""
+        if not self._writer_running:
+            return False
+        key = (topic, queue_id)
+        pending = self._soon.setdefault(group, {})
+        if key not in pending and self.query(group, topic, queue_id) == offset:
+            return True
+        pending[key] = offset
+        self._soon_wanted.set()
+        return True
+
+    async def write_soon_commits(self) -> None:
+        """The writer task of `commit_soon` (run it in the broker's background nursery).  A
+        write under way finishes even when the task is cancelled (bounded by the ledger's own
+        timeouts), so its outcome is never left unknown."""
+        self._writer_running = True
+        try:
+            while True:
+                await self._soon_wanted.wait()
+                self._soon_wanted = trio.Event()
+                await self._write_pending()
+        finally:
+            self._writer_running = False
+            with trio.CancelScope(shield=True):
+                await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        """Write what commit_soon left, group by group.  A write that fails (a storage fault:
+        the ledger fenced, a bookie gone) drops those offsets with one WARNING: the consumer
+        carries them again in its next pull or offset update, and until then the older
+        durable offset stands (messages after it are delivered again, as at-least-once
+        allows)."""
+        while self._soon:
+            group, offsets = self._soon.popitem()
+            if not offsets:
+                continue
+            try:
+                with trio.CancelScope(shield=True):
+                    await self._write(group, offsets)
+            except Exception as exc:
+                if storage_fault_of(exc) is None:
+                    log.exception("consumer offsets of group %s not committed", group)
+                else:
+                    warn_fault(log, f"soon-commit:{type(exc).__name__}",
+                               "consumer offsets of group %s not committed: %r", group, exc)
 
     async def advance(self, group: str, topic: str, queue_id: int, to: int) -> None:
         """Move a committed offset forward only (backlog eviction), checked before and after
@@ -99,12 +181,15 @@ class RocketMQOffsets:
 
     async def remove_group(self, group: str) -> None:
         """Forget every committed offset of `group`, durably first."""
+        self._soon.pop(group, None)
         if group not in self._offsets:
             return
         await self._store.delete(group, None)
         self._offsets.pop(group, None)
 
     async def close(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self._write_pending()
         await self._store.close()
 
 
@@ -256,6 +341,7 @@ class RocketMQBroker(ConsumerChangeNotifier):
     async def run(self) -> None:
         """Background work: delayed delivery, transaction check-back, client expiry."""
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.offsets.write_soon_commits)
             nursery.start_soon(self.delays.run)
             nursery.start_soon(self.transactions.run)
             nursery.start_soon(self._expire_clients)

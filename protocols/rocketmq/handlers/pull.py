@@ -7,7 +7,8 @@ pass per batch: pulled_messages.py).  When nothing is there and the
 client allows suspension (sysFlag bit 1), the request waits for new data up to its suspend
 timeout (capped by long_polling_max_s).  Offsets outside [min, max] answer PULL_OFFSET_MOVED;
 an empty queue PULL_NOT_FOUND; records that were all filtered out PULL_RETRY_IMMEDIATELY with
-the next offset past them.  With sysFlag bit 0 the request also commits `commitOffset`.
+the next offset past them.  With sysFlag bit 0 the request also commits `commitOffset` (in
+the background where the broker's offsets have a writer for that: no answer waits for it).
 The group's subscription-group config (handlers/subscription_groups.py, from memory) may refuse
 the pull with NO_PERMISSION first, as Java's does (consumeEnable, consumeBroadcastEnable).
 
@@ -89,8 +90,13 @@ async def handle_pull(broker: BrokerLike, conn: ConnectionLike,
     tag_filter = _filter_for(broker, header)
     plog = await get_queue(broker, header.topic, header.queue_id)
     if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and header.commit_offset >= 0:
-        await broker.offsets.commit(header.consumer_group, header.topic, header.queue_id,
-                                    header.commit_offset)
+        # Nothing answers this commit: where the broker has a writer for it, the pull does not
+        # wait for it to be durable (gateway/rocketmq/service.py RocketMQOffsets.commit_soon).
+        soon = getattr(broker.offsets, "commit_soon", None)
+        if soon is None or not soon(header.consumer_group, header.topic, header.queue_id,
+                                    header.commit_offset):
+            await broker.offsets.commit(header.consumer_group, header.topic, header.queue_id,
+                                        header.commit_offset)
     max_msgs = max(1, min(header.max_msg_nums, MAX_MESSAGES))
     offset = header.queue_offset
     deadline = trio.current_time()
