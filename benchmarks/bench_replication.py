@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_replication.py [--messages 50000] [--rate-mb 20]
                                                      [--seconds 10] [--source CHECKOUT]
+                                                     [--profile DIR]
 
 Two `ledgerwire standalone` processes ("east", "west") on this machine replicate a namespace
 both ways (tests/replication/geo_pair.py sets them up), 1 KB values, 2 partitions:
@@ -23,13 +24,22 @@ both ways (tests/replication/geo_pair.py sets them up), 1 KB values, 2 partition
    starts, so the difference is replication's share; each broker's CPU per message of this
    phase is printed beside it (a rate that falls behind with CPU per message unchanged is the
    machine's CPU, not a wait in the replicator, which is woken by each durable append).
+   Two timelines help tell a stall from a rate that falls short: the worst lag in west of the
+   records sent in each second, and what east's replicators sent (and their backlog) in each
+   second (GET /admin/v1/replication every 0.25 s).
+
+--profile DIR writes py-spy samples (collapsed stacks, `py-spy record --format raw`) of east
+during local produce and of both brokers during the replication and lag phases.  Both
+brokers' WARNING lines (the last ten) are printed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -62,6 +72,23 @@ def cpu_seconds(server: Standalone) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_profile(server: Standalone, out: Path | None) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the broker process into `out` (collapsed stacks), until stopped."""
+    if out is None:
+        return None
+    assert server.proc is not None
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen([str(spy), "record", "--pid", str(server.proc.pid), "--nonblocking",
+                             "--format", "raw", "--rate", "200", "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_profile(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(30)
 
 
 def produce_burst(bootstrap: str, count: int) -> float:
@@ -109,6 +136,7 @@ def measure_lag(east_bootstrap: str, west_bootstrap: str, rate_mb: float,
                                                      local_done, local_lags))
     local.start()
     lags: list[float] = []
+    sent_at: list[float] = []
     stop = threading.Event()
     sent = [0]
 
@@ -138,6 +166,7 @@ def measure_lag(east_bootstrap: str, west_bootstrap: str, rate_mb: float,
         for msg in batch:
             if msg.error() is None:
                 lags.append(now - msg.timestamp()[1] / 1000.0)
+                sent_at.append(msg.timestamp()[1] / 1000.0)
         if stop.is_set():
             idle_after_stop = 0 if batch else idle_after_stop + 1
             if idle_after_stop > 150:  # 30 s without a record after the producer finished
@@ -146,7 +175,56 @@ def measure_lag(east_bootstrap: str, west_bootstrap: str, rate_mb: float,
     consumer.close()
     local_done.set()
     local.join()
+    print("  worst lag in west per second sent (ms): "
+          + _timeline(list(zip(sent_at, lags, strict=True))))
     return lags, local_lags, sent[0]
+
+
+def _timeline(lags: list[tuple[float, float]]) -> str:
+    """The worst lag of the records sent in each second of the phase."""
+    if not lags:
+        return ""
+    first = min(sent for sent, _ in lags)
+    worst: dict[int, float] = {}
+    for sent, lag in lags:
+        second = int(sent - first)
+        worst[second] = max(worst.get(second, 0.0), lag)
+    return " ".join(f"{worst[s] * 1000:.0f}" for s in sorted(worst))
+
+
+def watch_replicators(server: Standalone, stop: threading.Event,
+                      samples: list[tuple[float, int, int, str]]) -> None:
+    """(time, records sent, backlog, errors) of the server's replicators every 0.25 s."""
+    while not stop.wait(0.25):
+        try:
+            rows = status(server)
+        except OSError:
+            continue
+        samples.append((time.time(), sum(r["sent_total"] for r in rows),
+                        sum(r["backlog_messages"] for r in rows),
+                        "; ".join(sorted({r["last_error"] for r in rows if r["last_error"]}))))
+
+
+def _sent_timeline(samples: list[tuple[float, int, int, str]]) -> str:
+    """Records sent (and the backlog) per second from the replicators' status samples."""
+    if len(samples) < 2:
+        return "no samples"
+    start, base = samples[0][0], samples[0][1]
+    per: dict[int, tuple[int, int]] = {}
+    for t, total, backlog, _ in samples:
+        per[int(t - start)] = (total, backlog)
+    out, previous = [], base
+    for second in sorted(per):
+        total, backlog = per[second]
+        out.append(f"{(total - previous) / 1000:.1f}k/{backlog / 1000:.1f}k")
+        previous = total
+    errors = sorted({e for *_, e in samples if e} - {samples[0][3]})  # new in the phase
+    return " ".join(out) + (f"; errors: {errors}" if errors else "")
+
+
+def _warnings(server: Standalone) -> list[str]:
+    return [line for line in server.log().splitlines()
+            if "WARNING" in line or "ERROR" in line or "Traceback" in line][-10:]
 
 
 def _percentiles(lags: list[float]) -> str:
@@ -167,6 +245,9 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=None,
                         help="run both standalones from this checkout (e.g. a git worktree of "
                              "the parent commit, to compare a change with it)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="write py-spy samples (collapsed stacks) of both brokers in the "
+                             "replication and lag phases to this directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
         east, west = start_pair(Path(tmp), source=args.source)
@@ -175,13 +256,19 @@ def main() -> None:
             west.stop()
             n = args.messages
             cpu_east = cpu_seconds(east)
+            if args.profile is not None:
+                args.profile.mkdir(parents=True, exist_ok=True)
+            spy = start_profile(east, args.profile and args.profile / "east-local.txt")
             local_s = produce_burst(east.bootstrap, n)
+            stop_profile(spy)
             local_cpu = (cpu_seconds(east) - cpu_east) / n * 1e6
             mb = n * len(VALUE) / 1e6
             print(f"local produce to east: {n} x 1 KB in {local_s:.2f} s = "
                   f"{n / local_s:,.0f} msg/s, {mb / local_s:.1f} MB/s "
                   f"(east CPU {local_cpu:.0f} us/msg)")
             west.start()
+            spies = [start_profile(server, args.profile and args.profile / f"{name}-drain.txt")
+                     for server, name in ((east, "east"), (west, "west"))]
             cpu_east, cpu_west = cpu_seconds(east), cpu_seconds(west)
             start = time.perf_counter()
             first_sent = None
@@ -192,6 +279,8 @@ def main() -> None:
                     raise AssertionError("the backlog did not drain in 600 s")
                 time.sleep(0.02 if first_sent is None else 0.2)
             end = time.perf_counter()
+            for spy in spies:
+                stop_profile(spy)
             repl_s = end - start
             sending_s = end - (first_sent or start)
             sender_cpu = (cpu_seconds(east) - cpu_east) / n * 1e6
@@ -205,8 +294,21 @@ def main() -> None:
             print(f"ratio: replication {local_s / repl_s:.2f}x local produce (same run); "
                   f"{local_s / sending_s:.2f}x from the first send")
             cpu_east, cpu_west = cpu_seconds(east), cpu_seconds(west)
-            lags, local_lags, sent = measure_lag(east.bootstrap, west.bootstrap, args.rate_mb,
-                                                 args.seconds)
+            spies = [start_profile(server, args.profile and args.profile / f"{name}-lag.txt")
+                     for server, name in ((east, "east"), (west, "west"))]
+            watched: list[tuple[float, int, int, str]] = []
+            watching = threading.Event()
+            watcher = threading.Thread(target=watch_replicators, args=(east, watching, watched))
+            watcher.start()
+            try:
+                lags, local_lags, sent = measure_lag(east.bootstrap, west.bootstrap,
+                                                     args.rate_mb, args.seconds)
+            finally:
+                watching.set()
+                watcher.join()
+            print(f"  east's replicators, sent/backlog per second: {_sent_timeline(watched)}")
+            for spy in spies:
+                stop_profile(spy)
             achieved = sent * len(VALUE) / 1e6 / args.seconds
             if lags:
                 print(f"lag at {args.rate_mb:g} MB/s offered ({achieved:.1f} MB/s sent, "
@@ -220,6 +322,9 @@ def main() -> None:
         finally:
             east.stop()
             west.stop()
+            for server, name in ((east, "east"), (west, "west")):
+                for line in _warnings(server):
+                    print(f"  {name}: {line[:300]}")
 
 
 if __name__ == "__main__":
