@@ -9,6 +9,14 @@ it a new header (producer id, epoch, sequence, CRC).  No Python runs per record 
 a record copy of the first record and two copies of the bytes.  A batch marked that way that
 arrives here (the other cluster forwarded it) is noted as inbound from its first record alone.
 
+Such batches that follow each other without an offset between them (a backlog: what a
+producer wrote in many requests) are forwarded as one run, up to the send limit: one produce
+request instead of one per stored batch (each costs both clusters a request, an append and a
+journal write, most of a forwarded batch's cost).  The run's first batch goes as above; the
+records of the next ones are copied with only their offset and timestamp deltas rewritten
+against the run's base (three varints per record, key, value and headers untouched), so the
+run's records sit at consecutive offsets, as the mark's `lw.origin.records` says.
+
 Smaller batches and the others are re-framed record by record, several into one batch:
 records of several stored batches go into one outgoing batch under the replicator's producer id
 and sequence.  Each record is copied as bytes: its attributes, key, value and headers are kept
@@ -107,6 +115,14 @@ class OutgoingBatches:
         self._base_ts = 0
         self._max_ts = 0
         self._last_offset = -1
+        # the open run of batches forwarded whole: the first one's (records, begin, end, base
+        # offset), the later ones' rebased records, and the run's count, ts range, last offset
+        self._run: tuple[bytes, int, int, int] | None = None
+        self._run_rest = bytearray()
+        self._run_count = 0
+        self._run_base_ts = 0
+        self._run_max_ts = 0
+        self._run_last = -1
         self.inbound: list[tuple[int, str, int]] = []
 
     def add(self, batch: bytes, start: int) -> None:
@@ -130,12 +146,11 @@ class OutgoingBatches:
                 and header.last_offset_delta == count - 1
                 and self.forward_min_bytes <= end - begin <= self.max_bytes - _FORWARD_MARGIN
                 and data.find(_MARK, begin, end) < 0):
-            self._close_group()
-            self.groups.append((self._forwarded(data, begin, end, header.base_offset, count),
-                                count, header.base_timestamp, header.max_timestamp,
-                                header.last_offset))
+            self._forward(data, begin, end, header.base_offset, count,
+                          header.base_timestamp, header.max_timestamp)
             self.forwarded += 1
             return
+        self._close_run()
         payload = data[begin:end] if begin or end != len(data) else data
         if self._all_inbound(payload, header.records_count, header.last_offset, start):
             return
@@ -168,10 +183,46 @@ class OutgoingBatches:
             self._append(attributes, ts, payload[kv_start:kv_end], header_count, headers,
                          offset)
 
+    def _forward(self, data: bytes, begin: int, end: int, base_offset: int, count: int,
+                 base_ts: int, max_ts: int) -> None:
+        """One forwardable batch: the next of the open run if it follows it without a gap and
+        fits, else the first of a new run."""
+        if self._run is not None and base_offset == self._run_last + 1 and (
+                self._run_bytes() + end - begin <= self.max_bytes - _FORWARD_MARGIN):
+            mark = len(self._run_rest)
+            try:
+                _rebased(data, begin, end, count, self._run_count, base_ts - self._run_base_ts,
+                         self._run_rest)
+            except (CorruptMessageError, IndexError):  # records the broker never looked into
+                del self._run_rest[mark:]  # (it stores batches whole): it goes alone, as is
+            else:
+                self._run_count += count
+                self._run_max_ts = max(self._run_max_ts, max_ts)
+                self._run_last = base_offset + count - 1
+                return
+        self._close_group()
+        self._run = (data, begin, end, base_offset)
+        self._run_count, self._run_base_ts, self._run_max_ts = count, base_ts, max_ts
+        self._run_last = base_offset + count - 1
+
+    def _run_bytes(self) -> int:
+        assert self._run is not None
+        return self._run[2] - self._run[1] + len(self._run_rest)
+
+    def _close_run(self) -> None:
+        if self._run is None:
+            return
+        data, begin, end, base_offset = self._run
+        payload = self._forwarded(data, begin, end, base_offset, self._run_count)
+        payload += self._run_rest
+        self.groups.append((payload, self._run_count, self._run_base_ts, self._run_max_ts,
+                            self._run_last))
+        self._run, self._run_rest = None, bytearray()
+
     def _forwarded(self, data: bytes, begin: int, end: int, base_offset: int,
                    count: int) -> bytearray:
-        """The records section data[begin:end] with the batch-level mark added to its first
-        record."""
+        """The records section data[begin:end] with the batch-level mark (for `count` records
+        from `base_offset` on) added to its first record."""
         length, pos = read_varint(data, begin)
         first_end = pos + length
         _, p = read_varint(data, pos + 1)  # attributes, then the timestamp delta
@@ -227,6 +278,7 @@ class OutgoingBatches:
         self._last_offset = offset
 
     def _close_group(self) -> None:
+        self._close_run()
         if self._count:
             self.groups.append((self._payload, self._count, self._base_ts, self._max_ts,
                                 self._last_offset))
@@ -236,6 +288,50 @@ class OutgoingBatches:
         """The groups: (records payload, count, base ts, max ts, last source offset)."""
         self._close_group()
         return self.groups
+
+
+def _rebased(data: bytes, begin: int, end: int, count: int, offset_shift: int, ts_shift: int,
+             out: bytearray) -> None:
+    """Append the `count` records of data[begin:end] to `out` with `offset_shift` added to each
+    offset delta and `ts_shift` to each timestamp delta; the rest of each record as it is.
+    (Varints of one and two bytes, nearly all of them, are read inline: this runs per record.)"""
+    view = memoryview(data)
+    pos = begin
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            length, p = (b >> 1) ^ -(b & 1), pos + 1
+        elif data[pos + 1] < 0x80:
+            raw = (b & 0x7F) | data[pos + 1] << 7
+            length, p = (raw >> 1) ^ -(raw & 1), pos + 2
+        else:
+            length, p = read_varint(data, pos)
+        record_end = p + length
+        if length < 0 or record_end > end:
+            raise CorruptMessageError("record runs past the batch")
+        b = data[p + 1]
+        if b < 0x80:
+            ts_delta, q = (b >> 1) ^ -(b & 1), p + 2
+        else:
+            ts_delta, q = read_varint(data, p + 1)
+        b = data[q]
+        if b < 0x80:
+            offset_delta, q = (b >> 1) ^ -(b & 1), q + 1
+        else:
+            offset_delta, q = read_varint(data, q)
+        ts_delta += ts_shift
+        offset_delta += offset_shift
+        head = (_BYTE[data[p]]
+                + (_VARINTS[ts_delta] if 0 <= ts_delta < _CACHED else _encoded(ts_delta))
+                + (_VARINTS[offset_delta] if 0 <= offset_delta < _CACHED
+                   else _encoded(offset_delta)))
+        size = len(head) + record_end - q
+        out += _VARINTS[size] if size < _CACHED else _encoded(size)
+        out += head
+        out += view[q:record_end]
+        pos = record_end
+    if pos != end:
+        raise CorruptMessageError("records do not fill the batch")
 
 
 def frame(payload: bytes | bytearray, count: int, base_ts: int, max_ts: int, producer_id: int,

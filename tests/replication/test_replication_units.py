@@ -112,21 +112,25 @@ def test_a_batch_another_replicator_wrote_is_skipped_whole() -> None:
 
 
 _SPEC = st.tuples(st.integers(1, 25), st.sampled_from([codecs.NONE, codecs.GZIP, codecs.ZSTD]),
-                  st.integers(0, 1500), st.booleans())
+                  st.integers(0, 1500), st.booleans(), st.integers(-70_000, 70_000),
+                  st.booleans())
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(_SPEC, min_size=1, max_size=6), st.integers(0, 60),
        st.sampled_from([0, 4000, 1 << 20]))
 def test_what_leaves_is_every_record_from_the_start_once_in_order_and_comes_back_inbound(
-        specs: list[tuple[int, int, int, bool]], start: int, threshold: int) -> None:
-    """Forwarded whole or re-framed, each record at or after `start` leaves once, in order,
-    unchanged, with its origin offset readable; arrived on the other side, the batches are all
-    inbound and the last one names the last record's origin offset."""
+        specs: list[tuple[int, int, int, bool, int, bool]], start: int, threshold: int) -> None:
+    """Forwarded whole (alone or in runs of batches) or re-framed, each record at or after
+    `start` leaves once, in order, unchanged, with its origin offset readable; arrived on the
+    other side, the batches are all inbound and the last one names the last record's origin
+    offset.  Batches' timestamps go back and forth, and some follow a gap of offsets (what a
+    control batch or an aborted transaction leaves), which a run must not cross."""
     batches, base = [], 0
-    for n, codec, size, transactional in specs:
-        records = [Record(0, 1000 + base + i, b"k%d" % (base + i), bytes([i % 251]) * size,
-                          [("h", b"%d" % i)]) for i in range(n)]
+    for n, codec, size, transactional, clock, gap in specs:
+        base += gap
+        records = [Record(0, 100_000 + clock + i * 7, b"k%d" % (base + i),
+                          bytes([i % 251]) * size, [("h", b"%d" % i)]) for i in range(n)]
         batches.append(build_batch(records, base_offset=base, compression=codec,
                                    producer_id=9 if transactional else -1,
                                    producer_epoch=0 if transactional else -1,
@@ -161,6 +165,34 @@ def test_what_leaves_is_every_record_from_the_start_once_in_order_and_comes_back
     for data in stored:
         west.add(data, 0)
     assert west.finish() == [] and west.inbound[-1] == (at - 1, "east", want[-1][4][1])
+
+
+def test_batches_that_follow_each_other_go_as_one_run_up_to_the_limit() -> None:
+    """Forwardable batches without a gap between them leave as one batch (its first record marks
+    the whole run); an offset gap or the send limit starts the next one."""
+    def batch(base: int, ts: int) -> bytes:
+        return build_batch([Record(0, ts - i * 1000, b"k", bytes(300), [("h", b"1")])
+                            for i in range(4)], base_offset=base)
+
+    stored = [batch(0, 5000), batch(4, 90_000), batch(8, 200), batch(13, 7000)]  # 12: a gap
+    out = OutgoingBatches("east", 1 << 20, forward_min_bytes=0)
+    for data in stored:
+        out.add(data, 0)
+    groups = out.finish()
+    assert [(n, last) for _, n, _, _, last in groups] == [(12, 11), (4, 16)]
+    assert out.forwarded == 4
+    framed = [frame(p, n, b, m, 3, 0, 0) for p, n, b, m, _ in groups]
+    assert [r.offset for r in decode_records(framed[0])] == list(range(12))
+    got = [(r.timestamp, origin) for data in framed
+           for r, origin in zip(decode_records(data), record_origins(data), strict=True)]
+    assert got == [(r.timestamp, ("east", r.offset)) for data in stored
+                   for r in decode_records(data)]
+    assert parse_header(framed[0]).max_timestamp == 90_000
+    size = len(stored[0]) - 61
+    small = OutgoingBatches("east", 2 * size + 300, forward_min_bytes=0)  # two fit, not three
+    for data in stored[:3]:
+        small.add(data, 0)
+    assert [g[1] for g in small.finish()] == [8, 4]
 
 
 async def test_in_flight_window_counts_requests_and_bytes() -> None:
@@ -319,3 +351,20 @@ async def test_a_remote_that_comes_back_is_tried_at_once() -> None:
         if listener is not None:
             await listener.aclose()
         await remote.aclose()
+
+
+def test_a_batch_whose_records_do_not_parse_leaves_alone_as_it_is() -> None:
+    """The broker stores a client's batch without looking into its records: one whose later
+    records do not parse is not joined to a run (that would need them) but goes alone, as
+    before, and the run before it is unchanged."""
+    good = build_batch([Record(0, 10, b"k", bytes(300), []) for _ in range(3)], base_offset=0)
+    bad = bytearray(build_batch([Record(0, 20, b"k", bytes(300), []) for _ in range(2)],
+                                base_offset=3))
+    second = 61 + 1 + (len(bad) - 61) // 2  # inside the second record: its body is garbage now
+    bad[second:second + 8] = b"\xff" * 8
+    out = OutgoingBatches("east", 1 << 20, forward_min_bytes=0)
+    out.add(good, 0)
+    out.add(bytes(bad), 0)
+    groups = out.finish()
+    assert [(g[1], g[4]) for g in groups] == [(3, 2), (2, 4)]
+    assert bytes(groups[1][0]).endswith(bytes(bad[second:]))
