@@ -196,10 +196,14 @@ class OutgoingBatches:
             except (CorruptMessageError, IndexError):  # records the broker never looked into
                 del self._run_rest[mark:]  # (it stores batches whole): it goes alone, as is
             else:
-                self._run_count += count
-                self._run_max_ts = max(self._run_max_ts, max_ts)
-                self._run_last = base_offset + count - 1
-                return
+                # rebased deltas can be longer than stored ones (a batch a minute later: three
+                # bytes per timestamp delta, not one): the run must fit as it will leave
+                if self._run_bytes() <= self.max_bytes - _FORWARD_MARGIN:
+                    self._run_count += count
+                    self._run_max_ts = max(self._run_max_ts, max_ts)
+                    self._run_last = base_offset + count - 1
+                    return
+                del self._run_rest[mark:]  # it starts the next run
         self._close_group()
         self._run = (data, begin, end, base_offset)
         self._run_count, self._run_base_ts, self._run_max_ts = count, base_ts, max_ts
