@@ -84,7 +84,8 @@ class RemotingCommand:
 def make_response(request: RemotingCommand, code: int, remark: str | None = None,
                   ext_fields: dict[str, object] | None = None,
                   body: bytes = b"") -> RemotingCommand:
-    ext = {k: ext_str(v) for k, v in (ext_fields or {}).items() if v is not None}
+    ext = {k: v if type(v) is str else ext_str(v)
+           for k, v in (ext_fields or {}).items() if v is not None}
     return RemotingCommand(code=int(code), opaque=request.opaque, flag=FLAG_RESPONSE,
                            remark=remark, ext_fields=ext, body=body,
                            serialize_type=request.serialize_type)

@@ -11,6 +11,7 @@ This module must never do I/O.
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 import zlib
@@ -33,6 +34,7 @@ class MessageLocation(NamedTuple):
     queue_offset: int
 
 
+@functools.lru_cache(maxsize=4096)  # every send answers with ids of a few topics
 def topic_hash(topic: str) -> int:
     return zlib.crc32(topic.encode("utf-8")) & ((1 << TOPIC_BITS) - 1)
 
@@ -53,11 +55,22 @@ def decode_commit_log_offset(offset: int) -> MessageLocation:
 
 
 def offset_message_id(store_host: str, store_port: int, commit_offset: int) -> str:
+    if 0 <= commit_offset < 1 << 63:  # what commit_log_offset gives: a plain hex tail
+        return _id_prefix(store_host, store_port) + f"{commit_offset:016X}"
+    return _ID.pack(_store_ip(store_host), store_port, commit_offset).hex().upper()
+
+
+def _store_ip(store_host: str) -> bytes:
     try:
-        ip = socket.inet_aton(store_host)
+        return socket.inet_aton(store_host)
     except OSError:
-        ip = b"\x7f\x00\x00\x01"
-    return _ID.pack(ip, store_port, commit_offset).hex().upper()
+        return b"\x7f\x00\x00\x01"
+
+
+@functools.lru_cache(maxsize=64)  # the broker's advertised address(es)
+def _id_prefix(store_host: str, store_port: int) -> str:
+    """The id's store host and port as upper-case hex (what _ID packs before the offset)."""
+    return _ID.pack(_store_ip(store_host), store_port, 0).hex().upper()[:16]
 
 
 def decode_offset_message_id(message_id: str) -> tuple[str, int, int]:

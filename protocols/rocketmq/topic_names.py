@@ -10,6 +10,7 @@ This module must never do I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from protocols.rocketmq.errors import MessageIllegalError
@@ -50,8 +51,9 @@ def validate_topic(topic: str) -> None:
             "^[%a-zA-Z0-9_-]+$")
 
 
+@functools.lru_cache(maxsize=4096)  # read on every request that names a topic
 def to_storage(topic: str) -> str:
-    validate_topic(topic)
+    validate_topic(topic)  # a refused name raises: never cached
     return topic.replace("%", ".")
 
 

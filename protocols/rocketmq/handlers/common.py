@@ -44,7 +44,12 @@ async def find_topic(broker: BrokerLike, topic: str) -> TopicInfoLike:
 
 
 async def get_queue(broker: BrokerLike, topic: str, queue_id: int) -> PartitionLogLike:
-    info = await find_topic(broker, topic)
+    return await queue_of(broker, await find_topic(broker, topic), topic, queue_id)
+
+
+async def queue_of(broker: BrokerLike, info: TopicInfoLike, topic: str,
+                   queue_id: int) -> PartitionLogLike:  # fmt: skip
+    """Queue `queue_id` of the topic `info` describes (`topic`: its RocketMQ name)."""
     if not 0 <= queue_id < min(info.partitions, MAX_QUEUES):
         raise MessageIllegalError(
             f"queueId[{queue_id}] is illegal, topic:[{topic}] queue nums:[{info.partitions}]")

@@ -18,9 +18,9 @@ import time
 
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import Record, build_batch
-from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
+from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike, TopicInfoLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
-from protocols.rocketmq.delay_levels import timer_deliver_at
+from protocols.rocketmq.delay_levels import TIMER_PROPERTIES, timer_deliver_at
 from protocols.rocketmq.errors import (
     MessageIllegalError,
     ResponseCode,
@@ -28,7 +28,7 @@ from protocols.rocketmq.errors import (
     SystemBusyError,
     TopicNotExistError,
 )
-from protocols.rocketmq.handlers.common import StorageError, find_topic, get_queue
+from protocols.rocketmq.handlers.common import StorageError, find_topic, get_queue, queue_of
 from protocols.rocketmq.headers import SendHeader
 from protocols.rocketmq.message_encoding import (
     PROPERTY_DELAY,
@@ -54,10 +54,19 @@ from protocols.rocketmq.topic_names import (
 
 _round_robin = itertools.count()
 MAX_MESSAGES_PER_BATCH = 10_000
+# a message without these properties (and no transaction bits) is stored as it is:
+# divert_special would find nothing to do
+_SPECIAL_PROPERTIES = frozenset({PROPERTY_DELAY, *TIMER_PROPERTIES})
 
 
 async def resolve_queue(broker: BrokerLike, header: SendHeader) -> int:
     """The topic's queue count after auto-creation; chooses a queue when queueId < 0."""
+    return (await resolve_topic_queue(broker, header))[1]
+
+
+async def resolve_topic_queue(broker: BrokerLike, header: SendHeader
+                              ) -> tuple[TopicInfoLike, int]:  # fmt: skip
+    """resolve_queue, with the topic it found or created."""
     try:
         info = await find_topic(broker, header.topic)
         partitions = info.partitions
@@ -71,12 +80,12 @@ async def resolve_queue(broker: BrokerLike, header: SendHeader) -> int:
         info = await broker.ensure_topic(to_storage(header.topic), queues)
         partitions = info.partitions
     if header.queue_id < 0:
-        return next(_round_robin) % partitions
+        return info, next(_round_robin) % partitions
     if header.queue_id >= partitions:
         raise MessageIllegalError(
             f"request queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
             f"queue nums:[{partitions}]")
-    return header.queue_id
+    return info, header.queue_id
 
 
 def _message_meta(header: SendHeader, flag: int, conn: ConnectionLike, now: int) -> MessageMeta:
@@ -91,9 +100,14 @@ async def append_records(broker: BrokerLike, topic: str, queue_id: int,
     return await append_batch(broker, topic, queue_id, build_batch(records))
 
 
-async def append_batch(broker: BrokerLike, topic: str, queue_id: int, batch: bytes) -> int:
-    """Append one built batch to (RocketMQ) topic/queue; returns its first offset."""
-    plog = await get_queue(broker, topic, queue_id)
+async def append_batch(broker: BrokerLike, topic: str, queue_id: int, batch: bytes,
+                       info: TopicInfoLike | None = None) -> int:
+    """Append one built batch to (RocketMQ) topic/queue (`info`: the topic, when the caller
+    already looked it up); returns its first offset."""
+    if info is None:
+        plog = await get_queue(broker, topic, queue_id)
+    else:
+        plog = await queue_of(broker, info, topic, queue_id)
     try:
         result = await plog.append(batch)
     except KafkaProtocolError as exc:
@@ -171,10 +185,11 @@ async def handle_send(broker: BrokerLike, conn: ConnectionLike,
         if header.sys_flag & SYS_FLAG_COMPRESSED:
             body = decompress_body(body)
         messages = [(body, decode_properties(header.properties), header.flag)]
-    queue_id = await resolve_queue(broker, header)
+    info, queue_id = await resolve_topic_queue(broker, header)
     await admit_under_backlog_quota(broker, header.topic, queue_id)
 
-    if not batch:
+    if not batch and (header.sys_flag & SYS_FLAG_TRANSACTION_MASK
+                      or not _SPECIAL_PROPERTIES.isdisjoint(messages[0][1])):
         diverted = await divert_special(broker, conn, header, queue_id, messages[0], now, born)
         if diverted is not None:
             return make_response(request, ResponseCode.SUCCESS, None, diverted)
@@ -186,7 +201,7 @@ async def handle_send(broker: BrokerLike, conn: ConnectionLike,
     else:
         body, props, flag = messages[0]
         base = await append_batch(broker, header.topic, queue_id, message_batch(
-            body, props, _message_meta(header, flag, conn, now), born))
+            body, props, _message_meta(header, flag, conn, now), born), info)
     cfg = broker.config
     ids = [offset_message_id(cfg.advertised_host, cfg.advertised_port,
                              commit_log_offset(header.topic, queue_id, base + i))
