@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -76,6 +77,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,6 +115,10 @@ class TrialResult:
     rocketmq: RocketMQOutcome | None = None
     java: RocketMQOutcome | None = None  # the same figures for the Java producer
     baseline_s: float | None = None  # the longest pause before the fault: the machine's noise
+    # a broker kill's steps (the survivor's log): kill -> it takes the first bundle, and
+    # kill -> the last of the trial topic's partitions it took is open (fenced, recovered)
+    takeover_s: float | None = None
+    opened_s: float | None = None
 
 
 @dataclass
@@ -272,6 +278,32 @@ def count_tracebacks(cluster: Cluster) -> int:
                for p in [*cluster.brokers.values(), *cluster.bookies] if p.log_path.exists())
 
 
+LOG_TIME = re.compile(rb"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?(acquired bundle|"
+                      rb"public/default/(\S+)-\d+: opened)", re.M)
+
+
+def takeover_steps(cluster: Cluster, topic: str, killed_at: float
+                   ) -> tuple[float | None, float | None]:
+    """From the brokers' logs (wall clock, ms): seconds from a broker kill at `killed_at`
+    (time.time()) to the first bundle a survivor acquired, and to the last partition of
+    `topic` it opened (fenced and recovered) after it."""
+    takeover: float | None = None
+    opened: float | None = None
+    for broker in cluster.brokers.values():
+        if not broker.log_path.exists():
+            continue
+        for m in LOG_TIME.finditer(broker.log_path.read_bytes()):
+            stamp = datetime.strptime(m.group(1).decode(), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if stamp < killed_at:
+                continue
+            if m.group(2) == b"acquired bundle":
+                takeover = min(takeover, stamp) if takeover is not None else stamp
+            elif m.group(3) == topic.encode():
+                opened = max(opened, stamp) if opened is not None else stamp
+    return (takeover - killed_at if takeover is not None else None,
+            opened - killed_at if opened is not None and takeover is not None else None)
+
+
 def inject(cluster: Cluster, fault: str, rng: random.Random) -> str:
     if fault == "kill-broker":
         node_id = rng.choice(sorted(cluster.brokers))
@@ -360,6 +392,7 @@ def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Rando
                                f"{dict(jrun.error_codes) if jrun else ''}")
         rebalances_before = member.rebalances
         at = time.monotonic()
+        wall_at = time.time()
         target = inject(cluster, fault, rng)
         if not (wait_acks(run, batch, at, 120) and wait_rocketmq_acks(rmq, batch // 3, at, 120)
                 and wait_rocketmq_acks(jrun, batch // 3, at, 120)):
@@ -377,6 +410,7 @@ def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Rando
     # awaited above all came from the others (before, such a partition was left out, and a
     # broker kill could show a 0.03 s resume)
     resume = run.longest_pause_after(at)
+    steps = takeover_steps(cluster, topic, wall_at) if fault == "kill-broker" else (None, None)
     heal(cluster, settle)
     records = read_topic(cluster.bootstrap, topic, PARTITIONS, timeout_s=120)
     verdict = verify(run.acked, records)
@@ -390,7 +424,7 @@ def trial(cluster: Cluster, name: str, index: int, fault: str, rng: random.Rando
                        member.rebalances - rebalances_before,
                        rocketmq_outcome(cluster, rmq, at) if rmq is not None else None,
                        java_outcome(cluster, jrun, at) if jrun is not None else None,
-                       longest_pause_before(run.ack_times, run.ack_partitions, at))
+                       longest_pause_before(run.ack_times, run.ack_partitions, at), *steps)
 
 
 def duplicate_places(records: list[tuple[int, int, str]], shown: int = 8) -> str:
@@ -410,6 +444,10 @@ def show(index: int, r: TrialResult) -> None:
           f"duplicated={r.duplicated} gaps={r.gaps} failed={dict(r.failed_by_code)} "
           f"failed_but_stored={r.failed_but_stored} tracebacks={r.tracebacks} "
           f"resume_s={resume} (before the fault {baseline}) rebalances={r.rebalances}", flush=True)
+    if r.takeover_s is not None:
+        opened = f"{r.opened_s:.2f}" if r.opened_s is not None else "-"
+        print(f"          steps: kill -> take-over {r.takeover_s:.2f} s, -> partitions open "
+              f"{opened} s, -> served {r.resume_s or 0:.2f} s", flush=True)
     if r.rocketmq is not None:
         q = r.rocketmq
         resume = f"{q.resume_s:.2f}" if q.resume_s is not None else "-"
@@ -439,6 +477,15 @@ def summarize(name: str, results: list[TrialResult]) -> None:
         if times:
             print(f"   resume after {fault}: median {statistics.median(times):.2f} s, "
                   f"max {max(times):.2f} s ({len(times)} trials)")
+    takeovers = [r.takeover_s for r in results if r.takeover_s is not None]
+    if takeovers:
+        opened = [r.opened_s for r in results if r.opened_s is not None]
+        served = [r.resume_s - r.takeover_s for r in results
+                  if r.takeover_s is not None and r.resume_s is not None]
+        print("   broker kill steps (median): kill -> take-over "
+              f"{statistics.median(takeovers):.2f} s"
+              + (f", -> partitions open {statistics.median(opened):.2f} s" if opened else "")
+              + (f"; take-over -> served {statistics.median(served):.2f} s" if served else ""))
     baselines = [r.baseline_s for r in results if r.baseline_s is not None]
     if baselines:
         print(f"   longest pause in the 5 s before a fault (no fault yet): median "
@@ -476,12 +523,13 @@ def summarize(name: str, results: list[TrialResult]) -> None:
 
 def run_topology(name: str, base: Path, trials: int, rng: random.Random, batch: int,
                  rocketmq: bool = False, faults: tuple[str, ...] = FAULTS,
-                 java: bool = False,
-                 settle: bool = True) -> tuple[list[TrialResult], bool]:  # fmt: skip
+                 java: bool = False, settle: bool = True,
+                 zk_tick_ms: int = 200) -> tuple[list[TrialResult], bool]:  # fmt: skip
     results: list[TrialResult] = []
     with Cluster(base / name, bookies=TOPOLOGIES[name], brokers=2, partitions=PARTITIONS,
                  lost_bookie_delay_s=5.0, open_ledger_grace_s=10.0, rocketmq=rocketmq,
-                 handback_delay_s=None) as cluster:  # the brokers' own hand-back delay
+                 handback_delay_s=None,  # the brokers' own hand-back delay
+                 zk_tick_ms=zk_tick_ms) as cluster:
         try:
             if settle:  # the second broker gets its share after the hand-back delay
                 wait_settled(cluster)
@@ -511,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
                         "trial (quicker; its pause may then land in the next trial's figures)")
     parser.add_argument("--java", action="store_true",
                         help="also the Java kafka-clients producer (its defaults) in every trial")
+    parser.add_argument("--zk-tick-ms", type=int, default=200,
+                        help="ZooKeeper tickTime: a session ends at the first tick past its "
+                        "timeout (README, cluster mode); 500 was used up to session 8")
     parser.add_argument("--rocketmq", action="store_true",
                         help="also a RocketMQ C++ producer in every trial")
     args = parser.parse_args(argv)
@@ -524,14 +575,15 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     base = args.base or Path(tempfile.mkdtemp(prefix="ledgerwire-chaos-"))
-    print(f"chaos: {args.trials} trials per topology {names}, seed {seed}, in {base}",
-          flush=True)
+    print(f"chaos: {args.trials} trials per topology {names}, seed {seed}, ZooKeeper tick "
+          f"{args.zk_tick_ms} ms, in {base}", flush=True)
     started = time.monotonic()
     everything: list[TrialResult] = []
     complete = True
     for name in names:
         results, finished = run_topology(name, base, args.trials, rng, args.batch,
-                                         args.rocketmq, faults, args.java, not args.no_settle)
+                                         args.rocketmq, faults, args.java, not args.no_settle,
+                                         args.zk_tick_ms)
         summarize(name, results)
         everything += results
         complete = complete and finished

@@ -100,7 +100,7 @@ class Cluster:
                  open_ledger_grace_s: float = 4.0, autorecovery: bool = True,
                  fsync: bool = False, broker_args: list[str] | None = None,
                  rocketmq: bool = False, secure: bool = False, zk_sasl_tls: bool = False,
-                 handback_delay_s: float | None = 0.0) -> None:
+                 handback_delay_s: float | None = 0.0, zk_tick_ms: int = 500) -> None:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
         self.secure = secure
@@ -122,12 +122,14 @@ class Cluster:
             ca = make_ca(base / "pki")
             server = issue(base / "pki", ca, "zk", "/CN=localhost", "DNS:localhost,IP:127.0.0.1")
             client = issue(base / "pki", ca, "ledgerwire", "/CN=ledgerwire")
-            self.zk = ZooKeeperServer(base / "zk", sasl_users={user: password},
+            self.zk = ZooKeeperServer(base / "zk", sasl_users={user: password}, tick_ms=zk_tick_ms,
                                       tls=ServerTls(server[0], server[1], ca[0]))
             self.zk_tls_query = (f"&sasl=DIGEST-MD5&tls=true&tls_cafile={ca[0]}"
                                  f"&tls_certfile={client[0]}&tls_keyfile={client[1]}")
         else:
-            self.zk = ZooKeeperServer(base / "zk")
+            # ZooKeeper ends a session at the first tick past its timeout: a shorter tick is
+            # a quicker failover (sessions of 2 to 20 ticks are allowed)
+            self.zk = ZooKeeperServer(base / "zk", tick_ms=zk_tick_ms)
         self.quorum = quorum
         self.session_timeout_s = session_timeout_s
         self.partitions = partitions
