@@ -151,6 +151,9 @@ class OwnershipService:
         self._owners: dict[int, int] = {}  # bundle -> owner node id (last read)
         self._owned: set[int] = set()  # bundles whose node this session holds
         self._ready: set[int] = set()  # owned bundles whose acquire hook finished
+        # partitions of owned bundles still loading that were opened (fenced, recovered)
+        # after the bundle was acquired: Kafka produce and fetch are served on them at once
+        self._opened_early: dict[int, set[tuple[str, int]]] = {}
         self._ready_changed = trio.Event()  # set (and replaced) when a bundle is ready or lost
         self._releasing: set[int] = set()
         self._lease_until = -1.0
@@ -172,6 +175,15 @@ class OwnershipService:
 
     def lease_valid(self) -> bool:
         return self._clock() < self._lease_until
+
+    @property
+    def answers_clients(self) -> bool:
+        """False until the first reconcile: a (re)starting broker knows neither the other
+        brokers nor any owner, and a Metadata answer then named no leader for any partition
+        and listed itself at port 0 (its endpoint before the listener was bound).  A client
+        that reached a broker restarted after a kill -9 while it waited out its old
+        registration applied that and stalled until a later answer (chaos.py: 7.7 s)."""
+        return self._reconciled
 
     def live_brokers(self) -> list[BrokerEndpoint]:
         return [self._live[i] for i in sorted(self._live)]
@@ -224,6 +236,28 @@ class OwnershipService:
 
     def bundle_of(self, topic: str, partition: int) -> int:
         return bundle_of(topic, partition, self.layout.bundles)
+
+    def partition_opened(self, bundle: int, topic: str, partition: int) -> None:
+        """The broker opened this partition of a bundle it is still loading, after acquiring
+        it (the open fenced and recovered the earlier owner's ledgers): from now on
+        `serves_partition` is true for it, before the bundle's coordinators and extensions
+        are loaded.  Ignored for a bundle this broker does not hold."""
+        if self.holds_bundle(bundle) and bundle not in self._ready:
+            self._opened_early.setdefault(bundle, set()).add((topic, partition))
+            self._wake_ready_waiters()
+
+    def serves_partition(self, topic: str, partition: int) -> bool:
+        """Whether Kafka produce and fetch may be served on this topic partition here: its
+        bundle is local, or held (lease valid, not releasing) and this partition was opened
+        since it was acquired (`partition_opened`).  A plain append or read needs only the
+        partition's own log; coordinator partitions, share-group state and transaction
+        markers wait for the whole bundle (`is_local`).  A failover's take-over pause is then
+        the partition's own open, not the slowest load of its bundle."""
+        bundle = self.bundle_of(topic, partition)
+        if self._bundle_is_local(bundle):
+            return True
+        return ((topic, partition) in self._opened_early.get(bundle, ())
+                and self.holds_bundle(bundle) and self.lease_valid())
 
     def bundle_owner(self, bundle: int) -> BrokerEndpoint | None:
         """The live broker owning (or about to own) `bundle`, None if none is live."""
@@ -286,6 +320,24 @@ class OwnershipService:
                 and not self._bundle_is_local(bundle):
             self.on_awaited(bundle, topic, partition)
         return await self.until_ready(bundle, timeout_s)
+
+    async def until_serving(self, topic: str, partition: int, timeout_s: float) -> bool:
+        """`until_local` for Kafka produce and fetch: done as soon as `serves_partition`."""
+        bundle = self.bundle_of(topic, partition)
+        if self.on_awaited is not None and self.holds_bundle(bundle) \
+                and not self.serves_partition(topic, partition):
+            self.on_awaited(bundle, topic, partition)
+        with trio.move_on_after(timeout_s):
+            while self.holds_bundle(bundle) and not self.serves_partition(topic, partition):
+                await self._ready_changed.wait()
+        return self.serves_partition(topic, partition)
+
+    def _drop_bundle(self, bundle: int) -> None:
+        """Forget `bundle` as held and ready (lost, released) and wake whoever waits on it."""
+        self._owned.discard(bundle)
+        self._ready.discard(bundle)
+        self._opened_early.pop(bundle, None)
+        self._wake_ready_waiters()
 
     def _wake_ready_waiters(self) -> None:
         old, self._ready_changed = self._ready_changed, trio.Event()
@@ -393,6 +445,7 @@ class OwnershipService:
         lost = sorted(self._owned)
         self._ready.clear()
         self._owned.clear()
+        self._opened_early.clear()
         self._wake_ready_waiters()
         log.warning("ZooKeeper session lost: stepping down", extra={"bundles": lost})
         for bundle in lost:
@@ -448,9 +501,7 @@ class OwnershipService:
             owner = self._owners.get(bundle)
             if bundle in self._owned:
                 if owner != me:  # our node vanished (session trouble): not ours any more
-                    self._owned.discard(bundle)
-                    self._ready.discard(bundle)
-                    self._wake_ready_waiters()
+                    self._drop_bundle(bundle)
                     await self._run_hook(self._on_releasing, bundle)
                 elif target is not None and target != me and target in self._live:
                     if me in self._draining or self._handback_delay_s <= 0:
@@ -501,6 +552,7 @@ class OwnershipService:
         await self._run_hook(self._on_acquired, bundle)
         if bundle in self._owned:
             self._ready.add(bundle)
+        self._opened_early.pop(bundle, None)  # the whole bundle is served now
         self._wake_ready_waiters()
 
     async def _release(self, bundle: int) -> None:
@@ -519,11 +571,9 @@ class OwnershipService:
                 pass
             log.info("released bundle %d", bundle)
         finally:
-            self._owned.discard(bundle)
-            self._ready.discard(bundle)
             self._releasing.discard(bundle)
             self._owners.pop(bundle, None)
-            self._wake_ready_waiters()
+            self._drop_bundle(bundle)
 
     async def _run_hook(self, hook: BundleHook | None, bundle: int) -> None:
         if hook is None:

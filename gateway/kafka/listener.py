@@ -107,6 +107,14 @@ def _peer_name(stream: trio.abc.Stream) -> str:
     return str(peer)
 
 
+def _answers_clients(broker: Any) -> bool:
+    """A cluster broker takes client connections only once its ownership knows the cluster
+    (OwnershipService.answers_clients); until then a client is closed at once, as if the
+    broker were not up yet, and asks another broker."""
+    ownership = getattr(broker, "ownership", None)
+    return ownership is None or bool(getattr(ownership, "answers_clients", True))
+
+
 class _Connection:
     def __init__(self, server: _KafkaServer, stream: trio.abc.Stream) -> None:
         self.server = server
@@ -401,7 +409,7 @@ class _KafkaServer:
         self._closing.set()
 
     async def serve_connection(self, stream: trio.SocketStream) -> None:
-        if self._closing.is_set():
+        if self._closing.is_set() or not _answers_clients(self.broker):
             await stream.aclose()
             return
         host = _peer_name(stream).rpartition(":")[0]

@@ -133,6 +133,46 @@ async def test_a_request_waits_while_its_bundle_loads() -> None:
     await admin.close()
 
 
+async def test_a_partition_opened_while_its_bundle_loads_is_served_before_the_bundle() -> None:
+    name = f"own-{next(_names)}"
+    admin = await open_store(f"memory:{name}")
+    one = Broker(1, name)
+    one.loaded = trio.Event()  # the bundles' coordinator loads hang until the test opens it
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one.run)
+        await wait_owners(admin, {1})
+        service = one.service
+        assert service is not None
+        awaited: list[tuple[int, str, int]] = []
+        service.on_awaited = lambda *unit: awaited.append(unit)
+        first, second = [p for p in range(40) if bundle_of("t", p, LAYOUT.bundles) == 3][:2]
+        served: list[bool] = []
+        answered = trio.Event()
+
+        async def produce() -> None:
+            served.append(await service.until_serving("t", first, 30))
+            answered.set()
+        nursery.start_soon(produce)
+        await trio.sleep(0.1)
+        assert served == [] and awaited == [(3, "t", first)]  # waits; the open is asked for
+        service.partition_opened(3, "t", first)  # the broker opened (fenced) it
+        with trio.fail_after(10):
+            await answered.wait()
+        assert served == [True] and service.serves_partition("t", first)
+        assert not service.is_local("t", first)  # coordinators, transactions: the bundle
+        assert not service.serves_partition("t", second)  # not opened yet
+        assert not await service.until_serving("t", second, 0.05)
+        one.loaded.set()
+        assert await service.until_ready(3, 10)
+        assert service.serves_partition("t", second)  # the whole bundle now
+        await service.stop()  # released: nothing is served
+        assert not service.serves_partition("t", first)
+        service.partition_opened(3, "t", first)  # an open that ends after the release
+        assert not service.serves_partition("t", first)
+        one.scope.cancel()
+    await admin.close()
+
+
 @pytest.mark.slow
 async def test_two_brokers_share_drain_and_take_over() -> None:
     name = f"own-{next(_names)}"

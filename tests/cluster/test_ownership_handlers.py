@@ -84,6 +84,14 @@ class FakeOwnership:
     async def until_local(self, topic: str, partition: int, timeout_s: float) -> bool:
         return self.is_local(topic, partition)
 
+    early: frozenset[int] = frozenset()  # partitions opened while their bundle still loads
+
+    def serves_partition(self, topic: str, partition: int) -> bool:
+        return self.is_local(topic, partition) or (not self.lost and partition in self.early)
+
+    async def until_serving(self, topic: str, partition: int, timeout_s: float) -> bool:
+        return self.serves_partition(topic, partition)
+
     def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
         if self.gone:
             return None
@@ -228,6 +236,25 @@ async def test_non_owner_refuses_and_lost_ownership_is_never_acknowledged() -> N
     assert broker.topic_service.log.appended == 2
 
 
+async def test_a_partition_opened_before_its_bundle_is_loaded_serves_produce_and_fetch() -> None:
+    broker = FakeBroker()
+    broker.ownership.early = frozenset({1})  # held here, opened; its bundle still loads
+    ctx = RequestContext(broker=broker)  # type: ignore[arg-type]
+    plog = await open_partition(ctx, "t", 1, log_only=True)  # produce, fetch
+    await plog.append(b"x")
+    with pytest.raises(NotLeaderOrFollowerError):
+        await open_partition(ctx, "t", 1)  # anything else waits for the whole bundle
+    with pytest.raises(NotLeaderOrFollowerError):
+        await open_partition(ctx, "t", 3, log_only=True)  # not opened yet
+
+    def lose() -> None:
+        broker.ownership.lost = True
+
+    broker.topic_service.log.during_append = lose
+    with pytest.raises(NotLeaderOrFollowerError):
+        await plog.append(b"y")  # lost while appending: never acknowledged
+
+
 async def test_group_calls_for_a_group_owned_elsewhere_get_not_coordinator() -> None:
     async with trio.open_nursery() as nursery:
         groups = ClusterGroupCoordinator(None, None, FakeOwnership(), nursery)  # type: ignore[arg-type]
@@ -260,6 +287,9 @@ class LayoutOwnership:
 
     def recently_asked(self) -> set[str]:
         return set()
+
+    def partition_opened(self, bundle: int, topic: str, partition: int) -> None:
+        self.opened_early = [*getattr(self, "opened_early", []), partition]
 
 
 class OpenLogs:
@@ -378,10 +408,14 @@ async def test_a_failover_opens_a_few_partitions_at_a_time_and_requests_at_once(
 class HeldGroups:
     """A coordinator partition whose load waits for `release`."""
 
-    def __init__(self) -> None:
+    def __init__(self, topics: OpeningTopics | None = None) -> None:
         self.release = trio.Event()
+        self.topics = topics
+        self.opened_at_start: set[int] | None = None  # partitions open when the load began
 
     async def start_partition(self, partition: int) -> None:
+        if self.topics is not None:
+            self.opened_at_start = set(self.topics.opened)
         await self.release.wait()
 
 
@@ -414,12 +448,15 @@ async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_lo
         hooks.open_now(target, "t", 0)  # a request waits for partition 0
         await trio.sleep(5)
         assert topics.opened == {0}
+        # opened within the acquisition: produce and fetch are served on it before the load
+        assert hooks.ownership.opened_early == [0]  # type: ignore[union-attr]
         groups.release.set()
     mine = {p for p in range(40) if bundle_of("t", p, 4) == target}
     assert topics.opened == mine
     # a topic clients asked about lately (a producer whose broker died asks every second)
     # is opened at once, beside the loads
-    topics, groups = OpeningTopics(40), HeldGroups()
+    topics = OpeningTopics(40)
+    groups = HeldGroups(topics)
     async with trio.open_nursery() as nursery:
         hooks = BundleHooks(topics, nursery)  # type: ignore[arg-type]
         hooks.ownership = GroupUnitOwnership()  # type: ignore[assignment]
@@ -428,4 +465,32 @@ async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_lo
         nursery.start_soon(hooks.acquired, target)
         await trio.sleep(5)
         assert topics.opened == mine
+        # the coordinator load began only once they were open: on a loaded machine they
+        # shared its CPU, and the clients' partitions waited for the crowd
+        assert groups.opened_at_start == mine
         groups.release.set()
+
+
+class Joining:
+    """A cluster broker's ownership before its first reconcile (it waits out its old
+    registration after a kill -9): it knows no other broker and no owner."""
+
+    answers_clients = False
+
+
+async def test_a_broker_takes_client_connections_only_once_it_knows_the_cluster() -> None:
+    """Before, a restarted broker answered Metadata while it waited to register: no leader for
+    any partition, itself at port 0, and librdkafka stalled on that (chaos.py: 7.7 s)."""
+    from tests.kafka_server.conftest import running_stack
+    from tests.kafka_server.kafka_wire_client import WireClient
+
+    async with running_stack() as stack:
+        joining = Joining()
+        stack.broker.ownership = joining  # type: ignore[attr-defined]
+        async with await WireClient.connect(stack.port) as early:
+            assert await early.closed_by_server()  # as if not up yet: it asks another broker
+        joining.answers_clients = True
+        async with await WireClient.connect(stack.port) as later:
+            answer = await later.request(18, 3, {"client_software_name": "t",
+                                                    "client_software_version": "1"})
+            assert answer["error_code"] == 0

@@ -188,7 +188,7 @@ async def handle_fetch(ctx: RequestContext, header: RequestHeader, body: dict) -
                 pf.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             else:
                 try:
-                    pf.log = await open_partition(ctx, name, pf.partition)
+                    pf.log = await open_partition(ctx, name, pf.partition, log_only=True)
                 except Exception as exc:  # noqa: BLE001 - becomes this partition's error code
                     pf.error = error_code_of(exc)
                     if pf.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and version >= 13:

@@ -101,7 +101,7 @@ async def _append_partition(
                 f"{len(records)} bytes of records exceed max.message.bytes={limit}"
             )
         log_append = configs.get("message.timestamp.type") == LOG_APPEND_TIME
-        plog = await open_partition(ctx, topic, index)
+        plog = await open_partition(ctx, topic, index, log_only=True)
         await _admit_under_backlog_quota(ctx, topic, index)
         batch: bytes | memoryview = records
         if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] < 2:

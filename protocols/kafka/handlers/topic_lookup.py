@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from protocols.kafka.broker_api import (
@@ -81,8 +82,14 @@ def require_topic_id(ctx: RequestContext, topic_id: uuid.UUID | None) -> Any:
     return info
 
 
-async def open_partition(ctx: RequestContext, topic: str | None, partition: int) -> PartitionLogApi:
-    """The partition log of `topic`/`partition`; UnknownTopicOrPartitionError when absent."""
+async def open_partition(ctx: RequestContext, topic: str | None, partition: int, *,
+                         log_only: bool = False) -> PartitionLogApi:
+    """The partition log of `topic`/`partition`; UnknownTopicOrPartitionError when absent.
+
+    `log_only`: the caller needs nothing but the partition's log (a plain produce or fetch),
+    so on a broker still loading the partition's bundle it is served as soon as the partition
+    itself is open (fenced, recovered: ownership `serves_partition`), not after the bundle's
+    coordinators and extensions."""
     info = topic_info(ctx, topic)
     if info is None or topic is None:
         raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
@@ -91,19 +98,26 @@ async def open_partition(ctx: RequestContext, topic: str | None, partition: int)
     ownership = ownership_of(ctx.broker)
     if ownership is None:
         return await ctx.topics.partition(topic, partition)
-    if not ownership.is_local(topic, partition):
+    serves = getattr(ownership, "serves_partition", None) if log_only else None
+    local = serves if serves is not None else ownership.is_local
+    if not local(topic, partition):
         # held here but still loading (a failover fences and recovers the earlier owner's
         # ledgers): wait for the load rather than refuse, which costs the client a metadata
         # round and a retry back-off (up to 0.5-1 s) after the bundle is ready
-        await ownership.until_local(topic, partition, LOADING_WAIT_S)
-    require_local(ownership, topic, partition)
+        if serves is not None:
+            await ownership.until_serving(topic, partition,  # type: ignore[attr-defined]
+                                          LOADING_WAIT_S)
+        else:
+            await ownership.until_local(topic, partition, LOADING_WAIT_S)
+    require_local(ownership, topic, partition, local)
     plog = await ctx.topics.partition(topic, partition)
-    require_local(ownership, topic, partition)
-    return OwnedPartitionLog(plog, ownership, topic, partition)
+    require_local(ownership, topic, partition, local)
+    return OwnedPartitionLog(plog, ownership, topic, partition, local)
 
 
-def require_local(ownership: OwnershipApi, topic: str, partition: int) -> None:
-    if not ownership.is_local(topic, partition):
+def require_local(ownership: OwnershipApi, topic: str, partition: int,
+                  local: Callable[[str, int], bool] | None = None) -> None:
+    if not (local or ownership.is_local)(topic, partition):
         owner = ownership.owner_of(topic, partition)
         where = f"broker {owner.node_id}" if owner is not None else "no broker yet"
         raise NotLeaderOrFollowerError(f"{topic}-{partition} is owned by {where}")
@@ -113,11 +127,12 @@ class OwnedPartitionLog:
     """A partition log that acknowledges an append only if this broker still owns it."""
 
     def __init__(self, inner: PartitionLogApi, ownership: OwnershipApi, topic: str,
-                 partition: int) -> None:
+                 partition: int, local: Callable[[str, int], bool] | None = None) -> None:
         self._inner = inner
         self._ownership = ownership
         self._topic = topic
         self._partition = partition
+        self._local = local
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -126,5 +141,5 @@ class OwnedPartitionLog:
                      timestamp_type_log_append: bool = False) -> AppendResultView:
         result = await self._inner.append(records,
                                           timestamp_type_log_append=timestamp_type_log_append)
-        require_local(self._ownership, self._topic, self._partition)
+        require_local(self._ownership, self._topic, self._partition, self._local)
         return result
