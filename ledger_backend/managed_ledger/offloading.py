@@ -72,6 +72,8 @@ OFFLOAD_CRASH_POINTS = (
 # reads, the wire and the client's digest checks overlap instead of taking turns.
 _PIECE_BYTES = 2 << 20
 _PIECES_IN_FLIGHT = 4
+# ledgers read at the same time (each in pieces as above), handed on in ledger order
+_LEDGERS_IN_FLIGHT = 2
 # Steps 1-4 go for up to _GROUP_LEDGERS encoded ledgers (_GROUP_BYTES of objects) at once:
 # two metadata writes and concurrent uploads per group instead of two writes per ledger. At
 # most _PIPELINE_BYTES of ledgers are read ahead and not stored yet.
@@ -173,19 +175,40 @@ async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: l
     budget = _Budget(_PIPELINE_BYTES)
 
     async def read_ahead() -> None:
-        async with send:
-            for ledger_id in ledger_ids:
+        # Up to _LEDGERS_IN_FLIGHT ledgers are read at the same time (started in order, within
+        # the budget) and handed on in order: the next ledger's reads fill the gaps of this
+        # one's (its last pieces, its encode) instead of starting after them.
+        finished = [trio.Event() for _ in ledger_ids]
+        results: dict[int, _Encoded | OffloadRecord | Exception] = {}
+        slots = trio.Semaphore(_LEDGERS_IN_FLIGHT)
+
+        async def read_one(index: int, ledger_id: int, size: int) -> None:
+            try:
+                item: _Encoded | OffloadRecord | Exception = await _read_and_encode(
+                    ml, ledger_id)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - raised by the consumer, in order
+                item = exc
+            slots.release()
+            if not isinstance(item, _Encoded):
+                budget.give(size, 1)
+            results[index] = item
+            finished[index].set()
+
+        async def start_reads() -> None:
+            for index, ledger_id in enumerate(ledger_ids):
                 size = _listed(ml, ledger_id).size if _is_listed(ml, ledger_id) else 0
                 await budget.take(size)
-                try:
-                    item: _Encoded | OffloadRecord | Exception = await _read_and_encode(
-                        ml, ledger_id)  # fmt: skip
-                except Exception as exc:  # noqa: BLE001 - raised by the consumer, in order
-                    item = exc
-                if not isinstance(item, _Encoded):
-                    budget.give(size, 1)
+                await slots.acquire()
+                readers.start_soon(read_one, index, ledger_id, size)
+
+        async with send, trio.open_nursery() as readers:
+            readers.start_soon(start_reads)
+            for index in range(len(ledger_ids)):
+                await finished[index].wait()
+                item = results.pop(index)
                 send.send_nowait(item)
                 if isinstance(item, Exception):
+                    readers.cancel_scope.cancel()
                     return
 
     async with trio.open_nursery() as nursery:

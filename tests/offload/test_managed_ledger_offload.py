@@ -73,6 +73,16 @@ async def offloaded_without_bookie_copies(
     return factory, ml, done
 
 
+async def filled(store: MetadataStore, bk: MemoryBookKeeper, offloader: FilesystemOffloader,
+                 entries: int) -> tuple[ManagedLedgerFactory, ManagedLedger]:  # fmt: skip
+    """A managed ledger offloading to `offloader` with `entries` entries (ledgers of 10)."""
+    factory = ManagedLedgerFactory(store, bk, offloader=offloader)
+    ml = await factory.open(NAME, CONFIG)
+    for i in range(entries):
+        await ml.append(payload(i))
+    return factory, ml
+
+
 def payload(i: int) -> bytes:
     return (b"entry-%05d-" % i) * (i % 7 + 1)
 
@@ -275,10 +285,7 @@ async def test_a_group_records_the_ledgers_before_one_that_changed_meanwhile(
     from ledger_backend.managed_ledger import offloading
 
     offloader = FilesystemOffloader(tmp_path)
-    factory = ManagedLedgerFactory(store, bk, offloader=offloader)
-    ml = await factory.open(NAME, CONFIG)
-    for i in range(35):
-        await ml.append(payload(i))
+    factory, ml = await filled(store, bk, offloader, 35)
     ids = [r.ledger_id for r in ml.ledgers[:3]]
     group = [await offloading._read_and_encode(ml, i) for i in ids]
     assert await offloading.offload_ledgers(ml, offloader, [ids[1]]) == [ids[1]]
@@ -294,4 +301,43 @@ async def test_a_group_records_the_ledgers_before_one_that_changed_meanwhile(
     first = ml.first_position
     assert first is not None
     assert [e.data for e in await ml.read(first, 100)] == [payload(i) for i in range(35)]
+    await factory.close()
+
+
+async def test_ledgers_read_at_the_same_time_are_recorded_in_order_until_an_error(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
+) -> None:
+    """The first ledger's read finishes only after the second's has started (so two are read
+    at the same time; a pass reading one at a time fails here), the third's read fails: the
+    first two are recorded in order, the error is raised, nothing else is recorded or left
+    pending, and the next pass offloads the rest."""
+    import trio
+
+    factory, ml = await filled(store, bk, FilesystemOffloader(tmp_path), 45)
+    ids = [r.ledger_id for r in ml.ledgers[:4]]
+    second_started = trio.Event()
+    plain_read = ml._readers.read
+
+    async def read(ledger_id: int, first: int, last: int) -> list[bytes]:
+        if ledger_id == ids[0]:
+            with trio.fail_after(30):
+                await second_started.wait()
+        elif ledger_id == ids[1]:
+            second_started.set()
+        elif ledger_id == ids[2]:
+            raise ObjectStoreUnavailableError("bookie read failed (test)")
+        return await plain_read(ledger_id, first, last)
+
+    ml._readers.read = read  # type: ignore[method-assign]
+    with pytest.raises(ObjectStoreUnavailableError, match="bookie read failed"):
+        await ml.offload()
+    path = managed_ledger_path("/ledgerwire/managed-ledgers", NAME)
+    node = decode_managed_ledger((await store.get(path))[0], path)
+    assert [r.offload is not None for r in node.ledgers[:4]] == [True, True, False, False]
+    assert node.offload_pending == [] and count_objects(tmp_path) == 2
+    ml._readers.read = plain_read  # type: ignore[method-assign]
+    assert await ml.offload() == ids[2:]
+    first = ml.first_position
+    assert first is not None
+    assert [e.data for e in await ml.read(first, 100)] == [payload(i) for i in range(45)]
     await factory.close()
