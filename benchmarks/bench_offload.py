@@ -12,14 +12,18 @@ process), plus (b) without the bookie read.
 With --local the readers reach the bookie in-process (BookKeeper(local_bookies=True), as
 `ledgerwire standalone` does: no wire encode/decode) instead of over loopback TCP. Since the
 work is CPU-bound on a shared machine, read MB/s together with ms CPU/MB and `uptime`.
-Run: `python benchmarks/bench_offload.py [MB] [--s3] [--local]` (--s3 also offloads to moto's
-S3 server, which is slow Python: a functional figure, not a store's).
+Run: `python benchmarks/bench_offload.py [MB] [--s3] [--local] [--batch-only] [--runs N]`
+(--s3 also offloads to moto's S3 server, which is slow Python: a functional figure, not a
+store's; --batch-only skips the entry-by-entry reads and offloads; --runs N offloads N fresh
+64 MB ledger sets per store with batch reads and prints each figure and their median, the
+figure issue 18's goal of 200 MB/s to a directory is judged by).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -80,12 +84,15 @@ def rate(size: int, wall: float, cpu: float) -> str:
     return f"{size / wall / 1e6:8.1f} MB/s  {cpu / (size / 1e6) * 1e3:6.2f} ms CPU/MB"
 
 
-async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool) -> None:
+async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool, batch_only: bool,
+                runs: int) -> None:
     store = await open_store(str(tmp / "meta"))
     port = free_port()
     config = BookieStorageConfig(data_dir=tmp / "bookie", flush_interval_s=0.05,
                                  disk_check_interval_s=3600.0)
-    modes = (("single", False), ("batch", True))  # entry-by-entry reads vs READ_ENTRIES
+    modes: tuple[tuple[str, bool], ...] = (("single", False), ("batch", True))  # vs READ_ENTRIES
+    if batch_only:
+        modes = modes[1:]
     async with open_bookie_storage(config) as storage, trio.open_nursery() as nursery:
         await nursery.start(serve_bookie, storage, store, "127.0.0.1", port)
         async with BookKeeper(store, timeout_s=30) as bk:
@@ -102,7 +109,8 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool) -> Non
                 print(f"read from bookie ({label:6s}):  {rate(total, took, cpu)} "
                       f"({total >> 20} MB; bookie and client in this process, "
                       f"{'in-process calls' if local else 'loopback TCP'})")
-            print(f"  batch / single: {figures['read batch'] / figures['read single']:.2f}x")
+            if not batch_only:
+                print(f"  batch / single: {figures['read batch'] / figures['read single']:.2f}x")
 
             offloaders: list[tuple[str, Offloader]] = [
                 ("filesystem", FilesystemOffloader(tmp / "tier"))]
@@ -111,8 +119,9 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool) -> Non
                 offloaders.append(("s3 (moto)", ObjectStoreOffloader.s3(
                     "ledgers", endpoint=s3_endpoint, access_key_id="x", secret_access_key="x")))
             for label, offloader in offloaders:
-                for mode, batch in modes:
-                    name = f"bench/{label.split()[0]}-{mode}"
+                rates: list[float] = []
+                for mode, batch in [*modes, *[("batch", True)] * (runs - 1)]:
+                    name = f"bench/{label.split()[0]}-{mode}-{len(rates)}"
                     await fill(ManagedLedgerFactory(store, bk), name, min(mb, 64))
                     async with BookKeeper(store, timeout_s=30, batch_reads=batch,
                                           local_bookies=local) as reader:
@@ -127,10 +136,17 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool) -> Non
                         await ml.delete_offloaded_bookie_copies(0)
                         await factory.close()
                     figures[f"offload {mode}"] = size / took
+                    if batch:
+                        rates.append(size / took / 1e6)
                     print(f"offload to {label} ({mode:6s}): {rate(size, took, cpu)} "
-                          f"({size >> 20} MB, read + encode + write + verify)")
-                print(f"  batch / single: "
-                      f"{figures['offload batch'] / figures['offload single']:.2f}x")
+                          f"({size >> 20} MB, read + encode + write + verify; {load()})")
+                if not batch_only:
+                    print(f"  batch / single: "
+                          f"{figures['offload batch'] / figures['offload single']:.2f}x")
+                if runs > 1:
+                    print(f"  offload to {label}, {len(rates)} runs: median "
+                          f"{statistics.median(rates):.1f} MB/s (min {min(rates):.1f}, "
+                          f"max {max(rates):.1f})")
                 entries = [b"x" * ENTRY] * (size // ENTRY)
                 cpu = time.process_time()
                 start = time.perf_counter()
@@ -158,15 +174,22 @@ def load() -> str:
 
 def main() -> None:
     print(load())
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv = sys.argv[1:]
+    runs = 1
+    if "--runs" in argv:
+        at = argv.index("--runs")
+        runs = int(argv[at + 1])
+        del argv[at : at + 2]
+    args = [a for a in argv if not a.startswith("--")]
     mb = int(args[0]) if args else 128
+    flags = ("--local" in sys.argv, "--batch-only" in sys.argv, runs)
     with tempfile.TemporaryDirectory() as tmp:
         if "--s3" in sys.argv:
             from tests.offload.moto_server import moto_s3
             with moto_s3("ledgers") as endpoint:
-                trio.run(bench, mb, Path(tmp), endpoint, "--local" in sys.argv)
+                trio.run(bench, mb, Path(tmp), endpoint, *flags)
         else:
-            trio.run(bench, mb, Path(tmp), None, "--local" in sys.argv)
+            trio.run(bench, mb, Path(tmp), None, *flags)
     print(load())
 
 
