@@ -166,7 +166,14 @@ def spans_covering(layout: PartitionLayout, start: int, end: int) -> tuple[int, 
 
 def entry_for_offset(access: LedgerAccess, span: LedgerSpan, offset: int) -> int:
     """The last entry of `span` whose batch starts at or before `offset` (entry 0 when none
-    does); batches are in offset order, so a binary search."""
+    does); batches are in offset order, so a binary search. The span's own bounds answer
+    without a read: at or before entry 0's base it is entry 0 (bases only grow), at or past
+    the last entry's last offset the last entry (its base is at most that offset); so a
+    whole-log range (earliest..latest) plans with no search reads at all."""
+    if offset <= span.first_offset:
+        return 0
+    if offset >= span.end_offset - 1:
+        return span.last_entry
     lo, hi = 0, span.last_entry
     while lo < hi:
         mid = (lo + hi + 1) // 2
