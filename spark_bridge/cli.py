@@ -42,7 +42,7 @@ from spark_bridge.job_tokens import (
     expire_job_token,
 )
 from spark_bridge.parquet_backfill import backfill_parquet, plan_parquet
-from spark_bridge.parquet_replay import replay_to_parquet, writes_locally
+from spark_bridge.parquet_replay import local_bytes, replay_to_parquet, writes_locally
 from spark_bridge.preflight import PreflightError, check_master, check_metadata, check_read
 from spark_bridge.progress import Progress
 from spark_bridge.spark_session import (
@@ -483,7 +483,9 @@ def run_replay(args: argparse.Namespace) -> int:
         seconds = time.time() - started
         if rows is None:  # Spark's write reports no count: read it back
             rows = spark.read.parquet(args.target).count()
-        nbytes = output_bytes(spark, args.target)
+            nbytes = output_bytes(spark, args.target)
+        else:
+            nbytes = local_bytes(args.target)
         print(_summary("replay", rows, nbytes, seconds, f" -> {args.target}", spark_start_s))
         return 0
     except Exception as exc:  # noqa: BLE001 - a failed job is reported, not a traceback

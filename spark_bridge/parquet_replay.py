@@ -59,6 +59,15 @@ def _local_path(target: str) -> Path:
     return Path(parsed.path if parsed.scheme == "file" else target)
 
 
+def local_bytes(target: str) -> int:
+    """Bytes of the files under the local output `target` (what Hadoop's content summary
+    counts, without a JVM round trip)."""
+    root = _local_path(target)
+    if root.is_file():
+        return root.stat().st_size
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
 def deal(splits: list[LedgerSplit], groups: int) -> list[list[tuple[int, LedgerSplit]]]:
     """(index, split) pairs dealt into at most `groups` non-empty groups of similar entry
     counts: the largest split first, each onto the group with the fewest entries so far."""
@@ -170,4 +179,4 @@ class _Task:
         return _write_group(self.reader, self.staging, group)
 
 
-__all__ = ["TargetExistsError", "deal", "replay_to_parquet", "writes_locally"]
+__all__ = ["TargetExistsError", "deal", "local_bytes", "replay_to_parquet", "writes_locally"]

@@ -65,7 +65,8 @@ def test_replay_cli_writes_parquet(stopped: tuple[Standalone, ProducedTopic], tm
     assert table.num_rows == len(produced.rows)
     assert set(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
                    strict=True)) == set(produced.rows)
-    assert "replay: 6000 rows" in capsys.readouterr().out
+    written = sum(p.stat().st_size for p in target.iterdir())  # the parts and _SUCCESS
+    assert f"replay: 6000 rows, {written / 1e6:.1f} MB in " in capsys.readouterr().out
 
 
 def test_replay_cli_names_a_bad_option(stopped: tuple[Standalone, ProducedTopic],
