@@ -181,6 +181,7 @@ class TopicService:
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
         self._state_dirs: set[str] = set()  # topics whose partition-state parent exists
+        self._state_dir_locks: dict[str, trio.Lock] = {}
         self._closed = False
         # advanced by the unloader every tick; partition() stamps the log it hands out with it
         self.use_tick = 0
@@ -566,13 +567,23 @@ class TopicService:
         """The parent of the topic's partition state nodes exists (checked once a topic)."""
         if topic in self._state_dirs:
             return
-        parent = f"{PARTITION_STATE_PATH}/{topic}"
-        if await self._store.exists(parent) is None:
-            try:
-                await self._store.create(parent, b"", make_parents=True)
-            except NodeExistsError:
-                pass
-        self._state_dirs.add(topic)
+        # one check for the partitions of a topic opening together (a produce request to all
+        # of a new topic's partitions checked and created it once per partition)
+        lock = self._state_dir_locks.setdefault(topic, trio.Lock())
+        try:
+            async with lock:
+                if topic in self._state_dirs:
+                    return
+                parent = f"{PARTITION_STATE_PATH}/{topic}"
+                if await self._store.exists(parent) is None:
+                    try:
+                        await self._store.create(parent, b"", make_parents=True)
+                    except NodeExistsError:
+                        pass
+                self._state_dirs.add(topic)
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._state_dir_locks.pop(topic, None)
 
     async def apply_retention(self) -> int:
         """Apply retention.ms/bytes to every open partition; returns how many ledgers went."""

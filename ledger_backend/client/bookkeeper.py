@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BookKeeper", "PreparedLedger", "ReadHandle", "WriteHandle"]
 
+BOOKIE_LIST_TTL_S = 1.0  # new ledgers' ensembles come from a bookie list this fresh
+
 
 
 def _served_here(address: str) -> bool:
@@ -91,6 +93,7 @@ class BookKeeper:
         self._ctx: ClientContext | None = None
         self._closed = False
         self._first_ids = LedgerIdBlocks(store, LEDGER_ID_COUNTER_PATH)
+        self._bookies_seen: tuple[float, list[str]] | None = None  # (when, bookies)
         self._ledgers_dir_exists = False
 
     async def __aenter__(self) -> BookKeeper:
@@ -179,7 +182,7 @@ class BookKeeper:
     async def _new_metadata(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
                             custom_metadata: dict[str, bytes] | None) -> LedgerMetadata:
         ctx = self.context
-        available = await ctx.available_bookies()
+        available = await self._bookies_for_new_ledger()
         ensemble = ctx.placement.choose_ensemble(available, ensemble_size)
         metadata = LedgerMetadata(
             ensemble_size=ensemble_size,
@@ -196,6 +199,20 @@ class BookKeeper:
             if self._entry_mac:
                 metadata = metadata.replace(digest_type=DIGEST_TYPE_HMAC_SHA256)
         return metadata
+
+    async def _bookies_for_new_ledger(self) -> list[str]:
+        """The registered bookies, read at most once per BOOKIE_LIST_TTL_S for new ledgers'
+        ensembles (thousands of new partitions a second each listed them: 7% of the event
+        loop's time in a first-write round).  A bookie gone within that second may be chosen
+        once more; its first add fails and the ensemble change (which lists afresh) replaces it,
+        as for a bookie that dies just after the choice."""
+        now = time.monotonic()
+        seen = self._bookies_seen
+        if seen is not None and now - seen[0] < BOOKIE_LIST_TTL_S:
+            return seen[1]
+        available = await self.context.available_bookies()
+        self._bookies_seen = (now, available) if available else None
+        return available
 
     async def open_ledger(self, ledger_id: int, *, recovery: bool) -> ReadHandle:
         """recovery=True: fence, recover and close the ledger (if not closed yet), then read it.
