@@ -307,7 +307,7 @@ async def test_acquiring_a_bundle_closes_stale_logs_of_it() -> None:
     """A log left open from an earlier ownership (a request that raced a release) must not be
     reused when the bundle comes back: its producer state may be behind the real log."""
     from gateway.cluster.ownership import bundle_of
-    from gateway.process.cluster_broker import BundleHooks
+    from gateway.process.bundle_hooks import BundleHooks
 
     logs = {("t", p): ClosableLog() for p in range(4)}
     async with trio.open_nursery() as nursery:
@@ -333,7 +333,7 @@ async def test_releasing_a_bundle_closes_its_logs_side_by_side(
     """A bundle's partitions answer nowhere until its release is done: 8 closes that take
     10 s each are one wait, not 8 (80 s before)."""
     from gateway.cluster.ownership import bundle_of
-    from gateway.process.cluster_broker import BundleHooks
+    from gateway.process.bundle_hooks import BundleHooks
 
     target = bundle_of("t", 0, 4)
     logs = {("t", p): SlowClosingLog() for p in range(32) if bundle_of("t", p, 4) == target}
@@ -387,7 +387,7 @@ async def test_a_failover_opens_a_few_partitions_at_a_time_and_requests_at_once(
     client's request for one of them opens it at once: before, all 100 opened together and a
     request waited for the crowd (a failover's resume followed the partition count)."""
     from gateway.cluster.ownership import bundle_of
-    from gateway.process.cluster_broker import BACKGROUND_OPENS, BundleHooks
+    from gateway.process.bundle_hooks import BACKGROUND_OPENS, BundleHooks
 
     topics = OpeningTopics(400)
     target = bundle_of("t", 0, 4)
@@ -434,7 +434,7 @@ async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_lo
     """While a taken-over bundle's coordinators load (every request waits for that), only the
     partitions requests wait for are opened; the rest follow once the bundle is ready."""
     from gateway.cluster.ownership import bundle_of
-    from gateway.process.cluster_broker import BundleHooks
+    from gateway.process.bundle_hooks import BundleHooks
 
     topics = OpeningTopics(40)
     target = bundle_of("t", 0, 4)
