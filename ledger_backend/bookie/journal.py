@@ -21,9 +21,7 @@ trigger the add that opens a group on an idle journal fires it itself (after one
 so the journal task only times max-wait groups, reports failures and shuts down: a lone add
 costs no journal task step, and groups under steady load none either.  An add still returns
 only after its record is on disk.  ``append_soon`` journals a record without a waiting task: its
-callback runs in the Trio thread when the group is released (fsynced, or failed); a group it
-opens on an idle journal is started by the journal task's next step, without a checkpoint (one
-step per group: the tasks runnable with that add have all run by then).  Files roll
+callback runs in the Trio thread when the group is released (fsynced, or failed).  Files roll
 over at journal_max_file_bytes; a restarted bookie never appends to an old file.
 
 Replay (``JournalScanner``) reads from a log mark forward and stops at the first record that
@@ -345,9 +343,8 @@ class Journal:
         """Journal one record without a waiting task: `on_done` is called in the Trio thread
         with None once the record is fsynced, or with the JournalFailedError of its group.
         Raises JournalFailedError at once if the journal already failed.  A group this record
-        opens on an idle journal is started by the journal task in its next step, so the adds
-        of every task runnable with this one join it (one journal task step per such group);
-        under load the previous group's completion starts it."""
+        opens on an idle journal is started by the journal task (after one checkpoint, so the
+        adds runnable now join it); under load the previous group's completion starts it."""
         group, opens_idle_group = self._enqueue(rec_type, ledger_id, entry_id, lac, payload)
         group.callbacks.append(on_done)
         if opens_idle_group:
@@ -384,14 +381,7 @@ class Journal:
                     self._wake = trio.Event()
                     continue
                 group = self._open
-                if self._flush_when_queue_empty:
-                    # Woken by the add that opened an idle journal's group (append_soon): every
-                    # task that was runnable with that add has run since, so its adds are in
-                    # the group; a checkpoint here would cost this task a second step per group
-                    # for adds that were not runnable yet when the group opened.
-                    trigger = "bytes" if group.nbytes >= self._group_bytes else "queue_empty"
-                else:
-                    trigger = await self._wait_for_trigger(group)
+                trigger = await self._wait_for_trigger(group)
                 taken = self._open is not group or self._in_flight is not None
                 if not taken and self._write_error is None:  # else an add or a completion did
                     self._start_write(group, trigger)
@@ -414,6 +404,9 @@ class Journal:
     async def _wait_for_trigger(self, group: _Group) -> str:
         if group.nbytes >= self._group_bytes:
             return "bytes"
+        if self._flush_when_queue_empty:
+            await trio.lowlevel.checkpoint()  # let every runnable add join first
+            return "bytes" if group.nbytes >= self._group_bytes else "queue_empty"
         remaining = group.first_arrival + self._max_wait - trio.current_time()
         if remaining > 0:
             with trio.move_on_after(remaining):
