@@ -30,7 +30,7 @@ log = logging.getLogger("ledgerwire.broker")
 
 # partitions of acquired bundles opened in the background at once (see BundleHooks.acquired)
 BACKGROUND_OPENS = 8
-# the longest the other work of a take-over waits for the opens clients wait for
+# the longest a take-over's background opens wait for the opens clients wait for
 URGENT_FIRST_MAX_S = 3.0
 
 
@@ -60,8 +60,8 @@ class BundleHooks:
         # that (and before the bundle is released) is fresh, fenced and recovered here
         self._acquisitions: dict[int, int] = {}
         self._acquisition = 0
-        # opens clients wait for (requests, topics asked about lately) under way; the rest of
-        # a take-over (coordinator loads, other partitions) waits for them (`_after_urgent`)
+        # opens clients wait for (requests, topics asked about lately) under way; a
+        # take-over's background opens wait for them (`_after_urgent`)
         self._urgent = 0
         self._calm = trio.Event()
         self._calm.set()
@@ -92,30 +92,31 @@ class BundleHooks:
                         self._open_urgently(bundle, name, p, self._opening_asked)
                     else:
                         later.append((name, p))
-        # The loads start once those opens are done (at most URGENT_FIRST_MAX_S later): on a
-        # loaded machine a take-over's loads and opens share little CPU, and the clients'
-        # partitions opened beside every coordinator load (and other bundles' background
-        # opens) took 0.5-1.8 s after the take-over instead of ~0.3 s (chaos.py at load 10).
         async with trio.open_nursery() as loading:
             for topic, partition in self.ownership.units_in_bundle(bundle):
                 if topic == GROUP_TOPIC:
-                    loading.start_soon(self._after_urgent, self._load_group_partition,
-                                       partition)
+                    loading.start_soon(self._load_group_partition, partition)
             for extension in self.extensions:
-                loading.start_soon(self._after_urgent, self._load_extension, extension, bundle)
+                loading.start_soon(self._load_extension, extension, bundle)
         # Then open (and so fence and recover) the bundle's other partitions in the background
         # rather than on their first request.  BACKGROUND_OPENS at a time: a failover of a few
         # hundred partitions opened all at once made every client wait for the slowest of them
         # (chaos.py: 19-26 s for ~190 partitions at load 30-40); started beside the loads
         # they slowed the bundle's readiness as the partition count grew (chaos.py broker
         # kills at load 10: 0.6-1.2 s from acquiring to serving, more with every trial).
+        # They also wait for the opens clients wait for (at most URGENT_FIRST_MAX_S): on a
+        # loaded machine a take-over's work shares little CPU, and the clients' partitions
+        # opened beside other bundles' background opens took 0.5-1.8 s after the take-over
+        # instead of ~0.2 s (chaos.py at load 10).  The loads are not held back: RocketMQ
+        # queues and coordinators are served only once the whole bundle is loaded (holding
+        # the loads back cost RocketMQ sends up to 12 s at load 20).
         for name, p in later:
             self.nursery.start_soon(self._after_urgent, self._open_quietly, bundle, name, p,
                                     self._opening)
 
     def _open_urgently(self, bundle: int, topic: str, partition: int,
                        limiter: trio.CapacityLimiter | None) -> None:
-        """Open a partition clients wait for; the rest of take-overs waits (`_after_urgent`).
+        """Open a partition clients wait for; background opens wait (`_after_urgent`).
         Counted when scheduled, so work scheduled after it sees it."""
         self._urgent += 1
         if self._calm.is_set():

@@ -408,14 +408,10 @@ async def test_a_failover_opens_a_few_partitions_at_a_time_and_requests_at_once(
 class HeldGroups:
     """A coordinator partition whose load waits for `release`."""
 
-    def __init__(self, topics: OpeningTopics | None = None) -> None:
+    def __init__(self) -> None:
         self.release = trio.Event()
-        self.topics = topics
-        self.opened_at_start: set[int] | None = None  # partitions open when the load began
 
     async def start_partition(self, partition: int) -> None:
-        if self.topics is not None:
-            self.opened_at_start = set(self.topics.opened)
         await self.release.wait()
 
 
@@ -455,8 +451,7 @@ async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_lo
     assert topics.opened == mine
     # a topic clients asked about lately (a producer whose broker died asks every second)
     # is opened at once, beside the loads
-    topics = OpeningTopics(40)
-    groups = HeldGroups(topics)
+    topics, groups = OpeningTopics(40), HeldGroups()
     async with trio.open_nursery() as nursery:
         hooks = BundleHooks(topics, nursery)  # type: ignore[arg-type]
         hooks.ownership = GroupUnitOwnership()  # type: ignore[assignment]
@@ -465,9 +460,6 @@ async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_lo
         nursery.start_soon(hooks.acquired, target)
         await trio.sleep(5)
         assert topics.opened == mine
-        # the coordinator load began only once they were open: on a loaded machine they
-        # shared its CPU, and the clients' partitions waited for the crowd
-        assert groups.opened_at_start == mine
         groups.release.set()
 
 
@@ -494,3 +486,44 @@ async def test_a_broker_takes_client_connections_only_once_it_knows_the_cluster(
             answer = await later.request(18, 3, {"client_software_name": "t",
                                                     "client_software_version": "1"})
             assert answer["error_code"] == 0
+
+
+class TwoTopics(OpeningTopics):
+    """Topic "t" (clients asked about it) and topic "u" (nobody did), opens recorded in order."""
+
+    def __init__(self, partitions: int) -> None:
+        super().__init__(partitions)
+        self.other = Info("u", uuid.uuid4(), partitions)
+        self.order: list[tuple[str, int]] = []
+
+    def topics(self) -> dict[str, Any]:
+        return {"t": self.info, "u": self.other}
+
+    async def partition(self, topic: str, partition: int) -> ClosableLog:
+        self.order.append((topic, partition))
+        return await super().partition(topic, partition)
+
+
+async def test_background_opens_wait_for_the_partitions_clients_wait_for(
+        autojump_clock: trio.testing.MockClock) -> None:  # noqa: ARG001
+    """A take-over opens the partitions clients asked about (and requests wait for) before
+    the bundle's other partitions: on a loaded machine they shared its CPU and the clients'
+    partitions took 0.5-1.8 s to open instead of ~0.2 s."""
+    from gateway.cluster.ownership import bundle_of
+    from gateway.process.bundle_hooks import BundleHooks
+
+    topics = TwoTopics(40)
+    target = bundle_of("t", 0, 4)
+    async with trio.open_nursery() as nursery:
+        hooks = BundleHooks(topics, nursery)  # type: ignore[arg-type]
+        hooks.ownership = GroupUnitOwnership()  # type: ignore[assignment]
+        hooks.ownership.asked = {"t"}  # type: ignore[attr-defined,union-attr]
+        groups = HeldGroups()
+        groups.release.set()
+        hooks.groups = groups  # type: ignore[assignment]
+        await hooks.acquired(target)
+    asked = [p for p in range(40) if bundle_of("t", p, 4) == target]
+    others = [p for p in range(40) if bundle_of("u", p, 4) == target]
+    assert len(topics.order) == len(asked) + len(others)
+    assert {p for _, p in topics.order[:len(asked)]} == set(asked)
+    assert all(topic == "t" for topic, _ in topics.order[:len(asked)])
