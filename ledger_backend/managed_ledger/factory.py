@@ -160,6 +160,15 @@ class ManagedLedgerFactory:
                 if record.offload is not None:
                     await self._delete_object_quietly(name, record.offload.driver,
                                                       record.offload.key)
+            self._drop_name_lock(name, lock, held=True)
+
+    def _drop_name_lock(self, name: str, lock: trio.Lock, *, held: bool) -> None:
+        """Forget a name's lock nobody waits for (deleted or closed names would otherwise
+        keep one each: a churn of topics, or idle partitions unloaded, grew the map without
+        bound).  A later open makes a new one."""
+        if (self._name_locks.get(name) is lock and lock.locked() == held
+                and not lock.statistics().tasks_waiting):
+            del self._name_locks[name]
 
     async def _delete_object_quietly(self, name: str, driver: str, key: str) -> None:
         offloader = self.offloader
@@ -390,6 +399,9 @@ class ManagedLedgerFactory:
     def _forget(self, ml: ManagedLedger) -> None:
         if self._open.get(ml.name) is ml:
             del self._open[ml.name]
+            lock = self._name_locks.get(ml.name)
+            if lock is not None:
+                self._drop_name_lock(ml.name, lock, held=False)
 
 
 async def _delete_ledger_quietly(bk: BookKeeperLike, ledger_id: int) -> None:

@@ -139,3 +139,23 @@ async def test_a_close_without_producers_writes_no_state_and_reopens_by_replay(
     third = await topics.partition("plain", 0)
     assert (await third.append(rb.build_batch([(None, b"i")], producer_id=9, producer_epoch=0,
                                               base_sequence=0))).base_offset == 3
+
+
+async def test_deleted_and_unloaded_partitions_leave_no_per_name_state(make_broker: Any) -> None:
+    """A client test suite's churn of topics (issue 16: RSS grew with every topic created and
+    deleted) and idle unloads keep no lock or marker per partition they touched."""
+    broker = await make_broker(idle_unload_s=0)
+    topics, factory = broker.topics, broker.factory
+    for i in range(20):
+        await topics.create_topic(f"churn-{i}", 2)
+        for p in range(2):
+            await (await topics.partition(f"churn-{i}", p)).append(rb.build_batch([(None, b"x")]))
+        await topics.delete_topic(f"churn-{i}")
+    await topics.create_topic("kept", 1)
+    plog = await topics.partition("kept", 0)
+    topics.use_tick += 5
+    assert await topics.unload_partition(("kept", 0), plog, topics.use_tick - 1)
+    assert not topics.open_partitions()
+    assert not factory._name_locks and not factory._open
+    assert not topics._open_locks and not topics._state_dir_locks
+    assert topics._state_dirs <= {"kept"}
