@@ -182,7 +182,7 @@ class BookKeeper:
     async def _new_metadata(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
                             custom_metadata: dict[str, bytes] | None) -> LedgerMetadata:
         ctx = self.context
-        available = await self._bookies_for_new_ledger()
+        available = await self._bookies_for_new_ledger(ensemble_size)
         ensemble = ctx.placement.choose_ensemble(available, ensemble_size)
         metadata = LedgerMetadata(
             ensemble_size=ensemble_size,
@@ -200,15 +200,17 @@ class BookKeeper:
                 metadata = metadata.replace(digest_type=DIGEST_TYPE_HMAC_SHA256)
         return metadata
 
-    async def _bookies_for_new_ledger(self) -> list[str]:
+    async def _bookies_for_new_ledger(self, ensemble_size: int) -> list[str]:
         """The registered bookies, read at most once per BOOKIE_LIST_TTL_S for new ledgers'
         ensembles (thousands of new partitions a second each listed them: 7% of the event
         loop's time in a first-write round).  A bookie gone within that second may be chosen
         once more; its first add fails and the ensemble change (which lists afresh) replaces it,
-        as for a bookie that dies just after the choice."""
+        as for a bookie that dies just after the choice.  A list too short for the ensemble
+        is read again: a bookie that (re)registered meanwhile is used at once."""
         now = time.monotonic()
         seen = self._bookies_seen
-        if seen is not None and now - seen[0] < BOOKIE_LIST_TTL_S:
+        if seen is not None and now - seen[0] < BOOKIE_LIST_TTL_S \
+                and len(seen[1]) >= ensemble_size:
             return seen[1]
         available = await self.context.available_bookies()
         self._bookies_seen = (now, available) if available else None
