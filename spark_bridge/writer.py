@@ -314,9 +314,9 @@ class LedgerwireBackfillWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 for i, hs in enumerate(headers):
                     hs.append((BACKFILL_HEADER, marker + b"%d" % (first + i)))
             headers = [hs or None for hs in headers]
-        elif marker is not None:
+        elif marker is not None:  # the marker alone: a one-key dict is one object per row
             marks = map(marker.__add__, map(b"%d".__mod__, range(first, first + n)))
-            headers = [[(BACKFILL_HEADER, m)] for m in marks]
+            headers = [{BACKFILL_HEADER: m} for m in marks]  # (a list of tuples is two)
         else:
             headers = [None] * n
         produce = producer.produce
