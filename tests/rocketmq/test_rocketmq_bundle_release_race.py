@@ -3,7 +3,8 @@
 Ownership marks a bundle as releasing before its release hook cancels the bundle's delay
 scheduler and transaction service, so a scan already under way reads through a port that now
 answers BundleNotServedError.  That is the release, not a bug: no traceback in the log (a CI
-run's graceful-stop check failed on one).
+run's graceful-stop check failed on one).  The clock is virtual: the scans counted within the
+window never depend on how busy the machine is.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from gateway.rocketmq.bundle_logs import BundleNotServedError
 from gateway.rocketmq.delays import DelayScheduler
@@ -42,7 +44,7 @@ def released_broker() -> Any:
 
 
 async def test_transaction_scan_of_a_releasing_bundle_logs_no_traceback(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock) -> None:
     broker = released_broker()
     service = TransactionService(broker, scan_interval_s=0.01)
     with caplog.at_level(logging.DEBUG), trio.move_on_after(0.2):
@@ -53,7 +55,7 @@ async def test_transaction_scan_of_a_releasing_bundle_logs_no_traceback(
 
 
 async def test_delay_level_of_a_releasing_bundle_logs_no_traceback(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock) -> None:
     broker = released_broker()
     scheduler = DelayScheduler(broker, "1s 2s")
     with caplog.at_level(logging.DEBUG), trio.move_on_after(0.2):
