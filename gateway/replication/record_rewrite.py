@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import struct
 
+import crc32c
+
 from gateway.replication.batches import (
     ORIGIN_HEADER,
     ORIGIN_OFFSET_HEADER,
@@ -115,10 +117,11 @@ class OutgoingBatches:
         self._base_ts = 0
         self._max_ts = 0
         self._last_offset = -1
-        # the open run of batches forwarded whole: the first one's (records, begin, end, base
-        # offset), the later ones' rebased records, and the run's count, ts range, last offset
-        self._run: tuple[bytes, int, int, int] | None = None
-        self._run_rest = bytearray()
+        # the open run of batches forwarded whole: its records (the first batch's, marked, then
+        # the later ones' rebased), where the mark's record count is in them, the run's count,
+        # timestamp range and last offset
+        self._run_records = bytearray()
+        self._count_at: int | None = None
         self._run_count = 0
         self._run_base_ts = 0
         self._run_max_ts = 0
@@ -187,46 +190,40 @@ class OutgoingBatches:
                  base_ts: int, max_ts: int) -> None:
         """One forwardable batch: the next of the open run if it follows it without a gap and
         fits, else the first of a new run."""
-        if self._run is not None and base_offset == self._run_last + 1 and (
-                self._run_bytes() + end - begin <= self.max_bytes - _FORWARD_MARGIN):
-            mark = len(self._run_rest)
+        if self._count_at is not None and base_offset == self._run_last + 1 and (
+                len(self._run_records) + end - begin <= self.max_bytes - _FORWARD_MARGIN):
+            mark = len(self._run_records)
             try:
                 _rebased(data, begin, end, count, self._run_count, base_ts - self._run_base_ts,
-                         self._run_rest)
+                         self._run_records)
             except (CorruptMessageError, IndexError):  # records the broker never looked into
-                del self._run_rest[mark:]  # (it stores batches whole): it goes alone, as is
+                del self._run_records[mark:]  # (it stores batches whole): it goes alone, as is
             else:
                 # rebased deltas can be longer than stored ones (a batch a minute later: three
                 # bytes per timestamp delta, not one): the run must fit as it will leave
-                if self._run_bytes() <= self.max_bytes - _FORWARD_MARGIN:
+                if len(self._run_records) <= self.max_bytes - _FORWARD_MARGIN:
                     self._run_count += count
                     self._run_max_ts = max(self._run_max_ts, max_ts)
                     self._run_last = base_offset + count - 1
                     return
-                del self._run_rest[mark:]  # it starts the next run
+                del self._run_records[mark:]  # it starts the next run
         self._close_group()
-        self._run = (data, begin, end, base_offset)
+        self._run_records, self._count_at = self._forwarded(data, begin, end, base_offset, count)
         self._run_count, self._run_base_ts, self._run_max_ts = count, base_ts, max_ts
         self._run_last = base_offset + count - 1
 
-    def _run_bytes(self) -> int:
-        assert self._run is not None
-        return self._run[2] - self._run[1] + len(self._run_rest)
-
     def _close_run(self) -> None:
-        if self._run is None:
+        if self._count_at is None:
             return
-        data, begin, end, base_offset = self._run
-        payload = self._forwarded(data, begin, end, base_offset, self._run_count)
-        payload += self._run_rest
-        self.groups.append((payload, self._run_count, self._run_base_ts, self._run_max_ts,
-                            self._run_last))
-        self._run, self._run_rest = None, bytearray()
+        _COUNT.pack_into(self._run_records, self._count_at, self._run_count)  # the whole run
+        self.groups.append((self._run_records, self._run_count, self._run_base_ts,
+                            self._run_max_ts, self._run_last))
+        self._count_at, self._run_records = None, bytearray()
 
     def _forwarded(self, data: bytes, begin: int, end: int, base_offset: int,
-                   count: int) -> bytearray:
+                   count: int) -> tuple[bytearray, int]:
         """The records section data[begin:end] with the batch-level mark (for `count` records
-        from `base_offset` on) added to its first record."""
+        from `base_offset` on) added to its first record, and where that count is in it."""
         length, pos = read_varint(data, begin)
         first_end = pos + length
         _, p = read_varint(data, pos + 1)  # attributes, then the timestamp delta
@@ -241,8 +238,9 @@ class OutgoingBatches:
                            _COUNT.pack(count)))
         out = bytearray(_varint(len(record)))
         out += record
+        count_at = len(out) - _COUNT.size
         out += memoryview(data)[first_end:end]
-        return out
+        return out, count_at
 
     def _all_inbound(self, payload: bytes, count: int, last_offset: int, start: int) -> bool:
         """A batch that another cluster's replicator wrote (an `lw.origin` header in each of its
@@ -341,10 +339,10 @@ def _rebased(data: bytes, begin: int, end: int, count: int, offset_shift: int, t
 def frame(payload: bytes | bytearray, count: int, base_ts: int, max_ts: int, producer_id: int,
           producer_epoch: int, base_sequence: int) -> bytes:
     """An uncompressed v2 batch around `count` framed records (base offset 0, CreateTime)."""
-    out = bytearray(HEADER_SIZE)
-    HEADER.pack_into(out, 0, 0, HEADER_SIZE - LOG_OVERHEAD + len(payload), -1, 2, 0, 0,
+    header = bytearray(HEADER_SIZE)
+    HEADER.pack_into(header, 0, 0, HEADER_SIZE - LOG_OVERHEAD + len(payload), -1, 2, 0, 0,
                      count - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
                      count)
-    out += payload
-    _CRC.pack_into(out, 17, compute_crc(out))
-    return bytes(out)
+    # the CRC of the header's tail continued over the payload: the payload is copied once
+    _CRC.pack_into(header, 17, crc32c.crc32c(payload, compute_crc(header)))
+    return b"".join((header, payload))

@@ -189,7 +189,7 @@ def test_batches_that_follow_each_other_go_as_one_run_up_to_the_limit() -> None:
                    for r in decode_records(data)]
     assert parse_header(framed[0]).max_timestamp == 90_000
     size = len(stored[0]) - 61
-    small = OutgoingBatches("east", 2 * size + 300, forward_min_bytes=0)  # two fit, not three
+    small = OutgoingBatches("east", 2 * size + 400, forward_min_bytes=0)  # two fit, not three
     for data in stored[:3]:
         small.add(data, 0)
     assert [g[1] for g in small.finish()] == [8, 4]
