@@ -262,6 +262,11 @@ class PartitionLog:
         return self._closed
 
     @property
+    def closing(self) -> bool:
+        """close() has started (or finished): nothing new may start on the log."""
+        return self._closing or self._closed
+
+    @property
     def busy(self) -> bool:
         """Work under way that closing the log would cut short: appends not yet durable, reads
         from the ledger, readers or producers waiting on it, a state write, a pinned pass."""

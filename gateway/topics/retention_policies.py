@@ -138,12 +138,13 @@ class RetentionPolicies:
             result.backlog = (await self.backlog.apply_once()).to_json()
         floors = await self._scope.committed_floors() if self._scope is not None else None
         for (topic, partition), plog in sorted(self._topics.open_partitions().items()):
-            if plog.failed or plog.closed:
+            if plog.failed or plog.closing:
                 continue
             if self._scope is not None and not self._scope.owns(topic, partition):
                 continue
             try:
-                await self._apply_to_partition(topic, partition, plog, floors, result)
+                with plog.pinned():  # not unloaded as idle under the pass
+                    await self._apply_to_partition(topic, partition, plog, floors, result)
             except Exception:  # e.g. trimmed or closed under the pass: the next pass retries
                 log_failure(log, "retention of %s-%d not applied", topic, partition)
         await self._topics.apply_retention()

@@ -589,10 +589,11 @@ class TopicService:
         """Apply retention.ms/bytes to every open partition; returns how many ledgers went."""
         deleted = 0
         for plog in list(self._logs.values()):
-            if plog.failed:
+            if plog.failed or plog.closing:  # (closed since the list was taken: unloaded)
                 continue
             try:
-                deleted += len(await plog.apply_retention())
+                with plog.pinned():  # not unloaded as idle under the pass
+                    deleted += len(await plog.apply_retention())
             except Exception:  # e.g. a hand-off racing retention: the next owner applies it
                 log_failure(log, "retention of %s failed", plog.name)
         return deleted

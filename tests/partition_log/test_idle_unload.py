@@ -159,3 +159,29 @@ async def test_deleted_and_unloaded_partitions_leave_no_per_name_state(make_brok
     assert not factory._name_locks and not factory._open
     assert not topics._open_locks and not topics._state_dir_locks
     assert topics._state_dirs <= {"kept"}
+
+
+async def test_a_retention_pass_keeps_its_log_open_and_skips_closed_ones(
+        make_broker: Any) -> None:
+    broker = await make_broker(idle_unload_s=0)
+    topics = broker.topics
+    await topics.create_topic("kept", 2)
+    plog = await topics.partition("kept", 0)
+    other = await topics.partition("kept", 1)
+    await other.close()  # closed (unloaded) after a pass listed it: skipped, no warning
+    trimming, release = trio.Event(), trio.Event()
+    real_trim = plog.ledger.trim
+
+    async def slow_trim() -> list[int]:
+        trimming.set()
+        await release.wait()
+        return await real_trim()
+
+    plog.ledger.trim = slow_trim
+    topics.use_tick += 5
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(topics.apply_retention)
+        await trimming.wait()
+        assert not await topics.unload_partition(("kept", 0), plog, topics.use_tick - 1)
+        release.set()
+    assert await topics.unload_partition(("kept", 0), plog, topics.use_tick - 1)
