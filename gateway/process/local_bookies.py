@@ -38,6 +38,7 @@ def bookie_storage_config(config: Config, index: int) -> BookieStorageConfig:
         data_dir=config.data_dir / "bookies" / str(index),
         fsync=s.fsync,
         journal_max_group_wait_s=s.journal_max_group_wait_ms / 1000.0,
+        journal_writes_in_flight=s.journal_writes_in_flight,
         write_cache_bytes=s.write_cache_mb << 20,
         read_cache_bytes=s.read_cache_mb << 20,
         entry_log_max_bytes=s.entry_log_max_mb << 20,

@@ -16,7 +16,14 @@ when a trigger fires — ``bytes`` (the group reached journal_group_bytes),
 (optional: nothing else is waiting) — and writes it with one writev and one fdatasync in a
 worker thread (which also encodes the record headers and their CRCs, off the Trio thread).
 The thread's completion, delivered to the Trio thread, releases every waiter of that group and,
-when adds arrived meanwhile, starts the next group's write at once.  With the queue-empty
+when adds arrived meanwhile, starts the next group's write at once.  With
+``max_writes_in_flight`` > 1 a group may start while earlier ones are still being written and
+fsynced (each in its own worker thread, at its own offset): an add that arrives during a write
+waits for one fsync of its own instead of the rest of that write plus its own (a virtual
+disk takes overlapping fdatasyncs about as fast as one).  Groups are still *released* strictly
+in the order they started: a group whose fsync returned first waits for every earlier group,
+and once one failed, every later one fails too (its records may follow a hole).  A rollover
+starts only when no write is in flight and nothing starts beside it.  With the queue-empty
 trigger the add that opens a group on an idle journal fires it itself (after one checkpoint),
 so the journal task only times max-wait groups, reports failures and shuts down: a lone add
 costs no journal task step, and groups under steady load none either.  An add still returns
@@ -33,6 +40,7 @@ This module must never acknowledge a record before its fsync, and never accept a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
@@ -237,6 +245,10 @@ class _Group:
     error: BaseException | None = None
     # append_soon's completions: called with None once the group is fsynced, or the error
     callbacks: list[Callable[[BaseException | None], None]] = field(default_factory=list)
+    end_mark: LogMark = LogMark(0, 0)  # where its records end in the journal (once placed)
+    write_result: outcome.Outcome[None] | None = None  # its worker's, once it returned
+    write_seconds: float = 0.0
+    starts_file: bool = False  # its write starts the next journal file (so it runs alone)
 
     def release(self) -> None:
         """Wake the group's waiters and run its callbacks (in the Trio thread)."""
@@ -267,6 +279,7 @@ class Journal:
         group_bytes: int = 512 * 1024,
         max_file_bytes: int = 512 << 20,
         flush_when_queue_empty: bool = False,
+        max_writes_in_flight: int = 1,
     ) -> None:
         self._dir = directory
         self._fsync = fsync
@@ -274,10 +287,11 @@ class Journal:
         self._group_bytes = group_bytes
         self._max_file_bytes = max_file_bytes
         self._flush_when_queue_empty = flush_when_queue_empty
+        self._max_writes = max(1, max_writes_in_flight)
         self._next_file_id = first_file_id
-        self._fd = -1
+        self._fd = -1  # the worker threads' file; replaced only by a write running alone
         self._file_id = -1
-        self._file_size = 0
+        self._file_size = 0  # bytes placed in the current file so far (in the Trio thread)
         self._open = _Group()
         self._wake = trio.Event()  # wakes the journal task: a first record, or a write ended
         self._token: trio.lowlevel.TrioToken | None = None
@@ -285,14 +299,19 @@ class Journal:
         self._write_error: BaseException | None = None  # the journal task raises it
         self._stopping = False
         self.written_mark = LogMark(first_file_id, FILE_HEADER_SIZE)
-        self._in_flight: _Group | None = None
+        # groups handed to worker threads, in the order they started (and are released)
+        self._writing: collections.deque[_Group] = collections.deque()
+        self._rolling = False  # a write that starts the next file is in flight: it runs alone
         self.triggers: Counter[str] = Counter()  # why groups were written (for tests/metrics)
         self.groups_written = 0
         # called with the seconds each group write + fsync took (metrics); None: not timed
         self.fsync_observer: Callable[[float], None] | None = None
 
     async def open(self) -> None:
-        await trio.to_thread.run_sync(self._roll_new_file)
+        file_id = self._next_file_id
+        self._next_file_id += 1
+        await trio.to_thread.run_sync(self._start_file, file_id)
+        self._file_id, self._file_size = file_id, FILE_HEADER_SIZE
         self.written_mark = LogMark(self._file_id, self._file_size)
 
     @property
@@ -304,19 +323,40 @@ class Journal:
         """A write failed: no further record can be acknowledged."""
         return self._failed is not None
 
-    def _roll_new_file(self) -> None:
-        """Blocking: fsync and close the current file, start the next one (header + dir fsync)."""
+    def _start_file(self, file_id: int) -> None:
+        """Blocking: fsync and close the current file, start file `file_id` (header + dir
+        fsync).  Runs while no other write is in flight."""
         if self._fd >= 0:
             if self._fsync:
                 os.fdatasync(self._fd)
             os.close(self._fd)
-        file_id = self._next_file_id
-        self._next_file_id += 1
+            self._fd = -1
         path = self._dir / journal_file_name(file_id)
         header = pack_file_header(JOURNAL_MAGIC, JOURNAL_FILE_VERSION, file_id)
         self._fd = create_file_with_header(path, header, fsync=self._fsync)
-        self._file_id = file_id
-        self._file_size = FILE_HEADER_SIZE
+
+    def _needs_roll(self, group: _Group) -> bool:
+        return self._file_size > FILE_HEADER_SIZE and \
+            self._file_size + group.nbytes > self._max_file_bytes
+
+    def _can_start(self, group: _Group) -> bool:
+        """Whether `group` may be handed to a worker now (a free slot; a rollover alone)."""
+        if self._rolling or len(self._writing) >= self._max_writes:
+            return False
+        return not self._writing or not self._needs_roll(group)
+
+    def _place(self, group: _Group) -> tuple[int, int | None]:
+        """In the Trio thread: the offset `group` is written at and the file it starts first
+        (None: the current one); its end becomes its log mark."""
+        roll_to = None
+        if self._needs_roll(group):
+            roll_to = self._next_file_id
+            self._next_file_id += 1
+            self._file_id, self._file_size = roll_to, FILE_HEADER_SIZE
+        offset = self._file_size
+        self._file_size += group.nbytes
+        group.end_mark = LogMark(self._file_id, self._file_size)
+        return offset, roll_to
 
     async def append(
         self, rec_type: int, ledger_id: int, entry_id: int, lac: int, payload: bytes = b""
@@ -328,7 +368,7 @@ class Journal:
                 # The queue-empty trigger, fired by this add instead of the journal task (one
                 # task step less): every add runnable now joins during this checkpoint.
                 await trio.lowlevel.cancel_shielded_checkpoint()
-                if self._open is group and self._in_flight is None and not self._stopping \
+                if self._open is group and self._can_start(group) and not self._stopping \
                         and self._write_error is None:  # fmt: skip
                     trigger = "bytes" if group.nbytes >= self._group_bytes else "queue_empty"
                     self._start_write(group, trigger)
@@ -357,14 +397,14 @@ class Journal:
         if self._failed is not None:
             raise JournalFailedError(f"journal failed: {self._failed!r}")
         group = self._open
-        opens_idle_group = not group.buffers and self._in_flight is None
+        opens_idle_group = not group.buffers and self._can_start(group)
         if not group.buffers:
             group.first_arrival = trio.current_time()
         group.buffers.append((rec_type, ledger_id, entry_id, lac, payload))
         group.nbytes += RECORD_HEADER_SIZE + len(payload)
         if group.nbytes >= self._group_bytes:
             group.full.set()
-        # else a write is in flight and its completion takes this group
+        # else writes fill every slot and a completion takes this group
         return group, opens_idle_group
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -376,19 +416,19 @@ class Journal:
             while True:
                 if self._write_error is not None:
                     raise self._write_error
-                if self._in_flight is not None or not self._open.buffers:
+                if not self._open.buffers or not self._can_start(self._open):
                     await self._wake.wait()
                     self._wake = trio.Event()
                     continue
                 group = self._open
                 trigger = await self._wait_for_trigger(group)
-                taken = self._open is not group or self._in_flight is not None
+                taken = self._open is not group or not self._can_start(group)
                 if not taken and self._write_error is None:  # else an add or a completion did
                     self._start_write(group, trigger)
         finally:
             self._stopping = True
             with trio.CancelScope(shield=True):
-                while self._in_flight is not None:  # the worker thread still owns the file
+                while self._writing:  # worker threads still write to the file
                     self._wake = trio.Event()
                     await self._wake.wait()
                 await self._shutdown()
@@ -396,7 +436,7 @@ class Journal:
     async def drain(self) -> None:
         """Wait until every record appended so far is written and fsynced (clean shutdown)."""
         while True:
-            group = self._in_flight if self._in_flight is not None else self._open
+            group = self._writing[-1] if self._writing else self._open
             if not group.buffers:
                 return
             await group.done.wait()
@@ -415,14 +455,17 @@ class Journal:
 
     def _start_write(self, group: _Group, trigger: str) -> None:
         """Hand `group` to a worker thread (write + fsync); `_write_finished` follows in the
-        Trio thread.  One group is written at a time: the next waits in `_open`."""
-        assert self._in_flight is None and self._token is not None
+        Trio thread.  At most max_writes_in_flight groups are written at a time (a rollover
+        alone): the next waits in `_open`."""
+        assert self._can_start(group) and self._token is not None
         self.triggers[trigger] += 1
         self._open = _Group()
-        self._in_flight = group
+        self._writing.append(group)
         if self._failed is not None:
             self._write_finished(group, 0.0, outcome.Error(self._failed))
             return
+        offset, roll_to = self._place(group)
+        group.starts_file = self._rolling = roll_to is not None
         token = self._token
         finished = functools.partial(self._write_finished, group, time.perf_counter())
 
@@ -432,13 +475,37 @@ class Journal:
 
         # No thread name: Trio would set it and set it back with two prctl calls per group.
         trio.lowlevel.start_thread_soon(
-            functools.partial(self._write_and_sync, group.buffers, group.nbytes), deliver)
+            functools.partial(self._write_and_sync, group.buffers, offset, roll_to), deliver)
 
     def _write_finished(self, group: _Group, started: float, result: outcome.Outcome[None]
                         ) -> None:  # fmt: skip
-        """In the Trio thread, once the worker returned: release the group's waiters (only now:
-        their records are fsynced), then start the next group if adds arrived meanwhile."""
-        self._in_flight = None
+        """In the Trio thread, once a worker returned: note its outcome, release every group
+        at the head of the start order whose write ended (only now: their records and every
+        earlier group's are fsynced), then start the next group if adds arrived meanwhile."""
+        group.write_result = result
+        group.write_seconds = time.perf_counter() - started
+        if group.starts_file:
+            self._rolling = False
+        while self._writing and self._writing[0].write_result is not None:
+            head = self._writing.popleft()
+            self._release(head)
+        if self._write_error is not None:
+            self._wake.set()  # the journal task raises it (or finishes its shutdown)
+            return
+        following = self._open
+        full = following.nbytes >= self._group_bytes
+        if following.buffers and (self._flush_when_queue_empty or full) \
+                and self._can_start(following):  # fmt: skip
+            # these adds waited through a write: none is gained by waiting longer
+            self._start_write(following, "bytes" if full else "queue_empty")
+        elif following.buffers or self._stopping:
+            self._wake.set()  # a group to time or start, or the shutdown waiting for writes
+
+    def _release(self, group: _Group) -> None:
+        result = group.write_result
+        if isinstance(result, outcome.Value) and self._failed is not None:
+            # an earlier group failed: this one's records may follow a hole in the file
+            result = outcome.Error(JournalFailedError(f"journal failed: {self._failed!r}"))
         if isinstance(result, outcome.Error):
             exc = result.error
             group.error = exc if isinstance(exc, Exception) else JournalFailedError("closed")
@@ -446,38 +513,31 @@ class Journal:
                 if self._failed is None:
                     log.error("journal write failed, refusing further adds: %r", exc)
                 self._failed = exc
-            self._write_error = exc
+            if self._write_error is None:
+                self._write_error = exc
             group.release()
-            self._wake.set()  # the journal task raises it (or finishes its shutdown)
             return
         if self.fsync_observer is not None:
             try:
-                self.fsync_observer(time.perf_counter() - started)
+                self.fsync_observer(group.write_seconds)
             except Exception:
                 log.exception("journal fsync observer failed")
         self.groups_written += 1
-        self.written_mark = LogMark(self._file_id, self._file_size)
+        self.written_mark = group.end_mark
         group.release()
-        following = self._open
-        full = following.nbytes >= self._group_bytes
-        if following.buffers and (self._flush_when_queue_empty or full):
-            # these adds waited through a whole write: none is gained by waiting longer
-            self._start_write(following, "bytes" if full else "queue_empty")
-        elif following.buffers or self._stopping:
-            self._wake.set()  # a max-wait group to time, or the shutdown waiting for this write
 
-    def _write_and_sync(
-        self, records: list[tuple[int, int, int, int, bytes]], nbytes: int
-    ) -> None:
+    def _write_and_sync(self, records: list[tuple[int, int, int, int, bytes]], offset: int,
+                        roll_to: int | None) -> None:
+        """In a worker thread: the group's records at `offset` (of file `roll_to`, started
+        first, when not None), then fdatasync."""
         buffers: list[bytes] = []
         for rec_type, ledger_id, entry_id, lac, payload in records:
             buffers.append(encode_record(rec_type, ledger_id, entry_id, lac, payload))
             if payload:
                 buffers.append(payload)
-        if self._file_size > FILE_HEADER_SIZE and self._file_size + nbytes > self._max_file_bytes:
-            self._roll_new_file()
-        write_all(self._fd, buffers, self._file_size)
-        self._file_size += nbytes
+        if roll_to is not None:
+            self._start_file(roll_to)
+        write_all(self._fd, buffers, offset)
         crash_point("journal.after_write_before_fsync")
         if self._fsync:
             os.fdatasync(self._fd)
@@ -487,8 +547,10 @@ class Journal:
         pending = self._open
         if pending.buffers and self._failed is None:
             try:
-                await trio.to_thread.run_sync(self._write_and_sync, pending.buffers, pending.nbytes)
-                self.written_mark = LogMark(self._file_id, self._file_size)
+                offset, roll_to = self._place(pending)
+                await trio.to_thread.run_sync(self._write_and_sync, pending.buffers, offset,
+                                              roll_to)
+                self.written_mark = pending.end_mark
             except OSError as exc:
                 pending.error = exc
         elif pending.buffers:
