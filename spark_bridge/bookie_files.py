@@ -52,10 +52,10 @@ from ledger_backend.bookie.journal import (
     JOURNAL_MAGIC,
     TYPE_ADD,
     TYPE_DELETE,
-    JournalScanner,
     LogMark,
     journal_file_name,
 )
+from ledger_backend.bookie.journal_scanner import JournalScanner
 from ledger_backend.bookie.ledger_state import LedgerState
 from ledger_backend.client.entry_format import decode_entry as decode_client_entry
 from ledger_backend.client.errors import LedgerError, NoSuchEntryError

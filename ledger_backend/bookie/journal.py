@@ -31,9 +31,7 @@ only after its record is on disk.  ``append_soon`` journals a record without a w
 callback runs in the Trio thread when the group is released (fsynced, or failed).  Files roll
 over at journal_max_file_bytes; a restarted bookie never appends to an old file.
 
-Replay (``JournalScanner``) reads from a log mark forward and stops at the first record that
-is short, fails its CRC or has an unknown version/type, reporting file, offset and reason.  A
-file that ends exactly on a record boundary continues into the next file.
+Replay reads the files with ``journal_scanner.JournalScanner``.
 
 This module must never acknowledge a record before its fsync, and never accept a torn record.
 """
@@ -51,7 +49,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 import crc32c
 import outcome
@@ -60,8 +58,6 @@ import trio
 from .crash_points import crash_point
 from .file_format import (
     FILE_HEADER_SIZE,
-    BadFileError,
-    check_file_header,
     create_file_with_header,
     fsync_dir,
     pack_file_header,
@@ -123,114 +119,6 @@ def encode_record(
     if length:
         crc = crc32c.crc32c(payload, crc)
     return unsigned[:4] + crc.to_bytes(4, "big") + unsigned[8:]
-
-
-@dataclass
-class ReplayStop:
-    """Where replay ended and why (reason "end of journal" when nothing was wrong)."""
-
-    file_id: int
-    offset: int
-    reason: str
-    clean: bool
-
-
-class JournalScanner:
-    """Reads records from a mark onwards, in batches; blocking (run it in a worker thread)."""
-
-    def __init__(self, directory: Path, start: LogMark) -> None:
-        self._directory = directory
-        self._files = [i for i in list_journal_files(directory) if i >= start.file_id]
-        self._start = start
-        self._handle: _Handle | None = None
-        self.stop: ReplayStop | None = None
-        self.position = start
-
-    def next_batch(self, max_bytes: int = 8 << 20) -> list[tuple[JournalRecord, LogMark]]:
-        """Up to ~max_bytes of records, each with the mark just after it; [] at the end."""
-        out: list[tuple[JournalRecord, LogMark]] = []
-        size = 0
-        while self.stop is None and size < max_bytes:
-            if self._handle is None and not self._open_next():
-                break
-            assert self._handle is not None
-            item = self._read_one(self._handle)
-            if item is None:
-                continue
-            out.append(item)
-            size += len(item[0].payload) + RECORD_HEADER_SIZE
-        return out
-
-    def _open_next(self) -> bool:
-        if not self._files:
-            where = self.position
-            self.stop = ReplayStop(where.file_id, where.offset, "end of journal", True)
-            return False
-        file_id = self._files.pop(0)
-        path = self._directory / journal_file_name(file_id)
-        data = path.open("rb")
-        try:
-            check_file_header(data.read(FILE_HEADER_SIZE), JOURNAL_MAGIC, JOURNAL_FILE_VERSION)
-        except BadFileError as exc:
-            data.close()
-            self._finish(file_id, 0, f"bad file header: {exc}")
-            return False
-        offset = FILE_HEADER_SIZE
-        if file_id == self._start.file_id and self._start.offset > FILE_HEADER_SIZE:
-            offset = self._start.offset
-            data.seek(offset)
-        self._handle = _Handle(file_id, data, offset, os.fstat(data.fileno()).st_size)
-        self.position = LogMark(file_id, offset)
-        return True
-
-    def _finish(self, file_id: int, offset: int, reason: str) -> None:
-        self.stop = ReplayStop(file_id, offset, reason, False)
-        if self._handle is not None:
-            self._handle.file.close()
-            self._handle = None
-
-    def _read_one(self, h: _Handle) -> tuple[JournalRecord, LogMark] | None:
-        if h.offset == h.size:  # clean end of this file: go on with the next one
-            h.file.close()
-            self._handle = None
-            return None
-        raw = h.file.read(RECORD_HEADER_SIZE)
-        if len(raw) < RECORD_HEADER_SIZE:
-            self._finish(h.file_id, h.offset, f"torn record header ({len(raw)} bytes)")
-            return None
-        length, crc, version, rec_type, _r, ledger_id, entry_id, lac = RECORD_HEADER.unpack(raw)
-        if length > MAX_RECORD_PAYLOAD:
-            self._finish(h.file_id, h.offset, f"implausible record length {length}")
-            return None
-        payload = h.file.read(length) if length else b""
-        if len(payload) < length:
-            self._finish(h.file_id, h.offset, f"torn record ({len(payload)} of {length} bytes)")
-            return None
-        actual = crc32c.crc32c(raw[8:], crc32c.crc32c(raw[:4]))
-        if length:
-            actual = crc32c.crc32c(payload, actual)
-        if actual != crc:
-            self._finish(h.file_id, h.offset, "CRC mismatch")
-            return None
-        if version != RECORD_VERSION or rec_type not in RECORD_TYPES:
-            self._finish(h.file_id, h.offset, f"unknown record version {version} type {rec_type}")
-            return None
-        h.offset += RECORD_HEADER_SIZE + length
-        self.position = LogMark(h.file_id, h.offset)
-        return JournalRecord(rec_type, ledger_id, entry_id, lac, payload), self.position
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.file.close()
-            self._handle = None
-
-
-@dataclass
-class _Handle:
-    file_id: int
-    file: BinaryIO
-    offset: int
-    size: int
 
 
 @dataclass

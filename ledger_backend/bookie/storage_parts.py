@@ -19,7 +19,8 @@ import trio
 
 from .entry_index import EntryIndex, IndexLog
 from .entry_log import EntryLogDirectory, EntryLogWriter
-from .journal import Journal, LogMark, ReplayStop
+from .journal import Journal, LogMark
+from .journal_scanner import ReplayStop
 from .ledger_state import LedgerState, LedgerStateTable
 from .storage_api import BookieStorageConfig
 from .write_cache import WriteCache

@@ -21,13 +21,12 @@ from ledger_backend.bookie.journal import (
     Journal,
     JournalFailedError,
     JournalRecord,
-    JournalScanner,
     LogMark,
-    ReplayStop,
     encode_record,
     journal_file_name,
     list_journal_files,
 )
+from ledger_backend.bookie.journal_scanner import JournalScanner, ReplayStop
 
 START = LogMark(0, 0)
 

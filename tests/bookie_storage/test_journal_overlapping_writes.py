@@ -16,10 +16,10 @@ from ledger_backend.bookie.journal import (
     TYPE_ADD,
     Journal,
     JournalFailedError,
-    JournalScanner,
     LogMark,
     list_journal_files,
 )
+from ledger_backend.bookie.journal_scanner import JournalScanner
 
 
 async def wait_until(predicate: Callable[[], bool]) -> None:
