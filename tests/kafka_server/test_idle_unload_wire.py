@@ -32,12 +32,12 @@ def produce(producer: Any, first: int, count: int, errors: list[str]) -> None:
         errors.append(f"produce {first}: {failed[:3]}")
 
 
-def consume(bootstrap: str, count: int) -> list[tuple[int, bytes]]:
+def consume(bootstrap: str, count: int) -> list[tuple[int | None, bytes | None]]:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "idle-unload",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    got: list[tuple[int, bytes]] = []
+    got: list[tuple[int | None, bytes | None]] = []
     try:
         consumer.assign([TopicPartition(TOPIC, 0, 0)])
         for _ in range(200):

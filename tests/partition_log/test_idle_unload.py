@@ -13,7 +13,7 @@ from ledger_backend.managed_ledger.metadata_format import managed_ledger_path
 from protocols.kafka import record_batch as rb
 
 
-def values(batches: list[bytes]) -> list[bytes]:
+def values(batches: list[bytes]) -> list[bytes | None]:
     return [r.value for b in batches for r in rb.decode_records(b)]
 
 
