@@ -91,6 +91,17 @@ The backfill's tasks now spend their time producing: in-process (no Spark) 200k 
 CPU, against 3.4-5.5 s of wall time at load ~9: CPU-bound on a shared machine. One replay/drain
 pair moves by 2x or more from round to round at these loads (two alternated 128 MiB pairs of
 one session at load 10-12 gave 0.27x and 1.81x), hence --rounds.
+2026-11-26 (session 9), 256 MiB, --rounds 3, load 12-20 (eecf63c: the session's planning and
+marker changes): replay/drain 0.69x, 0.94x, 0.68x (median 0.69x); backfill 18.8k rows/s at load
+20. A whole-topic plan no longer binary-searches entries (8 partitions: 104 serial entry reads
+-> 16, the driver's plan 0.27-0.58 s -> 0.11-0.23 s). Profiled outside Spark (load 8-10): a
+replay task spends ~4.8 us of CPU per 1 KB record (bookie reads with their CRC ~1.5 ms/MB, the
+compiled decoder's Python object per record ~0.8 us, pa.array of the values ~1 us, the Parquet
+write ~0.5 us; garbage collection 7 ms in all) and the bookie ~1.3 ms/MB: ~1.6x the drain's CPU
+(consumer 0.7 s + broker 0.45 s), spread over two tasks, so the ratio rides on the machine's
+load. A backfill row: ~7 us in the task's thread (produce with the marker header ~3.5 us,
+building the markers 0.6-0.8 us as one-key dicts, 1.3-1.4 us as lists of tuples), ~1.5 us in
+librdkafka's threads, ~2 us in the broker.
 "cold" is the session's first job: it includes starting Spark's Python workers and importing
 pyarrow/trio in them (~4-10 s here). In `ledgerwire standalone` the bookies live in the broker
 process, so "broker CPU" during a replay is the bookies serving reads (no broker code runs);
