@@ -13,6 +13,10 @@ deletion lag), fills an 8-partition topic with --bytes of 1 KB messages
      sum(length(value)), twice (cold, then warm).
 It prints rows/s, MB/s, the broker's CPU seconds per phase and each Spark figure's ratio to
 the drain (issue 18's goal: replay from offloaded data >= 1.0x the drain).
+With --as-user, first a `ledgerwire replay` of the same topic as its own process, timed from
+its start to its exit (JVM start, Python workers and the replay: what a user who runs the
+command waits for), against a drain right before it, also timed from the consumer's creation:
+the ratio a user sees, beside the in-session one that leaves out the starts.
 
     python benchmarks/bench_offload_spark.py --bytes 32MiB
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +69,21 @@ def start_python_workers(spark: Any) -> float:
     return time.time() - t0
 
 
+def replay_as_user(bootstrap: str, count: int, replay_argv: list[str]) -> None:
+    """A drain, then `ledgerwire replay` as its own process (start to exit), and their ratio."""
+    t0 = time.time()
+    got, nbytes = drain(bootstrap, TOPIC, count)
+    drain_s = time.time() - t0
+    report("drain (as a user)", got, nbytes, drain_s, None)
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "gateway", "replay", *replay_argv], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    replay_s = time.time() - t0
+    report("`ledgerwire replay` process", count, count * VALUE_BYTES, replay_s, None)
+    print(f"as a user waits (replay process start to exit, JVM and workers included): "
+          f"{drain_s / replay_s:.2f}x the drain; load average {os.getloadavg()}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bytes", default="32MiB", help="topic size (default 32MiB)")
@@ -72,6 +92,8 @@ def main() -> None:
                         help="more drain/replay pairs after the first, alternated; prints each "
                              "and the median ratio")
     parser.add_argument("--no-count", action="store_true", help="skip the spark.read counts")
+    parser.add_argument("--as-user", action="store_true",
+                        help="also time `ledgerwire replay` as its own process, start to exit")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-offload-spark-"))
     store = work / "tier"
@@ -94,6 +116,13 @@ def main() -> None:
               f"({sum(r['ledgers_offloaded'] for r in rows)} ledgers, bookie copies deleted), "
               f"{on_bookies / 1e6:.1f} MB left on bookies", flush=True)
 
+        replay_argv = ["--topic", TOPIC, "--to", str(work / "replay.parquet"),
+                       "--metadata", str(broker.data_dir), "--master", args.master,
+                       "--offload-directory", str(store), "--no-ui", "--overwrite",
+                       "--progress-interval", "600"]  # fmt: skip
+        if args.as_user:
+            replay_as_user(broker.bootstrap, count, replay_argv)
+
         cpu0, t0 = cpu_seconds(pid), time.time()
         got, nbytes = drain(broker.bootstrap, TOPIC, count)
         drain_s = time.time() - t0
@@ -108,10 +137,6 @@ def main() -> None:
         print(f"{'Python workers start':<28} {start_python_workers(spark):>7.1f} s (once per "
               "session; not in the figures below)", flush=True)
 
-        replay_argv = ["--topic", TOPIC, "--to", str(work / "replay.parquet"),
-                       "--metadata", str(broker.data_dir), "--master", args.master,
-                       "--offload-directory", str(store), "--no-ui", "--overwrite",
-                       "--progress-interval", "600"]  # fmt: skip
         ratios: list[float] = []
         for n in range(args.rounds):
             if n:
