@@ -72,10 +72,12 @@ async def test_a_client_writes_and_reads_across_an_idle_unload() -> None:
                     await trio.sleep(0.05)
                 assert (TOPIC, 0) not in topics.open_partitions()
                 await trio.to_thread.run_sync(produce, producer, 50, 50, errors)
-                assert topics.open_partitions()[(TOPIC, 0)] is not first_log
+                # reopened (and maybe unloaded again already: 0.4 s on a loaded machine)
+                assert topics.open_partitions().get((TOPIC, 0)) is not first_log
                 got = await trio.to_thread.run_sync(consume, stack.bootstrap, 100)
             nursery.cancel_scope.cancel()
         await trio.to_thread.run_sync(producer.flush, 10)
-    assert not errors
+        seen_errors = list(errors)  # (not what the client says once the server has stopped)
+    assert not seen_errors
     assert got == [(i, f"value-{i}".encode()) for i in range(100)]
     assert topics.unloader.unloaded >= 1
