@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BookKeeper", "PreparedLedger", "ReadHandle", "WriteHandle"]
 
-BOOKIE_LIST_TTL_S = 1.0  # new ledgers' ensembles come from a bookie list this fresh
+BOOKIE_LIST_TTL_S = 0.1  # new ledgers' ensembles come from a bookie list this fresh
 
 
 
@@ -202,8 +202,8 @@ class BookKeeper:
 
     async def _bookies_for_new_ledger(self, ensemble_size: int) -> list[str]:
         """The registered bookies, read at most once per BOOKIE_LIST_TTL_S for new ledgers'
-        ensembles (thousands of new partitions a second each listed them: 7% of the event
-        loop's time in a first-write round).  A bookie gone within that second may be chosen
+        ensembles (the partitions a produce request opens together each listed them: 7% of the
+        event loop's time in a first-write round).  A bookie gone within that time may be chosen
         once more; its first add fails and the ensemble change (which lists afresh) replaces it,
         as for a bookie that dies just after the choice.  A list too short for the ensemble
         is read again: a bookie that (re)registered meanwhile is used at once."""
