@@ -93,7 +93,9 @@ pair moves by 2x or more from round to round at these loads (two alternated 128 
 one session at load 10-12 gave 0.27x and 1.81x), hence --rounds.
 2026-11-26 (session 9), 256 MiB, --rounds 3, load 12-20 (eecf63c: the session's planning and
 marker changes): replay/drain 0.69x, 0.94x, 0.68x (median 0.69x); backfill 18.8k rows/s at load
-20. A whole-topic plan no longer binary-searches entries (8 partitions: 104 serial entry reads
+20; the session's start (12d8ea0) right after, at load 9-10: 0.58x, 1.37x, 0.98x (median 0.98x),
+backfill 40.7k rows/s: the load between runs moves the figures far more than the changes do. A
+whole-topic plan no longer binary-searches entries (8 partitions: 104 serial entry reads
 -> 16, the driver's plan 0.27-0.58 s -> 0.11-0.23 s). Profiled outside Spark (load 8-10): a
 replay task spends ~4.8 us of CPU per 1 KB record (bookie reads with their CRC ~1.5 ms/MB, the
 compiled decoder's Python object per record ~0.8 us, pa.array of the values ~1 us, the Parquet
