@@ -98,7 +98,7 @@ class StorageConfig:
     ack_quorum: int = 1
     fsync: bool = True
     journal_max_group_wait_ms: float = 2.0
-    journal_writes_in_flight: int = 4  # overlapping journal group writes (1: one at a time)
+    journal_writes_in_flight: int = 1  # overlapping journal group writes (1: one at a time)
     write_cache_mb: int = 256  # 64 stalled bookie adds on flushes at 150+ MB/s of produce
     read_cache_mb: int = 64
     max_entries_per_ledger: int = 50_000
