@@ -70,6 +70,7 @@ class RocketMQOffsets:
         self._writer_running = False
         self._tickets = itertools.count(1)
         self._applied: dict[tuple[str, str, int], int] = {}  # (group, key) -> ticket in memory
+        self._closed = False  # close() flushed what was pending; nothing is written after
 
     async def load(self) -> None:
         state = await self._store.load()
@@ -106,7 +107,7 @@ class RocketMQOffsets:
     def commit_soon(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
         """Have the writer task commit `offset` (see the class docstring); False, having done
         nothing, when no writer runs (the caller commits it itself)."""
-        if not self._writer_running:
+        if not self._writer_running or self._closed:
             return False
         key = (topic, queue_id)
         pending = self._soon.setdefault(group, {})
@@ -137,7 +138,7 @@ class RocketMQOffsets:
         carries them again in its next pull or offset update, and until then the older
         durable offset stands (messages after it are delivered again, as at-least-once
         allows)."""
-        while self._soon:
+        while self._soon and not self._closed:
             group, offsets = self._soon.popitem()
             if not offsets:
                 continue
@@ -188,8 +189,11 @@ class RocketMQOffsets:
         self._offsets.pop(group, None)
 
     async def close(self) -> None:
+        """Write what is pending, then close the store: the writer task, stopped later (the
+        broker closes before its background nursery ends), finds nothing left to write."""
         with trio.CancelScope(shield=True):
             await self._write_pending()
+        self._closed = True
         await self._store.close()
 
 

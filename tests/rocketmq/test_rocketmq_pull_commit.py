@@ -130,3 +130,41 @@ async def test_a_pulls_commit_offset_is_committed_by_the_writer(stack: RocketMQS
                 await trio.sleep(0.01)
     finally:
         await client.aclose()
+
+
+class ClosingStore(GatedStore):
+    """A gated store that refuses commits once closed (as a closed offset log does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    async def commit(self, group: str, offsets: Mapping[Any, CommittedOffset]) -> None:
+        assert not self.closed, "commit on a closed store"
+        await super().commit(group, offsets)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_after_close_the_writer_writes_nothing_more() -> None:
+    """The broker closes its offsets before its background nursery stops the writer: close()
+    writes what is pending, and what arrives after it is refused (the caller's own commit
+    meets the closed store) instead of the stopping writer writing to a closed store."""
+    store = ClosingStore()
+    offsets = offsets_on(store)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(offsets.write_soon_commits)
+            await trio.testing.wait_all_tasks_blocked()
+            assert offsets.commit_soon("g", "t", 0, 5)
+
+            async def open_gates() -> None:
+                (await store.gate(0)).set()
+
+            nursery.start_soon(open_gates)
+            await offsets.close()
+            assert store.records == [("g", {("t", 0): 5})]
+            assert offsets.commit_soon("g", "t", 0, 6) is False
+            nursery.cancel_scope.cancel()
+    assert store.records == [("g", {("t", 0): 5})]
