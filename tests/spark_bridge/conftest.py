@@ -9,11 +9,24 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from spark_bridge_support import ProducedTopic, produce_history, start_standalone
 from support.standalone import Standalone
+
+HERE = Path(__file__).parent
+# A Spark job on a loaded 2-core CI machine can outlast the suite's 300 s; worse, pytest-timeout
+# interrupting a py4j call leaves the worker's shared session's connection out of step, and
+# every later Spark test on that worker fails with it (one timeout cost 18 tests in a CI run).
+SPARK_TEST_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(HERE) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

@@ -189,7 +189,7 @@ def test_backfill_cli_names_a_bad_column(spark: Any, history_broker: Standalone,
     assert "topic 'never-created' does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.timeout(600)  # two backfills (four Spark jobs) on a loaded machine
+@pytest.mark.timeout(900)  # two backfills (four Spark jobs) on a loaded machine
 def test_a_rerun_finds_its_progress_with_a_spark_job(
         spark: Any, history_broker: Standalone, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip

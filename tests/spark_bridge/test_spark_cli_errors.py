@@ -39,7 +39,8 @@ def run_cli(*args: str, timeout_s: float = 300, cwd: Path | None = None
 def startup_s() -> float:
     """How long this machine takes to start the CLI's Python and import what a replay
     imports before its first check (a loaded CI machine: seconds); the time bounds below
-    are the CLI's own waiting on top of that."""
+    are the CLI's own waiting on top of twice that (the load moves between the two runs: at
+    load 15 a 5 s bound failed by 1.7 s), still far below a connect timeout's 30 s and more."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     started = time.monotonic()
     subprocess.run([sys.executable, "-c", "import gateway.cli.main, spark_bridge.planner, "
@@ -71,7 +72,7 @@ def test_unknown_topic_is_one_line_within_5s(broker: tuple[Standalone, ProducedT
     assert code == 2
     assert err.strip().splitlines() == [
         "ledgerwire replay: option 'subscribe': unknown topic 'nope'"]
-    assert seconds < 5.0 + baseline, (seconds, baseline)
+    assert seconds < 5.0 + 2 * baseline, (seconds, baseline)
     assert not (tmp_path / "o").exists()
 
 
@@ -84,7 +85,7 @@ def test_unreachable_metadata_is_one_line_within_5s(tmp_path: Path) -> None:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith(f"ledgerwire replay: cannot reach ledgerwire metadata at {url}")
-    assert seconds < 5.0 + baseline, (seconds, baseline)
+    assert seconds < 5.0 + 2 * baseline, (seconds, baseline)
     assert_no_java(err)
 
 
@@ -120,7 +121,7 @@ def test_unreachable_master_is_one_line_within_15s(broker: tuple[Standalone, Pro
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith(f"ledgerwire replay: cannot reach the Spark master at {master}")
-    assert seconds < 15.0 + baseline, (seconds, baseline)
+    assert seconds < 15.0 + 2 * baseline, (seconds, baseline)
 
 
 def test_replay_then_a_failing_job(broker: tuple[Standalone, ProducedTopic],
@@ -166,7 +167,7 @@ def test_backfill_unreachable_metadata_and_brokers_are_one_line(
     assert code == 1
     assert len(err.strip().splitlines()) == 1, err
     assert f"cannot reach ledgerwire metadata at {url}" in err
-    assert seconds < 5.0 + baseline, (seconds, baseline)
+    assert seconds < 5.0 + 2 * baseline, (seconds, baseline)
     bootstrap = f"127.0.0.1:{free_port()}"
     code, _out, err, seconds = run_cli("backfill", "--from", str(source), "--topic", "cli",
                                        "--metadata", str(standalone.data_dir),
@@ -174,4 +175,4 @@ def test_backfill_unreachable_metadata_and_brokers_are_one_line(
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert f"cannot reach the brokers at {bootstrap}" in err
-    assert seconds < 10.0 + baseline, (seconds, baseline)
+    assert seconds < 10.0 + 2 * baseline, (seconds, baseline)
