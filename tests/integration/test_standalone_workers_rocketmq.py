@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,10 +96,10 @@ async def wait_route(node: RocketMQWorkers, workers: set[int],
     raise AssertionError(f"route {seen} never spread over workers {workers}")
 
 
-def send_all(p: Any, bodies: list[str], deadline_s: float) -> list[str]:
+def send_all(p: Any, bodies: list[str], deadline_s: float) -> tuple[list[str], set[str]]:
     """Send each body until acknowledged (a send to a killed worker fails: the client retries
-    elsewhere and so do we)."""
-    acked = []
+    elsewhere and so do we); (acknowledged, those that needed more than one attempt)."""
+    acked, retried = [], set()
     deadline = time.monotonic() + deadline_s
     for body in bodies:
         while True:
@@ -108,9 +109,22 @@ def send_all(p: Any, bodies: list[str], deadline_s: float) -> list[str]:
                     break
             except Exception:  # noqa: BLE001 - a stale route to the killed worker
                 pass
+            retried.add(body)  # a failed attempt may still have been stored (at-least-once)
             assert time.monotonic() < deadline, f"{body} never acknowledged"
             time.sleep(0.2)
-    return acked
+    return acked, retried
+
+
+def assert_stored_once(stored: list[str], sent: list[str], retried: set[str],
+                       client_resends: int = 0) -> None:
+    """Every acknowledged body stored; twice only if one of our attempts failed, or (at most
+    `client_resends` of them) because the C++ client resent a send whose answer it stopped
+    waiting for: RocketMQ 4.x sends are at least once and its resend carries a new message
+    id, so no broker can tell it from a new message."""
+    counts = Counter(stored)
+    assert set(counts) == set(sent), sorted(set(counts) ^ set(sent))
+    unexplained = {body: n for body, n in counts.items() if n > 1 and body not in retried}
+    assert len(unexplained) <= client_resends, unexplained
 
 
 async def consume(ns: str, expected: set[str],
@@ -137,18 +151,22 @@ async def test_cpp_client_sends_and_consumes_across_two_workers(node: RocketMQWo
     p = await trio.to_thread.run_sync(producer, node.name_server, "PG_WORKERS")
     try:
         first = [f"first-{i}" for i in range(160)]
-        assert await trio.to_thread.run_sync(send_all, p, first, 120.0) == first
+        acked, retried = await trio.to_thread.run_sync(send_all, p, first, 120.0)
+        assert acked == first
         got = await consume(node.name_server, set(first), committed_at=routed)
-        assert sorted(got) == sorted(first)  # every message received exactly once
+        assert_stored_once(got, first, retried)  # every message received, once if sent once
 
         node_children = node.children()
         os.kill(node_children["worker 1"], signal.SIGKILL)
         second = [f"second-{i}" for i in range(80)]
-        assert await trio.to_thread.run_sync(send_all, p, second, 180.0) == second
+        acked, retried_second = await trio.to_thread.run_sync(send_all, p, second, 180.0)
+        assert acked == second
+        retried |= retried_second
     finally:
         await trio.to_thread.run_sync(p.shutdown)
     records = await trio.to_thread.run_sync(read_topic, node.bootstrap, TOPIC, PARTITIONS)
-    stored = sorted(v for _, _, v in records)
-    assert stored == sorted(first + second)  # each acknowledged send stored once
+    # after the kill a send may wait for the dead worker's bundles to be taken over; on a
+    # loaded machine the client's 10 s may run out first (once in a CI run at load 15)
+    assert_stored_once([v for _, _, v in records], first + second, retried, client_resends=3)
     got = await consume(node.name_server, set(second))
-    assert sorted(got) == sorted(second)  # offsets of both workers' bundles kept
+    assert_stored_once(got, second, retried, client_resends=3)  # both workers' offsets kept
