@@ -130,7 +130,10 @@ async def test_server_restart_suspends_then_resumes_the_session(
             with pytest.raises(MetadataUnavailableError):
                 await store.get("/watched")
             await trio.to_thread.run_sync(restartable_zk.start)
-            await wait_for_state(states, SessionState.CONNECTED, timeout_s=45)
+            # kazoo retries every <= 2 s, but on a loaded CI machine its reconnect to the
+            # freshly started server took over 45 s once; a session that expired meanwhile
+            # fails the ephemeral check below, so waiting longer hides nothing
+            await wait_for_state(states, SessionState.CONNECTED, timeout_s=120)
             # the watch was re-armed and says "re-read, you may have missed something"
             with trio.fail_after(WAIT_S):
                 assert await watcher.__anext__() == WatchEvent("/watched", "changed")
