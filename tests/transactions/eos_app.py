@@ -6,7 +6,8 @@ tests/integration/test_transactions.py so that it can be killed with SIGKILL mid
 Each transaction: consume a few messages, produce their upper-cased values to OUTPUT (same
 partition), flush, send the consumer positions with send_offsets_to_transaction, commit.  With
 CRASH_AT_TXN = n the n-th transaction (from 0) prints "IN_TXN" after its records are flushed
-and then hangs until killed.  The app exits after 4 s without input once it has an assignment.
+and then hangs until killed.  The app exits after 4 s without input, counted from its latest
+assignment: a successor waits out its crashed predecessor's session before it gets one.
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ def main(argv: list[str]) -> int:
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
                          "transaction.timeout.ms": 60000, "linger.ms": 5})
     producer.init_transactions(30)
-    consumer.subscribe([source])
-    transactions = 0
     idle_since = time.monotonic()
+
+    def assigned(_consumer: Consumer, _partitions: list) -> None:
+        nonlocal idle_since
+        idle_since = time.monotonic()
+
+    consumer.subscribe([source], on_assign=assigned)
+    transactions = 0
     while True:
         messages = [m for m in consumer.consume(num_messages=7, timeout=0.5) if not m.error()]
         if not messages:
