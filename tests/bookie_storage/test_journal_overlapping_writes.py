@@ -62,6 +62,29 @@ async def wait_write_returned(journal: Journal, index: int) -> None:
     await wait_until(lambda: journal._writing[index].write_result is not None)  # noqa: SLF001
 
 
+async def open_journal(directory: Path, writes_in_flight: int, max_file_bytes: int = 1 << 20
+                       ) -> Journal:  # fmt: skip
+    """An opened journal in `directory` that flushes whenever its queue is empty."""
+    journal = Journal(directory, first_file_id=1, flush_when_queue_empty=True,
+                      max_writes_in_flight=writes_in_flight, max_file_bytes=max_file_bytes)
+    await journal.open()
+    return journal
+
+
+Done = list[tuple[bytes, BaseException | None]]
+
+
+async def start_two_fsyncing_groups(journal: Journal, fsyncs: GatedFsyncs, first: bytes,
+                                    second: bytes, done: Done) -> None:  # fmt: skip
+    """Adds `first`, waits for its group's fsync to start, then adds `second` and waits for
+    its group's fsync too: two groups are fsynced at once. Each callback appends (payload,
+    error) to `done`."""
+    journal.append_soon(TYPE_ADD, 1, 0, -1, first, lambda e: done.append((first, e)))
+    await fsyncs.wait_started(1)
+    journal.append_soon(TYPE_ADD, 1, 1, 0, second, lambda e: done.append((second, e)))
+    await fsyncs.wait_started(2)
+
+
 def scan(directory: Path) -> tuple[list[bytes], bool]:
     scanner = JournalScanner(directory, LogMark(0, 0))
     payloads: list[bytes] = []
@@ -75,17 +98,12 @@ def scan(directory: Path) -> tuple[list[bytes], bool]:
 async def test_a_later_group_fsynced_first_waits_for_the_earlier_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    journal = Journal(tmp_path, first_file_id=1, flush_when_queue_empty=True,
-                      max_writes_in_flight=2)
-    await journal.open()
+    journal = await open_journal(tmp_path, writes_in_flight=2)
     fsyncs = GatedFsyncs(monkeypatch)
-    done: list[tuple[str, BaseException | None]] = []
+    done: Done = []
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
-        journal.append_soon(TYPE_ADD, 1, 0, -1, b"first", lambda e: done.append(("first", e)))
-        await fsyncs.wait_started(1)
-        journal.append_soon(TYPE_ADD, 1, 1, 0, b"second", lambda e: done.append(("second", e)))
-        await fsyncs.wait_started(2)  # both groups are being fsynced at once
+        await start_two_fsyncing_groups(journal, fsyncs, b"first", b"second", done)
         fsyncs.gates[1].set()
         await wait_write_returned(journal, 1)
         await trio.lowlevel.checkpoint()
@@ -94,7 +112,7 @@ async def test_a_later_group_fsynced_first_waits_for_the_earlier_one(
         fsyncs.gates[0].set()
         await wait_until(lambda: len(done) == 2)
         nursery.cancel_scope.cancel()
-    assert done == [("first", None), ("second", None)]
+    assert done == [(b"first", None), (b"second", None)]
     assert journal.groups_written == 2
     assert scan(tmp_path) == ([b"first", b"second"], True)
 
@@ -102,23 +120,18 @@ async def test_a_later_group_fsynced_first_waits_for_the_earlier_one(
 async def test_an_earlier_failed_group_fails_a_later_fsynced_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    journal = Journal(tmp_path, first_file_id=1, flush_when_queue_empty=True,
-                      max_writes_in_flight=2)
-    await journal.open()
+    journal = await open_journal(tmp_path, writes_in_flight=2)
     fsyncs = GatedFsyncs(monkeypatch, fail=frozenset({0}))
-    done: list[tuple[str, BaseException | None]] = []
+    done: Done = []
     with pytest.raises(BaseExceptionGroup) as info:
         async with trio.open_nursery() as nursery:
             await nursery.start(journal.run)
-            journal.append_soon(TYPE_ADD, 1, 0, -1, b"lost", lambda e: done.append(("a", e)))
-            await fsyncs.wait_started(1)
-            journal.append_soon(TYPE_ADD, 1, 1, 0, b"after", lambda e: done.append(("b", e)))
-            await fsyncs.wait_started(2)
+            await start_two_fsyncing_groups(journal, fsyncs, b"lost", b"after", done)
             fsyncs.gates[1].set()  # the later group's fsync succeeds first
             await wait_write_returned(journal, 1)
             fsyncs.gates[0].set()  # then the earlier one fails
     assert info.group_contains(OSError)
-    assert [name for name, _ in done] == ["a", "b"]
+    assert [payload for payload, _ in done] == [b"lost", b"after"]
     assert all(isinstance(error, JournalFailedError) for _, error in done)
     assert journal.failed and journal.groups_written == 0
 
@@ -128,9 +141,7 @@ async def test_overlapping_writes_and_rollovers_replay_as_one_gapless_log(
 ) -> None:
     """Many adders, four writes in flight, a file every few groups: every acknowledged record
     replays, in journal order, with no hole between groups or files."""
-    journal = Journal(tmp_path, first_file_id=1, flush_when_queue_empty=True,
-                      max_writes_in_flight=4, max_file_bytes=8192)
-    await journal.open()
+    journal = await open_journal(tmp_path, writes_in_flight=4, max_file_bytes=8192)
     acked: list[int] = []
 
     async def adder(first: int) -> None:
@@ -158,9 +169,7 @@ async def test_a_group_that_starts_the_next_file_waits_for_writes_in_flight(
 ) -> None:
     """The worker that starts a new file replaces the file every worker writes to: it runs
     only once no write is in flight, and nothing starts beside it."""
-    journal = Journal(tmp_path, first_file_id=1, flush_when_queue_empty=True,
-                      max_writes_in_flight=4, max_file_bytes=4096)
-    await journal.open()
+    journal = await open_journal(tmp_path, writes_in_flight=4, max_file_bytes=4096)
     fsyncs = GatedFsyncs(monkeypatch)
     done: list[int] = []
     async with trio.open_nursery() as nursery:

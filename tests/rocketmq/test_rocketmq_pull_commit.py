@@ -5,7 +5,8 @@ what is pending when the writer stops is still written."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -47,6 +48,19 @@ def offsets_on(store: GatedStore) -> RocketMQOffsets:
     return RocketMQOffsets(store)  # type: ignore[arg-type]
 
 
+@asynccontextmanager
+async def writer_running(store: GatedStore) -> AsyncIterator[tuple[RocketMQOffsets, trio.Nursery]]:
+    """Offsets on `store` with their writer task started and waiting (10 s for the whole
+    block); the writer is cancelled when the block ends."""
+    offsets = offsets_on(store)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(offsets.write_soon_commits)
+            await trio.testing.wait_all_tasks_blocked()
+            yield offsets, nursery
+            nursery.cancel_scope.cancel()
+
+
 async def test_without_a_writer_the_caller_commits_itself() -> None:
     offsets = offsets_on(GatedStore())
     assert offsets.commit_soon("g", "t", 0, 5) is False
@@ -55,40 +69,35 @@ async def test_without_a_writer_the_caller_commits_itself() -> None:
 
 async def test_pending_offsets_coalesce_and_a_later_commit_wins() -> None:
     store = GatedStore()
-    offsets = offsets_on(store)
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(offsets.write_soon_commits)
-            await trio.testing.wait_all_tasks_blocked()
-            assert offsets.commit_soon("g", "t", 0, 5)
-            gate_5 = await store.gate(0)
-            for offset in (7, 8, 9):  # while 5 is written: only the newest is kept
-                assert offsets.commit_soon("g", "t", 0, offset)
-            assert offsets.commit_soon("h", "t", 1, 40)
-            assert offsets.query("g", "t", 0) is None  # nothing durable yet
-            gate_5.set()
-            for index in (1, 2):  # then the pending ones, one record per group
-                (await store.gate(index)).set()
-            await trio.testing.wait_all_tasks_blocked()
-            assert offsets.query("g", "t", 0) == 9
-            assert offsets.query("h", "t", 1) == 40
-            assert sorted(store.records[1:]) == [("g", {("t", 0): 9}), ("h", {("t", 1): 40})]
+    async with writer_running(store) as (offsets, nursery):
+        assert offsets.commit_soon("g", "t", 0, 5)
+        gate_5 = await store.gate(0)
+        for offset in (7, 8, 9):  # while 5 is written: only the newest is kept
+            assert offsets.commit_soon("g", "t", 0, offset)
+        assert offsets.commit_soon("h", "t", 1, 40)
+        assert offsets.query("g", "t", 0) is None  # nothing durable yet
+        gate_5.set()
+        for index in (1, 2):  # then the pending ones, one record per group
+            (await store.gate(index)).set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert offsets.query("g", "t", 0) == 9
+        assert offsets.query("h", "t", 1) == 40
+        assert sorted(store.records[1:]) == [("g", {("t", 0): 9}), ("h", {("t", 1): 40})]
 
-            # a pending offset is replaced by a later synchronous commit (UPDATE_CONSUMER_OFFSET)
-            assert offsets.commit_soon("g", "t", 2, 11)  # its write starts at once ...
-            gate_11 = await store.gate(3)
-            assert offsets.commit_soon("g", "t", 2, 12)  # ... this one waits behind it
-            nursery.start_soon(offsets.commit, "g", "t", 2, 3)
-            gate_3 = await store.gate(4)
-            # the later write is released first: memory must still end at its offset
-            gate_3.set()
-            await trio.testing.wait_all_tasks_blocked()
-            gate_11.set()
-            await trio.testing.wait_all_tasks_blocked()
-            assert offsets.query("g", "t", 2) == 3
-            assert [r for r in store.records if ("t", 2) in r[1]] == [
-                ("g", {("t", 2): 11}), ("g", {("t", 2): 3})]  # 12 was never written
-            nursery.cancel_scope.cancel()
+        # a pending offset is replaced by a later synchronous commit (UPDATE_CONSUMER_OFFSET)
+        assert offsets.commit_soon("g", "t", 2, 11)  # its write starts at once ...
+        gate_11 = await store.gate(3)
+        assert offsets.commit_soon("g", "t", 2, 12)  # ... this one waits behind it
+        nursery.start_soon(offsets.commit, "g", "t", 2, 3)
+        gate_3 = await store.gate(4)
+        # the later write is released first: memory must still end at its offset
+        gate_3.set()
+        await trio.testing.wait_all_tasks_blocked()
+        gate_11.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert offsets.query("g", "t", 2) == 3
+        assert [r for r in store.records if ("t", 2) in r[1]] == [
+            ("g", {("t", 2): 11}), ("g", {("t", 2): 3})]  # 12 was never written
 
 
 async def test_what_is_pending_when_the_writer_stops_is_written() -> None:
@@ -152,19 +161,14 @@ async def test_after_close_the_writer_writes_nothing_more() -> None:
     writes what is pending, and what arrives after it is refused (the caller's own commit
     meets the closed store) instead of the stopping writer writing to a closed store."""
     store = ClosingStore()
-    offsets = offsets_on(store)
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(offsets.write_soon_commits)
-            await trio.testing.wait_all_tasks_blocked()
-            assert offsets.commit_soon("g", "t", 0, 5)
+    async with writer_running(store) as (offsets, nursery):
+        assert offsets.commit_soon("g", "t", 0, 5)
 
-            async def open_gates() -> None:
-                (await store.gate(0)).set()
+        async def open_gates() -> None:
+            (await store.gate(0)).set()
 
-            nursery.start_soon(open_gates)
-            await offsets.close()
-            assert store.records == [("g", {("t", 0): 5})]
-            assert offsets.commit_soon("g", "t", 0, 6) is False
-            nursery.cancel_scope.cancel()
+        nursery.start_soon(open_gates)
+        await offsets.close()
+        assert store.records == [("g", {("t", 0): 5})]
+        assert offsets.commit_soon("g", "t", 0, 6) is False
     assert store.records == [("g", {("t", 0): 5})]
