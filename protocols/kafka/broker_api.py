@@ -209,6 +209,21 @@ class OwnershipApi(Protocol):
         loads it; then `is_local`."""
         ...
 
+    # A plain produce or fetch needs only the partition's own log, not its bundle's
+    # coordinators and extensions.  Every implementation has both methods below; one that
+    # serves a partition only with its whole bundle answers them as `is_local` and
+    # `until_local` (the rule: serves_partition is never False where is_local is True).
+
+    def serves_partition(self, topic: str, partition: int) -> bool:
+        """May Kafka produce and fetch be served on this partition here: `is_local`, or its
+        bundle is held and still loading but this partition is already open (fenced and
+        recovered)."""
+        ...
+
+    async def until_serving(self, topic: str, partition: int, timeout_s: float) -> bool:
+        """`until_local` for Kafka produce and fetch: done as soon as `serves_partition`."""
+        ...
+
     def coordinator_owner(self, key_type: int, key: str) -> BrokerEndpoint | None:
         """key_type 0 = consumer group, 1 = transactional id (FindCoordinator's key types)."""
         ...

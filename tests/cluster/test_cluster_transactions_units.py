@@ -81,6 +81,12 @@ class MapOwnership:
     def is_local(self, topic: str, partition: int) -> bool:
         return self.owners.owner(topic, partition) == self.node_id
 
+    def serves_partition(self, topic: str, partition: int) -> bool:
+        return self.is_local(topic, partition)  # bundles load at once here
+
+    async def until_serving(self, topic: str, partition: int, timeout_s: float) -> bool:
+        return self.is_local(topic, partition)
+
     def owner_of(self, topic: str, partition: int) -> BrokerEndpoint | None:
         owner = self.owners.owner(topic, partition)
         return self.owners.endpoints.get(owner) if owner is not None else None

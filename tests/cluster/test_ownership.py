@@ -29,7 +29,7 @@ from gateway.cluster.ownership import (
     target_broker,
 )
 from ledger_backend.metadata import open_store
-from protocols.kafka.broker_api import BrokerEndpoint
+from protocols.kafka.broker_api import BrokerEndpoint, OwnershipApi
 
 _names = itertools.count()
 LAYOUT = ClusterLayout("test", bundles=16, group_partitions=4, txn_partitions=4)
@@ -296,3 +296,11 @@ def test_topics_asked_about_lately_are_remembered_a_while() -> None:
     assert service.recently_asked() == {"a", "b"}
     now[0] += ASKED_RECENTLY_S / 2 + 0.1
     assert service.recently_asked() == {"b"}
+
+
+def test_the_ownership_service_answers_every_call_of_the_kafka_handlers() -> None:
+    """The handlers call OwnershipApi's methods directly (no getattr with a fallback): the
+    service must have each, partition-level serving included."""
+    declared = {name for name in vars(OwnershipApi) if not name.startswith("_")}
+    assert {"serves_partition", "until_serving", "is_local", "until_local"} <= declared
+    assert declared <= set(dir(OwnershipService))

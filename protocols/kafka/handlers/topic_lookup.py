@@ -98,17 +98,15 @@ async def open_partition(ctx: RequestContext, topic: str | None, partition: int,
     ownership = ownership_of(ctx.broker)
     if ownership is None:
         return await ctx.topics.partition(topic, partition)
-    serves = getattr(ownership, "serves_partition", None) if log_only else None
-    local = serves if serves is not None else ownership.is_local
+    if log_only:
+        local, until = ownership.serves_partition, ownership.until_serving
+    else:
+        local, until = ownership.is_local, ownership.until_local
     if not local(topic, partition):
         # held here but still loading (a failover fences and recovers the earlier owner's
         # ledgers): wait for the load rather than refuse, which costs the client a metadata
         # round and a retry back-off (up to 0.5-1 s) after the bundle is ready
-        if serves is not None:
-            await ownership.until_serving(topic, partition,  # type: ignore[attr-defined]
-                                          LOADING_WAIT_S)
-        else:
-            await ownership.until_local(topic, partition, LOADING_WAIT_S)
+        await until(topic, partition, LOADING_WAIT_S)
     require_local(ownership, topic, partition, local)
     plog = await ctx.topics.partition(topic, partition)
     require_local(ownership, topic, partition, local)
