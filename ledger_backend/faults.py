@@ -16,6 +16,10 @@ called in an `except` block, does that for an expected fault (a storage fault, a
 to a peer gone, an error whose wire code clients retry) and logs anything else with its
 traceback (a bug).
 
+An error that says "no longer served here" (`is_released_here`: a bundle this broker releases
+or lost) is not even a fault for a background service: the release cancels the service next,
+and until it does its passes meet the released unit.  `log_failure` notes it at DEBUG.
+
 This module only classifies and logs: it must never decide a wire code (the protocol fronts
 map the two kinds to their own codes) and never import Trio, the network or a protocol.
 """
@@ -26,6 +30,7 @@ import enum
 import logging
 import sys
 import time
+from collections.abc import Iterator
 
 from ledger_backend.client.errors import (
     BKTimeoutError,
@@ -75,9 +80,8 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
-def storage_fault_of(exc: BaseException) -> StorageFault | None:
-    """The kind of expected storage fault `exc` is (looking through an exception group of one
-    and through the exception it was raised from), or None."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then (through exception groups of one) the exceptions it was raised from."""
     seen = 0
     current: BaseException | None = exc
     while current is not None and seen < 8:
@@ -85,12 +89,26 @@ def storage_fault_of(exc: BaseException) -> StorageFault | None:
         if isinstance(current, BaseExceptionGroup) and len(current.exceptions) == 1:
             current = current.exceptions[0]
             continue
+        yield current
+        current = current.__cause__
+
+
+def storage_fault_of(exc: BaseException) -> StorageFault | None:
+    """The kind of expected storage fault `exc` is (looking through an exception group of one
+    and through the exception it was raised from), or None."""
+    for current in _chain(exc):
         if isinstance(current, _MOVED):
             return StorageFault.MOVED
         if isinstance(current, _UNAVAILABLE):
             return StorageFault.UNAVAILABLE
-        current = current.__cause__
     return None
+
+
+def is_released_here(exc: BaseException) -> bool:
+    """Whether `exc` (or what it was raised from) says its unit is no longer served by this
+    broker: the error class sets `released_here = True` (duck-typed, as RocketMQ's "bundle
+    not served here" does, so this module needs no protocol)."""
+    return any(getattr(current, "released_here", False) is True for current in _chain(exc))
 
 
 class _Limiter:
@@ -127,7 +145,8 @@ def is_expected_fault(exc: BaseException) -> bool:
     """A fault a healthy cluster has now and then: a storage fault, a peer connection gone, or
     a protocol error whose wire code clients retry (duck-typed: `exc.code.retriable`, as the
     Kafka errors carry, so this module needs no protocol)."""
-    if storage_fault_of(exc) is not None or isinstance(exc, ConnectionError):
+    if storage_fault_of(exc) is not None or isinstance(exc, ConnectionError) \
+            or is_released_here(exc):
         return True
     return bool(getattr(getattr(exc, "code", None), "retriable", False))
 
@@ -135,9 +154,12 @@ def is_expected_fault(exc: BaseException) -> bool:
 def log_failure(logger: logging.Logger, message: str, *args: object,
                 bug_level: int = logging.WARNING, interval_s: float = 10.0) -> None:  # fmt: skip
     """In an `except` block: an expected fault as one rate-limited WARNING line (`message`,
-    then the exception's repr), anything else at `bug_level` with its traceback."""
+    then the exception's repr), a unit released here at DEBUG (`is_released_here`), anything
+    else at `bug_level` with its traceback."""
     exc = sys.exc_info()[1]
-    if exc is not None and is_expected_fault(exc):
+    if exc is not None and is_released_here(exc):
+        logger.debug(message + ": %r", *args, exc)
+    elif exc is not None and is_expected_fault(exc):
         warn_fault(logger, message, message + ": %r", *args, exc, interval_s=interval_s)
     else:
         logger.log(bug_level, message, *args, exc_info=True)

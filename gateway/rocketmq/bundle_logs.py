@@ -26,9 +26,14 @@ log = logging.getLogger("ledgerwire.rocketmq.cluster")
 
 
 class BundleNotServedError(RocketMQError):
-    """A per-queue request reached a port whose bundle this broker does not own (now)."""
+    """A per-queue request reached a port whose bundle this broker does not own (now).
+
+    A background service of the bundle (delays, transactions) meets it while the bundle is
+    released, until the release cancels it: `released_here` makes ledger_backend.faults'
+    log_failure note it at DEBUG, with no traceback and no WARNING."""
 
     code = ResponseCode.SYSTEM_BUSY
+    released_here = True
 
 
 class BundleOwnedLog:

@@ -35,7 +35,6 @@ import time
 
 import trio
 
-from gateway.rocketmq.bundle_logs import BundleNotServedError
 from ledger_backend.faults import log_failure
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import Record
@@ -238,8 +237,6 @@ class DelayScheduler:
                     await self._deliver_timers()
                 else:
                     await self._deliver_level(level)
-            except BundleNotServedError:  # the bundle is being released: cancelled next
-                await trio.sleep(RETRY_PAUSE_S)
             except (RocketMQError, KafkaProtocolError):
                 log_failure(log, "delay level %d: delivery failed, retrying", level)
                 await trio.sleep(RETRY_PAUSE_S)

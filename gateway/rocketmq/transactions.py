@@ -21,7 +21,7 @@ import time
 
 import trio
 
-from gateway.rocketmq.bundle_logs import BundleNotServedError
+from ledger_backend.faults import log_failure
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import Record
 from protocols.rocketmq.codec import make_request
@@ -145,10 +145,8 @@ class TransactionService:
             await trio.sleep(self.scan_interval_s)
             try:
                 await self.scan()
-            except BundleNotServedError:
-                pass  # the bundle is being released: this service is cancelled next
             except (RocketMQError, KafkaProtocolError):
-                log.warning("transaction check scan failed", exc_info=True)
+                log_failure(log, "transaction check scan failed")
 
     async def scan(self) -> None:
         broker = self.broker

@@ -123,3 +123,28 @@ def test_log_failure_quiet_for_expected_faults_loud_for_bugs(
     records = [r for r in caplog.records if r.name == "test.faults.log_failure"]
     assert [r.levelno for r in records] == [logging.WARNING] * 3 + [logging.ERROR]
     assert [bool(r.exc_info) for r in records] == [False, False, False, True]
+
+
+def test_log_failure_notes_a_unit_released_here_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An error marked `released_here` (RocketMQ's "bundle not served here"), also raised from
+    another or in a group of one, is noted at DEBUG: no WARNING, no traceback."""
+    from gateway.rocketmq.bundle_logs import BundleNotServedError
+    from ledger_backend.faults import is_released_here, log_failure
+
+    logger = logging.getLogger("test.faults.released")
+    wrapped = RuntimeError("scan")
+    wrapped.__cause__ = BundleNotServedError("bundle 3 not served here")
+    cases = [BundleNotServedError("gone"), wrapped,
+             BaseExceptionGroup("one", [BundleNotServedError("grouped")])]
+    assert all(is_released_here(exc) for exc in cases)
+    assert not is_released_here(ValueError("bug"))
+    with caplog.at_level(logging.DEBUG, logger="test.faults.released"):
+        for exc in cases:
+            try:
+                raise exc
+            except BaseException:
+                log_failure(logger, "delivery failed")
+    records = [r for r in caplog.records if r.name == "test.faults.released"]
+    assert [(r.levelno, bool(r.exc_info)) for r in records] == [(logging.DEBUG, False)] * 3
