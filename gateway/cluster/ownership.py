@@ -27,6 +27,12 @@ release hook (close its partition logs and coordinators, so ledgers are closed c
 the next owner needs no recovery), then delete the node.  A dead owner's nodes vanish with its
 session and the target takes over; opening the managed ledger fences the dead owner's ledger.
 
+A dead broker is noticed before its session ends when its advertised Kafka port refuses
+connections: another broker then deletes its live and bundle nodes (gateway/cluster/
+peer_liveness.py, `expel_refusing`), and the take-over above follows at once.  A broker that
+finds its own live node gone while its session lives steps down as after a lost session and
+registers again.
+
 Safety does not rest on ZooKeeper timing: the storage layer fences a deposed owner.  On top of
 that, `is_local` is a *lease*: it is true only while a ZooKeeper round trip started less than
 LEASE_FRACTION of the session timeout ago proved this broker's session alive (a session cannot
@@ -61,6 +67,7 @@ from gateway.cluster.broker_registry import (
     read_live_registrations,
     register_broker,
 )
+from gateway.cluster.peer_liveness import PeerProbe, registration_ctime
 from ledger_backend.faults import log_failure
 from ledger_backend.metadata.store import (
     BadVersionError,
@@ -134,7 +141,8 @@ class OwnershipService:
                  session_timeout_s: float, on_acquired: BundleHook | None = None,
                  on_releasing: BundleHook | None = None,
                  clock: Callable[[], float] = trio.current_time,
-                 handback_delay_s: float = HANDBACK_DELAY_S) -> None:
+                 handback_delay_s: float = HANDBACK_DELAY_S,
+                 expel_refusing: bool = False) -> None:
         self._store = store
         self.layout = layout
         self.me = me
@@ -143,6 +151,10 @@ class OwnershipService:
         self._on_releasing = on_releasing
         self._clock = clock
         self._handback_delay_s = handback_delay_s
+        self._expel_refusing = expel_refusing  # see gateway/cluster/peer_liveness.py
+        self._leaving: set[int] = set()  # registered brokers that said they are leaving
+        self._stepping_down = trio.Lock()  # one step-down (and registering again) at a time
+        self._registered_ctime: int | None = None  # creation time of the live node made last
         self._live: dict[int, BrokerEndpoint] = {me.node_id: me}
         self._live_since: dict[int, float] = {}  # node id -> when this broker first saw it live
         self._departed: dict[int, tuple[BrokerEndpoint, float]] = {}  # left: endpoint, when
@@ -356,7 +368,7 @@ class OwnershipService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register, keep the lease, and reconcile ownership until cancelled."""
-        await register_broker(self._store, self.me, extra=self.registration_extra)
+        await self._register()
         await self._renew_lease()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_lease)
@@ -364,6 +376,9 @@ class OwnershipService:
             for path in (LIVE_BROKERS_PATH, DRAINING_BROKERS_PATH, BUNDLES_PATH):
                 nursery.start_soon(self._watch, path)
             nursery.start_soon(self._tick)
+            if self._expel_refusing:
+                nursery.start_soon(PeerProbe(self._store, self._probed_peers,
+                                             self._may_expel, self._expelled).run)
             await self._reconcile()
             task_status.started()
             await self._reconcile_loop()
@@ -438,8 +453,34 @@ class OwnershipService:
                 if state is SessionState.LOST:
                     await self._session_lost()
 
+    def _probed_peers(self) -> dict[int, BrokerEndpoint]:
+        """The brokers whose ports `PeerProbe` watches: registered, not leaving, not this one."""
+        return {i: e for i, e in self._live.items()
+                if i != self.me.node_id and i not in self._leaving}
+
+    def _may_expel(self) -> bool:
+        return self._reconciled and not self._stopping and self.lease_valid()
+
+    def _expelled(self, node_id: int) -> None:
+        self._dirty.set()  # take its bundles now (the watches say so too)
+
     async def _session_lost(self) -> None:
         """Every ephemeral node is gone: drop all bundles now, then register again."""
+        async with self._stepping_down:
+            await self._step_down("ZooKeeper session lost: stepping down")
+
+    async def _expelled_while_alive(self) -> None:
+        """This broker's live node is gone while its session lives: another broker found its
+        Kafka port refusing connections and expelled it (peer_liveness.py), deleting its
+        bundle nodes too; the new owners fence its ledgers.  Step down as after a lost
+        session, then register again."""
+        async with self._stepping_down:
+            if await registration_ctime(self._store, self.me.node_id) is not None:
+                return  # registered again meanwhile (a lost session's step-down)
+            await self._step_down("this broker's registration was removed by another broker "
+                                  "(its port refused connections): stepping down")
+
+    async def _step_down(self, why: str) -> None:
         self._session_epoch += 1
         self._lease_until = -1.0
         lost = sorted(self._owned)
@@ -447,20 +488,29 @@ class OwnershipService:
         self._owned.clear()
         self._opened_early.clear()
         self._wake_ready_waiters()
-        log.warning("ZooKeeper session lost: stepping down", extra={"bundles": lost})
+        log.warning(why, extra={"bundles": lost})
         for bundle in lost:
             await self._run_hook(self._on_releasing, bundle)
         if self._stopping:
             return
         while True:
             try:
-                await register_broker(self._store, self.me, extra=self.registration_extra)
+                await self._register()
                 await self._renew_lease()
                 break
             except Exception:  # registration keeps being retried; the broker must not die
                 log_failure(log, "registering again failed; retrying")
                 await trio.sleep(0.5)
         self._dirty.set()
+
+    async def _register(self) -> None:
+        """Create this broker's live node, unless the one it created last still exists (a
+        node is told apart by its creation time): a lost session's step-down that follows an
+        expulsion's must not wait for the node the first one made in the new session."""
+        current = await registration_ctime(self._store, self.me.node_id)
+        if current is None or current != self._registered_ctime:
+            await register_broker(self._store, self.me, extra=self.registration_extra)
+            self._registered_ctime = await registration_ctime(self._store, self.me.node_id)
 
     async def _reconcile_loop(self) -> None:
         while True:
@@ -487,6 +537,11 @@ class OwnershipService:
                           if i not in live and left_at - d[1] < DEPARTED_LISTING_S}
         self._live = live
         leaving = {i for i, doc in registrations.items() if doc.get("leaving")}
+        self._leaving = leaving
+        if self.me.node_id not in registrations and not self._stopping:
+            if not self._stepping_down.locked():
+                await self._expelled_while_alive()
+            return
         self._draining = await read_draining(self._store) | leaving
         self._owners = await read_bundle_owners(self._store)
         now = self._clock()

@@ -271,6 +271,10 @@ class ClusterConfig:
     # How long a broker that joined or came back must be live before owners hand it bundles
     # (one per round, gracefully); 0 hands them over at once (`--handback-delay`).
     handback_delay_s: float = 15.0
+    # Take a dead broker's bundles over before its session ends when its advertised Kafka port
+    # refuses connections (3 probes in a row; a stopped or unreachable broker still waits for
+    # its session): gateway/cluster/peer_liveness.py.
+    expel_refusing_brokers: bool = True
 
 
 def metadata_url_with_session_timeout(url: str, session_timeout_s: float | None) -> str:

@@ -243,7 +243,8 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
         ownership = OwnershipService(store, layout, BrokerEndpoint(k.broker_id, adv_host, 0),
                                      session_timeout_s=session_timeout_of(metadata_url),
                                      on_acquired=hooks.acquired, on_releasing=hooks.releasing,
-                                     handback_delay_s=config.cluster.handback_delay_s)
+                                     handback_delay_s=config.cluster.handback_delay_s,
+                                     expel_refusing=config.cluster.expel_refusing_brokers)
         groups = ClusterGroupCoordinator(
             factory, system_ledger_config(config), ownership, background,
             CoordinatorConfig(

@@ -54,6 +54,10 @@ def test_sigkill_owner_during_idempotent_produce(cluster: Cluster) -> None:
     finally:
         run.stop()
     assert not run.errors, run.errors[:5]
+    # the survivor found the victim's port refusing and took over before the victim's session
+    # ended (its nodes were deleted while they still existed: gateway/cluster/peer_liveness.py)
+    survivor_log = cluster.brokers[survivor].log_path.read_text(errors="replace")
+    assert f"broker {victim} refused connections" in survivor_log, survivor_log[-3000:]
     bootstrap = f"127.0.0.1:{cluster.broker_ports[survivor]}"
     verdict = verify(run.acked, read_topic(bootstrap, TOPIC, PARTITIONS))
     assert verdict.ok, (verdict, cluster.logs())
@@ -88,6 +92,10 @@ def test_split_brain_sigstop_past_session_then_sigcont(cluster: Cluster) -> None
     assert verdict.ok, (verdict, cluster.logs())
     log = old.log_path.read_text(errors="replace")
     assert "stepping down" in log
+    # a stopped broker's port still accepts: it was not taken for dead, its session decided
+    survivor_log = cluster.brokers[survivor].log_path.read_text(errors="replace")
+    assert "refused connections" not in survivor_log
+    assert "ZooKeeper session lost" in log
 
 
 async def test_paused_owner_acknowledges_none_of_its_pending_produces(cluster: Cluster) -> None:

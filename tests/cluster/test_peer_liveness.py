@@ -1,0 +1,164 @@
+"""A dead broker's bundles are taken over before its session ends when its Kafka port refuses
+connections (gateway/cluster/peer_liveness.py), on the in-memory metadata store, where a
+session never expires on its own: any take-over here is the expulsion's.  A broker whose port
+refuses while it is alive is expelled too and steps down cleanly (drops and releases every
+bundle, registers again); a stopped broker (its port still accepts) keeps its bundles until
+its session ends."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from gateway.cluster.broker_registry import (
+    LIVE_BROKERS_PATH,
+    ClusterLayout,
+    init_cluster,
+    read_bundle_owners,
+)
+from gateway.cluster.ownership import OwnershipService
+from gateway.cluster.peer_liveness import port_refuses
+from ledger_backend.metadata import open_store
+from protocols.kafka.broker_api import BrokerEndpoint
+
+_names = itertools.count()
+LAYOUT = ClusterLayout("test", bundles=16, group_partitions=4, txn_partitions=4)
+
+
+class Broker:
+    """An ownership service with a real listening port standing for its Kafka listener; its
+    store (session) stays open when the service is cancelled, as a killed process's session
+    outlives it."""
+
+    def __init__(self, node_id: int, name: str) -> None:
+        self.node_id = node_id
+        self.name = name
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)  # never accepted: the backlog answers, like a stopped process
+        self.port = self.listener.getsockname()[1]
+        self.released: list[int] = []
+        self.service: OwnershipService | None = None
+        self.scope = trio.CancelScope()
+        self.store: Any = None
+
+    async def run(self) -> None:
+        self.store = await open_store(f"memory:{self.name}")
+        await init_cluster(self.store, LAYOUT)
+
+        async def released(bundle: int) -> None:
+            self.released.append(bundle)
+
+        self.service = OwnershipService(
+            self.store, LAYOUT, BrokerEndpoint(self.node_id, "127.0.0.1", self.port),
+            session_timeout_s=10.0, on_releasing=released, handback_delay_s=0.0,
+            expel_refusing=True)
+        with self.scope:
+            await self.service.run()
+
+    def refuse(self) -> None:
+        self.listener.close()  # connections to the port are now reset (ECONNREFUSED)
+
+    async def close(self) -> None:
+        self.scope.cancel()
+        self.listener.close()
+        if self.store is not None:
+            with trio.CancelScope(shield=True):
+                await self.store.close()
+
+
+async def wait_owners(store: Any, want: set[int], timeout_s: float = 30.0) -> dict[int, int]:
+    with trio.fail_after(timeout_s):
+        while True:
+            owners = await read_bundle_owners(store)
+            if len(owners) == LAYOUT.bundles and set(owners.values()) == want:
+                return owners
+            await trio.sleep(0.05)
+
+
+@asynccontextmanager
+async def two_brokers() -> AsyncIterator[tuple[Any, Broker, Broker, dict[int, int]]]:
+    """Brokers 1 and 2 sharing the bundles; both closed (sessions ended) on the way out."""
+    name = f"liveness-{next(_names)}"
+    admin = await open_store(f"memory:{name}")
+    one, two = Broker(1, name), Broker(2, name)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one.run)
+        nursery.start_soon(two.run)
+        try:
+            yield admin, one, two, await wait_owners(admin, {1, 2})
+        finally:
+            await one.close()
+            await two.close()
+            await admin.close()
+
+
+async def test_a_port_refuses_only_when_nothing_listens() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    try:
+        assert not await port_refuses("127.0.0.1", port)  # bound, never accepted: alive
+    finally:
+        listener.close()
+    assert await port_refuses("127.0.0.1", port)
+    assert not await port_refuses("no-such-host.invalid", port)  # not a refusal
+
+
+async def test_a_killed_broker_is_taken_over_before_its_session_ends(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "ledgerwire")
+    async with two_brokers() as (admin, one, two, _):
+        two.scope.cancel()  # the process is gone; its session (store) lives on
+        two.refuse()
+        # the memory store's session never expires: only the expulsion can free them
+        await wait_owners(admin, {1})
+        assert await admin.exists(f"{LIVE_BROKERS_PATH}/2") is None
+        assert "broker 2 refused connections" in caplog.text
+    assert "Traceback" not in caplog.text
+
+
+async def test_a_live_broker_whose_port_refuses_steps_down_cleanly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "ledgerwire")
+    async with two_brokers() as (admin, one, two, owners):
+        assert one.service is not None and two.service is not None
+        one.service._handback_delay_s = 3600.0  # keep what it takes over (no hand-back)
+        held = {b for b, o in owners.items() if o == 2}
+        with trio.fail_after(30):
+            while True:  # every bundle it claimed is loaded
+                if two.service.owned_bundles():
+                    break
+                await trio.sleep(0.02)
+        two.refuse()  # alive, its session valid, but its port refuses
+        await wait_owners(admin, {1})
+        with trio.fail_after(30):  # it saw its node gone, stepped down, registered again
+            while True:
+                if set(two.released) >= held and two.service.lease_valid() \
+                        and await admin.exists(f"{LIVE_BROKERS_PATH}/2") is not None:
+                    break
+                await trio.sleep(0.05)
+        # it serves nothing and holds nothing: it acknowledges no write of those bundles
+        assert two.service.owned_bundles() == set()
+        assert not any(two.service.bundle_is_local(b) for b in range(LAYOUT.bundles))
+        assert not any(two.service.holds_bundle(b) for b in range(LAYOUT.bundles))
+        assert set((await read_bundle_owners(admin)).values()) == {1}
+        assert "registration was removed by another broker" in caplog.text
+    assert "Traceback" not in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_stopped_broker_keeps_its_bundles_until_its_session_ends() -> None:
+    async with two_brokers() as (admin, one, two, owners):
+        two.scope.cancel()  # frozen (SIGSTOP): its port still accepts into the backlog
+        await trio.sleep(2.5)  # ten probe rounds
+        assert await read_bundle_owners(admin) == owners
+        assert await admin.exists(f"{LIVE_BROKERS_PATH}/2") is not None
