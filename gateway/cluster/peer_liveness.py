@@ -10,7 +10,9 @@ SIGSTOPped broker's port still accepts (the kernel completes the handshake into 
 backlog), and a partitioned or overloaded one's connections time out: neither is a refusal.
 
 So each broker probes every other registered broker's advertised Kafka port a few times a
-second (`PeerProbe`).  Only when the port refused CONFIRMATIONS times in a row, PROBE_GAP_S
+second (`PeerProbe`).  Only a port that accepted a probe from this broker before counts (an
+address this broker cannot reach, e.g. one valid only outside its container, is left to the
+session), and only when it refused CONFIRMATIONS times in a row, PROBE_GAP_S
 apart, and that broker's live node is still the one it had when the first refusal was seen
 (same creation time), does it *expel* the broker (`expel_broker`): one ZooKeeper transaction
 deletes that live node and every bundle node naming that broker, each at the version just read.
@@ -32,6 +34,7 @@ version checked in one transaction).
 
 from __future__ import annotations
 
+import enum
 import errno
 import json
 import logging
@@ -54,29 +57,40 @@ CONNECT_TIMEOUT_S = 1.0  # a probe not refused by then counts as "alive" (never 
 EXPEL_AGAIN_AFTER_S = 30.0  # one broker is expelled at most this often
 
 
-async def port_refuses(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
-    """True only if a TCP connection to every address of host:port was refused (a reset);
-    False if one connected, timed out, or failed any other way."""
+class PortState(enum.Enum):
+    ACCEPTS = "accepts"  # a connection was made: a process holds the port
+    REFUSES = "refuses"  # every address reset the connection: nothing listens
+    UNKNOWN = "unknown"  # timed out, unreachable, unresolvable: never taken as dead
+
+
+async def probe_port(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> PortState:
+    """One TCP connect to every address of host:port (closed at once)."""
     try:
         with trio.fail_after(timeout_s):
             infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, trio.TooSlowError):
-        return False
+        return PortState.UNKNOWN
     if not infos:
-        return False
+        return PortState.UNKNOWN
     for family, type_, proto, _, address in infos:
         sock = trio.socket.socket(family, type_, proto)
         try:
             with trio.move_on_after(timeout_s):
                 await sock.connect(address)
-                return False  # connected: a process holds the port
-            return False  # timed out: stopped, partitioned or busy, never taken as dead
+                return PortState.ACCEPTS
+            return PortState.UNKNOWN  # stopped, partitioned or busy: never taken as dead
         except OSError as exc:
             if exc.errno != errno.ECONNREFUSED:
-                return False
+                return PortState.UNKNOWN
         finally:
             sock.close()
-    return True
+    return PortState.REFUSES
+
+
+async def port_refuses(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+    """True only if a TCP connection to every address of host:port was refused (a reset);
+    False if one connected, timed out, or failed any other way."""
+    return await probe_port(host, port, timeout_s) is PortState.REFUSES
 
 
 async def registration_ctime(store: MetadataStore, node_id: int) -> int | None:
@@ -132,6 +146,10 @@ class PeerProbe:
     def __post_init__(self) -> None:
         self._expelled_at: dict[int, float] = {}
         self._busy: set[int] = set()
+        # node id -> the endpoint seen accepting a probe from here: only a port that accepted
+        # can be taken as dead (one this broker cannot reach at all, e.g. an address valid
+        # only outside its container, refuses from the start and is left to the session)
+        self._accepted: dict[int, BrokerEndpoint] = {}
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -151,7 +169,10 @@ class PeerProbe:
 
     async def _probe(self, node_id: int, endpoint: BrokerEndpoint) -> None:
         try:
-            if not await port_refuses(endpoint.host, endpoint.port):
+            state = await probe_port(endpoint.host, endpoint.port)
+            if state is PortState.ACCEPTS:
+                self._accepted[node_id] = endpoint
+            if state is not PortState.REFUSES or self._accepted.get(node_id) != endpoint:
                 return
             ctime = await registration_ctime(self.store, node_id)
             if ctime is None:

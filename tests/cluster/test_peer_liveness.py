@@ -63,6 +63,18 @@ class Broker:
         with self.scope:
             await self.service.run()
 
+    async def wait_probed(self, timeout_s: float = 30.0) -> None:
+        """Until a peer's probe has connected (only a port seen accepting can be taken for
+        dead)."""
+        self.listener.setblocking(False)
+        with trio.fail_after(timeout_s):
+            while True:
+                try:
+                    self.listener.accept()[0].close()
+                    return
+                except BlockingIOError:
+                    await trio.sleep(0.05)
+
     def refuse(self) -> None:
         self.listener.close()  # connections to the port are now reset (ECONNREFUSED)
 
@@ -84,11 +96,15 @@ async def wait_owners(store: Any, want: set[int], timeout_s: float = 30.0) -> di
 
 
 @asynccontextmanager
-async def two_brokers() -> AsyncIterator[tuple[Any, Broker, Broker, dict[int, int]]]:
-    """Brokers 1 and 2 sharing the bundles; both closed (sessions ended) on the way out."""
+async def two_brokers(two_unreachable: bool = False
+                      ) -> AsyncIterator[tuple[Any, Broker, Broker, dict[int, int]]]:
+    """Brokers 1 and 2 sharing the bundles; both closed (sessions ended) on the way out.
+    `two_unreachable`: broker 2's port refuses from the start."""
     name = f"liveness-{next(_names)}"
     admin = await open_store(f"memory:{name}")
     one, two = Broker(1, name), Broker(2, name)
+    if two_unreachable:
+        two.refuse()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(one.run)
         nursery.start_soon(two.run)
@@ -117,6 +133,7 @@ async def test_a_killed_broker_is_taken_over_before_its_session_ends(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "ledgerwire")
     async with two_brokers() as (admin, one, two, _):
+        await two.wait_probed()
         two.scope.cancel()  # the process is gone; its session (store) lives on
         two.refuse()
         # the memory store's session never expires: only the expulsion can free them
@@ -138,6 +155,7 @@ async def test_a_live_broker_whose_port_refuses_steps_down_cleanly(
                 if two.service.owned_bundles():
                     break
                 await trio.sleep(0.02)
+        await two.wait_probed()
         two.refuse()  # alive, its session valid, but its port refuses
         await wait_owners(admin, {1})
         with trio.fail_after(30):  # it saw its node gone, stepped down, registered again
@@ -159,6 +177,15 @@ async def test_a_live_broker_whose_port_refuses_steps_down_cleanly(
 async def test_a_stopped_broker_keeps_its_bundles_until_its_session_ends() -> None:
     async with two_brokers() as (admin, one, two, owners):
         two.scope.cancel()  # frozen (SIGSTOP): its port still accepts into the backlog
+        await trio.sleep(2.5)  # ten probe rounds
+        assert await read_bundle_owners(admin) == owners
+        assert await admin.exists(f"{LIVE_BROKERS_PATH}/2") is not None
+
+
+async def test_a_port_never_reached_from_here_is_not_taken_for_dead() -> None:
+    """An advertised address a broker cannot reach at all (e.g. one valid only outside its
+    container) refuses from the start: left to the session, never expelled."""
+    async with two_brokers(two_unreachable=True) as (admin, _, _, owners):
         await trio.sleep(2.5)  # ten probe rounds
         assert await read_bundle_owners(admin) == owners
         assert await admin.exists(f"{LIVE_BROKERS_PATH}/2") is not None
