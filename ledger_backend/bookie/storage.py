@@ -15,7 +15,8 @@ DURABILITY RULE (the one place it is written down):
      to the index log and fsync it; persist the log mark (atomic replace + fsync + directory
      fsync); only then delete journal files older than the mark.
   3. Start-up loads the index log, replays the journal from the mark (stopping at the first torn
-     or bad record and logging where), checkpoints, and only then accepts adds.
+     or bad record and logging where), checkpoints with the mark at the start of the next
+     journal file, only then creates that file, and only then accepts adds.
 Killing the process between any two steps loses nothing acknowledged: whatever the index does
 not hold yet is still in the journal after the mark.  (tests/bookie_storage/ kill it at each.)
 
@@ -150,9 +151,13 @@ class DurableBookieStorage(BookieStorage):
         )
         await replay_journal(self, mark)
         replayed = time.perf_counter()
+        # The first checkpoint comes before the new journal file: its mark, the start of that
+        # file, moves past a torn tail replay stopped at and trims it.  A new file created
+        # first would outlive a crash in this checkpoint, and the next start would find the
+        # torn tail followed by a later file: damage, refusing to start.
+        await self.checkpoint()
         await self.journal.open()
         await nursery.start(self.journal.run)
-        await self.checkpoint()
         self.disk.read_only = await trio.to_thread.run_sync(self.disk.check)
         self._accepting = True
         nursery.start_soon(self._checkpoint_loop)
