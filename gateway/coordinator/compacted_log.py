@@ -18,6 +18,7 @@ from typing import Any
 
 from ledger_backend.managed_ledger import (
     ManagedLedger,
+    ManagedLedgerClosedError,
     ManagedLedgerConfig,
     ManagedLedgerFactory,
     Position,
@@ -43,6 +44,7 @@ class CompactedLog:
         self._snapshot_every = snapshot_every
         self._ledger: ManagedLedger | None = None
         self._records_since_snapshot = 0
+        self._closing = False  # close() was called: a snapshot may meet the closed ledger
 
     def _apply(self, record: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -53,6 +55,7 @@ class CompactedLog:
     async def _replay(self) -> int:
         """Open the ledger and apply every record from the latest snapshot on; the count."""
         self._ledger = await self._factory.open(self._ledger_name, self._config)
+        self._closing = False
         cursor = await self._ledger.open_cursor("snapshot")
         position: Position | None = cursor.mark_delete_position or self._ledger.first_position
         replayed = 0
@@ -68,25 +71,37 @@ class CompactedLog:
         return replayed
 
     async def _append(self, record: dict[str, Any]) -> Position:
-        """Make `record` durable, then apply it (and snapshot when it is time)."""
-        assert self._ledger is not None, "load() first"
-        position = await self._ledger.append(_encode(record))
+        """Make `record` durable, then apply it (and snapshot when it is time).
+
+        A `close` while the append is in flight lets it finish (the managed ledger drains its
+        appends): the record is durable, so the change succeeds, and the snapshot that fell
+        due is left to the next open (its replay starts at the older snapshot)."""
+        ledger = self._ledger
+        assert ledger is not None, "load() first"
+        position = await ledger.append(_encode(record))
         self._apply(record)
         self._records_since_snapshot += 1
         if self._records_since_snapshot >= self._snapshot_every:
-            await self.snapshot()
+            try:
+                await self.snapshot()
+            except ManagedLedgerClosedError:
+                if not self._closing:  # not closed by us: a fault to report
+                    raise
         return position
 
     async def snapshot(self) -> None:
         """Write the whole state as one record, then drop the ledgers it makes redundant."""
-        assert self._ledger is not None
-        position = await self._ledger.append(_encode(self._snapshot_record()))
+        ledger = self._ledger
+        if ledger is None:
+            raise ManagedLedgerClosedError(f"{self._ledger_name!r} is closed")
+        position = await ledger.append(_encode(self._snapshot_record()))
         self._records_since_snapshot = 0
-        cursor = await self._ledger.open_cursor("snapshot")
+        cursor = await ledger.open_cursor("snapshot")
         await cursor.mark_delete(position)
-        await self._ledger.delete_ledgers_before(position.ledger_id)
+        await ledger.delete_ledgers_before(position.ledger_id)
 
     async def close(self) -> None:
         if self._ledger is not None:
+            self._closing = True
             await self._ledger.close()
             self._ledger = None
