@@ -64,7 +64,10 @@ class Local:
 
 
 async def _frame(stream: trio.SocketStream, buffer: bytearray) -> bytes | None:
-    """One size-prefixed Kafka frame (with its prefix), None at the end of the stream."""
+    """One size-prefixed Kafka frame (with its prefix), None at the end of the stream (or a
+    reset: a replicator session that timed out while the late requests were delivered, over
+    2 s at load 12-17, closed its connection, and an answer forwarded to it after that was
+    refused with a reset)."""
     while True:
         if len(buffer) >= 4:
             size = struct.unpack(">i", buffer[:4])[0]
@@ -72,7 +75,10 @@ async def _frame(stream: trio.SocketStream, buffer: bytearray) -> bytes | None:
                 frame = bytes(buffer[:4 + size])
                 del buffer[:4 + size]
                 return frame
-        chunk = await stream.receive_some(65536)
+        try:
+            chunk = await stream.receive_some(65536)
+        except trio.BrokenResourceError:
+            return None
         if not chunk:
             return None
         buffer += chunk
