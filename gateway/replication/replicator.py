@@ -24,9 +24,12 @@ The exactly-once argument, in the order things happen:
    answers are taken in request order, and the position advances past a batch only when its
    answer, and so every earlier one, said acknowledged.
 4. Every `checkpoint_interval_s` it writes the last acknowledged (source_next, remote_next) by
-   compare-and-set; batches still in flight are never part of it.  A failed answer anywhere in
-   the pipeline ends the session: the ones behind it are in doubt, and step 2 of the next
-   session finds which of them landed.
+   compare-and-set; batches still in flight are never part of it.  A task of its own writes
+   it, so neither sending nor taking answers waits for the metadata store (a write took
+   45-460 ms at load ~9, once a second per partition); only a write that settles the
+   checkpoint, after half an interval with nothing to send, holds the sender back.  A failed
+   answer anywhere in the pipeline ends the session: the ones behind it are in doubt, and
+   step 2 of the next session finds which of them landed.
 
 Any doubt (a timeout, an error answer, a connection lost) ends the session; the next one starts
 at step 1.  A remote that stays down only grows the backlog.  A produce that the remote still
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -84,6 +87,17 @@ class _Outgoing:
     stable: int  # the local last stable offset when it was read (for the backlog)
     first_timestamp: int | None
     sequence: int  # the sequence number of the record at next_offset (when that is not None)
+
+
+@dataclass
+class _Acknowledged:
+    """The acknowledger's latest answered position, for the checkpoint writer."""
+
+    source_next: int
+    remote_next: int
+    sequence: int
+    idle_since: float | None = None  # trio time the reader was at the stable end, all answered
+    changed: trio.Event = field(default_factory=trio.Event)
 
 
 @dataclass
@@ -236,16 +250,20 @@ class PartitionReplicator:
         framed, to_transmit = trio.open_memory_channel[_Outgoing](FRAMED_AHEAD)
         sent, to_acknowledge = trio.open_memory_channel[_Outgoing](MAX_IN_FLIGHT * 4)
         pipeline = await self.remote.open_pipeline(self.topic, self.partition)
-        gate = trio.Lock()  # held to send, and to write the checkpoint (settled or not)
+        gate = trio.Lock()  # held to send, and to write a checkpoint that is or was settled
+        saving = trio.Lock()  # held by every checkpoint write (after the gate, if both)
+        acknowledged = _Acknowledged(source_next, remote_next, sequence)
         try:
             async with trio.open_nursery() as nursery:
                 slots = InFlightWindow()
                 nursery.start_soon(self._read, source_next, producer_id, epoch, sequence,
                                    framed)
-                nursery.start_soon(self._transmit, to_transmit, pipeline, slots, gate,
+                nursery.start_soon(self._transmit, to_transmit, pipeline, slots, gate, saving,
                                    checkpoint, sent)
-                await self._acknowledge(to_acknowledge, pipeline, slots, gate, checkpoint,
-                                        source_next, remote_next, sequence)
+                nursery.start_soon(self._write_checkpoints, acknowledged, pipeline, gate,
+                                   saving, checkpoint)
+                await self._acknowledge(to_acknowledge, pipeline, slots, checkpoint,
+                                        acknowledged)
         finally:
             with trio.CancelScope(shield=True):
                 await pipeline.aclose()
@@ -293,7 +311,7 @@ class PartitionReplicator:
 
     async def _transmit(self, framed: trio.MemoryReceiveChannel[_Outgoing],
                         pipeline: ProducePipeline, slots: InFlightWindow, gate: trio.Lock,
-                        checkpoint: Checkpoint,
+                        saving: trio.Lock, checkpoint: Checkpoint,
                         sent: trio.MemorySendChannel[_Outgoing]) -> None:
         """Send each framed batch as soon as the pipeline has room, and hand every item, sent
         or not, to the acknowledger in order.  A settled checkpoint is unsettled first."""
@@ -302,17 +320,20 @@ class PartitionReplicator:
                 await slots.reserve(len(item.batch))
                 async with gate:
                     if checkpoint.settled:
-                        checkpoint.settled = False
-                        await self.checkpoints.save(checkpoint)
+                        async with saving:
+                            checkpoint.settled = False
+                            await self.checkpoints.save(checkpoint)
                     await pipeline.send(item.batch)
             await sent.send(item)
 
     async def _acknowledge(self, sent: trio.MemoryReceiveChannel[_Outgoing],
-                           pipeline: ProducePipeline, slots: InFlightWindow, gate: trio.Lock,
-                           checkpoint: Checkpoint, source_next: int, remote_next: int,
-                           sequence: int) -> None:
-        """Take the answers in order; the position moves only here (see the module doc)."""
-        last_checkpoint = trio.current_time()
+                           pipeline: ProducePipeline, slots: InFlightWindow,
+                           checkpoint: Checkpoint, acknowledged: _Acknowledged) -> None:
+        """Take the answers in order; the position moves only here (see the module doc), and
+        only at the end of a read: a pair (source_next, remote_next) never has records of a
+        read's first batches at the remote below remote_next but here at source_next or past
+        it (a read framed into several batches)."""
+        remote_end = acknowledged.remote_next
         async for item in sent:
             if item.batch is not None:
                 self.status.state = "replicating"
@@ -320,28 +341,53 @@ class PartitionReplicator:
                 self._update_lag()
                 base = await pipeline.receive()
                 slots.release(len(item.batch))
-                remote_next = base + item.records
+                remote_end = base + item.records
+                acknowledged.idle_since = None
                 self.status.sent_total += item.records
             for local_offset, origin, origin_offset in item.inbound:
                 if origin == self.remote.cluster.name:
                     checkpoint.add_inbound(local_offset + 1, origin_offset + 1)
             if item.next_offset is not None:
-                source_next, sequence = item.next_offset, item.sequence
-                self.status.source_next = source_next
+                acknowledged.source_next, acknowledged.sequence = item.next_offset, item.sequence
+                acknowledged.remote_next = remote_end
+                self.status.source_next = item.next_offset
                 self.status.oldest_unsent_ms = None
-            self.status.backlog_messages = max(0, item.stable - source_next)
-            if item.batch is None and source_next >= item.stable:
+            self.status.backlog_messages = max(0, item.stable - acknowledged.source_next)
+            if item.batch is None and acknowledged.source_next >= item.stable:
                 self.status.state = "idle"
                 self._update_lag()
-            if trio.current_time() - last_checkpoint >= self.checkpoint_interval_s:
-                async with gate:  # the sender waits: in_flight cannot grow meanwhile
-                    idle = item.batch is None and source_next >= item.stable
-                    await self._save(checkpoint, source_next, remote_next, sequence,
-                                     settled=idle and pipeline.in_flight == 0)
-                last_checkpoint = trio.current_time()
+                if acknowledged.idle_since is None:
+                    acknowledged.idle_since = trio.current_time()
+            elif item.batch is None:
+                acknowledged.idle_since = None
+            acknowledged.changed.set()
 
-    async def _save(self, checkpoint: Checkpoint, source_next: int, remote_next: int,
-                    sequence: int, *, settled: bool = False) -> None:
+    async def _write_checkpoints(self, acknowledged: _Acknowledged, pipeline: ProducePipeline,
+                                 gate: trio.Lock, saving: trio.Lock,
+                                 checkpoint: Checkpoint) -> None:
+        """Write the acknowledged position at most every `checkpoint_interval_s`, beside the
+        sending.  Settled only after half an interval at the stable end with nothing in flight
+        (the gate held: the sender waits), so a steady stream never waits for a write."""
+        written = trio.current_time()
+        while True:
+            await acknowledged.changed.wait()
+            acknowledged.changed = trio.Event()
+            await trio.sleep_until(written + self.checkpoint_interval_s)
+            written = trio.current_time()
+            idle = acknowledged.idle_since
+            if (idle is not None and written - idle >= self.checkpoint_interval_s / 2) or (
+                    checkpoint.settled):
+                async with gate, saving:  # in_flight cannot grow meanwhile
+                    settled = acknowledged.idle_since is not None and pipeline.in_flight == 0
+                    await self._save(checkpoint, acknowledged, settled=settled)
+            else:
+                async with saving:  # stored unsettled, and stays so: the sender goes on
+                    await self._save(checkpoint, acknowledged, settled=False)
+
+    async def _save(self, checkpoint: Checkpoint, acknowledged: _Acknowledged, *,
+                    settled: bool) -> None:
+        source_next, remote_next = acknowledged.source_next, acknowledged.remote_next
+        sequence = acknowledged.sequence
         if (checkpoint.source_next, checkpoint.remote_next, checkpoint.settled) == (
                 source_next, remote_next, settled):
             return

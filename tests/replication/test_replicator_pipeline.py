@@ -258,3 +258,62 @@ async def test_full_pipeline_position_only_past_answers_and_a_broken_pipeline_he
         assert remote.origin_offsets() == list(range(RECORDS + 60))
     finally:
         await store.close()
+
+
+class SlowCheckpoints(CheckpointStore):
+    """A checkpoint store whose writes wait for the test once `blocking` is set."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.blocking = False
+        self.blocked = 0
+        self.release = trio.Event()
+
+    async def save(self, checkpoint: Any) -> None:
+        if self.blocking:
+            self.blocked += 1
+            await self.release.wait()
+        await super().save(checkpoint)
+
+
+async def test_a_slow_checkpoint_write_holds_back_neither_sends_nor_answers(
+        tmp_path: Path) -> None:
+    """The metadata store took 45-460 ms a write at load ~9, once a second per partition: the
+    position is written beside the pipeline, which keeps sending and taking answers."""
+    store = await open_store(f"embedded:{tmp_path}")
+    remote = Remote()
+    checkpoints = SlowCheckpoints(store, "west", TOPIC, 0)
+    replicator = PartitionReplicator(LocalTopics(), remote,  # type: ignore[arg-type]
+                                     checkpoints, "east", TOPIC, 0, checkpoint_interval_s=0.0,
+                                     retry_backoff_s=0.01)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(replicator.run)
+            await _until(lambda: remote.pipelines
+                         and remote.pipelines[0].in_flight == MAX_IN_FLIGHT, "a full pipeline")
+            checkpoints.blocking = True
+            remote.hand_out.send_nowait("ok")
+            await _until(lambda: checkpoints.blocked == 1, "a checkpoint write under way")
+            for _ in range(4):  # the log's 20 batches: 16 in flight and 4 more
+                remote.hand_out.send_nowait("ok")
+            await _until(lambda: remote.pipelines[0].answered == 5, "four more answers")
+            await _until(lambda: len(remote.pipelines[0].sent) == MAX_IN_FLIGHT + 4,
+                         "four more sends")
+            assert replicator.status.source_next == 5 * 20  # acknowledged, not yet durable
+            assert checkpoints.blocked == 1  # the write is still waiting
+            checkpoints.blocking = False
+            checkpoints.release.set()
+            for _ in range(1000):
+                remote.hand_out.send_nowait("ok")
+            await _until(lambda: replicator.status.state == "idle"
+                         and _equals(_position(store), RECORDS), "all sent and durable")
+            nursery.cancel_scope.cancel()
+        assert remote.origin_offsets() == list(range(RECORDS))
+        assert len(remote.pipelines) == 1
+    finally:
+        await store.close()
+
+
+async def _position(store: Any) -> int:
+    checkpoint = await read_checkpoint(store, "west", TOPIC, 0)
+    return checkpoint.source_next if checkpoint is not None else 0
