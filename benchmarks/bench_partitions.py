@@ -21,6 +21,10 @@ A real `ledgerwire standalone` (fsync on, RocketMQ off) on loopback, driven by c
    N/5, the node's RSS after each round (a client test suite's churn: RSS must not keep
    growing).
 
+--data-dir D --phase load runs 1-5 and keeps the node's data in D; --phase restart then
+starts a node on it (same ports) and runs 6-7: a 100k run in two runs of a few minutes each
+(a measuring window each).
+
 --write-sample N writes rounds 2, 3 and 6 to N partitions only (every partition of
 the first N/P topics, the last with --write-all-once): at 100,000 partitions a full write round
 is minutes of the machine.
@@ -39,6 +43,7 @@ lower bounds; CPU per partition is the steadier figure.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import socket
@@ -180,6 +185,61 @@ def phase(server: Node, label: str, count: int, run: object) -> tuple[float, flo
     return wall, cpu_ms
 
 
+PORTS = ("kafka_port", "bookie_port", "admin_port", "name_server_port",
+         "rocketmq_broker_port", "rocketmq_grpc_port")
+
+
+def keep_ports(server: Node, data: Path) -> None:
+    """A kept data directory is restarted on the same ports (the ledgers' ensembles name the
+    bookie by its address): saved beside it by the load phase, read back by the restart one."""
+    saved = data.parent / "bench-partitions-ports.json"
+    if saved.exists():
+        for name, port in json.loads(saved.read_text()).items():
+            setattr(server, name, port)
+    else:
+        saved.write_text(json.dumps({name: getattr(server, name) for name in PORTS}))
+
+
+def load_phase(server: Node, args: argparse.Namespace, names: list[str], total: int,
+               first_names: list[str], first_written: int, sample: list[str],
+               written: int) -> None:
+    phase(server, "create", total,
+          lambda: create_topics(server, names, args.partitions, args.batch))
+    print(f"  Metadata of every topic (none open): "
+          f"{metadata_wire(server, total)}, again {metadata_wire(server, total)}; "
+          f"confluent-kafka list_topics {metadata_seconds(server, total):.2f} s; "
+          f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
+    _, first = phase(server, "first write (opens)", first_written,
+                     lambda: write_round(server, first_names, args.partitions))
+    print(f"  after the first write: node RSS {rss_mb(server.pids()):,.0f} MB, "
+          f"{unloaded(server):,} partition logs unloaded so far", flush=True)
+    _, again = phase(server, "second write (open)", written,
+                     lambda: write_round(server, sample, args.partitions))
+    print(f"  opening a partition: {first - again:.2f} ms node CPU "
+          f"(first write minus second; {unloaded(server):,} unloaded so far)", flush=True)
+    print(f"  Metadata of every topic: {metadata_wire(server, total)}, again "
+          f"{metadata_wire(server, total)}; node RSS {rss_mb(server.pids()):,.0f} MB; load "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+
+
+def restart_phase(server: Node, args: argparse.Namespace, total: int, sample: list[str],
+                  written: int, started: float, *, restarted: bool) -> None:
+    """`server` was just started (at perf_counter `started`) on the data directory."""
+    ready_cpu = node_cpu(server.pids())  # new processes: all their CPU so far
+    listed = metadata_wire(server, total)
+    print(f"  {'restart' if restarted else 'start on the kept data'}: ready and listing every "
+          f"topic in {time.perf_counter() - started:.1f} s, node CPU {ready_cpu:.1f} s to ready "
+          f"(that first Metadata, cold: {listed}; again {metadata_wire(server, total)})",
+          flush=True)
+    print(f"  node RSS {rss_mb(server.pids()):,.0f} MB after the restart", flush=True)
+    phase(server, "write after restart (reopens)", written,
+          lambda: write_round(server, sample, args.partitions))
+    print(f"  node RSS {rss_mb(server.pids()):,.0f} MB; load "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    if args.churn:
+        churn(server, args.churn)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--topics", type=int, default=1000)
@@ -196,7 +256,14 @@ def main() -> None:
                         help="[storage] max_open_partitions of the node (0: no bound)")
     parser.add_argument("--idle-unload", type=float, default=None,
                         help="[storage] partition_idle_unload_s of the node")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="keep the node's data here (default: a temporary directory)")
+    parser.add_argument("--phase", choices=("all", "load", "restart"), default="all",
+                        help="load: create and write, then stop; restart: start on the kept "
+                             "--data-dir (its load phase's), Metadata, write, churn")
     args = parser.parse_args()
+    if args.phase != "all" and args.data_dir is None:
+        parser.error("--phase load/restart need --data-dir (kept between the two runs)")
     names = [f"bp-{i:06d}" for i in range(args.topics)]
     total = args.topics * args.partitions
     sample = names
@@ -208,51 +275,33 @@ def main() -> None:
     first_names = names if args.write_all_once else sample
     first_written = len(first_names) * args.partitions
     print(f"{args.topics} topics x {args.partitions} partitions = {total:,}, "
-          f"--workers {args.workers}, fsync on, first write to {first_written:,}, other write "
-          f"rounds to {written:,}, max_open_partitions {args.max_open}; "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
+          f"--workers {args.workers}, fsync on, phase {args.phase}, first write to "
+          f"{first_written:,}, other write rounds to {written:,}, max_open_partitions "
+          f"{args.max_open}; load {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        server = Node(Path(tmp) / "data", args.workers)
+        root = args.data_dir.resolve() if args.data_dir is not None else Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        server = Node(root / "data", args.workers)
+        keep_ports(server, root / "data")
         storage = [f"max_open_partitions = {args.max_open}"]
         if args.idle_unload is not None:
             storage.append(f"partition_idle_unload_s = {args.idle_unload}")
-        config = Path(tmp) / "bench-partitions.toml"
+        config = root / "bench-partitions.toml"
         config.write_text("[storage]\n" + "\n".join(storage) + "\n")
         server.extra_args += ["--config", str(config)]
-        server.start(300)
+        started = time.perf_counter()
+        server.start(600)
         try:
-            phase(server, "create", total,
-                  lambda: create_topics(server, names, args.partitions, args.batch))
-            print(f"  Metadata of every topic (none open): "
-                  f"{metadata_wire(server, total)}, again {metadata_wire(server, total)}; "
-                  f"confluent-kafka list_topics {metadata_seconds(server, total):.2f} s; "
-                  f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
-            _, first = phase(server, "first write (opens)", first_written,
-                             lambda: write_round(server, first_names, args.partitions))
-            print(f"  after the first write: node RSS {rss_mb(server.pids()):,.0f} MB, "
-                  f"{unloaded(server):,} partition logs unloaded so far", flush=True)
-            _, again = phase(server, "second write (open)", written,
-                             lambda: write_round(server, sample, args.partitions))
-            print(f"  opening a partition: {first - again:.2f} ms node CPU "
-                  f"(first write minus second; {unloaded(server):,} unloaded so far)",
-                  flush=True)
-            print(f"  Metadata of every topic: {metadata_wire(server, total)}; "
-                  f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
-            server.stop(600)
-            started = time.perf_counter()
-            server.start(600)
-            ready_cpu = node_cpu(server.pids())  # new processes: all their CPU so far
-            listed = metadata_wire(server, total)
-            print(f"  restart: ready and listing every topic in "
-                  f"{time.perf_counter() - started:.1f} s, node CPU {ready_cpu:.1f} s to ready "
-                  f"(that first Metadata: {listed})", flush=True)
-            print(f"  node RSS {rss_mb(server.pids()):,.0f} MB after the restart", flush=True)
-            phase(server, "write after restart (reopens)", written,
-                  lambda: write_round(server, sample, args.partitions))
-            print(f"  node RSS {rss_mb(server.pids()):,.0f} MB; load "
-                  f"{os.getloadavg()[0]:.1f}", flush=True)
-            if args.churn:
-                churn(server, args.churn)
+            if args.phase in ("all", "load"):
+                load_phase(server, args, names, total, first_names, first_written, sample,
+                           written)
+            if args.phase == "all":
+                server.stop(600)
+                started = time.perf_counter()
+                server.start(600)
+            if args.phase in ("all", "restart"):
+                restart_phase(server, args, total, sample, written, started,
+                              restarted=args.phase == "all")
         finally:
             server.stop(600)
 
