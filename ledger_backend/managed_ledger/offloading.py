@@ -4,7 +4,8 @@ bookie copies later. The steps for one ledger, in this order, each with a crash 
   1. the ledger's entries are read from the bookies and encoded (offload/object_format.py),
      and a FRESH key (ledger id + random suffix) is added to the node's "offload_pending"
      list by CAS before anything is uploaded -- managed_ledger.offload.after_intent
-  2. the object is put under that key, atomically
+  2. the object is put under that key, atomically (a driver that stores a group at once,
+     the filesystem's, puts the whole group: every file written, then fsynced and renamed)
                                               -- managed_ledger.offload.after_put
   3. it is read back whole and compared byte for byte with what was encoded
                                               -- managed_ledger.offload.after_verify
@@ -40,7 +41,7 @@ import dataclasses
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
@@ -122,6 +123,15 @@ class ReadsBack(Protocol):
     """A driver that reads a stored object back whole itself: (size, CRC-32C)."""
 
     async def read_back(self, key: str) -> tuple[int, int]: ...
+
+
+@runtime_checkable
+class PutsGroups(Protocol):
+    """A driver that stores a group of objects at once (the filesystem's writes, then fsyncs:
+    the disk writes overlap); each object still whole or absent."""
+
+    async def put_group(self, objects: Sequence[tuple[str, bytes | Sequence[bytes]]]
+                        ) -> None: ...  # fmt: skip
 
 
 class OffloadConflictError(ManagedLedgerError):
@@ -324,14 +334,20 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
     crash_point("managed_ledger.offload.after_intent")
 
     uploads = trio.CapacityLimiter(_UPLOADS_IN_FLIGHT)
+    put_at_once = isinstance(offloader, PutsGroups)
 
     async def put_and_verify(key: str, data: EncodedObject) -> None:
         async with uploads:
-            await offloader.put(key, data.parts)
-            crash_point("managed_ledger.offload.after_put")
+            if not put_at_once:
+                await offloader.put(key, data.parts)
+                crash_point("managed_ledger.offload.after_put")
             await _verify(offloader, key, data)
 
     try:
+        if put_at_once:
+            assert isinstance(offloader, PutsGroups)
+            await offloader.put_group([(k, e.data.parts) for k, e in zip(keys, group, strict=True)])
+            crash_point("managed_ledger.offload.after_put")
         await _first_error_of(
             [partial(put_and_verify, k, e.data) for k, e in zip(keys, group, strict=True)])
     except BaseException:

@@ -270,10 +270,10 @@ async def test_a_store_that_is_down_only_delays_offloading(
 class FlakyOffloader(FilesystemOffloader):
     down = False
 
-    async def put(self, key: str, data: bytes | Sequence[bytes]) -> None:
-        if self.down:
+    async def put_group(self, objects: Sequence[tuple[str, bytes | Sequence[bytes]]]) -> None:
+        if self.down:  # put() goes through here too
             raise ObjectStoreUnavailableError("store down (test)")
-        await super().put(key, data)
+        await super().put_group(objects)
 
 
 async def test_a_group_records_the_ledgers_before_one_that_changed_meanwhile(

@@ -95,6 +95,27 @@ def test_filesystem_put_of_parts_writes_their_concatenation(tmp_path: Path) -> N
     assert (tmp_path / "ml" / "parts.lwo").read_bytes() == b"".join(parts)
 
 
+def test_filesystem_group_put_stores_every_object_or_leaves_no_partial_one(tmp_path: Path
+                                                                         ) -> None:  # fmt: skip
+    """A group put stores each object whole under its key; a group that fails while writing
+    (here the third object's directory cannot be made) renames nothing and leaves no
+    temporary file behind."""
+    from ledger_backend.offload import ObjectStoreUnavailableError
+
+    offloader = FilesystemOffloader(tmp_path)
+    objects = [(f"ml/{i}-g.lwo", [bytes([i]) * 5000, b"tail"]) for i in range(3)]
+    trio.run(offloader.put_group, objects)
+    for key, parts in objects:
+        assert (tmp_path / key).read_bytes() == b"".join(parts)
+    (tmp_path / "blocked").write_bytes(b"a file where a directory should be")
+    failing = [(f"ml/{i}-h.lwo", [b"x" * 5000]) for i in range(2)]
+    with pytest.raises(ObjectStoreUnavailableError, match="blocked"):
+        trio.run(offloader.put_group, [*failing, ("blocked/9-h.lwo", [b"y"])])
+    assert not list(tmp_path.rglob("*-h.lwo*"))  # neither renamed nor left as .tmp-*
+    assert sorted(p.name for p in (tmp_path / "ml").iterdir()) == ["0-g.lwo", "1-g.lwo",
+                                                                  "2-g.lwo"]  # fmt: skip
+
+
 class _NoReadBack:
     """The filesystem driver without its own read-back: verification goes by get_range."""
 
