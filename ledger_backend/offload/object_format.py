@@ -203,8 +203,9 @@ def decode_index(
     return ObjectIndex(ledger_id, entries, data_bytes, tuple(refs))
 
 
-def decode_block(data: bytes, ref: BlockRef) -> list[bytes]:
-    """The entries of one block (its full bytes as the index locates them), CRC-checked."""
+def decode_block(data: bytes | memoryview, ref: BlockRef) -> list[bytes]:
+    """The entries of one block (its full bytes as the index locates them), CRC-checked; the
+    entries are copies, so `data` may be a view of a larger read."""
     if len(data) != ref.length or len(data) < _BLOCK_HEAD.size:
         raise ObjectFormatError(f"block at {ref.offset} is truncated")
     magic, first, count, payload_len, crc = _BLOCK_HEAD.unpack_from(data)

@@ -178,10 +178,10 @@ class OffloadedReader:
         raw = await self._get_range(
             offloader, where.key, start, run[-1].offset + run[-1].length - start
         )
-        view = memoryview(raw)
+        view = memoryview(raw)  # blocks are decoded from views of the range read, not copies
         wanted: list[bytes] = []
         for block in run:
-            part = bytes(view[block.offset - start : block.offset - start + block.length])
+            part = view[block.offset - start : block.offset - start + block.length]
             if block is ref:
                 entries = wanted = decode_block(part, block)  # its damage is this read's error
             else:
