@@ -1,9 +1,11 @@
 """Offloading closed ledgers of a managed ledger to tiered storage, and dropping their
 bookie copies later. The steps for one ledger, in this order, each with a crash point:
 
-  1. the ledger's entries are read from the bookies and encoded (offload/object_format.py),
-     and a FRESH key (ledger id + random suffix) is added to the node's "offload_pending"
-     list by CAS before anything is uploaded -- managed_ledger.offload.after_intent
+  1. the ledger's entries are read from the bookies and encoded (offload/object_format.py;
+     a driver that stages objects, the filesystem's, gets each piece written to a temporary
+     file as it is read -- nothing is under the key yet), and a FRESH key (ledger id +
+     random suffix) is added to the node's "offload_pending" list by CAS before anything
+     is stored under it                       -- managed_ledger.offload.after_intent
   2. the object is put under that key, atomically (a driver that stores a group at once,
      the filesystem's, puts the whole group: every file written, then fsynced and renamed)
                                               -- managed_ledger.offload.after_put
@@ -53,6 +55,7 @@ from ledger_backend.managed_ledger.metadata_format import LedgerRecord, OffloadR
 from ledger_backend.managed_ledger.types import ManagedLedgerError
 from ledger_backend.offload.object_format import (
     EncodedObject,
+    ObjectEncoder,
     ObjectFormatError,
     encode_object_parts,
 )
@@ -125,6 +128,26 @@ class ReadsBack(Protocol):
     async def read_back(self, key: str) -> tuple[int, int]: ...
 
 
+class Staged(Protocol):
+    """An object written in pieces before it is stored (filesystem.StagedObject)."""
+
+    key: str
+
+    def write(self, parts: Sequence[bytes]) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+@runtime_checkable
+class Stages(Protocol):
+    """A driver whose objects can be written while their ledger is read and stored later as a
+    group (the filesystem's: the disk writes overlap the reads); each still whole or absent."""
+
+    def stage(self, key: str) -> Any: ...
+
+    async def commit_group(self, staged: Sequence[Any]) -> None: ...
+
+
 @runtime_checkable
 class PutsGroups(Protocol):
     """A driver that stores a group of objects at once (the filesystem's writes, then fsyncs:
@@ -171,7 +194,8 @@ class _Encoded:
     """Step 1's read and encode of one ledger, nothing recorded yet."""
 
     record: LedgerRecord
-    data: EncodedObject  # its parts: the entries read, not copies
+    data: EncodedObject  # its parts: the entries read, not copies (none when staged)
+    staged: Staged | None = None  # written already, to be committed (Stages drivers)
 
 
 async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: list[int]
@@ -183,6 +207,7 @@ async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: l
     send, receive = trio.open_memory_channel[_Encoded | OffloadRecord | Exception](math.inf)
     error: Exception | None = None
     budget = _Budget(_PIPELINE_BYTES)
+    staged: list[Staged] = []  # every staged object, discarded at the end unless committed
 
     async def read_ahead() -> None:
         # Up to _LEDGERS_IN_FLIGHT ledgers are read at the same time (started in order, within
@@ -195,7 +220,9 @@ async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: l
         async def read_one(index: int, ledger_id: int, size: int) -> None:
             try:
                 item: _Encoded | OffloadRecord | Exception = await _read_and_encode(
-                    ml, ledger_id)  # fmt: skip
+                    ml, ledger_id, offloader)  # fmt: skip
+                if isinstance(item, _Encoded) and item.staged is not None:
+                    staged.append(item.staged)
             except Exception as exc:  # noqa: BLE001 - raised by the consumer, in order
                 item = exc
             slots.release()
@@ -221,31 +248,40 @@ async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: l
                     readers.cancel_scope.cancel()
                     return
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(read_ahead)
-        try:
-            async with receive:
-                while len(done) < len(ledger_ids):
-                    group = [await receive.receive()]
-                    while _room_in(group):
-                        try:
-                            group.append(receive.receive_nowait())
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
-                    encoded = [i for i in group if isinstance(i, _Encoded)]
-                    if encoded:
-                        await _store_group(ml, offloader, encoded)
-                        budget.give(sum(e.record.size for e in encoded), len(encoded))
-                    for item, ledger_id in zip(group, ledger_ids[len(done):], strict=False):
-                        if isinstance(item, Exception):
-                            raise item
-                        done.append(ledger_id)
-        except Exception as exc:  # raised plainly below, not inside an ExceptionGroup
-            error = exc
-            nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_ahead)
+            try:
+                async with receive:
+                    while len(done) < len(ledger_ids):
+                        group = [await receive.receive()]
+                        while _room_in(group):
+                            try:
+                                group.append(receive.receive_nowait())
+                            except (trio.WouldBlock, trio.EndOfChannel):
+                                break
+                        encoded = [i for i in group if isinstance(i, _Encoded)]
+                        if encoded:
+                            await _store_group(ml, offloader, encoded)
+                            budget.give(sum(e.record.size for e in encoded), len(encoded))
+                        for item, ledger_id in zip(group, ledger_ids[len(done):], strict=False):
+                            if isinstance(item, Exception):
+                                raise item
+                            done.append(ledger_id)
+            except Exception as exc:  # raised plainly below, not inside an ExceptionGroup
+                error = exc
+                nursery.cancel_scope.cancel()
+    finally:  # staged objects not committed (an error, a cancel) leave no file behind
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_discard_all, staged)
     if error is not None:
         raise error
     return done
+
+
+def _discard_all(staged: list[Staged]) -> None:
+    for one in staged:
+        one.discard()  # a no-op for a committed object
 
 
 class _Budget:
@@ -296,9 +332,18 @@ async def _first_error_of(calls: list[Callable[[], Awaitable[None]]]) -> None:
         raise error
 
 
-async def _read_and_encode(ml: ManagedLedger, ledger_id: int) -> _Encoded | OffloadRecord:
+def _new_key(ml: ManagedLedger, ledger_id: int) -> str:
+    """A fresh object key for one offload of the ledger (never reused: a retry gets another)."""
+    return f"{encode_name(ml.name)}/{ledger_id}-{uuid.uuid4().hex[:12]}.lwo"
+
+
+async def _read_and_encode(ml: ManagedLedger, ledger_id: int, offloader: Offloader | None = None
+                           ) -> _Encoded | OffloadRecord:  # fmt: skip
     """Step 1 (without the intent): the ledger's entries from the bookies (in pieces read at
-    the same time), encoded; or the ledger's offload record if it has one already."""
+    the same time), encoded; or the ledger's offload record if it has one already. With a
+    driver that stages objects (`Stages`) each piece is encoded and written as soon as the
+    pieces before it are (the object's disk writes overlap the reads; nothing is under its
+    key until the group's commit), else the object is kept as parts in memory."""
     record = _listed(ml, ledger_id)
     if not record.closed or record.ledger_id == ml.current_ledger_id:
         raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} is still open")
@@ -307,6 +352,7 @@ async def _read_and_encode(ml: ManagedLedger, ledger_id: int) -> _Encoded | Offl
     per_piece = max(1, _PIECE_BYTES * record.entries // max(1, record.size))
     firsts = list(range(0, record.entries, per_piece))
     pieces: list[list[bytes]] = [[] for _ in firsts]
+    read = [trio.Event() for _ in firsts]
     limiter = trio.CapacityLimiter(_PIECES_IN_FLIGHT)
 
     async def read_piece(index: int) -> None:
@@ -314,11 +360,36 @@ async def _read_and_encode(ml: ManagedLedger, ledger_id: int) -> _Encoded | Offl
             first = firsts[index]
             last = min(record.entries, first + per_piece) - 1
             pieces[index] = await ml._readers.read(ledger_id, first, last)
+            read[index].set()
 
-    await _first_error_of([partial(read_piece, i) for i in range(len(firsts))])
-    entries = [entry for piece in pieces for entry in piece]
-    data = await trio.to_thread.run_sync(encode_object_parts, ledger_id, entries)
-    return _Encoded(record, data)
+    reads: list[Callable[[], Awaitable[None]]] = [
+        partial(read_piece, i) for i in range(len(firsts))]  # fmt: skip
+    if not isinstance(offloader, Stages):
+        await _first_error_of(reads)
+        entries = [entry for piece in pieces for entry in piece]
+        data = await trio.to_thread.run_sync(encode_object_parts, ledger_id, entries)
+        return _Encoded(record, data)
+    staged: Staged = offloader.stage(_new_key(ml, ledger_id))
+    encoder = ObjectEncoder(ledger_id)
+
+    async def write_in_order() -> None:
+        for index in range(len(firsts)):
+            await read[index].wait()
+            entries, pieces[index] = pieces[index], []
+            await trio.to_thread.run_sync(_encode_into, staged, encoder, entries)
+        await trio.to_thread.run_sync(lambda: staged.write(encoder.finish()))
+
+    try:
+        await _first_error_of([*reads, write_in_order])
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(staged.discard)
+        raise
+    return _Encoded(record, EncodedObject((), encoder.size, encoder.crc), staged)
+
+
+def _encode_into(staged: Staged, encoder: ObjectEncoder, entries: list[bytes]) -> None:
+    staged.write(encoder.add(entries))
 
 
 async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Encoded]) -> None:
@@ -326,7 +397,7 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
     intents, the objects put and verified at the same time, one CAS recording them all. A
     ledger that changed meanwhile is not recorded (nor any after it): its upload and the
     later ones are dropped and OffloadConflictError raised after the earlier are recorded."""
-    keys = [f"{encode_name(ml.name)}/{e.record.ledger_id}-{uuid.uuid4().hex[:12]}.lwo"
+    keys = [e.staged.key if e.staged is not None else _new_key(ml, e.record.ledger_id)
             for e in group]  # fmt: skip
     async with ml._meta_lock:
         ml._check_writable()
@@ -334,7 +405,8 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
     crash_point("managed_ledger.offload.after_intent")
 
     uploads = trio.CapacityLimiter(_UPLOADS_IN_FLIGHT)
-    put_at_once = isinstance(offloader, PutsGroups)
+    staged = [e.staged for e in group if e.staged is not None]
+    put_at_once = bool(staged) or isinstance(offloader, PutsGroups)
 
     async def put_and_verify(key: str, data: EncodedObject) -> None:
         async with uploads:
@@ -344,7 +416,11 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
             await _verify(offloader, key, data)
 
     try:
-        if put_at_once:
+        if staged:  # written while read: stored now, all at once
+            assert isinstance(offloader, Stages) and len(staged) == len(group)
+            await offloader.commit_group(staged)
+            crash_point("managed_ledger.offload.after_put")
+        elif put_at_once:
             assert isinstance(offloader, PutsGroups)
             await offloader.put_group([(k, e.data.parts) for k, e in zip(keys, group, strict=True)])
             crash_point("managed_ledger.offload.after_put")

@@ -2,11 +2,12 @@
 
 A put writes a temporary file beside the target, fsyncs it, renames it into place and
 fsyncs the directory, so a crash leaves either no object or the whole one (a stray
-"*.tmp-*" file at worst, never a partial object under the key). A group put (`put_group`,
-what an offload of several ledgers uses) does the same for several objects in one worker
-thread: every file is written with its writeback started at once (sync_file_range, where
-Linux has it), then each is fsynced, renamed, and each directory fsynced once -- the disk
-writes of all the objects overlap instead of each write waiting on the others' fsyncs.
+"*.tmp-*" file at worst, never a partial object under the key). An object can also be
+staged (`stage`: written in pieces as an offload reads its ledger, the writeback of each
+piece started at once with sync_file_range where Linux has it) and stored later with others
+(`commit_group`: each file fsynced, renamed, each directory fsynced once), so the disk writes
+overlap the reads and the fsyncs before the metadata write only wait for the rest; a group
+put (`put_group`) is the same in one worker thread.
 Keys are relative paths of safe components; a key that could escape the directory is
 refused. Blocking file I/O runs in worker threads; this module must never block the Trio loop.
 """
@@ -66,8 +67,30 @@ class FilesystemOffloader:
         """Store several objects (key, bytes or parts), each atomically and durably, in one
         worker-thread hop (see the module docstring). On an error no object of the group was
         left half-written; some may be stored whole (the caller deletes them)."""
-        items = [(self._path(key), _as_parts(data)) for key, data in objects]
-        await trio.to_thread.run_sync(_write_group, items)
+        staged = [self.stage(key) for key, _ in objects]
+
+        def write_all() -> None:
+            try:
+                for one, (_, data) in zip(staged, objects, strict=True):
+                    one.write(_as_parts(data))
+            except BaseException:
+                for one in staged:
+                    one.discard()
+                raise
+            _commit(staged)
+
+        await trio.to_thread.run_sync(write_all)
+
+    def stage(self, key: str) -> StagedObject:
+        """An object to be written in pieces (StagedObject.write, from a worker thread) and
+        stored later by `commit_group`; nothing is under its key before that."""
+        return StagedObject(key, self._path(key))
+
+    async def commit_group(self, staged: Sequence[StagedObject]) -> None:
+        """Store written staged objects under their keys: fsync each, rename each into
+        place, fsync each directory once. On an error the ones not renamed are discarded;
+        some may be stored whole (the caller deletes them)."""
+        await trio.to_thread.run_sync(_commit, list(staged))
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         path = self._path(key)
@@ -102,46 +125,78 @@ def _as_parts(data: bytes | Sequence[bytes]) -> list[bytes]:
     return [bytes(data)] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
 
 
-def _write_group(items: list[tuple[Path, list[bytes]]]) -> None:
-    """Write every object to a temporary file (writeback started as it goes), fsync each,
-    rename each into place, fsync each directory once. Temporary files of a failed group are
-    removed; nothing is renamed before every file is fsynced."""
-    pending: list[tuple[Path, Path]] = []  # (temporary file, object) not renamed yet
+class StagedObject:
+    """An object being written to a temporary file beside its place (created at the first
+    write), stored under its key only by a commit. Its methods block: call them from worker
+    threads."""
+
+    def __init__(self, key: str, path: Path) -> None:
+        self.key = key
+        self.path = path
+        self.tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
+        self._fd: int | None = None
+        self._done = False  # committed or discarded
+
+    def write(self, parts: Sequence[bytes]) -> None:
+        """Append the parts (writeback started as they go)."""
+        try:
+            if self._fd is None:
+                if self._done:
+                    raise OSError("write to a committed or discarded object")
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            _write_parts(self._fd, parts)
+        except OSError as exc:
+            raise ObjectStoreUnavailableError(f"writing {self.path}: {exc}") from exc
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (never the object); no error if it is gone."""
+        if self._done:
+            return
+        self._done = True
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        try:
+            self.tmp.unlink()
+        except OSError:
+            pass  # never created, or gone: a stray temporary file names no object anyway
+
+
+def _commit(staged: list[StagedObject]) -> None:
+    """fsync every staged file, then rename each into place, then fsync each directory once:
+    nothing is renamed before every file is on the disk. On an error the ones not renamed
+    are discarded."""
     where = Path()  # what the error names
     try:
-        fds: list[int] = []
-        try:
-            for where, parts in items:
-                where.parent.mkdir(parents=True, exist_ok=True)
-                tmp = where.with_name(f"{where.name}.tmp-{uuid.uuid4().hex}")
-                fds.append(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-                pending.append((tmp, where))
-                _write_parts(fds[-1], parts)
-            for fd, (_, where) in zip(fds, pending, strict=True):  # noqa: B007 - named by errors
-                os.fsync(fd)
-        finally:
-            for fd in fds:
-                os.close(fd)
-        while pending:
-            tmp, where = pending[0]
-            os.replace(tmp, where)
-            del pending[0]
-        for where in dict.fromkeys(path.parent for path, _ in items):
+        for one in staged:
+            where = one.path
+            if one._fd is None:
+                one.write([])  # an empty object is a file too
+            assert one._fd is not None
+            os.fsync(one._fd)
+        for one in staged:
+            where = one.path
+            assert one._fd is not None
+            os.close(one._fd)
+            one._fd = None
+            os.replace(one.tmp, one.path)
+            one._done = True
+        for where in dict.fromkeys(one.path.parent for one in staged):
             dir_fd = os.open(where, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-    except OSError as exc:
-        for tmp, _ in pending:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass  # a stray temporary file names no object
+    except (OSError, ObjectStoreUnavailableError) as exc:
+        for one in staged:
+            one.discard()
+        if isinstance(exc, ObjectStoreUnavailableError):
+            raise
         raise ObjectStoreUnavailableError(f"writing {where}: {exc}") from exc
 
 
-def _write_parts(fd: int, parts: list[bytes]) -> None:
+def _write_parts(fd: int, parts: Sequence[bytes]) -> None:
     """Write the parts in order with writev (the kernel gathers them: no joined copy),
     starting the writeback of each stretch as soon as it is written (the fsync that follows
     then waits only for the rest)."""

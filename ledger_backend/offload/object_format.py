@@ -94,53 +94,84 @@ class EncodedObject:
         return b"".join(self.parts)
 
 
+class ObjectEncoder:
+    """An object encoded as its entries come (0, 1, ... in order): `add` returns the parts of
+    the blocks it completed (the header first), `finish` the rest (the last block, the index
+    and the footer); `size` and `crc` then describe the whole object. The parts are the entries
+    themselves (not copies) between small headers."""
+
+    def __init__(self, ledger_id: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
+        head = _HEADER.pack(MAGIC, VERSION, 0, ledger_id)
+        self._out: list[bytes] = [head, struct.pack(">I", _crc(head))]
+        self._block_bytes = block_bytes
+        self._refs: list[BlockRef] = []
+        self._block: list[bytes] = []
+        self._block_len = self._block_crc = self._first = self._count = 0
+        self._entries = self._data_bytes = self._whole = 0
+        self.size = HEADER_SIZE  # of the parts handed out and the block being built
+
+    @property
+    def crc(self) -> int:
+        """CRC-32C of every part handed out (of the whole object once finished)."""
+        return self._whole & 0xFFFFFFFF
+
+    def add(self, entries: Iterable[bytes]) -> list[bytes]:
+        block, crc, length, count = self._block, self._block_crc, self._block_len, self._count
+        for data in entries:
+            prefix = _LEN.pack(len(data))
+            crc = crc32c.crc32c(data, crc32c.crc32c(prefix, crc))
+            block.append(prefix)
+            block.append(data)
+            length += 4 + len(data)
+            count += 1
+            self._data_bytes += len(data)
+            if length >= self._block_bytes:
+                self._block_crc, self._block_len, self._count = crc, length, count
+                self._flush()
+                block, crc, length, count = self._block, 0, 0, 0
+        self._block_crc, self._block_len, self._count = crc, length, count
+        return self._take()
+
+    def _flush(self) -> None:
+        if self._count == 0:
+            return
+        self._out.append(_BLOCK_HEAD.pack(BLOCK_MAGIC, self._first, self._count,
+                                          self._block_len, self._block_crc))  # fmt: skip
+        self._out.extend(self._block)
+        length = _BLOCK_HEAD.size + self._block_len
+        self._refs.append(BlockRef(self._first, self._count, self.size, length))
+        self.size += length
+        self._entries += self._count
+        self._first += self._count
+        self._block, self._block_len, self._block_crc, self._count = [], 0, 0, 0
+
+    def _take(self) -> list[bytes]:
+        out, self._out = self._out, []
+        for part in out:
+            self._whole = crc32c.crc32c(part, self._whole)
+        return out
+
+    def finish(self) -> list[bytes]:
+        self._flush()
+        index_offset = self.size
+        index = bytearray(_INDEX_HEAD.pack(INDEX_MAGIC, len(self._refs)))
+        for ref in self._refs:
+            index.extend(_INDEX_ITEM.pack(ref.first_entry, ref.count, ref.offset, ref.length))
+        index.extend(struct.pack(">I", _crc(index)))
+        footer = _FOOTER.pack(index_offset, len(index), self._entries, self._data_bytes)
+        self._out.append(bytes(index))
+        self._out.append(footer + struct.pack(">I", _crc(footer)) + END_MAGIC)
+        self.size = index_offset + len(index) + FOOTER_SIZE
+        return self._take()
+
+
 def encode_object_parts(
     ledger_id: int, entries: Iterable[bytes], block_bytes: int = DEFAULT_BLOCK_BYTES
 ) -> EncodedObject:
     """The object for a ledger whose entries (0, 1, ...) are `entries`, as parts."""
-    head = _HEADER.pack(MAGIC, VERSION, 0, ledger_id)
-    parts: list[bytes] = [head, struct.pack(">I", _crc(head))]
-    size = HEADER_SIZE
-    refs: list[BlockRef] = []
-    block: list[bytes] = []
-    block_len = crc = first = count = total = data_bytes = 0
-
-    def flush() -> None:
-        nonlocal block, block_len, crc, first, count, size
-        if count == 0:
-            return
-        parts.append(_BLOCK_HEAD.pack(BLOCK_MAGIC, first, count, block_len, crc))
-        parts.extend(block)
-        length = _BLOCK_HEAD.size + block_len
-        refs.append(BlockRef(first, count, size, length))
-        size += length
-        first, count, block, block_len, crc = first + count, 0, [], 0, 0
-
-    for data in entries:
-        prefix = _LEN.pack(len(data))
-        crc = crc32c.crc32c(data, crc32c.crc32c(prefix, crc))
-        block.append(prefix)
-        block.append(data)
-        block_len += 4 + len(data)
-        count += 1
-        total += 1
-        data_bytes += len(data)
-        if block_len >= block_bytes:
-            flush()
-    flush()
-    index_offset = size
-    index = bytearray(_INDEX_HEAD.pack(INDEX_MAGIC, len(refs)))
-    for ref in refs:
-        index.extend(_INDEX_ITEM.pack(ref.first_entry, ref.count, ref.offset, ref.length))
-    index.extend(struct.pack(">I", _crc(index)))
-    parts.append(bytes(index))
-    footer = _FOOTER.pack(index_offset, len(index), total, data_bytes)
-    parts.append(footer + struct.pack(">I", _crc(footer)) + END_MAGIC)
-    whole = 0
-    for part in parts:
-        whole = crc32c.crc32c(part, whole)
-    return EncodedObject(tuple(parts), index_offset + len(index) + FOOTER_SIZE,
-                         whole & 0xFFFFFFFF)  # fmt: skip
+    encoder = ObjectEncoder(ledger_id, block_bytes)
+    parts = encoder.add(entries) + encoder.finish()
+    return EncodedObject(tuple(parts), encoder.size, encoder.crc)
 
 
 def encode_object(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from ledger_backend.offload import (
     ObjectStoreUnavailableError,
     OffloadedReadError,
 )
+from ledger_backend.offload.filesystem import StagedObject
 from spark_bridge.topic_layout import OffloadedLedgerError, partition_layout
 from tests.managed_ledger.ml_test_support import FakeClock
 
@@ -181,6 +183,11 @@ def count_objects(directory: Path) -> int:
     return len(list(directory.rglob("*.lwo")))
 
 
+def staged_bytes(directory: Path) -> list[int]:
+    """The sizes of the temporary files of objects not stored (yet)."""
+    return [p.stat().st_size for p in directory.rglob("*.tmp-*")]
+
+
 async def test_compacting_offloaded_ledgers_deletes_their_objects(
     store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path
 ) -> None:
@@ -261,6 +268,7 @@ async def test_a_store_that_is_down_only_delays_offloading(
     path = managed_ledger_path("/ledgerwire/managed-ledgers", NAME)
     node = decode_managed_ledger((await store.get(path))[0], path)
     assert node.offload_pending == [] and not any(r.offload for r in node.ledgers)
+    assert staged_bytes(tmp_path) == []  # the staged objects were removed
     offloader.down = False
     assert len(await ml.offload()) == 2
     assert count_objects(tmp_path) == 2
@@ -274,6 +282,11 @@ class FlakyOffloader(FilesystemOffloader):
         if self.down:  # put() goes through here too
             raise ObjectStoreUnavailableError("store down (test)")
         await super().put_group(objects)
+
+    async def commit_group(self, staged: Sequence[StagedObject]) -> None:
+        if self.down:  # an offload's staged objects are stored here
+            raise ObjectStoreUnavailableError("store down (test)")
+        await super().commit_group(staged)
 
 
 async def test_a_group_records_the_ledgers_before_one_that_changed_meanwhile(
@@ -335,9 +348,51 @@ async def test_ledgers_read_at_the_same_time_are_recorded_in_order_until_an_erro
     node = decode_managed_ledger((await store.get(path))[0], path)
     assert [r.offload is not None for r in node.ledgers[:4]] == [True, True, False, False]
     assert node.offload_pending == [] and count_objects(tmp_path) == 2
+    assert staged_bytes(tmp_path) == []  # the staged objects not stored are gone
     ml._readers.read = plain_read  # type: ignore[method-assign]
     assert await ml.offload() == ids[2:]
     first = ml.first_position
     assert first is not None
     assert [e.data for e in await ml.read(first, 100)] == [payload(i) for i in range(45)]
+    await factory.close()
+
+
+async def test_a_ledger_is_written_to_its_staged_file_while_it_is_still_read(
+    store: MetadataStore, bk: MemoryBookKeeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With pieces of one entry, the read of a ledger's last piece waits until its first
+    pieces are in the temporary file (a pass that writes only after the whole read would
+    wait forever); the object is stored and reads back byte-identical."""
+    import trio
+
+    from ledger_backend.managed_ledger import offloading
+
+    monkeypatch.setattr(offloading, "_PIECE_BYTES", 1)
+    written = trio.Event()
+    plain_encode_into = offloading._encode_into
+
+    def encode_into(*args: Any) -> None:  # in a worker thread
+        plain_encode_into(*args)
+        trio.from_thread.run_sync(written.set)
+
+    monkeypatch.setattr(offloading, "_encode_into", encode_into)
+    factory, ml = await filled(store, bk, FilesystemOffloader(tmp_path), 15)
+    first_ledger = ml.ledgers[0]
+    plain_read = ml._readers.read
+
+    async def read(ledger_id: int, first: int, last: int) -> list[bytes]:
+        if ledger_id == first_ledger.ledger_id and last == first_ledger.entries - 1:
+            with trio.fail_after(30):
+                await written.wait()
+            assert sum(staged_bytes(tmp_path)) > 0  # the first pieces are on their way
+        return await plain_read(ledger_id, first, last)
+
+    ml._readers.read = read  # type: ignore[method-assign]
+    assert await ml.offload() == [first_ledger.ledger_id]
+    ml._readers.read = plain_read  # type: ignore[method-assign]
+    await ml.delete_offloaded_bookie_copies(0)
+    first = ml.first_position
+    assert first is not None
+    assert [e.data for e in await ml.read(first, 100)] == [payload(i) for i in range(15)]
+    assert count_objects(tmp_path) == 1 and staged_bytes(tmp_path) == []
     await factory.close()
