@@ -219,14 +219,15 @@ class BacklogQuotas:
             self._release(key)
         live_ledgers: set[int] = set()
         for (topic, partition), plog in sorted(open_partitions.items()):
-            if plog.failed or plog.closed:
+            if plog.failed or plog.closing:  # (closing since listed: unloaded as idle)
                 self._release((topic, partition))
                 continue
             if self._scope is not None and not self._scope.owns(topic, partition):
                 self._release((topic, partition))
                 continue
             try:
-                await self._check(topic, partition, plog, floors, result, live_ledgers)
+                with plog.pinned():  # not unloaded as idle under the pass
+                    await self._check(topic, partition, plog, floors, result, live_ledgers)
             except Exception:  # e.g. a ledger trimmed or closed under the pass: next pass
                 log_failure(log, "backlog of %s-%d not checked", topic, partition)
                 live_ledgers.update(self._ledger_bases)  # keep the cache on a failure

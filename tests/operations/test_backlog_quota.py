@@ -5,6 +5,7 @@ real `ledgerwire standalone` with a confluent-kafka producer and the admin CLI."
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import trio
@@ -341,17 +342,24 @@ def test_standalone_eviction_moves_the_lagging_group(server: Standalone) -> None
         consumer.close()
 
 
+async def lagging_partition(ops: OpsStack, name: str, batches: int
+                            ) -> tuple[BacklogQuotas, str, Any]:  # fmt: skip
+    """Quotas, a topic and its partition 0's log: the topic under a 1 MB producer_exception
+    quota, holding `batches` batches, none consumed by group "slow"."""
+    quotas = quotas_for(ops)
+    topic = await namespace_topic(ops, name, {"backlog_quota_mb": 1,
+                                              "backlog_quota_policy": "producer_exception"})
+    await commit(ops, "slow", topic, 0)
+    await fill(ops, topic, batches)
+    return quotas, topic, await ops.topics.partition(topic, 0)
+
+
 async def test_a_ledger_trimmed_under_the_pass_is_skipped_not_fatal(ops: OpsStack) -> None:  # noqa: F811
     """DeleteRecords or retention landing while a pass reads ledger headers raises a ledger
     error (not a Kafka one): the pass skips that partition and the loop keeps running."""
     from ledger_backend.managed_ledger.types import InvalidPositionError
 
-    quotas = quotas_for(ops)
-    topic = await namespace_topic(ops, "race", {"backlog_quota_mb": 1,
-                                                "backlog_quota_policy": "producer_exception"})
-    await commit(ops, "slow", topic, 0)
-    await fill(ops, topic, 12)
-    plog = await ops.topics.partition(topic, 0)
+    quotas, _, plog = await lagging_partition(ops, "race", 12)
 
     async def trimmed(position: object) -> None:
         raise InvalidPositionError("ledger trimmed meanwhile")
@@ -361,3 +369,27 @@ async def test_a_ledger_trimmed_under_the_pass_is_skipped_not_fatal(ops: OpsStac
     with trio.move_on_after(0.3) as waited:
         await quotas.run(interval_s=0.01, over_quota_interval_s=0.01)
     assert waited.cancelled_caught  # still looping, not dead
+
+
+async def test_a_pass_keeps_its_log_open_against_idle_unloading(ops: OpsStack) -> None:
+    """As retention passes do (idle_unloader.py): the log a pass works on is not unloaded
+    as idle under it (a read of a log closed meanwhile failed the partition's check)."""
+    quotas, topic, plog = await lagging_partition(ops, "pinned", 3)
+    key = (topic, 0)
+    reading, release = trio.Event(), trio.Event()
+    real_read_header = plog.read_header
+
+    async def slow_read_header(position: Any) -> Any:
+        reading.set()
+        await release.wait()
+        return await real_read_header(position)
+
+    plog.read_header = slow_read_header  # type: ignore[method-assign]
+    ops.topics.use_tick += 5  # not handed out lately: idle
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(quotas.apply_once)
+        await reading.wait()
+        assert not await ops.topics.unload_partition(key, plog, ops.topics.use_tick - 1)
+        release.set()
+    assert await ops.topics.unload_partition(key, plog, ops.topics.use_tick - 1)
+
