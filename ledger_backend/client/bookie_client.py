@@ -399,6 +399,9 @@ class LocalBookieConnection:
                 _deliver(in_flight.callback, response)
             if self._closed or len(self._idle_workers) >= _MAX_IDLE_LOCAL_WORKERS:
                 return
+            # a parked worker holds nothing of its last request (the writer's callback: a
+            # closed ledger's handle and its entry) until its next job
+            job = request = response = in_flight = None  # type: ignore[assignment]
             job = await self._park()
 
     async def _park(self) -> _LocalJob | None:

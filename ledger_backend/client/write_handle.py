@@ -103,6 +103,7 @@ class WriteHandle:
         self._close_lock = trio.Lock()
         self.ensemble_changes = 0
         self._watchdog_running = False
+        self._watchdog_scope: trio.CancelScope | None = None  # its sleep: ended on close
         self._lac_told = -1  # the highest LAC the bookies heard (piggybacked or explicit)
         self._explicit_lac_pending = False
 
@@ -186,23 +187,35 @@ class WriteHandle:
         self._closed = True
         if self._error is None:
             self._error = LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        self._stop_watchdog()
 
     async def _watch_deadlines(self) -> None:
         """Fail the handle once its oldest unacknowledged add passes its deadline.
 
         One task per handle with adds in flight, instead of a cancel scope per append: the
-        oldest pending add always has the earliest deadline (deadlines follow entry order)."""
+        oldest pending add always has the earliest deadline (deadlines follow entry order).
+        Its sleep ends when the handle closes or fails: an acknowledged add's deadline is
+        4 x timeout_s away, and a sleeping watchdog kept a closed handle (an unloaded
+        partition's) and its last add in memory that long."""
         try:
-            while self._pending and self._error is None:
+            while self._pending and self._error is None and not self._closed:
                 oldest = self._pending[0]
                 delay = oldest.deadline - trio.current_time()
                 if delay > 0:
-                    await trio.sleep(delay)
+                    del oldest  # acknowledged meanwhile: not kept for the sleep
+                    with trio.CancelScope() as self._watchdog_scope:
+                        await trio.sleep(delay)
                     continue
                 self._fail(BKTimeoutError(f"ledger {self.ledger_id} entry {oldest.entry_id} "
                                           f"was not acknowledged in time"))  # fmt: skip
         finally:
             self._watchdog_running = False
+            self._watchdog_scope = None
+
+    def _stop_watchdog(self) -> None:
+        scope = self._watchdog_scope
+        if scope is not None:
+            scope.cancel()
 
     # --- sending and acknowledging --------------------------------------------------------
 
@@ -300,6 +313,7 @@ class WriteHandle:
             add.error = self._error
             add.done.set()
         self._drained.set()
+        self._stop_watchdog()
 
     # --- ensemble change ------------------------------------------------------------------
 
