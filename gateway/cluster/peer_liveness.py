@@ -187,6 +187,10 @@ class PeerProbe:
             if bundles is None:
                 return
             self._expelled_at[node_id] = self.clock()
+            # its next registration must be seen accepting before it can be expelled again:
+            # a port that refuses only this broker (a firewall rejecting it) costs one
+            # expulsion, not one every EXPEL_AGAIN_AFTER_S
+            self._accepted.pop(node_id, None)
             log.warning("broker %d refused connections on %s:%d (%d probes): expelled it "
                         "before its session ended; its %d bundles are taken over",
                         node_id, endpoint.host, endpoint.port, CONFIRMATIONS, len(bundles),

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.cluster import peer_liveness
 from gateway.cluster.broker_registry import (
     LIVE_BROKERS_PATH,
     ClusterLayout,
@@ -48,6 +49,7 @@ class Broker:
         self.service: OwnershipService | None = None
         self.scope = trio.CancelScope()
         self.store: Any = None
+        self.exited = trio.Event()  # the service and all its tasks have ended
 
     async def run(self) -> None:
         self.store = await open_store(f"memory:{self.name}")
@@ -60,8 +62,11 @@ class Broker:
             self.store, LAYOUT, BrokerEndpoint(self.node_id, "127.0.0.1", self.port),
             session_timeout_s=10.0, on_releasing=released, handback_delay_s=0.0,
             expel_refusing=True)
-        with self.scope:
-            await self.service.run()
+        try:
+            with self.scope:
+                await self.service.run()
+        finally:
+            self.exited.set()
 
     async def wait_probed(self, timeout_s: float = 30.0) -> None:
         """Until a peer's probe has connected (only a port seen accepting can be taken for
@@ -79,10 +84,13 @@ class Broker:
         self.listener.close()  # connections to the port are now reset (ECONNREFUSED)
 
     async def close(self) -> None:
+        """End the service, then (its tasks gone, none left reading) its session."""
         self.scope.cancel()
         self.listener.close()
         if self.store is not None:
             with trio.CancelScope(shield=True):
+                with trio.fail_after(30):
+                    await self.exited.wait()
                 await self.store.close()
 
 
@@ -144,8 +152,9 @@ async def test_a_killed_broker_is_taken_over_before_its_session_ends(
 
 
 async def test_a_live_broker_whose_port_refuses_steps_down_cleanly(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.INFO, "ledgerwire")
+    monkeypatch.setattr(peer_liveness, "EXPEL_AGAIN_AFTER_S", 0.0)
     async with two_brokers() as (admin, one, two, owners):
         assert one.service is not None and two.service is not None
         one.service._handback_delay_s = 3600.0  # keep what it takes over (no hand-back)
@@ -170,6 +179,11 @@ async def test_a_live_broker_whose_port_refuses_steps_down_cleanly(
         assert not any(two.service.holds_bundle(b) for b in range(LAYOUT.bundles))
         assert set((await read_bundle_owners(admin)).values()) == {1}
         assert "registration was removed by another broker" in caplog.text
+        # registered again, its port still refusing: never seen accepting since, so it is
+        # not expelled again (a port refusing only this peer costs one expulsion)
+        await trio.sleep(1.5)
+        assert await admin.exists(f"{LIVE_BROKERS_PATH}/2") is not None
+        assert caplog.text.count("broker 2 refused connections") == 1
     assert "Traceback" not in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
