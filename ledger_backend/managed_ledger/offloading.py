@@ -28,7 +28,8 @@ ledgers are read from the bookies (each in pieces read at the same time) and enc
 while the ones already encoded go through steps 1-4 as a GROUP: one CAS writes the intents of
 all of them, their objects are put and verified at the same time, and one CAS records every
 one of them (each ledger's record is still complete or absent). Only CLOSED ledgers that
-are not the current one are offloaded, oldest first. This module is the managed ledger's friend
+are not the current one are offloaded, oldest first. What the steps ask of the drivers and
+the upload check live in offload_uploads.py. This module is the managed ledger's friend
 (like ledger_swap.py): it changes `_records` only under `_meta_lock` and through
 `_write_metadata`.
 
@@ -43,20 +44,26 @@ import dataclasses
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
-import crc32c
 import trio
 
 from ledger_backend.bookie.crash_points import crash_point
 from ledger_backend.managed_ledger.metadata_format import LedgerRecord, OffloadRecord, encode_name
+from ledger_backend.managed_ledger.offload_uploads import (
+    PutsGroups,
+    Staged,
+    Stages,
+    _discard_all,
+    _first_error_of,
+    _verify,
+)
 from ledger_backend.managed_ledger.types import ManagedLedgerError
 from ledger_backend.offload.object_format import (
     EncodedObject,
     ObjectEncoder,
-    ObjectFormatError,
     encode_object_parts,
 )
 from ledger_backend.offload.offloader import Offloader
@@ -85,8 +92,6 @@ _GROUP_LEDGERS = 8
 _GROUP_BYTES = 64 << 20
 # objects of a group put and verified at the same time
 _UPLOADS_IN_FLIGHT = 4
-# an upload is read back and checked in ranges of this size
-_VERIFY_CHUNK = 4 << 20
 # bookie bytes of the ledgers read ahead and not stored yet (two ledgers always may be)
 _PIPELINE_BYTES = 128 << 20
 
@@ -119,42 +124,6 @@ class ManagedLedger(Protocol):
     ) -> None: ...
 
     async def _delete_ledger_quietly(self, ledger_id: int) -> None: ...
-
-
-@runtime_checkable
-class ReadsBack(Protocol):
-    """A driver that reads a stored object back whole itself: (size, CRC-32C)."""
-
-    async def read_back(self, key: str) -> tuple[int, int]: ...
-
-
-class Staged(Protocol):
-    """An object written in pieces before it is stored (filesystem.StagedObject)."""
-
-    key: str
-
-    def write(self, parts: Sequence[bytes]) -> None: ...
-
-    def discard(self) -> None: ...
-
-
-@runtime_checkable
-class Stages(Protocol):
-    """A driver whose objects can be written while their ledger is read and stored later as a
-    group (the filesystem's: the disk writes overlap the reads); each still whole or absent."""
-
-    def stage(self, key: str) -> Any: ...
-
-    async def commit_group(self, staged: Sequence[Any]) -> None: ...
-
-
-@runtime_checkable
-class PutsGroups(Protocol):
-    """A driver that stores a group of objects at once (the filesystem's writes, then fsyncs:
-    the disk writes overlap); each object still whole or absent."""
-
-    async def put_group(self, objects: Sequence[tuple[str, bytes | Sequence[bytes]]]
-                        ) -> None: ...  # fmt: skip
 
 
 class OffloadConflictError(ManagedLedgerError):
@@ -279,11 +248,6 @@ async def offload_ledgers(ml: ManagedLedger, offloader: Offloader, ledger_ids: l
     return done
 
 
-def _discard_all(staged: list[Staged]) -> None:
-    for one in staged:
-        one.discard()  # a no-op for a committed object
-
-
 class _Budget:
     """What the read-ahead may hold: always two ledgers (one stored, one read), more while
     their bookie sizes stay within `limit` bytes."""
@@ -311,25 +275,6 @@ def _room_in(group: list[_Encoded | OffloadRecord | Exception]) -> bool:
     if isinstance(group[-1], Exception) or len(group) >= _GROUP_LEDGERS:
         return False
     return sum(i.data.size for i in group if isinstance(i, _Encoded)) < _GROUP_BYTES
-
-
-async def _first_error_of(calls: list[Callable[[], Awaitable[None]]]) -> None:
-    """Run the calls at the same time; the first error cancels the others and is raised
-    plainly (not inside an ExceptionGroup)."""
-    error: Exception | None = None
-    async with trio.open_nursery() as nursery:
-        for call in calls:
-            async def run(call: Callable[[], Awaitable[None]] = call) -> None:
-                nonlocal error
-                try:
-                    await call()
-                except Exception as exc:  # noqa: BLE001 - the first is raised below
-                    if error is None:
-                        error = exc
-                    nursery.cancel_scope.cancel()
-            nursery.start_soon(run)
-    if error is not None:
-        raise error
 
 
 def _new_key(ml: ManagedLedger, ledger_id: int) -> str:
@@ -511,27 +456,6 @@ def _listed(ml: ManagedLedger, ledger_id: int) -> LedgerRecord:
         if record.ledger_id == ledger_id:
             return record
     raise OffloadConflictError(f"{ml.name!r}: ledger {ledger_id} is not listed")
-
-
-async def _verify(offloader: Offloader, key: str, data: EncodedObject) -> None:
-    """The stored object must be what was encoded from the bookies' entries: read back whole
-    (in _VERIFY_CHUNK ranges), its size and CRC-32C must be the encoded object's (so its block
-    CRCs and index are the ones encode_object_parts computed). A driver that reads its
-    objects back itself (`ReadsBack`: the filesystem's one pass through one buffer) does."""
-    if isinstance(offloader, ReadsBack):
-        size, crc = await offloader.read_back(key)
-        if size != data.size or crc != data.crc:
-            raise ObjectFormatError(f"object {key!r} read back differs from what was written")
-        return
-    size = await offloader.size(key)
-    crc = 0
-    for start in range(0, size, _VERIFY_CHUNK):
-        back = await offloader.get_range(key, start, min(_VERIFY_CHUNK, size - start))
-        if len(back) != min(_VERIFY_CHUNK, size - start):
-            break
-        crc = crc32c.crc32c(back, crc)
-    if size != data.size or crc & 0xFFFFFFFF != data.crc:
-        raise ObjectFormatError(f"object {key!r} read back differs from what was written")
 
 
 async def sweep_pending_uploads(ml: ManagedLedger) -> None:
