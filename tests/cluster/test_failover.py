@@ -54,10 +54,11 @@ def test_sigkill_owner_during_idempotent_produce(cluster: Cluster) -> None:
     finally:
         run.stop()
     assert not run.errors, run.errors[:5]
-    # the survivor found the victim's port refusing and took over before the victim's session
-    # ended (its nodes were deleted while they still existed: gateway/cluster/peer_liveness.py)
-    survivor_log = cluster.brokers[survivor].log_path.read_text(errors="replace")
-    assert f"broker {victim} refused connections" in survivor_log, survivor_log[-3000:]
+    # Normally the survivor finds the victim's port refusing and takes over before the victim's
+    # session ends (gateway/cluster/peer_liveness.py; tests/cluster/test_peer_liveness.py shows
+    # it where sessions never expire).  On a loaded machine the 4 s session may end first, so
+    # this test does not ask which came first: only that the take-over happened (above) and
+    # that nothing acknowledged was lost (below).
     bootstrap = f"127.0.0.1:{cluster.broker_ports[survivor]}"
     verdict = verify(run.acked, read_topic(bootstrap, TOPIC, PARTITIONS))
     assert verdict.ok, (verdict, cluster.logs())
