@@ -111,11 +111,13 @@ def test_a_retried_task_replaces_its_part(stopped: tuple[Standalone, ProducedTop
     reader = LedgerwireBatchReader({"ledgerwire.metadata": str(broker.data_dir),
                                     "subscribe": "offline"})
     split = next(s for s in reader.partitions() if isinstance(s, LedgerSplit) and s.ranges)
-    first = _write_split(reader, str(tmp_path), (3, split))
-    second = _write_split(reader, str(tmp_path), (3, split))
+    out = tmp_path / "out"  # tmp_path also holds the test's temp directory (conftest.py)
+    out.mkdir()
+    first = _write_split(reader, str(out), (3, split))
+    second = _write_split(reader, str(out), (3, split))
     assert first == second and first[1] > 0
-    assert [p.name for p in tmp_path.iterdir()] == [first[0]]  # no partial file either
-    assert pq.read_table(tmp_path / first[0]).num_rows == first[1]
+    assert [p.name for p in out.iterdir()] == [first[0]]  # no partial file either
+    assert pq.read_table(out / first[0]).num_rows == first[1]
 
 
 def test_only_local_targets_are_written_by_the_tasks() -> None:
