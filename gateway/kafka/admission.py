@@ -3,7 +3,9 @@
 - Kafka's max.connections and max.connections.per.ip, counted from accept to close (TLS
   handshakes included): gateway/security/connection_limits.py (the RocketMQ ports use it too).
 - TLS: `tls_handshake` completes the server side of the handshake within
-  `TLS_HANDSHAKE_TIMEOUT_S`; `certificate_identity` names an SSL listener's client by its
+  `TLS_HANDSHAKE_TIMEOUT_S` (a connection closed before its first byte, such as a peer
+  broker's liveness probe, gateway/cluster/peer_liveness.py, is logged at DEBUG only: it is
+  no failed client); `certificate_identity` names an SSL listener's client by its
   certificate (protocols/kafka/ssl_principal.py), User:ANONYMOUS without one.
 
 This module must never read or write Kafka frames: the listener serves what is admitted and
@@ -13,6 +15,7 @@ closes what is refused.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 
 import trio
@@ -36,12 +39,25 @@ async def tls_handshake(stream: trio.SocketStream, context: ssl.SSLContext,
     tls = trio.SSLStream(stream, context, server_side=True)
     try:
         with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+            if await _closed_before_first_byte(stream):
+                log.debug("connection closed before its first byte", extra={"client": peer})
+                await trio.aclose_forcefully(stream)
+                return None
             await tls.do_handshake()
     except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
         log.info("TLS handshake failed", extra={"client": peer, "error": repr(exc)})
         await trio.aclose_forcefully(stream)
         return None
     return tls
+
+
+async def _closed_before_first_byte(stream: trio.SocketStream) -> bool:
+    """Whether the peer closed (or reset) the connection without sending a byte; waits for
+    its first byte otherwise, and leaves it unread for the handshake."""
+    try:
+        return await stream.socket.recv(1, socket.MSG_PEEK) == b""
+    except OSError:  # reset before a byte: the same, as far as TLS is concerned
+        return True
 
 
 def certificate_identity(tls: trio.SSLStream[trio.SocketStream], mapper: SslPrincipalMapper,

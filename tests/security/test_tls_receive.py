@@ -8,26 +8,13 @@ from __future__ import annotations
 
 import os
 import ssl
-from pathlib import Path
 
-import pytest
 import trio
 import trio.testing
 
-from gateway.security.setup import server_ssl_context
 from gateway.security.tls_receive import drains_ready_records, receive_ready
-from tests.support.pki import issue, make_ca
 
 RECORD = 16384  # TLS plaintext record limit
-
-
-@pytest.fixture(scope="module")
-def contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    directory: Path = tmp_path_factory.mktemp("tls-receive")
-    ca = make_ca(directory)
-    cert, key = issue(directory, ca, "server", "/CN=localhost", "DNS:localhost")
-    client = ssl.create_default_context(cafile=str(ca[0]))
-    return server_ssl_context(str(cert), str(key)), client
 
 
 class Pair:
