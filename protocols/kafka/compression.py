@@ -42,6 +42,10 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = struct.Struct(">8sii")
 _XERIAL_BLOCK_BYTES = 32 * 1024
 _LZ4_FRAME_MAGIC = 0x184D2204
+# what the codec libraries raise for bad input: cramjam's and lz4.block's errors are neither
+# ValueError nor RuntimeError (lz4.frame's are RuntimeError)
+_CODEC_ERRORS = (zlib.error, RuntimeError, ValueError, zstandard.ZstdError, struct.error,
+                 cramjam.DecompressionError, lz4.block.LZ4BlockError)
 
 
 class CompressionError(ValueError):
@@ -101,7 +105,7 @@ def decompress(
             raise UnsupportedCodecError(f"unknown compression codec {codec}")
     except CompressionError:
         raise
-    except (zlib.error, RuntimeError, ValueError, zstandard.ZstdError, struct.error) as exc:
+    except _CODEC_ERRORS as exc:
         raise CompressionError(f"{CODEC_NAMES.get(codec, codec)} data is corrupt: {exc}") from exc
     if len(out) > max_bytes:
         raise CompressionError(f"decompressed size exceeds {max_bytes} bytes")
