@@ -199,12 +199,15 @@ class BundleHooks:
         """Close the bundle's open partition logs side by side: each close writes its producer
         snapshot and closes its ledger (metadata round trips), and the bundle's partitions
         answer nowhere until the last one is closed and the next owner takes it (a bundle of
-        the chaos benchmark held ~20-60 partitions)."""
+        the chaos benchmark held ~20-60 partitions).  Logs the idle unloader is closing are
+        waited for too (a second close returns when the first is done): the next owner's open
+        must not meet their closes' metadata writes."""
         assert self.ownership is not None
         bundles = self.ownership.layout.bundles
+        logs = {**self.topics.unloading_partitions(), **self.topics.open_partitions()}
         async with trio.open_nursery() as closing:
-            for (name, p), plog in self.topics.open_partitions().items():
-                if bundle_of(name, p, bundles) == bundle and not plog.closed:
+            for (name, p), plog in logs.items():
+                if bundle_of(name, p, bundles) == bundle:
                     closing.start_soon(_close_quietly, plog, name, p)
 
 

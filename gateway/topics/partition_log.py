@@ -141,6 +141,7 @@ class PartitionLog:
         self._failure: BaseException | None = None
         self._closed = False
         self._closing = False  # close() started: no new append may take an offset
+        self._close_done = trio.Event()  # close() has finished
         self._sequence_moved = trio.Event()  # set when a producer's state may have advanced
         self._sequence_waiters = 0
         self._batches_since_snapshot = 0
@@ -644,8 +645,11 @@ class PartitionLog:
     # --- closing ---------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Snapshot producer state (if everything is durable) and close the managed ledger."""
-        if self._closed:
+        """Snapshot producer state (if everything is durable) and close the managed ledger. A
+        second call returns when the first has finished (a bundle release meeting an idle
+        unload: the next owner's open must not race this close's metadata writes)."""
+        if self._closing or self._closed:
+            await self._close_done.wait()
             return
         # From here no append starts (it would take an offset while the final snapshot is
         # written, then meet a closing ledger: its producer sequence would be remembered here
@@ -671,7 +675,10 @@ class PartitionLog:
             self._wake_readers()
             self._wake_sequence_waiters()
             with trio.CancelScope(shield=True):
-                await self.ledger.close()
+                try:
+                    await self.ledger.close()
+                finally:
+                    self._close_done.set()
 
 
 __all__ = ["AppendResult", "KafkaProtocolError", "PartitionLog", "PartitionLogConfig"]

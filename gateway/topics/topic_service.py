@@ -177,6 +177,7 @@ class TopicService:
         self._snapshot: Mapping[str, TopicInfo] | None = None
         self._creating: set[str] = set()  # names whose create_topic is writing now
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._unloading: dict[tuple[str, int], PartitionLog] = {}  # idle logs closing now
         # the managed ledger under each open partition log, to apply config changes to it
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
@@ -464,7 +465,11 @@ class TopicService:
                 return False
             del self._logs[key]
             self._partition_ledgers.pop(key, None)
-            await _close_quietly(plog)
+            self._unloading[key] = plog
+            try:
+                await _close_quietly(plog)
+            finally:
+                del self._unloading[key]
             if not lock.statistics().tasks_waiting:
                 self._open_locks.pop(key, None)
         return True
@@ -607,6 +612,11 @@ class TopicService:
     def open_partitions(self) -> dict[tuple[str, int], PartitionLog]:
         return dict(self._logs)
 
+    def unloading_partitions(self) -> dict[tuple[str, int], PartitionLog]:
+        """The logs the idle unloader is closing now (no longer open; a second close() of one
+        returns once its close is done)."""
+        return dict(self._unloading)
+
     def open_limit_reached(self) -> bool:
         """As many logs are open as max_open_partitions allows (background opens wait for
         requests then)."""
@@ -619,7 +629,7 @@ class TopicService:
     async def close(self) -> None:
         """Close every open partition log (and so its managed ledger) cleanly."""
         self._closed = True
-        logs, self._logs = list(self._logs.values()), {}
+        logs, self._logs = [*self._logs.values(), *self._unloading.values()], {}
         self._partition_ledgers.clear()
         for plog in logs:
             await _close_quietly(plog)

@@ -154,6 +154,7 @@ class ManagedLedger:
         )
         self._fenced_reason: str | None = None
         self._closed = False
+        self._close_done = trio.Event()  # set when close() has finished
 
     # ----------------------------------------------------------------- state
 
@@ -632,9 +633,10 @@ class ManagedLedger:
 
     async def close(self) -> None:
         """Stop appends, let in-flight ones finish, close the current ledger (CLOSED) and record
-        it, so the next open needs no recovery. An empty current ledger is dropped."""
+        it, so the next open needs no recovery. An empty current ledger is dropped. A second
+        call returns when the first has finished (a bundle release meeting an idle unload)."""
         if self._closed:
-            await trio.lowlevel.checkpoint()
+            await self._close_done.wait()
             return
         self._closed = True
         for waiter in self._waiters:
@@ -653,10 +655,13 @@ class ManagedLedger:
                 if current.closed and current.entries == 0:
                     await self._drop_empty_current(current)
         finally:
-            self._notify_entries()
-            await self._readers.close_all()
-            self._cache.clear()
-            self._on_close(self)
+            try:
+                self._notify_entries()
+                await self._readers.close_all()
+                self._cache.clear()
+                self._on_close(self)
+            finally:
+                self._close_done.set()
 
     async def _drop_empty_current(self, record: LedgerRecord) -> None:
         async with self._meta_lock:

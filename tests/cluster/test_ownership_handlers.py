@@ -299,6 +299,9 @@ class OpenLogs:
     def open_partitions(self) -> dict[tuple[str, int], ClosableLog]:
         return dict(self.logs)
 
+    def unloading_partitions(self) -> dict[tuple[str, int], ClosableLog]:
+        return {}
+
     def topics(self) -> dict[str, Any]:
         return {}
 
@@ -357,6 +360,9 @@ class OpeningTopics:
         self.opened: set[int] = set()
 
     def open_partitions(self) -> dict[tuple[str, int], ClosableLog]:
+        return {}
+
+    def unloading_partitions(self) -> dict[tuple[str, int], ClosableLog]:
         return {}
 
     def open_limit_reached(self) -> bool:
