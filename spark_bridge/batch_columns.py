@@ -1,4 +1,7 @@
-"""Decode one record batch straight into column lists (the replay hot path).
+"""Decode one record batch straight into column lists (the per-record decoders).
+
+The replay decodes in bulk (bulk_decode.py) and comes here where that path is not available or
+refuses a group of batches (and for the tests that compare the two).
 
 `protocols.kafka.record_batch.decode_records` builds a `Record` object per record and calls a
 function per varint; replay decodes every record of a topic, so this module fills the columns
@@ -53,6 +56,10 @@ class Columns:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def add(self, batch: bytes, header: BatchHeader, start: int, end: int) -> None:
+        """The records of `batch` in [start, end), decoded now."""
+        decode_batch_columns(batch, header, start, end, self)
 
     def extend(self, other: Columns) -> None:
         self.keys.extend(other.keys)

@@ -11,6 +11,10 @@ A split that ends with a transaction still open keeps reading the partition forw
 and markers only, no rows) until the marker appears or the readable end is reached; a
 transaction with no marker by then is still open and its rows are left out.
 
+Rows are gathered as references to their stored batches (bulk_decode.BatchRefs) and decoded
+into one Arrow batch at a time by the bulk C decoder; where it is missing or refuses a group,
+the per-record decoders (batch_columns.Columns) give the same rows.
+
 This module is pure (no I/O): it must never emit a row outside the split's offset range, a
 row of an aborted transaction under read_committed, or rows out of offset order.
 """
@@ -29,26 +33,11 @@ from protocols.kafka.record_batch import (
     parse_control_record,
     parse_header,
 )
-from spark_bridge.batch_columns import Columns, decode_batch_columns
+from spark_bridge import bulk_decode
+from spark_bridge.batch_columns import Columns
+from spark_bridge.bulk_decode import HEADER_TYPE, BatchRefs, arrow_schema
 
-HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()),
-                                  pa.field("value", pa.binary())]))  # fmt: skip
-
-
-def arrow_schema(include_headers: bool) -> pa.Schema:
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        fields.append(pa.field("headers", HEADER_TYPE))
-    return pa.schema(fields)
-
+Rows = Columns | BatchRefs  # decoded rows, or the batches to decode in bulk (bulk_decode.py)
 
 SPARK_SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
                     "timestamp timestamp, timestampType int")
@@ -66,7 +55,7 @@ class _Txn:
 
 @dataclass
 class _Segment:
-    rows: Columns
+    rows: Rows
     txn: _Txn | None
 
 
@@ -89,6 +78,16 @@ def columns_to_arrow(rows: Columns, topic: str, partition: int) -> pa.RecordBatc
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(rows.want_headers))
 
 
+def rows_to_arrow(rows: Rows, topic: str, partition: int) -> pa.RecordBatch:
+    """One Arrow batch of `rows`: in bulk where the C decoder takes them, else per record."""
+    if isinstance(rows, BatchRefs):
+        batch = rows.decode_bulk(topic, partition)
+        if batch is not None:
+            return batch
+        rows = rows.to_columns()
+    return columns_to_arrow(rows, topic, partition)
+
+
 class PartitionDecoder:
     """Feeds one partition's entries in log order; hands out finished rows in offset order."""
 
@@ -105,7 +104,7 @@ class PartitionDecoder:
     def waiting_for_markers(self) -> bool:
         return bool(self._held)
 
-    def feed(self, payload: bytes, out: Columns, *, beyond_split: bool = False) -> None:
+    def feed(self, payload: bytes, out: Rows, *, beyond_split: bool = False) -> None:
         """One stored batch; rows that are ready are appended to `out`. Batches after the
         split's own entries (beyond_split) only resolve held transactions."""
         header = parse_header(payload)
@@ -128,27 +127,27 @@ class PartitionDecoder:
             if open_txn is None:
                 open_txn = self._open[header.producer_id] = _Txn()
         if open_txn is None and not self._held:
-            decode_batch_columns(payload, header, self.start, self.end, out)
+            out.add(payload, header, self.start, self.end)
             return
-        rows = Columns(self.include_headers)
-        decode_batch_columns(payload, header, self.start, self.end, rows)
+        rows = type(out)(self.include_headers)
+        rows.add(payload, header, self.start, self.end)
         self._held.append(_Segment(rows, open_txn))
         self._release(out)
 
-    def _release(self, out: Columns) -> None:
+    def _release(self, out: Rows) -> None:
         while self._held:
             head = self._held[0]
             if head.txn is not None and head.txn.committed is None:
                 break
             self._held.popleft()
             if head.txn is None or head.txn.committed:
-                out.extend(head.rows)
+                out.extend(head.rows)  # type: ignore[arg-type]
 
-    def finish(self, out: Columns) -> None:
+    def finish(self, out: Rows) -> None:
         """No more entries: transactions still open are left out, everything else released."""
         for segment in self._held:
             if segment.txn is None or segment.txn.committed:
-                out.extend(segment.rows)
+                out.extend(segment.rows)  # type: ignore[arg-type]
         self._held.clear()
 
 
@@ -161,13 +160,16 @@ def decode_to_arrow(
     after it) into Arrow batches of about `rows_per_batch` rows."""
     decoder = PartitionDecoder(start, end, read_committed=read_committed,
                                include_headers=include_headers)  # fmt: skip
-    rows = Columns(include_headers)
+    new_rows = BatchRefs if bulk_decode.available() else Columns
+    rows: Rows = new_rows(include_headers)
     for chunk in entries:
         for payload in chunk:
             decoder.feed(payload, rows)
         if len(rows) >= rows_per_batch:
-            yield columns_to_arrow(rows, topic, partition)
-            rows = Columns(include_headers)
+            batch = rows_to_arrow(rows, topic, partition)
+            if batch.num_rows:
+                yield batch
+            rows = new_rows(include_headers)
     if decoder.waiting_for_markers:
         for chunk in continuation:
             for payload in chunk:
@@ -176,4 +178,6 @@ def decode_to_arrow(
                 break
     decoder.finish(rows)
     if len(rows):
-        yield columns_to_arrow(rows, topic, partition)
+        batch = rows_to_arrow(rows, topic, partition)
+        if batch.num_rows:
+            yield batch

@@ -77,10 +77,11 @@ SHIPPED_PACKAGES = ("spark_bridge", "ledger_backend", "protocols")
 
 
 def bridge_zip(directory: str | None = None) -> Path:
-    """A zip of the bridge's own code (spark_bridge, ledger_backend, protocols: .py files) for
-    `spark.submit.pyFiles` / `--py-files` / `addPyFile`, so that executors whose Python lacks
-    ledgerwire still run the job (they need its third-party dependencies: pyarrow, trio,
-    kazoo, the codecs). Written to `directory` (default: a new temp directory)."""
+    """A zip of the bridge's own code (spark_bridge, ledger_backend, protocols: .py files, and
+    bulk_records.c, compiled where it runs) for `spark.submit.pyFiles` / `--py-files` /
+    `addPyFile`, so that executors whose Python lacks ledgerwire still run the job (they need
+    its third-party dependencies: pyarrow, trio, kazoo, the codecs). Written to `directory`
+    (default: a new temp directory)."""
     import zipfile
 
     root = Path(__file__).resolve().parent.parent
@@ -88,7 +89,8 @@ def bridge_zip(directory: str | None = None) -> Path:
     out = folder / "ledgerwire-bridge.zip"
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         for package in SHIPPED_PACKAGES:
-            for source in sorted((root / package).rglob("*.py")):
+            for source in sorted([*(root / package).rglob("*.py"),
+                                  *(root / package).rglob("*.c")]):  # fmt: skip
                 zf.write(source, source.relative_to(root).as_posix())
     return out
 

@@ -1,4 +1,5 @@
-"""The replay's Arrow path (compiled batch decoder -> column lists -> Arrow) returns exactly the
+"""The replay's Arrow path (the bulk C decoder, or the compiled / pure per-record decoders ->
+column lists -> Arrow, each in turn) returns exactly the
 rows of the row path (protocols/kafka's decode_records, one Record per row, with the
 transaction rules applied by hand): keys, values, null keys and values, headers, CreateTime and
 LogAppendTime timestamps, every codec, transactional batches committed, aborted and left open,
@@ -23,7 +24,7 @@ from protocols.kafka.record_batch import (
     decode_records,
     parse_header,
 )
-from spark_bridge import batch_columns
+from spark_bridge import batch_columns, bulk_decode
 from spark_bridge.record_decode import decode_to_arrow
 
 TS = 1_700_000_000_000
@@ -105,11 +106,11 @@ def test_the_compiled_decoder_is_there() -> None:
     assert batch_columns._CompiledBatch is not None  # aiokafka is a test dependency
 
 
-@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("path", ["bulk", "compiled", "pure"])
 @settings(max_examples=60, deadline=None)
 @given(script=events, cut=st.tuples(st.integers(0, 80), st.integers(0, 80)),
        committed=st.booleans(), headers=st.booleans())
-def test_arrow_path_equals_row_path(compiled: bool, script: list[tuple[Any, ...]],
+def test_arrow_path_equals_row_path(path: str, script: list[tuple[Any, ...]],
                                     cut: tuple[int, int], committed: bool,
                                     headers: bool) -> None:  # fmt: skip
     log = _log(script)
@@ -118,11 +119,13 @@ def test_arrow_path_equals_row_path(compiled: bool, script: list[tuple[Any, ...]
     if not headers:
         for row in expected:
             del row["headers"]
-    saved = batch_columns._CompiledBatch
-    if not compiled:
+    saved = batch_columns._CompiledBatch, bulk_decode._decode_sections
+    if path != "bulk":
+        bulk_decode._decode_sections = None
+    if path == "pure":
         batch_columns._CompiledBatch = None
     try:
         got = _arrow_path(log, start, end, committed, headers)
     finally:
-        batch_columns._CompiledBatch = saved
+        batch_columns._CompiledBatch, bulk_decode._decode_sections = saved
     assert got == expected
