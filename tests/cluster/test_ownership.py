@@ -6,19 +6,12 @@ at a time; a stopping broker hands every bundle to the others at once."""
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
-from typing import Any
 
 import pytest
 import trio
 
-from gateway.cluster.broker_registry import (
-    ClusterLayout,
-    init_cluster,
-    read_bundle_owners,
-    set_draining,
-)
+from gateway.cluster.broker_registry import init_cluster, read_bundle_owners, set_draining
 from gateway.cluster.ownership import (
     ASKED_RECENTLY_S,
     DEPARTED_LISTING_S,
@@ -30,9 +23,7 @@ from gateway.cluster.ownership import (
 )
 from ledger_backend.metadata import open_store
 from protocols.kafka.broker_api import BrokerEndpoint, OwnershipApi
-
-_names = itertools.count()
-LAYOUT = ClusterLayout("test", bundles=16, group_partitions=4, txn_partitions=4)
+from tests.cluster.memory_brokers import LAYOUT, MemoryBroker, cluster_name, wait_owners
 
 
 def test_rendezvous_assignment_is_stable_and_spread() -> None:
@@ -52,53 +43,29 @@ def test_consecutive_partitions_land_in_consecutive_bundles() -> None:
     assert [bundle_of("orders", p, 16) for p in range(4)] == [(first + p) % 16 for p in range(4)]
 
 
-class Broker:
+class Broker(MemoryBroker):
     def __init__(self, node_id: int, name: str, handback_delay_s: float = 0.0) -> None:
-        self.node_id = node_id
+        super().__init__(node_id, name, 9000 + node_id)
         self.handback_delay_s = handback_delay_s
-        self.name = name
         self.acquired: list[int] = []
-        self.released: list[int] = []
-        self.service: OwnershipService | None = None
-        self.scope = trio.CancelScope()
-        self.store: Any = None
         self.loaded = trio.Event()  # set: acquire hooks return (a gate a test may hold shut)
         self.loaded.set()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.store = await open_store(f"memory:{self.name}")
-        await init_cluster(self.store, LAYOUT)
-
         async def acquired(bundle: int) -> None:
             self.acquired.append(bundle)
             await self.loaded.wait()
 
-        async def released(bundle: int) -> None:
-            self.released.append(bundle)
-
-        self.service = OwnershipService(
-            self.store, LAYOUT, BrokerEndpoint(self.node_id, "127.0.0.1", 9000 + self.node_id),
-            session_timeout_s=10.0, on_acquired=acquired, on_releasing=released,
-            handback_delay_s=self.handback_delay_s)
         try:
-            with self.scope:
-                await self.service.run(task_status=task_status)
+            await self.run_service(task_status, on_acquired=acquired,
+                                   handback_delay_s=self.handback_delay_s)
         finally:
             with trio.CancelScope(shield=True):
                 await self.store.close()
 
 
-async def wait_owners(store: Any, want: set[int], timeout_s: float = 10.0) -> dict[int, int]:
-    with trio.fail_after(timeout_s):
-        while True:
-            owners = await read_bundle_owners(store)
-            if len(owners) == LAYOUT.bundles and set(owners.values()) == want:
-                return owners
-            await trio.sleep(0.05)
-
-
 async def test_a_request_waits_while_its_bundle_loads() -> None:
-    name = f"own-{next(_names)}"
+    name = cluster_name("own")
     admin = await open_store(f"memory:{name}")
     one = Broker(1, name)
     one.loaded = trio.Event()  # every bundle's load hangs until the test opens the gate
@@ -134,7 +101,7 @@ async def test_a_request_waits_while_its_bundle_loads() -> None:
 
 
 async def test_a_partition_opened_while_its_bundle_loads_is_served_before_the_bundle() -> None:
-    name = f"own-{next(_names)}"
+    name = cluster_name("own")
     admin = await open_store(f"memory:{name}")
     one = Broker(1, name)
     one.loaded = trio.Event()  # the bundles' coordinator loads hang until the test opens it
@@ -175,7 +142,7 @@ async def test_a_partition_opened_while_its_bundle_loads_is_served_before_the_bu
 
 @pytest.mark.slow
 async def test_two_brokers_share_drain_and_take_over() -> None:
-    name = f"own-{next(_names)}"
+    name = cluster_name("own")
     admin = await open_store(f"memory:{name}")
     one, two = Broker(1, name), Broker(2, name)
     async with trio.open_nursery() as nursery:
@@ -217,7 +184,7 @@ async def test_two_brokers_share_drain_and_take_over() -> None:
 
 @pytest.mark.slow
 async def test_a_returning_broker_gets_bundles_back_only_by_a_delayed_hand_off() -> None:
-    name = f"own-{next(_names)}"
+    name = cluster_name("own")
     admin = await open_store(f"memory:{name}")
     one, two = Broker(1, name, handback_delay_s=3.0), Broker(2, name, handback_delay_s=3.0)
     async with trio.open_nursery() as nursery:
@@ -249,7 +216,7 @@ async def test_a_returning_broker_gets_bundles_back_only_by_a_delayed_hand_off()
 
 
 async def test_no_owner_is_named_before_the_first_reconcile() -> None:
-    store = await open_store(f"memory:own-{next(_names)}")
+    store = await open_store(f"memory:{cluster_name('own')}")
     await init_cluster(store, LAYOUT)
     service = OwnershipService(store, LAYOUT, BrokerEndpoint(1, "127.0.0.1", 9001),
                                session_timeout_s=10.0)
@@ -258,7 +225,7 @@ async def test_no_owner_is_named_before_the_first_reconcile() -> None:
 
 
 async def test_a_broker_that_left_stays_listed_a_while_but_leads_nothing() -> None:
-    name = f"own-{next(_names)}"
+    name = cluster_name("own")
     admin = await open_store(f"memory:{name}")
     one, two = Broker(1, name), Broker(2, name)
     async with trio.open_nursery() as nursery:

@@ -7,7 +7,6 @@ its session ends."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -18,53 +17,27 @@ import pytest
 import trio
 
 from gateway.cluster import peer_liveness
-from gateway.cluster.broker_registry import (
-    LIVE_BROKERS_PATH,
-    ClusterLayout,
-    init_cluster,
-    read_bundle_owners,
-)
-from gateway.cluster.ownership import OwnershipService
+from gateway.cluster.broker_registry import LIVE_BROKERS_PATH, read_bundle_owners
 from gateway.cluster.peer_liveness import port_refuses
 from ledger_backend.metadata import open_store
-from protocols.kafka.broker_api import BrokerEndpoint
-
-_names = itertools.count()
-LAYOUT = ClusterLayout("test", bundles=16, group_partitions=4, txn_partitions=4)
+from tests.cluster.memory_brokers import LAYOUT, MemoryBroker, cluster_name, wait_owners
 
 
-class Broker:
+class Broker(MemoryBroker):
     """An ownership service with a real listening port standing for its Kafka listener; its
     store (session) stays open when the service is cancelled, as a killed process's session
     outlives it."""
 
     def __init__(self, node_id: int, name: str) -> None:
-        self.node_id = node_id
-        self.name = name
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)  # never accepted: the backlog answers, like a stopped process
-        self.port = self.listener.getsockname()[1]
-        self.released: list[int] = []
-        self.service: OwnershipService | None = None
-        self.scope = trio.CancelScope()
-        self.store: Any = None
+        super().__init__(node_id, name, self.listener.getsockname()[1])
         self.exited = trio.Event()  # the service and all its tasks have ended
 
     async def run(self) -> None:
-        self.store = await open_store(f"memory:{self.name}")
-        await init_cluster(self.store, LAYOUT)
-
-        async def released(bundle: int) -> None:
-            self.released.append(bundle)
-
-        self.service = OwnershipService(
-            self.store, LAYOUT, BrokerEndpoint(self.node_id, "127.0.0.1", self.port),
-            session_timeout_s=10.0, on_releasing=released, handback_delay_s=0.0,
-            expel_refusing=True)
         try:
-            with self.scope:
-                await self.service.run()
+            await self.run_service(handback_delay_s=0.0, expel_refusing=True)
         finally:
             self.exited.set()
 
@@ -94,21 +67,12 @@ class Broker:
                 await self.store.close()
 
 
-async def wait_owners(store: Any, want: set[int], timeout_s: float = 30.0) -> dict[int, int]:
-    with trio.fail_after(timeout_s):
-        while True:
-            owners = await read_bundle_owners(store)
-            if len(owners) == LAYOUT.bundles and set(owners.values()) == want:
-                return owners
-            await trio.sleep(0.05)
-
-
 @asynccontextmanager
 async def two_brokers(two_unreachable: bool = False
                       ) -> AsyncIterator[tuple[Any, Broker, Broker, dict[int, int]]]:
     """Brokers 1 and 2 sharing the bundles; both closed (sessions ended) on the way out.
     `two_unreachable`: broker 2's port refuses from the start."""
-    name = f"liveness-{next(_names)}"
+    name = cluster_name("liveness")
     admin = await open_store(f"memory:{name}")
     one, two = Broker(1, name), Broker(2, name)
     if two_unreachable:
