@@ -126,6 +126,8 @@ def _decode_compiled(batch: bytes, header: BatchHeader, start: int, end: int,
         return False
     if len(offsets) > header.records_count:
         return False
+    if whole and offsets and (min(offsets) < start or max(offsets) >= end):
+        return False  # a record's own offset delta disagrees with the header: damaged
     out.keys.extend(keys)
     out.values.extend(values)
     out.offsets.extend(offsets)

@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 
 from protocols.kafka import compression as codecs
 from protocols.kafka.errors import CorruptMessageError
-from protocols.kafka.record_batch import Record, build_batch, decode_records, parse_header
+from protocols.kafka.record_batch import (
+    HEADER_SIZE,
+    Record,
+    build_batch,
+    decode_records,
+    parse_header,
+    read_varint,
+)
 from spark_bridge.batch_columns import Columns, decode_batch_columns
 
 blobs = st.one_of(st.none(), st.binary(max_size=300))
@@ -48,3 +55,23 @@ def test_a_truncated_batch_is_corrupt_not_an_index_error() -> None:
     header.batch_length -= 50
     with pytest.raises(CorruptMessageError):
         decode_batch_columns(bytes(batch), header, 0, 10, Columns(False))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_damaged_offset_delta_never_leaves_the_range(compiled: bool) -> None:
+    """A stored batch lying wholly inside the range whose last record's offset delta points
+    past it (the header's last offset delta still says 2): no row outside [start, end)."""
+    batch = bytearray(build_batch([(b"k", b"v")] * 3, base_offset=100))
+    pos = HEADER_SIZE
+    for _ in range(2):  # to the third record: its length, then past it
+        length, pos = read_varint(batch, pos)
+        pos += length
+    _, pos = read_varint(batch, pos)
+    pos += 1  # attributes
+    _, pos = read_varint(batch, pos)  # timestamp delta; the offset delta (2) is next
+    assert batch[pos] == 4  # zigzag 2
+    batch[pos] = 80  # zigzag 40: offset 140
+    out = Columns(False)
+    decode_batch_columns(bytes(batch), parse_header(bytes(batch)), 100, 103, out,
+                         compiled=compiled)
+    assert out.offsets == [100, 101]
