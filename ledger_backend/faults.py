@@ -8,6 +8,9 @@ them. `storage_fault_of` sorts an exception into
   managed ledger closed by a hand-off): the client should look up the owner again;
 * `StorageFault.UNAVAILABLE` -- too few bookies or the metadata store did not answer: the
   client should retry the same request later;
+* `StorageFault.DAMAGED` -- an offloaded object is missing or fails its checksums: the data
+  cannot be served until the object is restored, and the client must be told so (a silently
+  retried code would look like a hang);
 
 or None when it is not an expected storage fault (a bug, corrupt data, a missing ledger), which
 callers keep reporting as such. `warn_fault` logs an expected fault as one WARNING line without
@@ -21,7 +24,7 @@ or lost) is not even a fault for a background service: the release cancels the s
 and until it does its passes meet the released unit.  `log_failure` notes it at DEBUG.
 
 This module only classifies and logs: it must never decide a wire code (the protocol fronts
-map the two kinds to their own codes) and never import Trio, the network or a protocol.
+map the kinds to their own codes) and never import Trio, the network or a protocol.
 """
 
 from __future__ import annotations
@@ -51,12 +54,17 @@ from ledger_backend.metadata.store import (
     MetadataUnavailableError,
     SessionExpiredError,
 )
-from ledger_backend.offload.offloader import ObjectStoreUnavailableError, OffloadedReadError
+from ledger_backend.offload.offloader import (
+    ObjectStoreUnavailableError,
+    OffloadedObjectDamagedError,
+    OffloadedReadError,
+)
 
 
 class StorageFault(enum.Enum):
     MOVED = "moved"
     UNAVAILABLE = "unavailable"
+    DAMAGED = "damaged"
 
 
 _MOVED: tuple[type[BaseException], ...] = (
@@ -75,7 +83,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     MetadataStoreError,
     SessionExpiredError,
     MetadataUnavailableError,
-    OffloadedReadError,  # a missing/corrupt offloaded object: readers retry, the log names it
+    OffloadedReadError,  # an offloaded object out of reach: readers retry, the log names it
     ObjectStoreUnavailableError,
 )
 
@@ -99,6 +107,8 @@ def storage_fault_of(exc: BaseException) -> StorageFault | None:
     for current in _chain(exc):
         if isinstance(current, _MOVED):
             return StorageFault.MOVED
+        if isinstance(current, OffloadedObjectDamagedError):
+            return StorageFault.DAMAGED
         if isinstance(current, _UNAVAILABLE):
             return StorageFault.UNAVAILABLE
     return None

@@ -203,7 +203,7 @@ class PartitionLog:
         first_position = self.ledger.first_position
         start = stored_start
         if first_position is not None and last is not None:
-            start = max(start, (await self.read_header(first_position)).base_offset)
+            start = max(start, await self._first_offset_at_load(first_position, stored_start))
         else:
             start = end
         self.log_start_offset = min(start, end)
@@ -211,6 +211,19 @@ class PartitionLog:
         await self._rebuild_producer_state(state.get("producer_snapshot"))
         log.info("%s: opened, offsets [%d, %d), %d producers", self.name,
                  self.log_start_offset, end, len(self._producers))
+
+    async def _first_offset_at_load(self, first: Position, stored_start: int) -> int:
+        """The base offset of the log's first entry, or the stored log start when that entry
+        is in a missing or corrupt offloaded object: the partition still opens (its newer
+        ledgers served, appends taken) and reads of the damaged range are answered as such."""
+        try:
+            return (await self.read_header(first)).base_offset
+        except Exception as exc:
+            if storage_fault_of(exc) is not StorageFault.DAMAGED:
+                raise
+            log.warning("%s: first entry unreadable (%s); log start kept at the stored %d",
+                        self.name, exc, stored_start)
+            return stored_start
 
     async def _rebuild_producer_state(self, snapshot: object) -> None:
         replay_from = 0
@@ -220,10 +233,28 @@ class PartitionLog:
         start = max(replay_from, self.log_start_offset)
         if start >= self.high_watermark:
             return
-        position = await self.locate(start)
+        try:
+            position = await self.locate(start)
+        except Exception as exc:  # the search met a damaged object: replay from the start
+            if storage_fault_of(exc) is not StorageFault.DAMAGED:
+                raise
+            position = self.ledger.first_position
+        sizes = {info.ledger_id: info.entries for info in self.ledger.ledgers}
         now = _now_ms()
         while position is not None:
-            entries = await self.ledger.read(position, self.config.replay_chunk_entries)
+            # one ledger per read, so that a damaged object fails only its own ledger's read
+            left = sizes.get(position.ledger_id, 0) - position.entry_id
+            try:
+                entries = await self.ledger.read(
+                    position, max(1, min(left, self.config.replay_chunk_entries)))
+            except Exception as exc:
+                if storage_fault_of(exc) is not StorageFault.DAMAGED or left < 1:
+                    raise
+                log.warning("%s: producer state replay skips ledger %d: %s",
+                            self.name, position.ledger_id, exc)
+                position = self.ledger.next_position(
+                    Position(position.ledger_id, sizes[position.ledger_id] - 1))
+                continue
             if not entries:
                 break
             for entry in entries:

@@ -10,6 +10,7 @@ from ledger_backend.offload.object_reader import OffloadedReader, OffloadLocatio
 from ledger_backend.offload.offloader import (
     ObjectMissingError,
     ObjectStoreUnavailableError,
+    OffloadedObjectDamagedError,
     OffloadedReadError,
     Offloader,
     OffloadError,
@@ -23,6 +24,7 @@ __all__ = [
     "OffloadError",
     "OffloadLocation",
     "Offloader",
+    "OffloadedObjectDamagedError",
     "OffloadedReadError",
     "OffloadedReader",
 ]

@@ -5,7 +5,8 @@ ahead: the blocks that follow the missed one in the object (they are contiguous)
 range request, up to `readahead_bytes` (at most a quarter of the cache), so a consumer reading a
 ledger in order makes one store request per read-ahead window, not one per block. A missing
 object, an unreachable store or a corrupt part (bad magic, version or CRC) raises
-OffloadedReadError naming the object and logs one rate-limited WARNING line per object; a reader
+OffloadedReadError naming the object (OffloadedObjectDamagedError when it is missing or
+corrupt: retrying will not help) and logs one rate-limited WARNING line per object; a reader
 never returns a byte it could not verify. This module never writes to the store.
 """
 
@@ -30,7 +31,13 @@ from ledger_backend.offload.object_format import (
     decode_header,
     decode_index,
 )
-from ledger_backend.offload.offloader import OffloadedReadError, Offloader, OffloadError
+from ledger_backend.offload.offloader import (
+    ObjectStoreUnavailableError,
+    OffloadedObjectDamagedError,
+    OffloadedReadError,
+    Offloader,
+    OffloadError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +134,9 @@ class OffloadedReader:
             )
             if isinstance(exc, OffloadedReadError):
                 raise
-            raise OffloadedReadError(
-                f"offloaded ledger {ledger_id}: object {where.key!r}: {exc}"
-            ) from exc
+            error = (OffloadedReadError if isinstance(exc, ObjectStoreUnavailableError)
+                     else OffloadedObjectDamagedError)  # missing, or failed a check
+            raise error(f"offloaded ledger {ledger_id}: object {where.key!r}: {exc}") from exc
 
     async def _get_range(self, offloader: Offloader, key: str, start: int, length: int) -> bytes:
         began = time.monotonic()

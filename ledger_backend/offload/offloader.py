@@ -30,6 +30,11 @@ class OffloadedReadError(OffloadError):
     message names the object. Readers get this, never a byte that was not verified."""
 
 
+class OffloadedObjectDamagedError(OffloadedReadError):
+    """The object is gone or does not verify (a checksum, magic, version or size mismatch):
+    unlike an unreachable store, retrying will not help until someone restores it."""
+
+
 class Offloader(Protocol):
     """One place offloaded objects live (see the module docstring for the promise)."""
 

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from ledger_backend.faults import storage_fault_of, warn_fault
+from ledger_backend.faults import StorageFault, storage_fault_of, warn_fault
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
 from protocols.rocketmq.errors import ResponseCode, RocketMQError
@@ -112,8 +112,12 @@ async def dispatch(broker: BrokerLike, conn: ConnectionLike, request: RemotingCo
         # A bookie or the metadata store is out of reach, or the queue just changed owner:
         # SERVICE_NOT_AVAILABLE, which producers retry (on another queue) and consumers
         # re-pull after their back-off; one rate-limited line, no traceback.
+        # A missing or corrupt offloaded object: SYSTEM_ERROR naming it (retrying will not
+        # help until it is restored; consumers still re-pull after their back-off).
+        damaged = storage_fault_of(exc) is StorageFault.DAMAGED
+        code = ResponseCode.SYSTEM_ERROR if damaged else ResponseCode.SERVICE_NOT_AVAILABLE
         warn_fault(fault_log, f"{type(exc).__name__}:{request.code}",
-                   "storage fault answered SERVICE_NOT_AVAILABLE to request %d: %r",
-                   request.code, exc)  # fmt: skip
-        return make_response(request, ResponseCode.SERVICE_NOT_AVAILABLE,
-                             f"storage unavailable, retry: {type(exc).__name__}: {exc}")
+                   "storage fault answered %s to request %d: %r",
+                   code.name, request.code, exc)  # fmt: skip
+        what = "stored data is damaged" if damaged else "storage unavailable, retry"
+        return make_response(request, code, f"{what}: {type(exc).__name__}: {exc}")

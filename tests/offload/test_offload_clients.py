@@ -134,7 +134,7 @@ def test_offloaded_history_reads_byte_identical_across_a_restart(server: Standal
     got = consume_all(server.bootstrap, 1, timeout_s=10)
     assert got == []
     assert victim.name in server.log() and "checksum" in server.log()
-    # (the partition cannot even open now: its first entry, read at load, is in that object)
+    # (the partition still opens: tests/offload/test_offload_damaged_objects.py)
     after = metric_values(server)
     assert after["ledgerwire_offload_read_errors_total"] >= 1
     assert after["ledgerwire_offload_store_reads_total"] >= 1

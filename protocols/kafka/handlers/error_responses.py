@@ -66,7 +66,11 @@ def error_code_of(
     answered with a code clients retry: NOT_LEADER_OR_FOLLOWER when the partition moved to
     another owner, else `unavailable` (Produce passes NOT_ENOUGH_REPLICAS: nothing of the
     request was appended; reads keep KAFKA_STORAGE_ERROR, which consumers retry after a
-    metadata refresh), with one rate-limited WARNING line.  Anything else is a bug or an
+    metadata refresh), with one rate-limited WARNING line.  A read of an offloaded object that
+    is missing or fails its checksums is answered CORRUPT_MESSAGE: librdkafka and the Java
+    consumer hand it to the application (KAFKA_STORAGE_ERROR they would retry silently for
+    ever, a hang to the user) and fetch again after their back-off, so the partition resumes
+    once the object is restored.  Anything else is a bug or an
     unexpected backend failure: it is logged with its traceback and answered
     UNKNOWN_SERVER_ERROR, never allowed to kill the connection.
     """
@@ -81,6 +85,8 @@ def error_code_of(
     fault = storage_fault_of(exc)
     if fault is not None:
         answer = ErrorCode.NOT_LEADER_OR_FOLLOWER if fault is StorageFault.MOVED else unavailable
+        if fault is StorageFault.DAMAGED and unavailable is ErrorCode.KAFKA_STORAGE_ERROR:
+            answer = ErrorCode.CORRUPT_MESSAGE  # clients retry KAFKA_STORAGE_ERROR silently
         warn_fault(log, f"{type(exc).__name__}:{answer.name}", "storage fault answered %s: %s",
                    answer.name, error_message_of(exc))  # fmt: skip
         return answer
