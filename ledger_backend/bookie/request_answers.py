@@ -106,6 +106,12 @@ class BookieAnswers:
             raise AssertionError(f"unexpected message {request!r}")
         return response
 
+    def learn_key(self, ledger_id: int, password_hash: str) -> None:
+        """A client of this process committed ledger_id's metadata with this hash (ledger_keys.py
+        `remember`): its adds are checked against it without a metadata read."""
+        if self._keys is not None:
+            self._keys.remember(ledger_id, password_hash)
+
     def start_add(self, req: AddEntryRequest, respond: Callable[[AddEntryResponse], None]
                   ) -> bool:  # fmt: skip
         """Take an add without a task (an in-process client): when its ledger's key is known

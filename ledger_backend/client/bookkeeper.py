@@ -146,6 +146,7 @@ class BookKeeper:
                                             custom_metadata)
         ledger_id = await ctx.next_ledger_id(LEDGER_ID_COUNTER_PATH)
         version = await ctx.create_metadata(ledger_id, metadata)
+        self._tell_local_bookies(ledger_id, metadata)
         return WriteHandle(ctx, ledger_id, metadata, version)
 
     async def prepare_ledger(
@@ -177,7 +178,18 @@ class BookKeeper:
 
     def adopt_ledger(self, prepared: PreparedLedger) -> WriteHandle:
         """The write handle of a prepared ledger whose ops were committed (version 0)."""
+        self._tell_local_bookies(prepared.ledger_id, prepared.metadata)
         return WriteHandle(self.context, prepared.ledger_id, prepared.metadata, 0)
+
+    def _tell_local_bookies(self, ledger_id: int, metadata: LedgerMetadata) -> None:
+        """The bookies of this process in the new ledger's ensemble learn its key hash, which
+        the store now holds (bookie/ledger_keys.py): its first add needs no metadata read."""
+        if not self._local_bookies:
+            return
+        for address in metadata.ensembles[0][1]:
+            learn = getattr(local_bookies_registry.lookup(address), "learn_key", None)
+            if learn is not None:
+                learn(ledger_id, metadata.password_hash)
 
     async def _new_metadata(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
                             custom_metadata: dict[str, bytes] | None) -> LedgerMetadata:

@@ -36,6 +36,7 @@ the next owner if the offload dies).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,12 +49,15 @@ _KNOWN_VERSIONS = (FORMAT_VERSION, REWRITE_FORMAT_VERSION, OFFLOAD_FORMAT_VERSIO
 CURSORS_CHILD = "cursors"
 
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_ALL_SAFE = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)  # a name encode_name leaves as it is
 
 
 def encode_name(name: str) -> str:
     """One path component for `name` (non-empty); reversible with decode_name."""
     if not name:
         raise ValueError("a managed ledger or cursor name must not be empty")
+    if _ALL_SAFE.fullmatch(name):  # most names: no per-byte loop (4% of a first open)
+        return name
     out: list[str] = []
     for byte in name.encode("utf-8"):
         out.append(chr(byte) if byte in _SAFE_BYTES else f"%{byte:02X}")

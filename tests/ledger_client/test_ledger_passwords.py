@@ -108,3 +108,29 @@ async def test_ledgers_without_a_password_are_not_checked() -> None:
         bookie = next(iter(cluster.bookies))
         assert await _status(bookie, AddEntryRequest(1, writer.ledger_id, 1, 0, False,
                                                      b"x")) is Status.OK  # fmt: skip
+
+
+async def test_an_in_process_client_tells_its_bookies_the_new_ledgers_key() -> None:
+    """A ledger created through local_bookies=True reaches its first add with the bookies'
+    key check already knowing the hash (no metadata read), and still checks it."""
+    store = await open_store("memory:")
+    reads: list[str] = []
+    plain_get = store.get
+
+    async def counting_get(path: str):  # type: ignore[no-untyped-def]
+        reads.append(path)
+        return await plain_get(path)
+
+    store.get = counting_get  # type: ignore[method-assign]
+    async with running_bookies(store, 3) as cluster, \
+            BookKeeper(store, timeout_s=2, ledger_password=PASSWORD,
+                       local_bookies=True) as bk:  # fmt: skip
+        writer = await bk.create_ledger(3, 3, 2)
+        await writer.append(b"first")
+        lid = writer.ledger_id
+        assert ledger_path(lid) not in reads  # the bookies' check did not read it
+        metadata = LedgerMetadata.from_json_bytes((await plain_get(ledger_path(lid)))[0])
+        wrong = derive_master_key(b"guess", metadata.password_salt)
+        for bookie in cluster.bookies:
+            forged = AddEntryRequest(9, lid, 1, 0, False, b"forged", wrong)
+            assert await _status(bookie, forged) is Status.UNAUTHORIZED
