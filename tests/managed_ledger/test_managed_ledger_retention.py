@@ -198,6 +198,9 @@ def test_name_encoding_is_one_safe_reversible_component() -> None:
         assert all(c.isascii() and (c.isalnum() or c in "%_-") for c in encoded)
         assert decode_name(encoded) == name
     assert encode_name("a/b") != encode_name("a%2Fb")
+    every_ascii = "".join(map(chr, range(128)))  # the translate table's whole range
+    assert decode_name(encode_name(every_ascii)) == every_ascii
+    assert encode_name(every_ascii + "é").startswith(encode_name(every_ascii))  # same escapes
     with pytest.raises(ValueError):
         encode_name("")
 
