@@ -22,12 +22,14 @@ the fill's writes are on the disk (os.sync outside the timing).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import trio
@@ -134,7 +136,8 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool, batch_
                         size = sum(i.size for i in ml.ledgers if i.closed)
                         cpu = time.process_time()
                         start = time.perf_counter()
-                        await ml.offload()
+                        async with rss_watch() as rss:
+                            await ml.offload()
                         took = time.perf_counter() - start
                         cpu = time.process_time() - cpu
                         await ml.delete_offloaded_bookie_copies(0)
@@ -143,7 +146,8 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool, batch_
                     if batch:
                         rates.append(size / took / 1e6)
                     print(f"offload to {label} ({mode:6s}): {rate(size, took, cpu)} "
-                          f"({size >> 20} MB, read + encode + write + verify; {load()})")
+                          f"({size >> 20} MB, read + encode + write + verify; RSS "
+                          f"{rss[0] >> 20} -> peak {rss[1] >> 20} MB; {load()})")
                 if not batch_only:
                     print(f"  batch / single: "
                           f"{figures['offload batch'] / figures['offload single']:.2f}x")
@@ -170,6 +174,30 @@ async def bench(mb: int, tmp: Path, s3_endpoint: str | None, local: bool, batch_
                 await cold.close()
         nursery.cancel_scope.cancel()
     await store.close()
+
+
+@contextlib.asynccontextmanager
+async def rss_watch() -> AsyncIterator[list[int]]:
+    """[RSS at the start, peak RSS] of this process (bookie, client and offloader) over the
+    block, sampled every 20 ms from /proc/self/statm."""
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page
+
+    seen = [rss(), rss()]
+
+    async def sample() -> None:
+        while True:
+            seen[1] = max(seen[1], rss())
+            await trio.sleep(0.02)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample)
+        yield seen
+        nursery.cancel_scope.cancel()
+    seen[1] = max(seen[1], rss())
 
 
 def load() -> str:

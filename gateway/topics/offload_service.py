@@ -35,6 +35,11 @@ from protocols.kafka.errors import UnknownTopicOrPartitionError
 
 log = logging.getLogger("ledgerwire.offload")
 
+# staged files ("*.tmp-*", a crash's leftovers) untouched this long are removed, at start and
+# then every _SWEEP_EVERY_S (the age spares another broker's upload in a shared directory)
+_STAGED_GRACE_S = 600.0
+_SWEEP_EVERY_S = 3600.0
+
 _EXPECTED = (ManagedLedgerError, LedgerError, MetadataError, OffloadError, OSError)
 
 
@@ -67,8 +72,10 @@ class PartitionOffload:
 
 class OffloadService:
     def __init__(self, topics: Any, *, threshold_bytes: int = -1, threshold_s: float = -1,
-                 deletion_lag_s: float = 4 * 3600, interval_s: float = 60.0) -> None:
+                 deletion_lag_s: float = 4 * 3600, interval_s: float = 60.0,
+                 offloader: Offloader | None = None) -> None:
         self._topics = topics  # gateway.topics.topic_service.TopicService
+        self._offloader = offloader  # the factory's: its staged leftovers are swept
         self.threshold_bytes = threshold_bytes
         self.threshold_s = threshold_s
         self.deletion_lag_s = deletion_lag_s
@@ -80,13 +87,33 @@ class OffloadService:
         return self._state.setdefault((topic, partition), PartitionOffload())
 
     async def run(self) -> None:
-        """Passes forever (start it in the broker's background nursery)."""
+        """Passes forever (start it in the broker's background nursery); staged files a crash
+        left are swept at start and hourly."""
+        next_sweep = trio.current_time()
         while True:
+            if trio.current_time() >= next_sweep:
+                await self.sweep_staged(_STAGED_GRACE_S)
+                next_sweep = trio.current_time() + _SWEEP_EVERY_S
             await trio.sleep(self.interval_s)
             try:
                 await self.run_once()
             except Exception:  # a background pass must never take the broker down
                 log.warning("offload pass failed", exc_info=True)
+
+    async def sweep_staged(self, older_than_s: float) -> int:
+        """Remove the driver's staged files left by a crash (FilesystemOffloader.sweep_staged;
+        other drivers stage nothing a reader could see); how many were removed."""
+        sweep = getattr(self._offloader, "sweep_staged", None)
+        if sweep is None:
+            return 0
+        try:
+            removed: int = await sweep(older_than_s)
+        except OSError as exc:
+            log.warning("sweeping staged offload files failed: %s", exc)
+            return 0
+        if removed:
+            log.info("removed %d staged offload file(s) left by an interrupted offload", removed)
+        return removed
 
     def thresholds_of(self, topic: str) -> tuple[int | None, float | None]:
         """(bytes kept on bookies, age offloaded) for `topic`'s partitions, None = that rule

@@ -205,7 +205,8 @@ class TopicService:
             self, threshold_bytes=self.config.offload_threshold_bytes,
             threshold_s=self.config.offload_threshold_s,
             deletion_lag_s=self.config.offload_deletion_lag_s,
-            interval_s=self.config.offload_interval_s)
+            interval_s=self.config.offload_interval_s,
+            offloader=getattr(managed_ledger_factory, "offloader", None))
 
     @property
     def metadata_store(self) -> MetadataStore:

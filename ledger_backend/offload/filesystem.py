@@ -8,14 +8,21 @@ piece started at once with sync_file_range where Linux has it) and stored later 
 (`commit_group`: each file fsynced, renamed, each directory fsynced once), so the disk writes
 overlap the reads and the fsyncs before the metadata write only wait for the rest; a group
 put (`put_group`) is the same in one worker thread.
-Keys are relative paths of safe components; a key that could escape the directory is
-refused. Blocking file I/O runs in worker threads; this module must never block the Trio loop.
+A crash between staging and commit leaves a "*.tmp-<32 hex>" file that names no object:
+`sweep_staged` removes such files once untouched for a while (the broker's offload service
+runs it at start and hourly; the age guard spares another broker's upload in progress in a
+shared directory). Directories are created with their parents fsynced, so a new object's
+path survives a power cut with it. Keys are relative paths of safe components; a key that
+could escape the directory is refused. Blocking file I/O runs in worker threads; this
+module must never block the Trio loop.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +35,7 @@ from ledger_backend.offload.offloader import ObjectMissingError, ObjectStoreUnav
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 _READ_BACK_CHUNK = 1 << 20  # read_back's one reused buffer
 _SYNC_FILE_RANGE_WRITE = 2  # start writeback of the dirty pages, do not wait for it
+_STAGED_NAME = re.compile(r".+\.tmp-[0-9a-f]{32}\Z")  # StagedObject.tmp
 
 
 def _find_sync_file_range() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
@@ -92,6 +100,11 @@ class FilesystemOffloader:
         some may be stored whole (the caller deletes them)."""
         await trio.to_thread.run_sync(_commit, list(staged))
 
+    async def sweep_staged(self, older_than_s: float) -> int:
+        """Remove staged files ("*.tmp-<hex>", left by a crash before their commit) not
+        modified for `older_than_s` seconds; how many were removed. Never an object."""
+        return await trio.to_thread.run_sync(_sweep_staged, self._root, older_than_s)
+
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         path = self._path(key)
         return await trio.to_thread.run_sync(_read_range, path, start, length)
@@ -143,7 +156,7 @@ class StagedObject:
             if self._fd is None:
                 if self._done:
                     raise OSError("write to a committed or discarded object")
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _make_dirs(self.path.parent)
                 self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             _write_parts(self._fd, parts)
         except OSError as exc:
@@ -183,17 +196,52 @@ def _commit(staged: list[StagedObject]) -> None:
             os.replace(one.tmp, one.path)
             one._done = True
         for where in dict.fromkeys(one.path.parent for one in staged):
-            dir_fd = os.open(where, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            _fsync_dir(where)
     except (OSError, ObjectStoreUnavailableError) as exc:
         for one in staged:
             one.discard()
         if isinstance(exc, ObjectStoreUnavailableError):
             raise
         raise ObjectStoreUnavailableError(f"writing {where}: {exc}") from exc
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _make_dirs(directory: Path) -> None:
+    """mkdir -p, fsyncing the parent of each directory made (its entry is then durable)."""
+    if directory.is_dir():
+        return
+    missing: list[Path] = []
+    at = directory
+    while not at.exists():
+        missing.append(at)
+        at = at.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    for made in reversed(missing):
+        _fsync_dir(made.parent)
+
+
+def _sweep_staged(root: Path, older_than_s: float) -> int:
+    cutoff = time.time() - older_than_s
+    removed = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if not _STAGED_NAME.match(name):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                if os.stat(path).st_mtime <= cutoff:
+                    os.unlink(path)
+                    removed += 1
+            except FileNotFoundError:
+                pass  # committed or discarded meanwhile
+    return removed
 
 
 def _write_parts(fd: int, parts: Sequence[bytes]) -> None:

@@ -8,8 +8,16 @@ aiobotocore and an asyncio loop of its own, which sits badly beside Trio. obstor
 are synchronous Rust calls that release the GIL, so they run in Trio worker threads.
 
 A put is atomic (S3 PUT/complete-multipart semantics: an object is visible whole or not at
-all). Errors map to ObjectMissingError / ObjectStoreUnavailableError. This module must never
-log credentials or put them into an error message.
+all). Uploads stream: an offload stages each object (`stage`, offload_uploads.Stages) as a
+multipart upload fed piece by piece while its ledger is still being read (obstore's
+open_writer: parts of _PART_BYTES, up to _PARTS_IN_FLIGHT uploading at a time, so memory
+per object stays bounded whatever its size), and `commit_group` completes them; before
+the completion nothing is under the key, and a discarded upload is aborted. A crash leaves
+at worst an incomplete multipart upload, invisible to readers (a bucket lifecycle rule
+"abort incomplete multipart uploads after N days" reclaims its space). A plain `put` of
+parts streams them the same way, never joined into one copy. Errors map to
+ObjectMissingError / ObjectStoreUnavailableError. This module must never log credentials
+or put them into an error message.
 """
 
 from __future__ import annotations
@@ -22,6 +30,10 @@ import trio
 from obstore.exceptions import BaseError, NotFoundError
 
 from ledger_backend.offload.offloader import ObjectMissingError, ObjectStoreUnavailableError
+
+# multipart part size (S3's smallest part is 5 MiB) and parts of one object uploading at once
+_PART_BYTES = 5 << 20
+_PARTS_IN_FLIGHT = 4
 
 
 class ObjectStoreOffloader:
@@ -66,20 +78,47 @@ class ObjectStoreOffloader:
     def location(self) -> str:
         return self._location
 
+    def _error(self, what: str, key: str, exc: Exception) -> Exception:
+        if isinstance(exc, (NotFoundError, FileNotFoundError)):
+            return ObjectMissingError(f"no object {key!r} in {self._location}")
+        return ObjectStoreUnavailableError(
+            f"{what} {key!r} in {self._location} failed: {type(exc).__name__}")
+
     async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return await trio.to_thread.run_sync(lambda: fn(self._store, key, *args, **kwargs))
-        except (NotFoundError, FileNotFoundError) as exc:
-            raise ObjectMissingError(f"no object {key!r} in {self._location}") from exc
         except (BaseError, OSError) as exc:
-            raise ObjectStoreUnavailableError(
-                f"{what} {key!r} in {self._location} failed: {type(exc).__name__}"
-            ) from exc
+            raise self._error(what, key, exc) from exc
 
     async def put(self, key: str, data: bytes | Sequence[bytes]) -> None:
+        body: Any = data
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            data = b"".join(data)
-        await self._call("put", key, obstore.put, data)
+            body = iter(data)  # streamed as a multipart upload, not joined
+        await self._call("put", key, obstore.put, body, chunk_size=_PART_BYTES,
+                         max_concurrency=_PARTS_IN_FLIGHT)
+
+    def stage(self, key: str) -> StagedUpload:
+        """An object to be written in pieces (StagedUpload.write, from a worker thread: each
+        full part starts uploading at once) and stored by `commit_group`; nothing is under
+        its key before that."""
+        return StagedUpload(self, key)
+
+    async def commit_group(self, staged: Sequence[StagedUpload]) -> None:
+        """Complete the staged uploads (at the same time). On an error the ones not
+        completed are aborted; some may be stored whole (the caller deletes them)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for one in staged:
+                    nursery.start_soon(trio.to_thread.run_sync, one.commit)
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                for one in staged:
+                    await trio.to_thread.run_sync(one.discard)
+            errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
+            for error in errors:
+                if isinstance(error, ObjectStoreUnavailableError):
+                    raise error from None
+            raise
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         got = await self._call("get", key, obstore.get_range, start=start, length=length)
@@ -94,3 +133,51 @@ class ObjectStoreOffloader:
             await self._call("delete", key, obstore.delete)
         except ObjectMissingError:
             pass
+
+
+class StagedUpload:
+    """One object's multipart upload, fed piece by piece (obstore.open_writer), completed by
+    `commit` or aborted by `discard`. Its methods block: call them from worker threads."""
+
+    def __init__(self, owner: ObjectStoreOffloader, key: str) -> None:
+        self.key = key
+        self._owner = owner
+        self._writer: Any = None
+        self._done = False  # committed or discarded
+
+    def _open(self) -> Any:
+        if self._done:
+            raise ObjectStoreUnavailableError(f"write to a finished upload of {self.key!r}")
+        if self._writer is None:
+            self._writer = obstore.open_writer(self._owner._store, self.key,
+                                               buffer_size=_PART_BYTES,
+                                               max_concurrency=_PARTS_IN_FLIGHT)  # fmt: skip
+        return self._writer
+
+    def write(self, parts: Sequence[bytes]) -> None:
+        try:
+            writer = self._open()
+            for part in parts:
+                writer.write(part)
+        except (BaseError, OSError) as exc:
+            raise self._owner._error("upload", self.key, exc) from exc
+
+    def commit(self) -> None:
+        """Complete the upload: the object appears under its key, whole."""
+        try:
+            self._open().close()
+        except (BaseError, OSError) as exc:
+            raise self._owner._error("upload", self.key, exc) from exc
+        self._done = True
+
+    def discard(self) -> None:
+        """Abort the upload (nothing appears under the key); no error if it is finished."""
+        if self._done:
+            return
+        self._done = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:  # leaving the writer on an error aborts its multipart upload
+                writer.__exit__(ObjectStoreUnavailableError, ObjectStoreUnavailableError(), None)
+            except Exception:  # noqa: BLE001 - an upload not aborted is invisible anyway
+                pass

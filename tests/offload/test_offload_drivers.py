@@ -88,6 +88,40 @@ def test_filesystem_driver(tmp_path: Path) -> None:
         trio.run(offloader.put, "../escape", b"x")
 
 
+def test_staged_files_left_by_a_crash_are_swept_at_start(tmp_path: Path) -> None:
+    """A staged file whose offload died before its commit (never discarded: kill -9) is
+    removed by the offload service's sweep at start once older than the grace; a fresh
+    staged file (an upload in progress elsewhere) and stored objects stay."""
+    import os
+
+    from gateway.topics.offload_service import _STAGED_GRACE_S, OffloadService
+
+    offloader = FilesystemOffloader(tmp_path / "tier")
+    crashed = offloader.stage("ns%2Ft-0/5-aaa.lwo")
+    running = offloader.stage("ns%2Ft-0/6-bbb.lwo")
+    crashed.write([b"half an object"])
+    running.write([b"being written"])
+    old = os.stat(crashed.tmp).st_mtime - _STAGED_GRACE_S - 60
+    os.utime(crashed.tmp, (old, old))
+    trio.run(offloader.put, "ns%2Ft-0/4-ccc.lwo", b"a stored object")
+    service = OffloadService(None, offloader=offloader, interval_s=3600)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.run)
+            with trio.fail_after(30):
+                while crashed.tmp.exists():  # noqa: ASYNC110 - a file, polled
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert running.tmp.exists()
+    assert trio.run(offloader.get_range, "ns%2Ft-0/4-ccc.lwo", 0, 100) == b"a stored object"
+    assert sorted(p.name for p in (tmp_path / "tier" / "ns%2Ft-0").iterdir()) == [
+        "4-ccc.lwo", running.tmp.name]
+    running.discard()
+
+
 def test_filesystem_put_of_parts_writes_their_concatenation(tmp_path: Path) -> None:
     parts = [bytes([i % 251]) * (i % 9) for i in range(3000)]  # more than one writev's worth
     offloader = FilesystemOffloader(tmp_path)
@@ -172,6 +206,44 @@ def test_s3_driver_reports_a_missing_bucket(s3_endpoint: str) -> None:
     with pytest.raises(Exception) as info:
         trio.run(offloader.put, "k", b"data")
     assert "test" not in str(info.value).replace("no-such-bucket", "")
+
+
+def _multipart_uploads(endpoint: str) -> int:
+    import urllib.request
+
+    listing = urllib.request.urlopen(f"{endpoint}/ledgers?uploads", timeout=30).read()
+    return listing.count(b"<Upload>")
+
+
+def test_s3_staged_upload_streams_parts_before_it_is_stored(s3_endpoint: str) -> None:
+    """A staged object goes up as a multipart upload while it is written: parts are in the
+    store before the commit (the old driver joined everything and put once at the end),
+    nothing is under the key until the commit, and a discarded upload is aborted."""
+    offloader = ObjectStoreOffloader.s3(
+        "ledgers", prefix="staged", endpoint=s3_endpoint,
+        access_key_id="test", secret_access_key="test",
+    )
+    rng = random.Random(7)
+    pieces = [[rng.randbytes(1 << 20) for _ in range(4)] for _ in range(4)]  # 16 MiB
+
+    async def main() -> None:
+        kept, dropped = offloader.stage("ml/kept.lwo"), offloader.stage("ml/dropped.lwo")
+        for piece in pieces:
+            await trio.to_thread.run_sync(kept.write, piece)
+            await trio.to_thread.run_sync(dropped.write, piece[:1])
+        assert _multipart_uploads(s3_endpoint) >= 1  # under way, not held back in memory
+        with pytest.raises(ObjectMissingError):
+            await offloader.size("ml/kept.lwo")
+        await trio.to_thread.run_sync(dropped.discard)
+        await offloader.commit_group([kept])
+        whole = b"".join(b"".join(p) for p in pieces)
+        assert await offloader.size("ml/kept.lwo") == len(whole)
+        assert await offloader.get_range("ml/kept.lwo", 0, len(whole)) == whole
+        with pytest.raises(ObjectMissingError):
+            await offloader.size("ml/dropped.lwo")
+        assert _multipart_uploads(s3_endpoint) == 0
+
+    trio.run(main)
 
 
 @given(st.binary(max_size=400), st.integers(min_value=0, max_value=500))
