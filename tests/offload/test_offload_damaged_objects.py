@@ -21,9 +21,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ledger_backend.managed_ledger.metadata_format import decode_name
 from ledger_backend.offload.object_format import FOOTER_SIZE, decode_footer, decode_index
+from ledger_backend.offload.object_store import ObjectStoreOffloader
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.message_encoding import decode_stored_messages
 from protocols.rocketmq.request_codes import RequestCode as RC
+from tests.offload.moto_server import moto_s3
 from tests.offload.test_offload_clients import metric_values, start_server
 from tests.offload.test_offload_rocketmq import connect
 from tests.rocketmq.test_rocketmq_broker_raw import pull_ext, send_ext
@@ -53,24 +55,44 @@ def objects_of(tier: Path, topic: str, partition: int) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-", 1)[0]))
 
 
-def flip_a_data_byte(obj: Path) -> None:
-    """Flip one byte in the middle of the object's first data block (not its header/index)."""
-    raw = bytearray(obj.read_bytes())
-    index_offset, index_length, entries, data_bytes = decode_footer(bytes(raw[-FOOTER_SIZE:]))
-    ledger_id = int(obj.name.split("-", 1)[0])
-    index = decode_index(bytes(raw[index_offset:index_offset + index_length]), ledger_id,
+def flipped(raw: bytes, ledger_id: int) -> bytes:
+    """`raw` with one byte flipped in the middle of its first data block (header, index and
+    footer intact: only the block's checksum can tell)."""
+    out = bytearray(raw)
+    index_offset, index_length, entries, data_bytes = decode_footer(raw[-FOOTER_SIZE:])
+    index = decode_index(raw[index_offset:index_offset + index_length], ledger_id,
                          entries, data_bytes, index_offset)
     block = index.blocks[0]
-    raw[block.offset + block.length // 2] ^= 0x5A
-    obj.write_bytes(bytes(raw))
+    out[block.offset + block.length // 2] ^= 0x5A
+    return bytes(out)
 
 
-def damage(tier: Path, topic: str) -> tuple[Path, Path]:
-    """Flip a data byte of CORRUPT's oldest object, delete MISSING's."""
+def damage(tier: Path, topic: str) -> tuple[str, str]:
+    """Flip a data byte of CORRUPT's oldest object, delete MISSING's; their names."""
     corrupt, missing = objects_of(tier, topic, CORRUPT)[0], objects_of(tier, topic, MISSING)[0]
-    flip_a_data_byte(corrupt)
+    corrupt.write_bytes(flipped(corrupt.read_bytes(), int(corrupt.name.split("-", 1)[0])))
     missing.unlink()
-    return corrupt, missing
+    return corrupt.name, missing.name
+
+
+def damage_in_s3(endpoint: str, topic: str) -> tuple[str, str]:
+    """damage() for the objects in moto's bucket "ledgers" under the prefix "cluster-a"."""
+    import obstore
+
+    store = ObjectStoreOffloader.s3("ledgers", prefix="cluster-a", endpoint=endpoint,
+                                    access_key_id="test", secret_access_key="test")._store
+    keys = [item["path"] for batch in obstore.list(store) for item in batch]
+
+    def oldest(partition: int) -> str:
+        mine = [k for k in keys if k.endswith(".lwo") and decode_name(
+            k.rsplit("/", 2)[-2]).endswith(f"/{topic}-{partition}")]
+        return min(mine, key=lambda k: int(k.rsplit("/", 1)[1].split("-", 1)[0]))
+
+    corrupt, missing = oldest(CORRUPT), oldest(MISSING)
+    raw = bytes(obstore.get(store, corrupt).bytes())
+    obstore.put(store, corrupt, flipped(raw, int(corrupt.rsplit("/", 1)[1].split("-", 1)[0])))
+    obstore.delete(store, missing)
+    return corrupt.rsplit("/", 1)[1], missing.rsplit("/", 1)[1]
 
 
 def kafka_produce(bootstrap: str) -> dict[int, list[tuple[int, bytes]]]:
@@ -100,10 +122,25 @@ def kafka_produce(bootstrap: str) -> dict[int, list[tuple[int, bytes]]]:
 @pytest.mark.timeout(300)
 def test_kafka_consumer_is_told_corrupt_message_for_a_damaged_object(server: Standalone,
                                                                      tmp_path: Path) -> None:
+    check_kafka_consumer(server, lambda: damage(tmp_path / "tier", TOPIC))
+
+
+@pytest.mark.timeout(300)
+def test_the_same_through_the_s3_driver(tmp_path: Path) -> None:
+    with moto_s3("ledgers") as endpoint:
+        sa = start_server(tmp_path, 3600, endpoint)
+        try:
+            check_kafka_consumer(sa, lambda: damage_in_s3(endpoint, TOPIC))
+        finally:
+            sa.stop()
+
+
+def check_kafka_consumer(server: Standalone, damage_objects) -> None:  # type: ignore[no-untyped-def]
+    """Offload, damage (names of the corrupt and the missing object), restart, consume."""
     sent = kafka_produce(server.bootstrap)
     rows = server.admin("topics", "offload", TOPIC)
     assert all(r["ledgers_offloaded"] >= 2 and r["ledgers_on_bookies"] == 1 for r in rows), rows
-    corrupt, missing = damage(tmp_path / "tier", TOPIC)
+    corrupt, missing = damage_objects()
     server.restart()  # nothing cached; the damaged partitions still open and take appends
     producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all"})
     appended: list[object] = []
@@ -142,8 +179,8 @@ def test_kafka_consumer_is_told_corrupt_message_for_a_damaged_object(server: Sta
     assert others == []
 
     log = server.log()
-    assert corrupt.name in log and "checksum" in log
-    assert missing.name in log
+    assert corrupt in log and "checksum" in log
+    assert missing in log
     assert metric_values(server)["ledgerwire_offload_read_errors_total"] >= 2
 
 
@@ -177,10 +214,10 @@ async def test_rocketmq_pull_of_a_damaged_object_is_answered_an_error(server: St
 
     client = await connect(broker)
     try:
-        for queue, obj in ((CORRUPT, corrupt), (MISSING, missing)):
+        for queue, name in ((CORRUPT, corrupt), (MISSING, missing)):
             r = await client.call(RC.PULL_MESSAGE, pull_ext(RQ_TOPIC, queue, 0), wait_s=30)
             assert r.code == ResponseCode.SYSTEM_ERROR, (queue, r.code, r.remark)
-            assert obj.name in (r.remark or ""), r.remark
+            assert name in (r.remark or ""), r.remark
             assert not r.body
         bodies: list[bytes] = []
         offset = 0
@@ -193,5 +230,5 @@ async def test_rocketmq_pull_of_a_damaged_object_is_answered_an_error(server: St
     finally:
         await client.aclose()
     log = sa.log()
-    assert corrupt.name in log and missing.name in log
+    assert corrupt in log and missing in log
     assert metric_values(sa)["ledgerwire_offload_read_errors_total"] >= 2
