@@ -325,6 +325,12 @@ def _offload_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
          "bytes of a partition in tiered storage"),
         (GaugeMetricFamily, "ledgerwire_offload_bytes_on_bookies", "bytes_on_bookies",
          "bytes of a partition still on bookies"),
+        (GaugeMetricFamily, "ledgerwire_offload_lag_seconds", "lag_seconds",
+         "seconds since the oldest closed ledger that the offload policy says should be "
+         "offloaded, and is not yet, was closed (0: policy met or off)"),
+        (GaugeMetricFamily, "ledgerwire_offload_lag_bytes", "lag_bytes",
+         "bytes of the closed ledgers the offload policy says should be offloaded and are "
+         "still only on bookies"),
         (CounterMetricFamily, "ledgerwire_offload_ledgers_offloaded", "offloaded_total",
          "ledgers this broker offloaded since it started"),
         (CounterMetricFamily, "ledgerwire_offload_failures", "failures",

@@ -29,6 +29,7 @@ import trio
 from gateway.config.settings import OffloadConfig
 from ledger_backend.client.errors import LedgerError
 from ledger_backend.managed_ledger import ManagedLedgerError
+from ledger_backend.managed_ledger.offloading import offload_lag
 from ledger_backend.metadata.store import MetadataError
 from ledger_backend.offload import FilesystemOffloader, Offloader, OffloadError
 from protocols.kafka.errors import UnknownTopicOrPartitionError
@@ -183,8 +184,9 @@ class OffloadService:
         return out
 
     def status(self, topic: str) -> list[dict[str, Any]]:
-        """Per open partition of `topic`: ledgers and bytes offloaded / on bookies, whether a
-        pass runs, the last error."""
+        """Per open partition of `topic`: ledgers and bytes offloaded / on bookies, the lag
+        (seconds since the oldest ledger the policy wants offloaded and is not was closed,
+        bytes of such ledgers), whether a pass runs, the last error."""
         return [self._row(t, p, plog.ledger)
                 for (t, p), plog in sorted(self._topics.open_partitions().items()) if t == topic]
 
@@ -196,6 +198,8 @@ class OffloadService:
         row = self._row(topic, partition, ml)
         state = self.state(topic, partition)
         return {"ledgers_offloaded": row["ledgers_offloaded"],
+                "lag_seconds": row["lag_seconds"],
+                "lag_bytes": row["lag_bytes"],
                 "bytes_offloaded": row["bytes_offloaded"],
                 "bytes_on_bookies": row["bytes_on_bookies"],
                 "offloaded_total": state.ledgers_offloaded_total,
@@ -207,6 +211,7 @@ class OffloadService:
     def _row(self, topic: str, partition: int, ml: Any) -> dict[str, Any]:
         ledgers = ml.ledgers
         state = self.state(topic, partition)
+        lag_s, lag_bytes = offload_lag(ml, *self.thresholds_of(topic))
         return {
             "partition": partition,
             "ledgers": len(ledgers),
@@ -214,6 +219,9 @@ class OffloadService:
             "bytes_offloaded": sum(i.size for i in ledgers if i.offloaded),
             "ledgers_on_bookies": sum(1 for i in ledgers if i.on_bookies),
             "bytes_on_bookies": sum(i.size for i in ledgers if i.on_bookies),
+            # behind the policy: since the oldest ledger due for offload closed; its bytes
+            "lag_seconds": round(lag_s, 3),
+            "lag_bytes": lag_bytes,
             "in_progress": state.running,
             "last_run_ms": state.last_run_ms,
             "last_error": state.last_error,

@@ -158,6 +158,23 @@ def offload_candidates(
     return chosen
 
 
+def offload_lag(ml: ManagedLedger, keep_bytes: int | None, older_than_s: float | None
+                ) -> tuple[float, int]:  # fmt: skip
+    """How far offloading is behind its policy: (seconds since the oldest ledger the policy
+    says should be offloaded now, and is not, was closed; the bytes of all such ledgers still
+    on bookies). (0, 0) when the policy is met or off (neither rule set)."""
+    if keep_bytes is None and older_than_s is None:
+        return 0.0, 0
+    due = offload_candidates(ml, keep_bytes, older_than_s)
+    if not due:
+        return 0.0, 0
+    records = ml._records
+    position = records.index(due[0])
+    after = records[position + 1 : position + 2] or records[position : position + 1]
+    closed_ms = after[0].created_ms  # the successor began as it closed
+    return max(0.0, (ml._clock_ms() - closed_ms) / 1000), sum(r.size for r in due)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Encoded:
     """Step 1's read and encode of one ledger, nothing recorded yet."""
