@@ -46,15 +46,6 @@ def start_server(tmp_path: Path, interval_s: float, s3_endpoint: str | None = No
     return sa
 
 
-@pytest.fixture
-def server(tmp_path: Path):  # type: ignore[no-untyped-def]
-    sa = start_server(tmp_path, 3600)
-    try:
-        yield sa
-    finally:
-        sa.stop()
-
-
 def produce(bootstrap: str) -> list[Record]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1, config={"segment.bytes": "65536"})])[

@@ -12,7 +12,6 @@ healthy queue is served. The broker logs a WARNING naming each object and counts
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,15 +35,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOPIC = "damaged"
 PER_PARTITION = 900
 CORRUPT, MISSING, HEALTHY = 0, 1, 2
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Standalone]:
-    sa = start_server(tmp_path, 3600)
-    try:
-        yield sa
-    finally:
-        sa.stop()
 
 
 def objects_of(tier: Path, topic: str, partition: int) -> list[Path]:

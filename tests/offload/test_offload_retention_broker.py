@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,22 +27,12 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from tests.offload.test_offload_clients import start_server
 from tests.offload.test_offload_damaged_objects import objects_of
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RECORDS = 2400
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Standalone]:
-    sa = start_server(tmp_path, 3600)
-    try:
-        yield sa
-    finally:
-        sa.stop()
 
 
 def produce(bootstrap: str, topic: str, timestamp_of) -> list[tuple[int, bytes]]:  # type: ignore[no-untyped-def]
