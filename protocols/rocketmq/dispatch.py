@@ -120,4 +120,8 @@ async def dispatch(broker: BrokerLike, conn: ConnectionLike, request: RemotingCo
                    "storage fault answered %s to request %d: %r",
                    code.name, request.code, exc)  # fmt: skip
         what = "stored data is damaged" if damaged else "storage unavailable, retry"
-        return make_response(request, code, f"{what}: {type(exc).__name__}: {exc}")
+        cause: BaseException = exc
+        while damaged and cause.__cause__ is not None and \
+                storage_fault_of(cause.__cause__) is StorageFault.DAMAGED:
+            cause = cause.__cause__  # down to the error that names the object
+        return make_response(request, code, f"{what}: {type(cause).__name__}: {cause}")

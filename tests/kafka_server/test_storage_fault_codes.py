@@ -148,3 +148,31 @@ def test_log_failure_notes_a_unit_released_here_at_debug(
                 log_failure(logger, "delivery failed")
     records = [r for r in caplog.records if r.name == "test.faults.released"]
     assert [(r.levelno, bool(r.exc_info)) for r in records] == [(logging.DEBUG, False)] * 3
+
+
+async def test_a_damaged_offloaded_object_is_told_not_retried_silently(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A missing or corrupt offloaded object (issue 18): Kafka reads CORRUPT_MESSAGE (handed to
+    the application), Produce keeps NOT_ENOUGH_REPLICAS, RocketMQ SYSTEM_ERROR naming the
+    object; an unreachable object store stays a silently retried fault."""
+    from ledger_backend.offload import OffloadedObjectDamagedError, OffloadedReadError
+
+    damaged = OffloadedObjectDamagedError("object 'a/7-x.lwo': block at 24 checksum mismatch")
+    out_of_reach = OffloadedReadError("object 'a/7-x.lwo': get failed: ConnectError")
+    with caplog.at_level(logging.WARNING):
+        assert storage_fault_of(damaged) is StorageFault.DAMAGED
+        assert error_code_of(damaged) is ErrorCode.CORRUPT_MESSAGE
+        assert error_code_of(damaged, unavailable=ErrorCode.NOT_ENOUGH_REPLICAS) \
+            is ErrorCode.NOT_ENOUGH_REPLICAS
+        assert storage_fault_of(out_of_reach) is StorageFault.UNAVAILABLE
+        assert error_code_of(out_of_reach) is ErrorCode.KAFKA_STORAGE_ERROR
+    assert not any(r.exc_info for r in caplog.records)
+
+    async def reading(broker: object, conn: object, request: object) -> object:
+        raise RuntimeError("pull failed") from damaged
+
+    monkeypatch.setitem(dispatch.BROKER_HANDLERS, 11, reading)
+    response = await dispatch.dispatch(_Broker(), None, make_request(11))  # type: ignore[arg-type]
+    assert response.code == ResponseCode.SYSTEM_ERROR
+    assert "a/7-x.lwo" in (response.remark or "")
