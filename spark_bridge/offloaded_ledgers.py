@@ -112,6 +112,7 @@ class OffloadedLedger:
     key: str
     size: int
     last_entry: int
+    place: tuple[tuple[str, str], ...] = ()  # OffloadRecord.location: where it really is
 
 
 class OffloadedLedgers:
@@ -140,7 +141,7 @@ class OffloadedLedgers:
     def read(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         """Entries first..last of an added ledger; OffloadedReadError names the object."""
         ledger = self.ledgers[ledger_id]
-        where = OffloadLocation(ledger.driver, ledger.key, ledger.size)
+        where = OffloadLocation(ledger.driver, ledger.key, ledger.size, ledger.place)
         return self._call(self._reader.read, where, ledger_id, first, last)
 
     def close(self) -> None:

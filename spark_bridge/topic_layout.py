@@ -116,7 +116,8 @@ def partition_layout(access: LedgerAccess, topic: str, partition: int,
             if record.offload is not None and access.can_read_offloaded(record.offload.driver):
                 offloaded = OffloadedLedger(record.ledger_id, record.offload.driver,
                                             record.offload.key, record.offload.size,
-                                            record.entries - 1)  # fmt: skip
+                                            record.entries - 1,
+                                            record.offload.location)  # fmt: skip
                 access.add_offloaded(offloaded)
             elif record.offload is not None and record.offload.bookie_deleted:
                 raise OffloadedLedgerError(

@@ -125,7 +125,7 @@ class LogReader:
         ledger_id = record.ledger_id
         offload = record.offload
         if offload is not None:
-            where = OffloadLocation(offload.driver, offload.key, offload.size)
+            where = OffloadLocation(offload.driver, offload.key, offload.size, offload.location)
             try:
                 return await self._offloaded.read(where, ledger_id, first, first + count - 1)
             except OffloadedReadError:

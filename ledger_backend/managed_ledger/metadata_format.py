@@ -31,6 +31,13 @@ ledger_backend/offload) adds, per offloaded ledger, "offload": {"driver", "key",
 "offload" would find nothing, so older readers must refuse version 3 (they do). The node
 also carries "offload_pending": keys of objects being uploaded, not recorded yet (deleted by
 the next owner if the offload dies).
+
+Version 4 (written once a ledger's offload record carries its location) adds to "offload" a
+"location": the driver's own description of where the object store is -- {"directory": ...}
+for the filesystem driver, {"bucket", "prefix", "region", "endpoint"} for S3, never a
+credential -- so a ledger offloaded before [offload] was pointed elsewhere is still read from
+where it is. A version-3 record has no location (readers use the configured store) and still
+loads; a version-3 reader refuses version 4 rather than read from the wrong store.
 """
 
 from __future__ import annotations
@@ -44,7 +51,9 @@ from ledger_backend.managed_ledger.types import MetadataFormatError, Position
 FORMAT_VERSION = 1
 REWRITE_FORMAT_VERSION = 2
 OFFLOAD_FORMAT_VERSION = 3
-_KNOWN_VERSIONS = (FORMAT_VERSION, REWRITE_FORMAT_VERSION, OFFLOAD_FORMAT_VERSION)
+LOCATION_FORMAT_VERSION = 4
+_KNOWN_VERSIONS = (FORMAT_VERSION, REWRITE_FORMAT_VERSION, OFFLOAD_FORMAT_VERSION,
+                   LOCATION_FORMAT_VERSION)
 CURSORS_CHILD = "cursors"
 
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -106,6 +115,9 @@ class OffloadRecord:
     crc32c: int
     verified_ms: int
     bookie_deleted: bool = False
+    # where the driver's store is, as sorted (field, value) pairs; () = recorded before
+    # version 4 (the configured store of `driver`)
+    location: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -143,6 +155,10 @@ class ManagedLedgerNode:
     @property
     def offloaded(self) -> bool:
         return bool(self.offload_pending) or any(r.offload is not None for r in self.ledgers)
+
+    @property
+    def located(self) -> bool:
+        return any(r.offload is not None and r.offload.location for r in self.ledgers)
 
     @property
     def rewritten(self) -> bool:
@@ -194,11 +210,15 @@ def _encode_record(r: LedgerRecord) -> dict[str, Any]:
             "verified_ms": o.verified_ms,
             "bookie_deleted": o.bookie_deleted,
         }
+        if o.location:
+            out["offload"]["location"] = dict(o.location)
     return out
 
 
 def encode_managed_ledger(node: ManagedLedgerNode) -> bytes:
-    if node.offloaded:
+    if node.located:
+        version = LOCATION_FORMAT_VERSION
+    elif node.offloaded:
         version = OFFLOAD_FORMAT_VERSION
     else:
         version = REWRITE_FORMAT_VERSION if node.rewritten else FORMAT_VERSION
@@ -211,7 +231,7 @@ def encode_managed_ledger(node: ManagedLedgerNode) -> bytes:
     if version > FORMAT_VERSION:
         obj["pending"] = list(node.pending)
         obj["garbage"] = list(node.garbage)
-    if version == OFFLOAD_FORMAT_VERSION:
+    if version >= OFFLOAD_FORMAT_VERSION:
         obj["offload_pending"] = list(node.offload_pending)
     return json.dumps(obj, separators=(",", ":")).encode("utf-8")
 
@@ -237,6 +257,7 @@ def _decode_offload(item: dict[str, Any]) -> OffloadRecord | None:
         crc32c=int(raw["crc32c"]),
         verified_ms=int(raw["verified_ms"]),
         bookie_deleted=bool(raw["bookie_deleted"]),
+        location=tuple(sorted((str(k), str(v)) for k, v in raw.get("location", {}).items())),
     )
 
 

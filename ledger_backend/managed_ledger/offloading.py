@@ -408,8 +408,9 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
                 except OffloadConflictError as exc:
                     conflict = exc
                     break
-                location = OffloadRecord(offloader.driver, key, encoded.data.size,
-                                         encoded.data.crc, ml._clock_ms())  # fmt: skip
+                location = OffloadRecord(
+                    offloader.driver, key, encoded.data.size, encoded.data.crc, ml._clock_ms(),
+                    location=tuple(sorted(offloader.location_fields.items())))
                 updated = dataclasses.replace(now, offload=location)
                 records = [updated if r is now else r for r in records]
                 recorded.append((ledger_id, key, encoded.data.size))

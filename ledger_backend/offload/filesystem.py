@@ -62,6 +62,13 @@ class FilesystemOffloader:
     def location(self) -> str:
         return str(self._root)
 
+    @property
+    def location_fields(self) -> dict[str, str]:
+        return {"directory": str(self._root)}
+
+    def at(self, fields: dict[str, str]) -> FilesystemOffloader:
+        return FilesystemOffloader(fields["directory"])
+
     def _path(self, key: str) -> Path:
         parts = key.split("/")
         if not key or any(p in ("", ".", "..") or "\\" in p or "\x00" in p for p in parts):

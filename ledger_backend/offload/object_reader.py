@@ -52,6 +52,8 @@ class OffloadLocation:
     driver: str
     key: str
     size: int
+    # where the driver's store is, as recorded (OffloadRecord.location); () = the configured
+    place: tuple[tuple[str, str], ...] = ()
 
 
 class OffloadedReader:
@@ -68,6 +70,7 @@ class OffloadedReader:
         self._readahead_bytes = max(0, min(readahead_bytes, cache_bytes // 4))
         self._cache: OrderedDict[tuple[str, int], tuple[object, int]] = OrderedDict()
         self._used = 0
+        self._elsewhere: dict[tuple[str, tuple[tuple[str, str], ...]], Offloader] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._warned: dict[str, float] = {}
         self.errors = 0
@@ -88,7 +91,19 @@ class OffloadedReader:
                 f"object {where.key!r}: driver {where.driver!r} is not configured "
                 f"(configured: {sorted(self._offloaders) or 'none'})"
             )
-        return offloader
+        if not where.place or dict(where.place) == offloader.location_fields:
+            return offloader
+        # recorded at a location [offload] no longer names: read it from there
+        key = (where.driver, where.place)
+        found = self._elsewhere.get(key)
+        if found is None:
+            try:
+                found = self._elsewhere[key] = offloader.at(dict(where.place))
+            except (KeyError, ValueError) as exc:
+                raise OffloadedReadError(
+                    f"object {where.key!r}: recorded location {dict(where.place)} is not "
+                    f"usable: {exc!r}") from exc
+        return found
 
     def _get(self, key: tuple[str, int]) -> object | None:
         item = self._cache.get(key)

@@ -37,10 +37,14 @@ _PARTS_IN_FLIGHT = 4
 
 
 class ObjectStoreOffloader:
-    def __init__(self, store: Any, driver: str, location: str) -> None:
+    def __init__(self, store: Any, driver: str, location: str,
+                 fields: dict[str, str] | None = None,
+                 credentials: dict[str, str | None] | None = None) -> None:
         self._store = store
         self._driver = driver
         self._location = location
+        self._fields = dict(fields or {})
+        self._credentials = dict(credentials or {})
 
     @classmethod
     def s3(
@@ -68,7 +72,22 @@ class ObjectStoreOffloader:
             bucket, prefix=prefix or None, config=config, client_options=client  # type: ignore[arg-type]
         )
         where = f"s3://{bucket}/{prefix}" + (f" at {endpoint}" if endpoint else "")
-        return cls(store, "s3", where)
+        fields = {"bucket": bucket, "prefix": prefix, "region": region,
+                  "endpoint": endpoint or ""}
+        return cls(store, "s3", where, fields, {"access_key_id": access_key_id,
+                                                "secret_access_key": secret_access_key})
+
+    @property
+    def location_fields(self) -> dict[str, str]:
+        return dict(self._fields)
+
+    def at(self, fields: dict[str, str]) -> ObjectStoreOffloader:
+        if self._driver != "s3":
+            raise ValueError(f"no other location for driver {self._driver!r}")
+        return ObjectStoreOffloader.s3(
+            fields["bucket"], prefix=fields.get("prefix", ""),
+            region=fields.get("region") or "us-east-1", endpoint=fields.get("endpoint") or None,
+            **self._credentials)
 
     @property
     def driver(self) -> str:

@@ -48,6 +48,15 @@ class Offloader(Protocol):
         """A human-readable location (directory, bucket/prefix) for logs and status."""
         ...
 
+    @property
+    def location_fields(self) -> dict[str, str]:
+        """Where the store is, as ledger metadata records it (never a credential)."""
+        ...
+
+    def at(self, fields: dict[str, str]) -> Offloader:
+        """The same driver (and credentials) at another recorded location."""
+        ...
+
     async def put(self, key: str, data: bytes | Sequence[bytes]) -> None:
         """Store `data` (bytes, or the parts whose concatenation is the object) under `key`
         atomically and durably."""
