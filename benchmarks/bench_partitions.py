@@ -28,6 +28,8 @@ starts a node on it (same ports) and runs 6-7: a 100k run in two runs of a few m
 --write-sample N writes rounds 2, 3 and 6 to N partitions only (every partition of
 the first N/P topics, the last with --write-all-once): at 100,000 partitions a full write round
 is minutes of the machine.
+--write-deadline S ends round 2 after the wave that passes S seconds (a measuring window's
+share) and prints how many partitions it wrote.
 --write-all-once writes round 2 (the first write) to every partition all the same, so every
 partition is opened once: with --max-open N (`[storage] max_open_partitions`) the node closes
 the least recently used beyond N (gateway/topics/idle_unloader.py) and its RSS is printed with
@@ -90,9 +92,11 @@ def create_topics(server: Node, names: list[str], partitions: int, batch: int) -
             future.result(300)
 
 
-def write_round(server: Node, names: list[str], partitions: int, wave: int = 1000) -> None:
+def write_round(server: Node, names: list[str], partitions: int, wave: int = 1000,
+                deadline: float | None = None) -> int:
     """One record to every partition, `wave` partitions at a time (all at once, librdkafka
-    times out requests queued behind thousands of opens on a loaded machine)."""
+    times out requests queued behind thousands of opens on a loaded machine); with `deadline`
+    (a perf_counter time) no new wave starts after it.  Returns the partitions written."""
     producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all",
                          "linger.ms": 20, "message.timeout.ms": 600_000,
                          "queue.buffering.max.messages": 2_000_000,
@@ -112,9 +116,12 @@ def write_round(server: Node, names: list[str], partitions: int, wave: int = 100
             if queued % wave == 0:
                 producer.flush(900)
         producer.poll(0)
+        if deadline is not None and queued % wave == 0 and time.perf_counter() > deadline:
+            break
     left = producer.flush(900)
     if left or failed:
         raise RuntimeError(f"{left} unflushed, {len(failed)} failed: {failed[:3]}")
+    return queued
 
 
 def churn(server: Node, topics: int, rounds: int = 5) -> None:
@@ -209,8 +216,18 @@ def load_phase(server: Node, args: argparse.Namespace, names: list[str], total: 
           f"{metadata_wire(server, total)}, again {metadata_wire(server, total)}; "
           f"confluent-kafka list_topics {metadata_seconds(server, total):.2f} s; "
           f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
-    _, first = phase(server, "first write (opens)", first_written,
-                     lambda: write_round(server, first_names, args.partitions))
+    if args.write_deadline:  # a measuring window's share: as many first writes as fit
+        started, cpu_before = time.perf_counter(), node_cpu(server.pids())
+        first_written = write_round(server, first_names, args.partitions,
+                                    deadline=started + args.write_deadline)
+        wall = time.perf_counter() - started
+        first = (node_cpu(server.pids()) - cpu_before) * 1000 / first_written
+        print(f"  first write (opens), stopped after {args.write_deadline:.0f} s: "
+              f"{first_written:,} of {total:,} partitions written, {first_written / wall:,.0f} "
+              f"partitions/s ({wall:.1f} s), node CPU {first:.2f} ms/partition", flush=True)
+    else:
+        _, first = phase(server, "first write (opens)", first_written,
+                         lambda: write_round(server, first_names, args.partitions))
     print(f"  after the first write: node RSS {rss_mb(server.pids()):,.0f} MB, "
           f"{unloaded(server):,} partition logs unloaded so far", flush=True)
     _, again = phase(server, "second write (open)", written,
@@ -252,6 +269,9 @@ def main() -> None:
                         help="topics to create, write and delete at the end (0: none)")
     parser.add_argument("--write-all-once", action="store_true",
                         help="the first write round goes to every partition")
+    parser.add_argument("--write-deadline", type=float, default=0,
+                        help="stop the first write round's new waves after this many seconds "
+                             "and report how many partitions it wrote (0: write them all)")
     parser.add_argument("--max-open", type=int, default=0,
                         help="[storage] max_open_partitions of the node (0: no bound)")
     parser.add_argument("--idle-unload", type=float, default=None,
