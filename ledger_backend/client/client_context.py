@@ -35,7 +35,7 @@ from ledger_backend.client.ledger_metadata import (
 from ledger_backend.client.placement import PlacementPolicy
 
 if TYPE_CHECKING:
-    from ledger_backend.metadata.store import MetadataStore
+    from ledger_backend.metadata.store import MetadataStore, Op, OpResult
 
 T = TypeVar("T")
 
@@ -154,6 +154,30 @@ class ClientContext:
         except NoNodeError:
             raise NoSuchLedgerError(f"ledger {ledger_id} was deleted") from None
         return stat.version
+
+    async def cas_metadata_with(self, ledger_id: int, metadata: LedgerMetadata, version: int,
+                                ops: list[Op]) -> tuple[int, list[OpResult]] | None:
+        """cas_metadata and `ops` in one store transaction (all or nothing): the ledger's new
+        version and the results of `ops`, or None when the transaction was refused (the
+        ledger's version, or one of `ops`' versions or nodes): nothing was written."""
+        from ledger_backend.metadata.store import (
+            BadVersionError,
+            NodeExistsError,
+            NoNodeError,
+            SetOp,
+            Stat,
+        )
+
+        if version < 0:
+            raise ValueError("ledger metadata is only ever written with a version check")
+        change = SetOp(ledger_path(ledger_id), metadata.to_json_bytes(), version)
+        try:
+            results = await self._bounded("update ledger", lambda: self.store.multi([change, *ops]))
+        except (BadVersionError, NoNodeError, NodeExistsError):
+            return None
+        stat = results[0]
+        assert isinstance(stat, Stat)
+        return stat.version, results[1:]
 
     async def delete_metadata(self, ledger_id: int) -> None:
         from ledger_backend.metadata.store import NoNodeError

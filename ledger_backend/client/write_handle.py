@@ -26,6 +26,7 @@ import functools
 import logging
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -47,6 +48,9 @@ from ledger_backend.client.errors import (
     NotEnoughBookiesError,
 )
 from ledger_backend.client.ledger_metadata import LedgerMetadata, LedgerState
+
+if TYPE_CHECKING:
+    from ledger_backend.metadata.store import Op, OpResult
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +157,18 @@ class WriteHandle:
                 return
             await self._close_locked()
 
-    async def _close_locked(self) -> None:
+    async def close_together(self, store: object, ops: list[Op]) -> list[OpResult] | None:
+        """close(), with `ops` (on `store`) committed in the same metadata transaction as the
+        CLOSED state: one write where a managed ledger would make two.  The results of `ops`;
+        None when they were not applied (`store` is not this client's, or the transaction was
+        refused): the ledger was then closed as close() does, alone, or was already closed."""
+        async with self._close_lock:
+            if self._closed:
+                await trio.lowlevel.checkpoint()
+                return None
+            return await self._close_locked(ops if store is self._ctx.store else None)
+
+    async def _close_locked(self, together: list[Op] | None = None) -> list[OpResult] | None:
         self._closing = True
         with trio.move_on_after(self._ctx.timeout_s * _APPEND_TIMEOUTS):
             await self._drained.wait()
@@ -165,6 +180,15 @@ class WriteHandle:
         closed = self._metadata.replace(
             state=LedgerState.CLOSED, last_entry_id=self._lac, length=self._length
         )
+        if together:
+            written = await self._ctx.cas_metadata_with(self.ledger_id, closed, self._version,
+                                                        together)
+            if written is not None:
+                self._version, results = written
+                self._metadata = closed
+                self._closed_now()
+                return results
+            # refused (our version, or one of theirs): close alone, as close() does
         while True:
             try:
                 self._version = await self._ctx.cas_metadata(self.ledger_id, closed, self._version)
@@ -184,6 +208,10 @@ class WriteHandle:
                 closed = current.replace(
                     state=LedgerState.CLOSED, last_entry_id=self._lac, length=self._length
                 )
+        self._closed_now()
+        return None
+
+    def _closed_now(self) -> None:
         self._closed = True
         if self._error is None:
             self._error = LedgerClosedError(f"ledger {self.ledger_id} is closed")

@@ -26,7 +26,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -72,6 +72,8 @@ from ledger_backend.metadata.store import (
     MetadataStore,
     NodeExistsError,
     NoNodeError,
+    SetOp,
+    Stat,
 )
 from ledger_backend.offload.object_reader import OffloadedReader
 from ledger_backend.offload.offloader import Offloader, OffloadError
@@ -367,13 +369,15 @@ class ManagedLedger:
                 record.size = handle.metadata.length
                 await self._readers.forget(record.ledger_id)
                 self._readers.adopt(handle)
+                recorded = False
             else:
-                await ledger.handle.close()
+                recorded = await self._close_and_record(ledger)
                 await self._readers.forget(record.ledger_id)
             record.closed = True
-            async with self._meta_lock:
-                if self._fenced_reason is None:
-                    await self._write_metadata(list(self._records))
+            if not recorded:
+                async with self._meta_lock:
+                    if self._fenced_reason is None:
+                        await self._write_metadata(list(self._records))
         except (LedgerFencedError, LedgerClosedError) as exc:
             self._become_fenced(f"closing ledger {record.ledger_id} failed: {exc!r}")
         except ManagedLedgerFencedError:
@@ -387,7 +391,42 @@ class ManagedLedger:
             self._cache.evict()
             self._notify_entries()
 
+    async def _close_and_record(self, ledger: _WriteLedger) -> bool:
+        """Close a retired ledger's handle; while this managed ledger closes (an idle unload,
+        a bundle release), record it CLOSED in the same metadata transaction as the ledger's
+        own CLOSED state (handle.close_together): one write instead of two.  True when that
+        recorded it (record.closed set); False when the caller must record it (the handle
+        closed alone: any other time, a handle without close_together, another client's
+        store, or a refused transaction, whose _write_metadata then meets the same refusal)."""
+        together = getattr(ledger.handle, "close_together", None)
+        if together is None or not self._closed:
+            await ledger.handle.close()
+            return False
+        async with self._meta_lock:
+            if self._fenced_reason is not None:
+                await ledger.handle.close()
+                return False
+            records = [replace(r, closed=True) if r is ledger.record else r
+                       for r in self._records]
+            node = self._node_bytes(records, self._pending, self._garbage,
+                                    self._offload_pending)
+            results = await together(self._store, [SetOp(self._path, node, self._version)])
+            if results is None:
+                return False
+            stat = results[0]
+            assert isinstance(stat, Stat)
+            self._version = stat.version
+            ledger.record.closed = True
+            return True
+
     # ----------------------------------------------------------------- metadata
+
+    def _node_bytes(self, records: list[LedgerRecord], pending: list[int],
+                    garbage: list[int], uploads: list[str]) -> bytes:
+        return encode_managed_ledger(ManagedLedgerNode(
+            self.name, self._created_ms, records, pending=pending, garbage=garbage,
+            offload_pending=uploads,
+        ))
 
     async def _write_metadata(
         self,
@@ -402,12 +441,9 @@ class ManagedLedger:
         new_pending = list(self._pending if pending is None else pending)
         new_garbage = list(self._garbage if garbage is None else garbage)
         new_uploads = list(self._offload_pending if offload_pending is None else offload_pending)
-        node = ManagedLedgerNode(
-            self.name, self._created_ms, records, pending=new_pending, garbage=new_garbage,
-            offload_pending=new_uploads,
-        )
+        node = self._node_bytes(records, new_pending, new_garbage, new_uploads)
         try:
-            stat = await self._store.set(self._path, encode_managed_ledger(node), self._version)
+            stat = await self._store.set(self._path, node, self._version)
         except (BadVersionError, NoNodeError) as exc:
             self._become_fenced(
                 f"metadata node {self._path} changed under us (expected version {self._version})"
