@@ -61,7 +61,7 @@ from ledger_backend.metadata.store import (
     NoNodeError,
 )
 from ledger_backend.offload.object_reader import DEFAULT_CACHE_BYTES, OffloadedReader
-from ledger_backend.offload.offloader import Offloader, OffloadError
+from ledger_backend.offload.offloader import Offloader, OffloadError, at_recorded
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,8 @@ class ManagedLedgerFactory:
             for record in node.ledgers:
                 if record.offload is not None:
                     await self._delete_object_quietly(name, record.offload.driver,
-                                                      record.offload.key)
+                                                      record.offload.key,
+                                                      record.offload.location)
             self._drop_name_lock(name, lock, held=True)
 
     def _drop_name_lock(self, name: str, lock: trio.Lock, *, held: bool) -> None:
@@ -170,14 +171,15 @@ class ManagedLedgerFactory:
                 and not lock.statistics().tasks_waiting):
             del self._name_locks[name]
 
-    async def _delete_object_quietly(self, name: str, driver: str, key: str) -> None:
+    async def _delete_object_quietly(self, name: str, driver: str, key: str,
+                                     location: tuple[tuple[str, str], ...] = ()) -> None:
         offloader = self.offloader
         if offloader is None or offloader.driver != driver:
             log.warning("%r deleted: its object %r (%s) is left behind (driver not configured)",
                         name, key, driver)
             return
-        try:
-            await offloader.delete(key)
+        try:  # where it was recorded, even if [offload] names another place now
+            await at_recorded(offloader, location).delete(key)
         except OffloadError as exc:
             log.warning("%r deleted: could not delete its object %r: %s", name, key, exc)
 

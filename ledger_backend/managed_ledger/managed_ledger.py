@@ -76,7 +76,7 @@ from ledger_backend.metadata.store import (
     Stat,
 )
 from ledger_backend.offload.object_reader import OffloadedReader
-from ledger_backend.offload.offloader import Offloader, OffloadError
+from ledger_backend.offload.offloader import Offloader, OffloadError, at_recorded
 
 log = logging.getLogger(__name__)
 
@@ -596,8 +596,8 @@ class ManagedLedger:
                 log.warning("%r: object %r (%s) left behind: driver not configured",
                             self.name, obj.key, obj.driver)
                 continue
-            try:
-                await self.offloader.delete(obj.key)
+            try:  # where it was recorded, even if [offload] names another place now
+                await at_recorded(self.offloader, obj.location).delete(obj.key)
             except OffloadError as exc:
                 log.warning("%r: could not delete object %r: %s", self.name, obj.key, exc)
 

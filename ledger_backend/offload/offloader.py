@@ -73,3 +73,15 @@ class Offloader(Protocol):
     async def delete(self, key: str) -> None:
         """Delete the object (no error if it is already gone)."""
         ...
+
+
+def at_recorded(offloader: Offloader, location: tuple[tuple[str, str], ...]) -> Offloader:
+    """The offloader to reach an object recorded at `location` (OffloadRecord.location) with
+    the configured `offloader` of its driver: that one when the location is its own or was
+    not recorded, else the same driver at the recorded place (OffloadError if unusable)."""
+    if not location or dict(location) == offloader.location_fields:
+        return offloader
+    try:
+        return offloader.at(dict(location))
+    except (KeyError, ValueError) as exc:
+        raise OffloadError(f"recorded location {dict(location)} is not usable: {exc!r}") from exc

@@ -134,3 +134,24 @@ def test_ledgers_offloaded_before_the_directory_changed_are_read_from_it(tmp_pat
             ledgers.add(ledger)
         got = [e for i in moved for e in ledgers.read(i, 0, 9)]
     assert got == [payload(i) for i in range(20)]
+
+
+def test_retention_deletes_objects_where_they_were_recorded(tmp_path: Path) -> None:
+    old_dir, new_dir = tmp_path / "tier-a", tmp_path / "tier-b"
+
+    async def main() -> None:
+        store = await open_store("memory:")
+        try:
+            await _offload_then_move(store, old_dir, new_dir)
+            assert list(old_dir.rglob("*.lwo")) and list(new_dir.rglob("*.lwo"))
+            async with MemoryBookKeeper(store) as bk:
+                factory = ManagedLedgerFactory(store, bk, offloader=FilesystemOffloader(new_dir))
+                ml = await factory.open(NAME, CONFIG)
+                ml.config.retention_bytes = 1
+                await ml.trim()
+                await factory.close()
+        finally:
+            await store.close()
+
+    trio.run(main)
+    assert list(old_dir.rglob("*.lwo")) == [] and list(new_dir.rglob("*.lwo")) == []
