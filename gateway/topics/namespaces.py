@@ -85,6 +85,9 @@ class NamespacePolicies:
     # the oldest closed ledgers; -1: never, 0: as soon as a ledger closes (None: [offload])
     offload_threshold_mb: int | None = None
     offload_threshold_seconds: int | None = None  # ... and ledgers older than this; -1 never
+    # bookie copies of offloaded ledgers are deleted this long after the offload was verified;
+    # -1: kept (None: [offload] deletion_lag_s); a topic's offload.deletion.lag.ms wins
+    offload_deletion_lag_seconds: int | None = None
     # geo-replication (gateway/replication/): the clusters every topic here lives in
     replication_clusters: list[str] | None = None
 

@@ -4,11 +4,12 @@
 most the size threshold stays on bookies and ledgers older than the age threshold are
 offloaded (the topic's remote.storage.enable / local.retention.bytes / local.retention.ms,
 else the namespace policies offload_threshold_mb / offload_threshold_seconds, else
-[offload] threshold_mb / threshold_seconds; -1 = never), and deletes the
-bookie copies of ledgers offloaded at least `deletion_lag_s` ago. `offload_topic` offloads
-every closed ledger of a topic's open partitions now (admin API, `ledgerwire admin topics
-offload`); `status` answers `offload-status`. The steps and their crash safety live in
-ledger_backend/managed_ledger/offloading.py.
+[offload] threshold_mb / threshold_seconds; -1 = never), and deletes the bookie copies of
+ledgers offloaded at least the deletion lag ago (the topic's offload.deletion.lag.ms, else
+the namespace's offload_deletion_lag_seconds, else [offload] deletion_lag_s; -1 keeps
+them). `offload_topic` offloads every closed ledger of a topic's open partitions now
+(admin API, `ledgerwire admin topics offload`); `status` answers `offload-status`. The
+steps and their crash safety live in ledger_backend/managed_ledger/offloading.py.
 
 A partition is offloaded only through its open PartitionLog's managed ledger, which only the
 owner has: in a cluster, only the owner offloads. This module must never open a partition to
@@ -116,6 +117,30 @@ class OffloadService:
             log.info("removed %d staged offload file(s) left by an interrupted offload", removed)
         return removed
 
+    def _policies(self, topic: str) -> Any:
+        registry = getattr(self._topics, "namespaces", None)
+        if registry is None:
+            return None
+        try:
+            return registry.policies(registry.namespace_of(topic))
+        except ValueError:  # NamespaceError: the namespace went away meanwhile
+            return None
+
+    def deletion_lag_of(self, topic: str) -> float | None:
+        """Seconds after an offload's verification that the bookie copy goes (None: kept):
+        the topic's offload.deletion.lag.ms (-1 keep, -2 inherit), then the namespace's
+        offload_deletion_lag_seconds (-1 keep), then [offload] deletion_lag_s."""
+        info = self._topics.topics().get(topic)
+        configs = info.configs if info is not None else {}
+        topic_ms = int(configs.get("offload.deletion.lag.ms", -2))
+        if topic_ms != -2:
+            return None if topic_ms < 0 else topic_ms / 1000
+        policies = self._policies(topic)
+        if policies is not None and policies.offload_deletion_lag_seconds is not None:
+            lag = policies.offload_deletion_lag_seconds
+            return None if lag < 0 else float(lag)
+        return self.deletion_lag_s
+
     def thresholds_of(self, topic: str) -> tuple[int | None, float | None]:
         """(bytes kept on bookies, age offloaded) for `topic`'s partitions, None = that rule
         is off. The topic's own configs win (KIP-405's names: `remote.storage.enable=false`
@@ -126,17 +151,12 @@ class OffloadService:
         threshold_seconds (-1 = off)."""
         size: float = self.threshold_bytes
         age: float = self.threshold_s
-        registry = getattr(self._topics, "namespaces", None)
-        if registry is not None:
-            try:
-                policies = registry.policies(registry.namespace_of(topic))
-            except ValueError:  # NamespaceError: the namespace went away meanwhile
-                policies = None
-            if policies is not None and policies.offload_threshold_mb is not None:
-                mb = policies.offload_threshold_mb
-                size = -1 if mb < 0 else mb << 20
-            if policies is not None and policies.offload_threshold_seconds is not None:
-                age = policies.offload_threshold_seconds
+        policies = self._policies(topic)
+        if policies is not None and policies.offload_threshold_mb is not None:
+            mb = policies.offload_threshold_mb
+            size = -1 if mb < 0 else mb << 20
+        if policies is not None and policies.offload_threshold_seconds is not None:
+            age = policies.offload_threshold_seconds
         info = self._topics.topics().get(topic)
         configs = info.configs if info is not None else {}
         enabled = configs.get("remote.storage.enable", "").lower()
@@ -236,7 +256,9 @@ class OffloadService:
             try:
                 if offload:
                     done = await ml.offload(keep, age)
-                deleted = await ml.delete_offloaded_bookie_copies(self.deletion_lag_s)
+                lag = self.deletion_lag_of(topic)
+                deleted = ([] if lag is None
+                           else await ml.delete_offloaded_bookie_copies(lag))
             except _EXPECTED as exc:  # expected faults: the next pass retries
                 state.last_error = f"{type(exc).__name__}: {exc}"
                 state.failures += 1

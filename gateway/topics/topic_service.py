@@ -76,7 +76,7 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _INT_CONFIGS = ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
                 "segment.ms", "min.insync.replicas", "message.timestamp.difference.max.ms",
                 "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
-                "local.retention.ms", "local.retention.bytes")
+                "local.retention.ms", "local.retention.bytes", "offload.deletion.lag.ms")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 

@@ -110,6 +110,9 @@ TOPIC_CONFIGS: dict[str, tuple[int, str | None, str]] = {
                            "age, -2 the namespace's or [offload]'s threshold."),
     "local.retention.bytes": (TYPE_LONG, "-2", "Keep at most this much per partition on "
                               "bookies; -1 no bound, -2 the namespace's or [offload]'s."),
+    "offload.deletion.lag.ms": (TYPE_LONG, "-2", "Delete the bookie copy of an offloaded "
+                                "ledger this long after its object was verified; -1 keep it, "
+                                "-2 the namespace's or [offload]'s deletion lag."),
     "leader.replication.throttled.replicas": (TYPE_LIST, "", "Not applicable."),
     "follower.replication.throttled.replicas": (TYPE_LIST, "", "Not applicable."),
 }
@@ -118,6 +121,7 @@ _INTEGER_TYPES = (TYPE_INT, TYPE_SHORT, TYPE_LONG)
 # Lower bounds of the configs that take effect here (Kafka's: -1 means "no limit").
 _MINIMUMS = {"retention.ms": -1, "retention.bytes": -1, "max.message.bytes": 0,
              "local.retention.ms": -2, "local.retention.bytes": -2,
+             "offload.deletion.lag.ms": -2,
              "segment.bytes": 1, "segment.ms": 1, "message.timestamp.difference.max.ms": 0}
 
 
