@@ -11,7 +11,8 @@ Names used by the engine:
   checkpoint.after_entrylog_fsync, checkpoint.after_index_flush, checkpoint.after_mark,
   compaction.after_copy, compaction.after_index_update
 The managed ledger's rewrite (ledger_swap.py) has its own: managed_ledger.rewrite.*
-(REWRITE_CRASH_POINTS there).
+(REWRITE_CRASH_POINTS there), and its one-transaction close managed_ledger.close.*
+(CLOSE_CRASH_POINTS in managed_ledger.py).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
+from ledger_backend.bookie.crash_points import crash_point
 from ledger_backend.client.errors import (
     LedgerClosedError,
     LedgerError,
@@ -79,6 +80,9 @@ from ledger_backend.offload.object_reader import OffloadedReader
 from ledger_backend.offload.offloader import Offloader, OffloadError, at_recorded
 
 log = logging.getLogger(__name__)
+
+# kill -9 points of the one-transaction close (tests/managed_ledger/test_close_crash.py)
+CLOSE_CRASH_POINTS = ("managed_ledger.close.before_record", "managed_ledger.close.after_record")
 
 
 @dataclass(eq=False)
@@ -410,9 +414,11 @@ class ManagedLedger:
                        for r in self._records]
             node = self._node_bytes(records, self._pending, self._garbage,
                                     self._offload_pending)
+            crash_point("managed_ledger.close.before_record")
             results = await together(self._store, [SetOp(self._path, node, self._version)])
             if results is None:
                 return False
+            crash_point("managed_ledger.close.after_record")
             stat = results[0]
             assert isinstance(stat, Stat)
             self._version = stat.version

@@ -17,50 +17,32 @@ from pathlib import Path
 
 import trio
 
-from ledger_backend.bookie.server import serve_bookie
-from ledger_backend.bookie.storage import open_bookie_storage
-from ledger_backend.bookie.storage_api import BookieStorageConfig
-from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
 from ledger_backend.managed_ledger.metadata_format import (
     decode_managed_ledger,
     managed_ledger_path,
 )
-from ledger_backend.metadata import open_store
+from tests.managed_ledger.crash_support import durable_node, emit
 
 NAME = "public/default/table-0"
 ROOT = "/ledgerwire/managed-ledgers"
 KEYS, UPDATES = 12, 6
 
 
-def emit(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
 async def main(data_dir: Path, port: int, phase: str) -> None:
-    store = await open_store(str(data_dir / "meta"))
-    config = BookieStorageConfig(data_dir=data_dir / "bookie", flush_interval_s=0.05,
-                                 disk_check_interval_s=3600.0)
-    try:
-        async with open_bookie_storage(config) as storage, trio.open_nursery() as nursery:
-            await nursery.start(serve_bookie, storage, store, "127.0.0.1", port)
-            async with BookKeeper(store, timeout_s=10) as bk:
-                factory = ManagedLedgerFactory(store, bk)
-                ml = await factory.open(NAME, ManagedLedgerConfig(max_entries_per_ledger=8))
-                if phase == "write":
-                    for update in range(UPDATES):
-                        for key in range(KEYS):
-                            await ml.append(b"k%d=%d" % (key, update))
-                elif phase == "compact":
-                    await compact(ml)
-                    emit("DONE")
-                else:
-                    await verify(ml, store, bk)
-                await ml.close()
-            nursery.cancel_scope.cancel()
-    finally:
-        await store.close()
+    async with durable_node(data_dir, port) as (store, bk):
+        factory = ManagedLedgerFactory(store, bk)
+        ml = await factory.open(NAME, ManagedLedgerConfig(max_entries_per_ledger=8))
+        if phase == "write":
+            for update in range(UPDATES):
+                for key in range(KEYS):
+                    await ml.append(b"k%d=%d" % (key, update))
+        elif phase == "compact":
+            await compact(ml)
+            emit("DONE")
+        else:
+            await verify(ml, store, bk)
+        await ml.close()
 
 
 async def compact(ml) -> None:  # type: ignore[no-untyped-def]
