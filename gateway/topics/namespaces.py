@@ -60,6 +60,9 @@ NAMESPACE_FORMAT_VERSION = 1
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
+_STRING_POLICIES = ("offload_directory", "offload_bucket", "offload_prefix")
+
+
 class NamespaceError(ValueError):
     """A tenant/namespace operation that cannot be done (code: an HTTP-ish status)."""
 
@@ -88,6 +91,11 @@ class NamespacePolicies:
     # bookie copies of offloaded ledgers are deleted this long after the offload was verified;
     # -1: kept (None: [offload] deletion_lag_s); a topic's offload.deletion.lag.ms wins
     offload_deletion_lag_seconds: int | None = None
+    # where this namespace's ledgers are offloaded, with [offload]'s driver and credentials:
+    # a directory (filesystem driver) or a bucket and/or prefix (s3); None: [offload]'s
+    offload_directory: str | None = None
+    offload_bucket: str | None = None
+    offload_prefix: str | None = None
     # geo-replication (gateway/replication/): the clusters every topic here lives in
     replication_clusters: list[str] | None = None
 
@@ -114,6 +122,11 @@ class NamespacePolicies:
                         isinstance(c, str) and _LEGAL_NAME.fullmatch(c) for c in value):
                     raise NamespaceError(f"{key} must be a list of cluster names")
                 value = sorted(set(value))
+            elif key in _STRING_POLICIES:
+                if isinstance(value, int) and not isinstance(value, bool):
+                    value = str(value)  # the CLI's offload_prefix=2024
+                if not isinstance(value, str) or not value or "\x00" in value:
+                    raise NamespaceError(f"{key} must be a non-empty string")
             elif key == "backlog_quota_policy":
                 if value not in BACKLOG_POLICIES:
                     raise NamespaceError(f"{key} must be one of {list(BACKLOG_POLICIES)}")

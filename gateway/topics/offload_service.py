@@ -83,6 +83,8 @@ class OffloadService:
         self.deletion_lag_s = deletion_lag_s
         self.interval_s = interval_s
         self._state: dict[tuple[str, int], PartitionOffload] = {}
+        # the configured driver at namespaces' own locations (offloader_of)
+        self._placed: dict[tuple[str, tuple[tuple[str, str], ...]], Offloader] = {}
         self._lock = trio.Lock()  # one offload at a time on this broker
 
     def state(self, topic: str, partition: int) -> PartitionOffload:
@@ -125,6 +127,28 @@ class OffloadService:
             return registry.policies(registry.namespace_of(topic))
         except ValueError:  # NamespaceError: the namespace went away meanwhile
             return None
+
+    def offloader_of(self, topic: str, configured: Offloader) -> Offloader:
+        """Where `topic`'s ledgers are offloaded: the configured driver at its namespace's
+        offload_directory (filesystem) or offload_bucket / offload_prefix (s3), else the
+        configured location. Reads and deletions follow each ledger's recorded location."""
+        policies = self._policies(topic)
+        fields = dict(configured.location_fields)
+        if policies is not None and configured.driver == "filesystem":
+            if policies.offload_directory:
+                fields["directory"] = policies.offload_directory
+        elif policies is not None and configured.driver == "s3":
+            if policies.offload_bucket:
+                fields["bucket"] = policies.offload_bucket
+            if policies.offload_prefix:
+                fields["prefix"] = policies.offload_prefix
+        place = tuple(sorted(fields.items()))
+        if fields == configured.location_fields:
+            return configured
+        found = self._placed.get((configured.driver, place))
+        if found is None:
+            found = self._placed[(configured.driver, place)] = configured.at(fields)
+        return found
 
     def deletion_lag_of(self, topic: str) -> float | None:
         """Seconds after an offload's verification that the bookie copy goes (None: kept):
@@ -255,7 +279,7 @@ class OffloadService:
             state.running = True
             try:
                 if offload:
-                    done = await ml.offload(keep, age)
+                    done = await ml.offload(keep, age, to=self.offloader_of(topic, ml.offloader))
                 lag = self.deletion_lag_of(topic)
                 deleted = ([] if lag is None
                            else await ml.delete_offloaded_bookie_copies(lag))

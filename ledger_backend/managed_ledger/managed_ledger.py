@@ -623,17 +623,19 @@ class ManagedLedger:
         return int(self._clock() * 1000)
 
     async def offload(
-        self, keep_bytes: int | None = None, older_than_s: float | None = None
+        self, keep_bytes: int | None = None, older_than_s: float | None = None,
+        *, to: Offloader | None = None,
     ) -> list[int]:
         """Offload closed ledgers (oldest first, never the current one): all of them, or
         those beyond `keep_bytes` on bookies or older than `older_than_s` (offloading.py's
-        offload_candidates); returns the ids offloaded now. See offloading.py for the steps
-        and their crash safety."""
+        offload_candidates); returns the ids offloaded now. `to`: the configured driver at
+        another location (a namespace's; each record says where its object went). See
+        offloading.py for the steps and their crash safety."""
         self._check_writable()
         if self.offloader is None:
             raise ManagedLedgerError(f"{self.name!r}: no offloader is configured")
         chosen = [r.ledger_id for r in offload_candidates(self, keep_bytes, older_than_s)]
-        return await offload_ledgers(self, self.offloader, chosen)
+        return await offload_ledgers(self, to or self.offloader, chosen)
 
     async def delete_offloaded_bookie_copies(self, deletion_lag_s: float) -> list[int]:
         """Delete the bookie copies of ledgers offloaded at least `deletion_lag_s` ago."""

@@ -47,3 +47,23 @@ def test_the_deletion_lag_is_set_per_namespace_and_overridden_per_topic(tmp_path
             sa.admin("policies", "set", "public/default", "offload_deletion_lag_seconds=x")
     finally:
         sa.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_namespace_offloads_to_its_own_directory(tmp_path: Path) -> None:
+    sa = start_server(tmp_path, 3600)  # [offload] directory = tmp_path / "tier"
+    try:
+        own = tmp_path / "namespace-tier"
+        sa.admin("policies", "set", "public/default", f"offload_directory={own}")
+        sent = produce(sa.bootstrap)
+        rows = sa.admin("topics", "offload", TOPIC)
+        assert rows[0]["ledgers_offloaded"] >= 3 and rows[0]["ledgers_on_bookies"] == 1, rows
+        assert len(list(own.rglob("*.lwo"))) == rows[0]["ledgers_offloaded"]
+        assert list((tmp_path / "tier").rglob("*.lwo")) == []
+        # the bookie copies are gone: every record comes from the namespace's directory,
+        # also once the namespace points elsewhere again (each record says where it went)
+        sa.admin("policies", "set", "public/default", f"offload_directory={tmp_path / 'x'}")
+        sa.restart()
+        assert consume_all(sa.bootstrap, len(sent)) == sent
+    finally:
+        sa.stop()
