@@ -7,6 +7,9 @@
     DELETE /admin/v1/clusters/{name}
     GET    /admin/v1/replication         this cluster's name and, per remote, topic and
                                          partition: state, position, backlog, lag, sent, error
+    GET    /admin/v1/replication/{topic}/inbound  per partition and other cluster, the
+                                          inbound offset-sync pairs and scan position here
+                                          (what other clusters translate offsets with)
     POST   /admin/v1/replication/{topic}/pause    stop replicating the topic (durable)
     POST   /admin/v1/replication/{topic}/resume   start again from where it stopped
 
@@ -60,6 +63,9 @@ def replication_routes(ctx: AdminContext) -> list[AdminRoute]:
     async def status(_: HttpRequest) -> Any:
         return _service(ctx).status()
 
+    async def inbound(q: HttpRequest) -> Any:
+        return await _service(ctx).inbound(q.params["topic"])
+
     async def pause(q: HttpRequest) -> Any:
         return await _service(ctx).set_paused(q.params["topic"], True)
 
@@ -73,6 +79,8 @@ def replication_routes(ctx: AdminContext) -> list[AdminRoute]:
         AdminRoute("DELETE", f"{V1}/clusters/{{name}}", _handler(remove_cluster),
                    fixed(CLUSTER_ALTER)),
         AdminRoute("GET", f"{V1}/replication", _handler(status), fixed(CLUSTER_DESCRIBE)),
+        AdminRoute("GET", f"{V1}/replication/{{topic}}/inbound", _handler(inbound),
+                   fixed(CLUSTER_DESCRIBE)),
         AdminRoute("POST", f"{V1}/replication/{{topic}}/pause", _handler(pause),
                    fixed(CLUSTER_ALTER)),
         AdminRoute("POST", f"{V1}/replication/{{topic}}/resume", _handler(resume),

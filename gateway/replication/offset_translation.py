@@ -20,11 +20,14 @@ Among three or more clusters (`translate_among`), each third cluster X adds
 - bound 3, from two pair lists: A's inbound pairs from X (newest (a, x) with a <= C: the group
   read every X-record below X-offset x; none: below 0) and B's inbound pairs from X (its
   checkpoint for X: newest (b, x') with x' <= x, so every X-record at or after x sits in B at or
-  after b; none: B's start).  When B has noted no record from X, no bound (as for bound 2).
+  after b; none: B's start).  When B has noted no record from X, B's scan position for X (its
+  checkpoint's `source_next`, 0 without a checkpoint): below it B holds no X-record, above it
+  B has not looked yet.
 
 X-records reach B only on X's own link (a replicated record is never sent on), so the bounds
-cover every origin.  B's pairs live in B's metadata store: the service does not fetch them yet,
-so offsets of a topic among three or more clusters are still not pushed (service.py).
+cover every origin.  B's pairs live in B's metadata store: B's admin API serves them
+(`GET /admin/v1/replication/{topic}/inbound`) and the service fetches them
+(gateway/replication/remote_admin.py) before it pushes offsets to B.
 
 This module must never touch a socket or the store.
 """
@@ -65,14 +68,18 @@ def _newest(pairs: Pairs, limit: int, *, by_first: bool = True) -> int:
 
 
 def translate_among(checkpoint: Checkpoint, committed: int, inbound_here: Mapping[str, Pairs],
-                    inbound_there: Mapping[str, Pairs]) -> int:
+                    inbound_there: Mapping[str, Pairs],
+                    scanned_there: Mapping[str, int] | None = None) -> int:
     """The offset in the remote (B) for a group committed at `committed` here (A), with third
     clusters: `checkpoint` is A's for B; `inbound_here[X]`, A's inbound pairs from each third
     cluster X (from A's checkpoint for X); `inbound_there[X]`, B's (from B's checkpoint for
-    X).  See the module docstring."""
+    X); `scanned_there[X]`, how far B's link to X has read B's log (its `source_next`; without
+    it, a B that noted nothing from X holds none).  See the module docstring."""
     bound = translate(checkpoint, committed)
     for cluster, there in inbound_there.items():
         if not there:
+            if scanned_there is not None:
+                bound = min(bound, scanned_there.get(cluster, 0))
             continue
         read_below = _newest(inbound_here.get(cluster, ()), committed)
         bound = min(bound, _newest(there, read_below, by_first=False))

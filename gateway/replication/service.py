@@ -10,9 +10,12 @@ refuses, so a group that already runs there is left alone.  In a cluster the bro
 coordinating a group pushes its offsets for every partition: through the running replicator's
 checkpoint, or the stored one of a partition another broker replicates.  Those commits carry
 the metadata "lw.replication", and an offset with that metadata is never pushed on: offsets
-do not loop.  A topic replicated among three or more clusters has no offsets pushed: the
-translation bounds only the two clusters' own records (offset_translation.py), and a third
-cluster's records in the remote could be skipped.
+do not loop.  For a topic replicated among three or more clusters the translation also
+bounds each third cluster's records in the remote (offset_translation.py's translate_among):
+it needs the remote's inbound pairs, fetched from its admin API each round
+(gateway/replication/remote_admin.py; `inbound` serves this side's).  A remote without a
+reachable admin API gets no offsets for such a topic: a third cluster's records there could
+be skipped.
 
 Each replicated topic's configs follow it: every `CONFIG_LOOK_INTERVAL_S` a topic whose configs
 here differ from those last agreed with a remote has the changes pushed there
@@ -47,9 +50,10 @@ import trio
 from gateway.config.settings import ReplicationConfig
 from gateway.replication.checkpoints import Checkpoint, CheckpointStore, read_checkpoint
 from gateway.replication.clusters import ClusterError, ClusterRegistry
-from gateway.replication.offset_translation import translate
+from gateway.replication.offset_translation import translate, translate_among
 from gateway.replication.paused_topics import paused_topics, write_paused
 from gateway.replication.remote import PUSHED_METADATA, RemoteError, RemoteKafka
+from gateway.replication.remote_admin import Inbound, RemoteAdminError, fetch_inbound
 from gateway.replication.replicator import PartitionReplicator
 from gateway.replication.topic_configs import config_changes, read_agreed, save_agreed
 from gateway.topics.namespaces import NamespaceRegistry
@@ -307,21 +311,77 @@ class ReplicationService:
                 out.append((key, checkpoint, self._pushed_elsewhere.setdefault(key, {})))
         return out
 
+    async def inbound(self, topic: str) -> dict[str, Any]:
+        """This cluster's inbound pairs and scan position of each partition of `topic` from
+        each other cluster it replicates with (stored checkpoints: a stale one only makes a
+        translation smaller), for the remotes' translations (offset_translation.py)."""
+        info = self.topics.topics().get(topic)
+        if info is None:
+            raise ClusterError(f"no topic {topic!r}", 404)
+        targets = self.namespaces.topic_policies(topic).replication_clusters or []
+        partitions: dict[str, dict[str, Any]] = {}
+        for p in range(info.partitions):
+            row = partitions[str(p)] = {}
+            for remote in targets:
+                if remote != self.cluster_name:
+                    checkpoint = await read_checkpoint(self.store, remote, topic, p)
+                    row[remote] = ({"inbound": checkpoint.inbound,
+                                    "scanned": checkpoint.source_next}
+                                   if checkpoint is not None else {"inbound": [], "scanned": 0})
+        return {"cluster": self.cluster_name, "partitions": partitions}
+
+    async def _translate(self, key: Key, checkpoint: Checkpoint, committed: int,
+                         thirds: list[str], there: dict[tuple[str, str], Inbound | None],
+                         read: dict[Key, Checkpoint | None]) -> int | None:
+        """`committed` here as an offset in remote key[0] (None: it cannot be bounded now)."""
+        if not thirds:
+            return translate(checkpoint, committed)
+        remote_name, topic, partition = key
+        if (remote_name, topic) not in there:
+            remote = self._remotes.get(remote_name)
+            try:
+                if remote is None:
+                    raise RemoteAdminError(f"cluster {remote_name} is not reached")
+                there[(remote_name, topic)] = await fetch_inbound(remote.cluster, topic)
+            except RemoteAdminError as exc:
+                log.debug("inbound pairs of %s from %s: %s", topic, remote_name, exc)
+                there[(remote_name, topic)] = None
+        fetched = there[(remote_name, topic)]
+        if fetched is None or partition not in fetched:
+            return None
+        inbound_here: dict[str, list[tuple[int, int]]] = {}
+        for x in thirds:
+            running = self._running.get((x, topic, partition))
+            if running is not None:
+                inbound_here[x] = list(running.replicator.checkpoint.inbound)
+            else:
+                if (x, topic, partition) not in read:
+                    read[(x, topic, partition)] = await read_checkpoint(self.store, x, topic,
+                                                                        partition)
+                stored = read[(x, topic, partition)]
+                inbound_here[x] = stored.inbound if stored is not None else []
+        from_there = fetched[partition]
+        return translate_among(checkpoint, committed, inbound_here,
+                               {x: from_there.get(x, ([], 0))[0] for x in thirds},
+                               {x: from_there.get(x, ([], 0))[1] for x in thirds})
+
     async def push_offsets(self) -> None:
         """Commit each local group's translated offsets to every remote its topics go to."""
         read: dict[Key, Checkpoint | None] = {}
+        there: dict[tuple[str, str], Inbound | None] = {}  # remote's inbound pairs, per round
         for group_id, committed in sorted(self.coordinator.offsets.items()):
             by_remote: dict[tuple[str, str], dict[int, int]] = {}
             pushed_to: dict[Key, dict[str, int]] = {}
             for (topic, partition), offset in committed.items():
                 if offset.offset < 0 or offset.metadata == PUSHED_METADATA:
                     continue  # never push back what a remote pushed here (no offset loops)
-                if len({*(self.namespaces.topic_policies(topic).replication_clusters or []),
-                        self.cluster_name}) > 2:
-                    continue  # a third cluster's records there are not bounded: not yet
+                members = {*(self.namespaces.topic_policies(topic).replication_clusters or []),
+                           self.cluster_name}
                 for key, checkpoint, pushed in await self._translators(topic, partition, read):
-                    translated = translate(checkpoint, offset.offset)
-                    if pushed.get(group_id) != translated:
+                    thirds = sorted(members - {self.cluster_name, key[0]})
+                    translated = await self._translate(key, checkpoint, offset.offset, thirds,
+                                                       there, read)
+                    if translated is not None and pushed.get(group_id) != translated:
                         by_remote.setdefault((key[0], topic), {})[partition] = translated
                         pushed_to[key] = pushed
             for (remote_name, topic), offsets in by_remote.items():

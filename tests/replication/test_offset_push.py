@@ -1,7 +1,7 @@
 """Which group offsets the replication service pushes: a topic replicated between two clusters
 gets its groups' translated offsets committed there; one among three or more clusters gets none
-(the translation bounds only the two clusters' own records, so a third cluster's records there
-could be skipped).
+when the remote's admin API cannot serve its inbound pairs (without them a third cluster's
+records there could be skipped; tests/replication/test_geo_three.py pushes them for real).
 
 The service runs on a real embedded metadata store; its replicators, remotes, namespaces and
 group coordinator are small stand-ins.
@@ -16,6 +16,7 @@ import trio
 
 from gateway.config.settings import ReplicationConfig
 from gateway.replication.checkpoints import Checkpoint
+from gateway.replication.clusters import RemoteCluster
 from gateway.replication.service import ReplicationService, _Running
 from ledger_backend.metadata import open_store
 
@@ -51,6 +52,7 @@ class Replicator:
 
 @dataclass
 class Remote:
+    cluster: RemoteCluster = RemoteCluster("west", "127.0.0.1:9")  # no admin URL registered
     commits: list[tuple[str, str, dict[int, int]]] = field(default_factory=list)
 
     async def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]

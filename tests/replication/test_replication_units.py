@@ -368,3 +368,12 @@ def test_a_batch_whose_records_do_not_parse_leaves_alone_as_it_is() -> None:
     groups = out.finish()
     assert [(g[1], g[4]) for g in groups] == [(3, 2), (2, 4)]
     assert bytes(groups[1][0]).endswith(bytes(bad[second:]))
+
+
+def test_a_remote_that_noted_nothing_from_a_third_cluster_is_bounded_by_its_scan() -> None:
+    # A and B in sync up to 50; B's link to X has read B's log only up to 12 and noted no
+    # X-record: an X-record may sit in B at 12 or after, so the group resumes there
+    checkpoint = Checkpoint(syncs=[(50, 50)])
+    assert translate_among(checkpoint, 50, {"x": [(30, 5)]}, {"x": []}, {"x": 12}) == 12
+    assert translate_among(checkpoint, 50, {"x": [(30, 5)]}, {"x": []}, {"x": 80}) == 50
+    assert translate_among(checkpoint, 50, {"x": [(30, 5)]}, {"x": []}, {}) == 0  # no checkpoint

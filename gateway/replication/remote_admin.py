@@ -1,0 +1,73 @@
+"""What this cluster asks of another cluster's admin API: its inbound offset-sync pairs.
+
+    GET {admin_url}/admin/v1/replication/{topic}/inbound
+        {"cluster": NAME, "partitions": {"P": {"X": {"inbound": [[b, x], ...],
+                                                    "scanned": S}, ...}, ...}}
+
+(served by gateway/admin/replication_routes.py from the remote's checkpoints, one per third
+cluster X).  The request authenticates as the Kafka link does: HTTP Basic with the registered
+SASL user and password when there is one (the admin API checks Basic against the SCRAM
+credentials SASL uses), and trusts the registered CA file for https.  No admin URL registered:
+nothing can be fetched (`RemoteAdminError`), so offsets among three or more clusters are not
+pushed to that cluster.
+
+This module must never log or raise the password.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+import trio
+
+from gateway.replication.clusters import RemoteCluster
+
+TIMEOUT_S = 10.0
+
+Inbound = dict[int, dict[str, tuple[list[tuple[int, int]], int]]]  # partition -> X -> (pairs, S)
+
+
+class RemoteAdminError(Exception):
+    """The remote's admin API could not answer (not registered, unreachable, refused)."""
+
+
+def _request(cluster: RemoteCluster, target: str) -> urllib.request.Request:
+    headers = {"Accept": "application/json"}
+    if cluster.sasl_user:
+        token = f"{cluster.sasl_user}:{cluster.sasl_password}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+    return urllib.request.Request(cluster.admin_url.rstrip("/") + target, headers=headers)
+
+
+def _get(cluster: RemoteCluster, target: str) -> Any:
+    context = None
+    if cluster.admin_url.startswith("https:"):
+        context = ssl.create_default_context(cafile=cluster.ssl_cafile or None)
+    try:
+        with urllib.request.urlopen(_request(cluster, target), timeout=TIMEOUT_S,
+                                    context=context) as answer:
+            return json.load(answer)
+    except urllib.error.HTTPError as exc:
+        raise RemoteAdminError(f"{cluster.name}'s admin API answered {exc.code}") from None
+    except (OSError, ValueError) as exc:
+        raise RemoteAdminError(f"{cluster.name}'s admin API: {type(exc).__name__}") from None
+
+
+async def fetch_inbound(cluster: RemoteCluster, topic: str) -> Inbound:
+    """The remote's inbound pairs and scan positions for `topic` (see the module docstring)."""
+    if not cluster.admin_url:
+        raise RemoteAdminError(f"cluster {cluster.name} has no admin URL registered")
+    target = f"/admin/v1/replication/{quote(topic, safe='')}/inbound"
+    doc = await trio.to_thread.run_sync(_get, cluster, target, abandon_on_cancel=True)
+    try:
+        return {int(p): {str(x): ([(int(b), int(o)) for b, o in v["inbound"]], int(v["scanned"]))
+                         for x, v in by_cluster.items()}
+                for p, by_cluster in doc["partitions"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise RemoteAdminError(f"{cluster.name}'s admin API: malformed inbound pairs") from None
