@@ -19,26 +19,17 @@ from typing import Any
 
 import trio
 
-from ledger_backend.bookie.server import serve_bookie
-from ledger_backend.bookie.storage import open_bookie_storage
-from ledger_backend.bookie.storage_api import BookieStorageConfig
-from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.metadata_format import (
     decode_managed_ledger,
     managed_ledger_path,
 )
-from ledger_backend.metadata import open_store
 from ledger_backend.offload import FilesystemOffloader
+from tests.managed_ledger.crash_support import durable_node, emit
 
 NAME = "public/default/tiered-0"
 ROOT = "/ledgerwire/managed-ledgers"
 ENTRIES = 40
-
-
-def emit(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 def count_objects(tier: Path) -> int:
@@ -50,32 +41,23 @@ def object_size(path: Path) -> int:
 
 
 async def main(data_dir: Path, port: int, phase: str) -> None:
-    store = await open_store(str(data_dir / "meta"))
-    config = BookieStorageConfig(data_dir=data_dir / "bookie", flush_interval_s=0.05,
-                                 disk_check_interval_s=3600.0)
     tier = data_dir / "tier"
-    try:
-        async with open_bookie_storage(config) as storage, trio.open_nursery() as nursery:
-            await nursery.start(serve_bookie, storage, store, "127.0.0.1", port)
-            async with BookKeeper(store, timeout_s=10) as bk:
-                factory = ManagedLedgerFactory(store, bk, offloader=FilesystemOffloader(tier))
-                ml = await factory.open(NAME, ManagedLedgerConfig(max_entries_per_ledger=8))
-                if phase == "write":
-                    for i in range(ENTRIES):
-                        await ml.append(b"entry-%d" % i)
-                elif phase == "offload":
-                    await ml.offload()
-                    await ml.delete_offloaded_bookie_copies(0)
-                    emit("DONE")
-                else:
-                    await report(ml, store, bk, tier)
-                    await ml.offload()
-                    await ml.delete_offloaded_bookie_copies(0)
-                    await report(ml, store, bk, tier)
-                await ml.close()
-            nursery.cancel_scope.cancel()
-    finally:
-        await store.close()
+    async with durable_node(data_dir, port) as (store, bk):
+        factory = ManagedLedgerFactory(store, bk, offloader=FilesystemOffloader(tier))
+        ml = await factory.open(NAME, ManagedLedgerConfig(max_entries_per_ledger=8))
+        if phase == "write":
+            for i in range(ENTRIES):
+                await ml.append(b"entry-%d" % i)
+        elif phase == "offload":
+            await ml.offload()
+            await ml.delete_offloaded_bookie_copies(0)
+            emit("DONE")
+        else:
+            await report(ml, store, bk, tier)
+            await ml.offload()
+            await ml.delete_offloaded_bookie_copies(0)
+            await report(ml, store, bk, tier)
+        await ml.close()
 
 
 async def report(ml: Any, store: Any, bk: Any, tier: Path) -> None:

@@ -9,36 +9,22 @@ owner deletes unfinished uploads). A second offload pass then finishes the job.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ledger_backend.managed_ledger.offloading import OFFLOAD_CRASH_POINTS
+from tests.managed_ledger.crash_support import run_driver
 from tests.offload.offload_crash_driver import ENTRIES
 from tests.support.ports import free_port
-
-ROOT_DIR = Path(__file__).resolve().parents[2]
-
-
 
 
 def run(data_dir: Path, port: int, phase: str, crash_at: str | None = None
         ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("LEDGERWIRE_CRASH_AT", None)
-    if crash_at is not None:
-        env["LEDGERWIRE_CRASH_AT"] = crash_at
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT_DIR), env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "tests.offload.offload_crash_driver", str(data_dir),
-         str(port), phase],
-        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT_DIR, check=False,
-    )
+    return run_driver("tests.offload.offload_crash_driver", data_dir, port, phase, crash_at)
 
 
 def check(state: dict[str, Any]) -> None:
