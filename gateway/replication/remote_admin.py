@@ -7,22 +7,25 @@
 (served by gateway/admin/replication_routes.py from the remote's checkpoints, one per third
 cluster X).  The request authenticates as the Kafka link does: HTTP Basic with the registered
 SASL user and password when there is one (the admin API checks Basic against the SCRAM
-credentials SASL uses), and trusts the registered CA file for https.  No admin URL registered:
-nothing can be fetched (`RemoteAdminError`), so offsets among three or more clusters are not
-pushed to that cluster.
+credentials SASL uses), and trusts the registered CA file for https.  The password goes only
+over https or to a loopback address (an unauthenticated admin API listens on loopback only),
+and a redirect is never followed (it would carry the Authorization header elsewhere).  No
+admin URL registered: nothing can be fetched (`RemoteAdminError`), so offsets among three or
+more clusters are not pushed to that cluster.
 
-This module must never log or raise the password.
+This module must never log or raise the password, nor send it in clear over the network.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import ssl
 import urllib.error
 import urllib.request
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import trio
 
@@ -37,9 +40,31 @@ class RemoteAdminError(Exception):
     """The remote's admin API could not answer (not registered, unreachable, refused)."""
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the 3xx is raised as an HTTPError
+
+
+def _in_clear_off_host(url: str) -> bool:
+    """Whether a request to `url` would cross the network unencrypted."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return False
+    host = parts.hostname or ""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
 def _request(cluster: RemoteCluster, target: str) -> urllib.request.Request:
     headers = {"Accept": "application/json"}
     if cluster.sasl_user:
+        if _in_clear_off_host(cluster.admin_url):
+            raise RemoteAdminError(f"{cluster.name}'s admin URL is not https: its password is "
+                                   "not sent in clear")
         token = f"{cluster.sasl_user}:{cluster.sasl_password}".encode()
         headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
     return urllib.request.Request(cluster.admin_url.rstrip("/") + target, headers=headers)
@@ -49,11 +74,13 @@ def _get(cluster: RemoteCluster, target: str) -> Any:
     context = None
     if cluster.admin_url.startswith("https:"):
         context = ssl.create_default_context(cafile=cluster.ssl_cafile or None)
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context),
+                                         _NoRedirects())
     try:
-        with urllib.request.urlopen(_request(cluster, target), timeout=TIMEOUT_S,
-                                    context=context) as answer:
+        with opener.open(_request(cluster, target), timeout=TIMEOUT_S) as answer:
             return json.load(answer)
     except urllib.error.HTTPError as exc:
+        exc.close()  # its answer's socket
         raise RemoteAdminError(f"{cluster.name}'s admin API answered {exc.code}") from None
     except (OSError, ValueError) as exc:
         raise RemoteAdminError(f"{cluster.name}'s admin API: {type(exc).__name__}") from None

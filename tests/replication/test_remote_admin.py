@@ -1,0 +1,79 @@
+"""remote_admin.fetch_inbound never hands the registered password to anyone but the remote's
+admin API over a safe path: not in clear to another host, not to where a redirect points.
+Real HTTP servers on loopback (threads)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gateway.replication.clusters import RemoteCluster
+from gateway.replication.remote_admin import RemoteAdminError, fetch_inbound
+
+INBOUND = {"cluster": "west", "partitions": {"0": {"north": {"inbound": [[5, 7]],
+                                                             "scanned": 9}}}}
+
+
+@contextmanager
+def serving(answer: tuple[int, dict[str, str], bytes]) -> Iterator[tuple[str, list[dict]]]:
+    """An HTTP server on loopback answering every GET with `answer` (status, headers, body);
+    yields its URL and the headers of the requests it got."""
+    seen: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            seen.append(dict(self.headers))
+            status, headers, body = answer
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def remote(admin_url: str) -> RemoteCluster:
+    return RemoteCluster("west", "127.0.0.1:9092", admin_url=admin_url,
+                         security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
+                         sasl_user="repl", sasl_password="s3cret")
+
+
+async def test_the_inbound_pairs_are_fetched_with_the_password_on_loopback() -> None:
+    with serving((200, {"Content-Type": "application/json"},
+                  json.dumps(INBOUND).encode())) as (url, seen):
+        assert await fetch_inbound(remote(url), "t") == {0: {"north": ([(5, 7)], 9)}}
+    assert [h.get("Authorization", "").startswith("Basic ") for h in seen] == [True]
+
+
+async def test_the_password_never_goes_in_clear_to_another_host() -> None:
+    # TEST-NET-1: nothing answers there; the refusal comes before any connection
+    with pytest.raises(RemoteAdminError, match="not https"):
+        await fetch_inbound(remote("http://192.0.2.1:8080"), "t")
+    with pytest.raises(RemoteAdminError, match="not https"):
+        await fetch_inbound(remote("http://west.example:8080"), "t")
+
+
+async def test_a_redirect_is_not_followed_with_the_password() -> None:
+    body = json.dumps(INBOUND).encode()
+    with serving((200, {"Content-Type": "application/json"}, body)) as (elsewhere, taken), \
+            serving((302, {"Location": elsewhere + "/steal"}, b"")) as (url, _):
+        with pytest.raises(RemoteAdminError, match="302"):
+            await fetch_inbound(remote(url), "t")
+    assert taken == []  # the redirect's target got no request, so no Authorization header
