@@ -1,10 +1,11 @@
 """What the managed-ledger kill -9 tests share: a driver process on a durable bookie and the
 on-disk store (`durable_node`), its output (`emit`), and running it with a crash point set
-(`run_driver`)."""
+(`run_driver`), and the check that a run stopped where it was meant to (`assert_stopped`)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -56,3 +57,13 @@ def run_driver(module: str, data_dir: Path, port: int, phase: str,
         [sys.executable, "-m", module, str(data_dir), str(port), phase],
         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT_DIR, check=False,
     )
+
+
+def assert_stopped(done: subprocess.CompletedProcess[str], crash_at: str | None) -> None:
+    """`done` was killed at crash point `crash_at`, or (None) ran to its end and said DONE."""
+    if crash_at is None:
+        assert done.returncode == 0 and "DONE" in done.stdout, done.stderr[-3000:]
+    else:
+        assert done.returncode == -signal.SIGKILL, (
+            f"crash point {crash_at} not reached: rc={done.returncode}\n{done.stderr[-3000:]}"
+        )

@@ -9,7 +9,6 @@ owner deletes unfinished uploads). A second offload pass then finishes the job.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from ledger_backend.managed_ledger.offloading import OFFLOAD_CRASH_POINTS
-from tests.managed_ledger.crash_support import run_driver
+from tests.managed_ledger.crash_support import assert_stopped, run_driver
 from tests.offload.offload_crash_driver import ENTRIES
 from tests.support.ports import free_port
 
@@ -45,13 +44,7 @@ def test_an_offload_killed_at_any_step_loses_nothing(tmp_path: Path, crash_at: s
     written = run(tmp_path, port, "write")
     assert written.returncode == 0, written.stderr[-3000:]
     offloaded = run(tmp_path, port, "offload", crash_at)
-    if crash_at is None:
-        assert offloaded.returncode == 0 and "DONE" in offloaded.stdout, offloaded.stderr[-3000:]
-    else:
-        assert offloaded.returncode == -signal.SIGKILL, (
-            f"crash point {crash_at} not reached: rc={offloaded.returncode}\n"
-            f"{offloaded.stderr[-3000:]}"
-        )
+    assert_stopped(offloaded, crash_at)
     verified = run(tmp_path, port, "verify")
     assert verified.returncode == 0, verified.stderr[-3000:]
     after_crash, finished = (json.loads(line) for line in verified.stdout.strip().splitlines())
