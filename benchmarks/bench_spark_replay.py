@@ -12,6 +12,7 @@ during the phase (from /proc/<pid>/stat): a replay should leave the broker idle.
 
     python benchmarks/bench_spark_replay.py                         # 1 GiB, local[2]
     python benchmarks/bench_spark_replay.py --bytes 256MiB --master local[2] --bookies 2
+    python benchmarks/bench_spark_replay.py --bytes 256MiB --workers 2 --bookies-process
 
 Measured 2026-11-21 on the 2-core dev VM, 1 GiB / 1,073,741 messages, 1 bookie, fsync off,
 local[2]; the VM was shared with other jobs (load average 5-8), so figures moved by 2x between
@@ -125,10 +126,22 @@ tasks: a dev run (256 MiB, warm, load 2-3.5, CPU of the processes per query) too
 count(*) alone (JVM 1.1 s, Python workers 0.6 s, broker 0.2 s) and 2.0-2.1 s with
 sum(length(value)) (JVM 1.2-1.8 s, Python workers 0.6-0.7 s): the JVM's side of the Python data
 source (Arrow -> rows, the value column copied) bounds it, not the decoding.
+2026-11-26 (session 12), the bookies in their own process (`--workers 2 --bookies-process`:
+supervisor, two broker workers, one bookies process), 256 MiB, --rounds 3, benchmark lock, load
+0.7-1.7; each process's CPU during each phase (the CPU column, split per process):
+                      wall       brokers (supervisor + workers)   bookies process
+    drain             1.6-2.2 s  0.31-0.52 s (1.2-1.9 ms/MB)      0.19-0.26 s
+    replay CLI        1.5 / 0.7 / 0.5 s  0.02-0.05 s (0.1-0.2 ms/MB)  0.21-0.31 s
+    replay / drain    1.13x, 2.96x, 3.06x (median 2.96x)
+The replay leaves the brokers idle: what they spend is their own once-a-second housekeeping
+(~0.01 s a process per second: ownership rounds, watches), the same with no replay running;
+the bookies process serves the reads (~1 ms of CPU per MB).
 "cold" is the session's first job: it includes starting Spark's Python workers and importing
-pyarrow/trio in them (~4-10 s here). In `ledgerwire standalone` the bookies live in the broker
-process, so "broker CPU" during a replay is the bookies serving reads (no broker code runs);
-with separate bookie processes it would be zero. A replay spreads over executors (one task per
+pyarrow/trio in them (~4-10 s here). In a one-process `ledgerwire standalone` the bookies live
+in the broker process, so "broker CPU" during a replay is the bookies serving reads (no broker
+code runs); `--workers N --bookies-process` puts them in a process of their own and prints each
+process apart (the Spark reader then authenticates with the node's bookie secret, written to a
+file the node is configured with). A replay spreads over executors (one task per
 ledger, more with minPartitions) and over the bookies of each ledger's ensemble; the drain is
 one consumer through one broker.
 This is a measuring tool: it must never be imported by the package.
@@ -148,7 +161,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
-
+sys.path.insert(0, str(REPO / "benchmarks"))
 from support.standalone import Standalone  # noqa: E402
 
 VALUE_BYTES = 1000
@@ -170,13 +183,49 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def fill_topic(bootstrap: str, topic: str, total_bytes: int) -> int:
+class NodeCpu:
+    """CPU seconds of each process of the node during a phase: "broker" for a one-process
+    standalone (its bookies inside), else the supervisor, each worker (with its bookies unless
+    --bookies-process) and the bookies process."""
+
+    def __init__(self, broker: Standalone) -> None:
+        self.broker = broker
+        self.before: dict[str, float] = {}
+
+    def pids(self) -> dict[str, int]:
+        pids = getattr(self.broker, "pids", None)  # bench_workers.Node: every process by name
+        if pids is not None:
+            return dict(pids())
+        assert self.broker.proc is not None
+        return {"broker": self.broker.proc.pid}
+
+    def start(self) -> None:
+        self.before = {name: cpu_seconds(pid) for name, pid in self.pids().items()}
+
+    def used(self) -> dict[str, float]:
+        return {name: cpu_seconds(pid) - self.before.get(name, 0.0)
+                for name, pid in self.pids().items()}
+
+
+def cpu_column(used: dict[str, float]) -> str:
+    """", broker CPU 1.20 s" (one process), or the brokers' sum apart from the bookies
+    process's, then each process."""
+    if list(used) == ["broker"]:
+        return f", broker CPU {used['broker']:.2f} s"
+    brokers = sum(s for name, s in used.items() if name != "bookies")
+    bookies = f", bookies CPU {used['bookies']:.2f} s" if "bookies" in used else ""
+    return (f", broker CPU {brokers:.2f} s{bookies} ("
+            + ", ".join(f"{name} {s:.2f}" for name, s in used.items()) + ")")
+
+
+def fill_topic(bootstrap: str, topic: str, total_bytes: int, create: bool = True) -> int:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
-        future.result(timeout=60)
+    if create:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+            future.result(timeout=60)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "batch.size": 1 << 20, "compression.type": "none",
                          "queue.buffering.max.kbytes": 512 * 1024})  # fmt: skip
@@ -229,8 +278,9 @@ def spark_session(master: str) -> Any:
     return spark
 
 
-def report(name: str, rows: int, nbytes: int, seconds: float, broker_cpu: float | None) -> None:
-    cpu = "" if broker_cpu is None else f", broker CPU {broker_cpu:.2f} s"
+def report(name: str, rows: int, nbytes: int, seconds: float,
+           used: dict[str, float] | None) -> None:  # fmt: skip
+    cpu = "" if used is None else cpu_column(used)
     print(f"{name:<28} {rows:>10,} rows {nbytes / 1e6:>9.1f} MB {seconds:>7.1f} s "
           f"{rows / seconds:>10,.0f} rows/s {nbytes / seconds / 1e6:>7.1f} MB/s{cpu}",
           flush=True)  # fmt: skip
@@ -303,24 +353,49 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="more drain/replay pairs after the first, alternated (the machine "
                              "is shared: one pair's ratio moves by 2x); prints each and the median")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="standalone --workers N (each worker serves its share of the "
+                             "bookies in-process unless --bookies-process)")
+    parser.add_argument("--bookies-process", action="store_true",
+                        help="with --workers >= 2: all bookies in one process of their own "
+                             "(storage.worker_bookies = false), its CPU printed apart")
     args = parser.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench-spark-"))
     work.mkdir(parents=True, exist_ok=True)
-    broker = Standalone(work / "data", bookies=args.bookies, extra_args=["--no-fsync"])
-    broker.start(timeout_s=60)
-    assert broker.proc is not None
-    pid = broker.proc.pid
+    secret_argv: list[str] = []
+    if args.workers > 1:  # reads authenticate with the node's bookie secret, from a file
+        from bench_workers import Node, create_spread_topic
+
+        secret = work / "bookie.secret"
+        secret.write_text(os.urandom(32).hex())
+        secret.chmod(0o600)
+        secret_argv = ["--bookie-secret-file", str(secret)]
+        broker: Standalone = Node(work / "data", args.workers,
+                                  bookies_process=args.bookies_process,
+                                  storage=f'bookie_secret_file = "{secret}"\n')
+        broker.extra_args.append("--no-fsync")
+        broker.start(180)
+    elif args.bookies_process:
+        raise SystemExit("--bookies-process needs --workers 2 or more")
+    else:
+        broker = Standalone(work / "data", bookies=args.bookies, extra_args=["--no-fsync"])
+        broker.start(timeout_s=60)
+    cpu = NodeCpu(broker)
     try:
         t0 = time.time()
-        count = fill_topic(broker.bootstrap, "replay", parse_size(args.bytes))
+        if args.workers > 1:
+            create_spread_topic(broker, "replay")  # measured once nothing moves
+        count = fill_topic(broker.bootstrap, "replay", parse_size(args.bytes),
+                           create=args.workers == 1)
         print(f"filled 'replay': {count:,} messages of {VALUE_BYTES} B in "
               f"{time.time() - t0:.1f} s", flush=True)
         time.sleep(2)
 
-        cpu0, t0 = cpu_seconds(pid), time.time()
+        cpu.start()
+        t0 = time.time()
         rows, nbytes = drain(broker.bootstrap, "replay", count)
         drain_s = time.time() - t0
-        report("confluent-kafka drain", rows, nbytes, drain_s, cpu_seconds(pid) - cpu0)
+        report("confluent-kafka drain", rows, nbytes, drain_s, cpu.used())
 
         t0 = time.time()
         spark = spark_session(args.master)
@@ -335,23 +410,24 @@ def main() -> None:
 
         replay_argv = ["--topic", "replay", "--to", str(work / "replay.parquet"),
                        "--metadata", str(broker.data_dir), "--master", args.master,
-                       "--no-ui", "--progress-interval", "600"]  # fmt: skip
+                       "--no-ui", "--progress-interval", "600", *secret_argv]  # fmt: skip
         if args.min_partitions:
             replay_argv += ["--min-partitions", str(args.min_partitions)]
-        cpu0 = cpu_seconds(pid)
+        cpu.start()
         replay_s = run_cli("replay", replay_main, replay_argv)
         report("ledgerwire replay (CLI)", count, count * VALUE_BYTES, replay_s,
-               cpu_seconds(pid) - cpu0)
+               cpu.used())
         ratios = [drain_s / replay_s]
         for n in range(1, args.rounds):
-            cpu0, t0 = cpu_seconds(pid), time.time()
+            cpu.start()
+            t0 = time.time()
             rows, nbytes = drain(broker.bootstrap, "replay", count)
             pair_drain = time.time() - t0
-            report(f"  round {n + 1}: drain", rows, nbytes, pair_drain, cpu_seconds(pid) - cpu0)
-            cpu0 = cpu_seconds(pid)
+            report(f"  round {n + 1}: drain", rows, nbytes, pair_drain, cpu.used())
+            cpu.start()
             pair_replay = run_cli("replay", replay_main, [*replay_argv, "--overwrite"])
             report(f"  round {n + 1}: replay", count, count * VALUE_BYTES, pair_replay,
-                   cpu_seconds(pid) - cpu0)
+                   cpu.used())
             ratios.append(pair_drain / pair_replay)
         if args.rounds > 1:
             print(f"replay/drain per round: {', '.join(f'{r:.2f}x' for r in ratios)}; median "
@@ -362,18 +438,21 @@ def main() -> None:
             df = (spark.read.format("ledgerwire")
                   .option("ledgerwire.metadata", str(broker.data_dir))
                   .option("subscribe", "replay"))  # fmt: skip
+            if secret_argv:
+                df = df.option("ledgerwire.bookieSecretFile", secret_argv[1])
             if args.min_partitions:
                 df = df.option("minPartitions", str(args.min_partitions))
             df = df.load()
-            cpu0, t0 = cpu_seconds(pid), time.time()
+            cpu.start()
+            t0 = time.time()
             result = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
             report(f"spark.read {args.master} (count)", int(result["n"]), int(result["b"]),
-                   time.time() - t0, cpu_seconds(pid) - cpu0)
+                   time.time() - t0, cpu.used())
 
         n = args.backfill_rows
         parquet = work / "backfill.parquet"
         backfill_bytes = write_parquet(parquet, n)
-        cpu0 = cpu_seconds(pid)
+        cpu.start()
         scan = cli.scan_progress_job = _Timed(cli.scan_progress_job)  # type: ignore[assignment]
         backfill_s = run_cli("backfill", backfill_main, [
             "--from", str(parquet), "--topic", "backfill", "--key-column", "key",
@@ -382,7 +461,7 @@ def main() -> None:
             "--partitions", str(PARTITIONS), "--master", args.master, "--no-ui",
             "--progress-interval", "600"])  # fmt: skip
         report("ledgerwire backfill (CLI)", n, backfill_bytes, backfill_s,
-               cpu_seconds(pid) - cpu0)
+               cpu.used())
         print(f"{'  of which the resume scan':<28} {scan.seconds:>7.1f} s (a Spark job over the "
               "target topic)", flush=True)
         print(f"ratios (same run): replay/drain {drain_s / replay_s:.2f}x rows/s; backfill "

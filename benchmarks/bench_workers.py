@@ -59,7 +59,7 @@ PARTITIONS = 8
 
 class Node(Standalone):
     def __init__(self, data_dir: Path, workers: int, rocketmq: bool = False,
-                 bookies_process: bool = False) -> None:
+                 bookies_process: bool = False, storage: str = "") -> None:
         # one bookie per worker (each worker serves its own): their ports are reserved
         super().__init__(data_dir, bookies=workers,
                          extra_args=["--workers", str(workers), "--log-level", "INFO",
@@ -70,9 +70,11 @@ class Node(Standalone):
             self.rocketmq_broker_port = free_port_range(max(16, 4 * workers) * workers)
             self.extra_args += ["--rocketmq-grpc-listener", ""]
         if bookies_process:
-            config = data_dir.parent / "bookies-process.toml"
+            storage = f"worker_bookies = false\n{storage}"
+        if storage:  # [storage] lines of the node's TOML
+            config = data_dir.parent / "node.toml"
             data_dir.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text("[storage]\nworker_bookies = false\n")
+            config.write_text(f"[storage]\n{storage}")
             self.extra_args += ["--config", str(config)]
 
     def _accepts(self) -> bool:
@@ -84,7 +86,7 @@ class Node(Standalone):
         found = {name: int(pid) for name, pid in re.findall(
             r"ledgerwire (bookies|worker \d+) started \(pid (\d+)\)",
             self.log_path.read_text(errors="replace"))}
-        return {"supervisor" if found else "node": self.proc.pid, **found}
+        return {"supervisor" if found else "node": self.proc.pid, **dict(sorted(found.items()))}
 
 
 @contextmanager
