@@ -11,8 +11,9 @@ Names used by the engine:
   checkpoint.after_entrylog_fsync, checkpoint.after_index_flush, checkpoint.after_mark,
   compaction.after_copy, compaction.after_index_update
 The managed ledger's rewrite (ledger_swap.py) has its own: managed_ledger.rewrite.*
-(REWRITE_CRASH_POINTS there), and its one-transaction close managed_ledger.close.*
-(CLOSE_CRASH_POINTS in managed_ledger.py).
+(REWRITE_CRASH_POINTS there), its one-transaction close managed_ledger.close.*
+(CLOSE_CRASH_POINTS in managed_ledger.py), and a new owner's one-transaction list write
+managed_ledger.open.* (OPEN_CRASH_POINTS in factory.py).
 """
 
 from __future__ import annotations

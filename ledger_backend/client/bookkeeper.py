@@ -155,10 +155,13 @@ class BookKeeper:
         write_quorum: int,
         ack_quorum: int,
         custom_metadata: dict[str, bytes] | None = None,
+        *,
+        above: int = 0,
     ) -> PreparedLedger:
-        """The first ledger of a new managed ledger, its metadata left for the caller's multi
-        (the id comes from a reserved block: never use it after another ledger of the same
-        list, see ledger_ids.py)."""
+        """A ledger whose metadata is left for the caller's multi: the first of a new managed
+        ledger, or the first a new owner appends to a list whose highest id is `above`.  Its
+        id comes from a reserved block, greater than `above` (ledger_ids.py): never use it for
+        any other ledger of a list."""
         validate_quorums(ensemble_size, write_quorum, ack_quorum)
         ctx = self.context
         if not self._ledgers_dir_exists:
@@ -172,7 +175,7 @@ class BookKeeper:
         metadata = await self._new_metadata(ensemble_size, write_quorum, ack_quorum,
                                             custom_metadata)
         # not bounded by the client timeout: thousands of opens may queue for one reservation
-        ledger_id = await self._first_ids.take()
+        ledger_id = await self._first_ids.take(above)
         return PreparedLedger(ledger_id, metadata,
                               (CreateOp(ledger_path(ledger_id), metadata.to_json_bytes()),))
 

@@ -9,8 +9,9 @@ counter that `next_id` also uses); a crash loses the rest of a block (gaps are h
 Ids from a block are NOT increasing across processes: another process's `next_id` may have
 handed out a higher id before this block's id is used. A managed ledger lists its ledgers in
 increasing id order, so a block id is only for a ledger that is the first of its managed
-ledger (`BookKeeper.prepare_ledger`); every later ledger comes from `next_id`, which is above
-every reserved block. This module must never hand out an id twice nor write the counter
+ledger, or the first a new owner adds to an existing list, with `above` the highest id listed
+(`BookKeeper.prepare_ledger`); every other ledger comes from `next_id`, which is above every
+reserved block. This module must never hand out an id twice nor write the counter
 without the version it read.
 """
 
@@ -43,12 +44,18 @@ class LedgerIdBlocks:
         self._free: deque[int] = deque()
         self._refill = trio.Lock()
 
-    async def take(self) -> int:
-        if not self._free:
+    async def take(self, above: int = 0) -> int:
+        """An id of a reserved block, greater than `above`: ids of the block at or below it
+        are skipped (gaps are harmless), and a block reserved now lies above every id handed
+        out so far, `above` included when it names an existing ledger."""
+        while True:
+            while self._free and self._free[0] <= above:
+                self._free.popleft()
+            if self._free:
+                return self._free.popleft()
             async with self._refill:  # one reservation at a time; waiters use its ids
                 if not self._free:
                     self._free.extend(await self._reserve())
-        return self._free.popleft()
 
     async def _reserve(self) -> range:
         while True:  # compare-and-set loop: a lost race means another process reserved

@@ -133,8 +133,11 @@ class MemoryBookKeeper:
         write_quorum: int,
         ack_quorum: int,
         custom_metadata: dict[str, bytes] | None = None,
+        *,
+        above: int = 0,
     ) -> PreparedLedger:
-        """As BookKeeper.prepare_ledger; the twin keeps metadata in memory (no ops)."""
+        """As BookKeeper.prepare_ledger; the twin keeps metadata in memory (no ops) and its
+        ids only grow (above every listed one, whatever `above` says)."""
         self._check_open()
         validate_quorums(ensemble_size, write_quorum, ack_quorum)
         if self._store is not None:

@@ -60,6 +60,8 @@ class BookKeeperLike(Protocol):
         write_quorum: int,
         ack_quorum: int,
         custom_metadata: dict[str, bytes] | None = None,
+        *,
+        above: int = 0,
     ) -> Any: ...  # PreparedLedger: ledger_id, metadata, ops (to commit in the caller's multi)
 
     def adopt_ledger(self, prepared: Any) -> Any: ...  # WriteHandleLike, once ops committed

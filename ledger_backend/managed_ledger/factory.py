@@ -5,9 +5,12 @@ Opening a managed ledger (the new owner's steps, in this order):
   2. every ledger in the list not marked closed — normally only the last one, left OPEN by
      an owner that crashed — is opened with recovery=True: that FENCES it (the old writer's
      next add fails) and closes it at its real last entry, which is recorded;
-  3. a new ledger is created and CAS-appended to the list (empty ledgers are dropped from it);
-     a BadVersionError here means another owner got in first: the new ledger is deleted and
-     the open fails loudly (ManagedLedgerFencedError). The node is never overwritten blindly.
+  3. a new ledger is created and CAS-appended to the list (empty ledgers are dropped from it)
+     in ONE metadata transaction: the ledger's metadata and the list naming it (with the
+     recovered ends of step 2), its id from a reserved block above every listed id
+     (client/ledger_ids.py). A BadVersionError here means another owner got in first:
+     neither was written, and the open fails loudly (ManagedLedgerFencedError). The node is
+     never overwritten blindly. Nothing is appended to the new ledger before this write.
 
 A managed ledger that does not exist yet is created in ONE metadata write: its node (listing
 its first ledger), its cursors directory, that ledger's metadata and whatever the caller asks
@@ -29,7 +32,9 @@ from collections.abc import Callable, Sequence
 
 import trio
 
+from ledger_backend.bookie.crash_points import crash_point
 from ledger_backend.client.errors import LedgerError, NoSuchLedgerError
+from ledger_backend.client.ledger_metadata import PreparedLedger
 from ledger_backend.managed_ledger.client_protocol import BookKeeperLike, WriteHandleLike
 from ledger_backend.managed_ledger.cursor import Cursor, load_cursor
 from ledger_backend.managed_ledger.entry_reader import LedgerReaders
@@ -59,11 +64,17 @@ from ledger_backend.metadata.store import (
     MetadataStore,
     NodeExistsError,
     NoNodeError,
+    SetOp,
+    Stat,
 )
 from ledger_backend.offload.object_reader import DEFAULT_CACHE_BYTES, OffloadedReader
 from ledger_backend.offload.offloader import Offloader, OffloadError, at_recorded
 
 log = logging.getLogger(__name__)
+
+# kill -9 points of a new owner's one-transaction list write (tests/managed_ledger/
+# test_reopen_crash.py)
+OPEN_CRASH_POINTS = ("managed_ledger.open.before_list", "managed_ledger.open.after_list")
 
 DEFAULT_ROOT = "/ledgerwire/managed-ledgers"
 
@@ -204,54 +215,47 @@ class ManagedLedgerFactory:
             loaded = None
         node, version = await self._load_or_create(name, path, cursors_dir, loaded)
         readers = LedgerReaders(self._bk)
-        next_ledger: list[WriteHandleLike] = []
-        listed = False
+        next_ledger: list[PreparedLedger] = []
         failures: list[Exception] = []  # raised below as they are (not as an ExceptionGroup)
 
-        async def create_next() -> None:
+        async def prepare_next() -> None:
             try:
-                next_ledger.append(await self._bk.create_ledger(
+                next_ledger.append(await self._bk.prepare_ledger(
                     config.ensemble_size,
                     config.write_quorum,
                     config.ack_quorum,
                     {"managed-ledger": name.encode("utf-8")},
+                    above=max((r.ledger_id for r in node.ledgers), default=0),
                 ))
             except Exception as exc:
                 failures.append(exc)
 
         try:
-            # The next ledger is created while the unclosed ones are fenced and recovered (a
-            # take-over's pause is the longer of the two, not their sum); only the CAS below,
-            # after recovery succeeded, names it in the list.
+            # The next ledger is prepared while the unclosed ones are fenced and recovered (a
+            # take-over's pause is the longer of the two, not their sum); only the write below,
+            # after recovery succeeded, creates it and names it in the list.
             async with trio.open_nursery() as opening:
-                opening.start_soon(create_next)
+                opening.start_soon(prepare_next)
                 try:
                     await self._recover_unclosed(node.ledgers, readers)
                 except Exception as exc:
                     failures.insert(0, exc)
             if failures:
                 raise failures[0]
-            handle = next_ledger[0]
+            prepared = next_ledger[0]
             empty = [r for r in node.ledgers if r.entries == 0]
             kept = [r for r in node.ledgers if r.entries > 0]
-            current = LedgerRecord(handle.ledger_id, 0, 0, int(self._clock() * 1000), closed=False)
+            current = LedgerRecord(prepared.ledger_id, 0, 0, int(self._clock() * 1000),
+                                   closed=False)
             node.ledgers = [*kept, current]
-            try:
-                stat = await self._store.set(path, encode_managed_ledger(node), version)
-            except (BadVersionError, NoNodeError) as exc:
-                raise ManagedLedgerFencedError(
-                    f"managed ledger {name!r}: metadata node {path} changed while opening "
-                    f"(expected version {version}); another owner opened it"
-                ) from exc
-            listed = True
+            stat = await self._list_next_ledger(name, path, node, version, prepared)
+            handle = self._bk.adopt_ledger(prepared)
             for record in empty:
                 await _delete_ledger_quietly(self._bk, record.ledger_id)
             cursors = await self._load_cursors(cursors_dir)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await readers.close_all()
-                if next_ledger and not listed:  # named nowhere: nobody else would delete it
-                    await _delete_ledger_quietly(self._bk, next_ledger[0].ledger_id)
             raise
         log.info(
             "opened managed ledger %r: ledgers %s, writing ledger %d",
@@ -273,6 +277,25 @@ class ManagedLedgerFactory:
             except (MetadataError, ManagedLedgerFencedError, OffloadError) as exc:
                 log.warning("managed ledger %r: offload clean-up failed: %r", name, exc)
         return ml
+
+    async def _list_next_ledger(self, name: str, path: str, node: ManagedLedgerNode,
+                                version: int, prepared: PreparedLedger) -> Stat:
+        """Create the new owner's ledger and CAS the list naming it (recovered records
+        included) in ONE metadata transaction: a refusal or a crash leaves neither, so no
+        ledger is ever named nowhere (it was a counter write, a create and a set)."""
+        crash_point(OPEN_CRASH_POINTS[0])
+        try:
+            results = await self._store.multi(
+                [*prepared.ops, SetOp(path, encode_managed_ledger(node), version)])
+        except (BadVersionError, NoNodeError) as exc:
+            raise ManagedLedgerFencedError(
+                f"managed ledger {name!r}: metadata node {path} changed while opening "
+                f"(expected version {version}); another owner opened it"
+            ) from exc
+        crash_point(OPEN_CRASH_POINTS[1])
+        stat = results[-1]
+        assert isinstance(stat, Stat)
+        return stat
 
     def _instance(self, name: str, config: ManagedLedgerConfig, path: str,
                   node: ManagedLedgerNode, version: int, handle: WriteHandleLike,

@@ -16,16 +16,10 @@ from pathlib import Path
 
 import trio
 
-from ledger_backend.client.ledger_metadata import LedgerMetadata, ledger_path
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
-from ledger_backend.managed_ledger.metadata_format import (
-    decode_managed_ledger,
-    managed_ledger_path,
-)
-from tests.managed_ledger.crash_support import durable_node, emit
+from tests.managed_ledger.crash_support import durable_node, emit, stored_list
 
 NAME = "public/default/closing-0"
-ROOT = "/ledgerwire/managed-ledgers"
 ENTRIES = 5
 
 
@@ -33,12 +27,8 @@ async def main(data_dir: Path, port: int, phase: str) -> None:
     async with durable_node(data_dir, port) as (store, bk):
         factory = ManagedLedgerFactory(store, bk)
         if phase == "verify":
-            path = managed_ledger_path(ROOT, NAME)
-            node = decode_managed_ledger((await store.get(path))[0], path)
-            last = node.ledgers[-1].ledger_id
-            state = LedgerMetadata.from_json_bytes(
-                (await store.get(ledger_path(last)))[0]).state.value
-            records = [[r.ledger_id, r.entries, r.closed] for r in node.ledgers]
+            records, states = await stored_list(store, NAME)
+            state = states[int(records[-1][0])]
         ml = await factory.open(NAME, ManagedLedgerConfig())
         if phase == "write":
             for i in range(ENTRIES):

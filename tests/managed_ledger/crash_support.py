@@ -1,6 +1,7 @@
 """What the managed-ledger kill -9 tests share: a driver process on a durable bookie and the
 on-disk store (`durable_node`), its output (`emit`), and running it with a crash point set
-(`run_driver`), and the check that a run stopped where it was meant to (`assert_stopped`)."""
+(`run_driver`), the check that a run stopped where it was meant to (`assert_stopped`), and a
+managed ledger's list and its ledgers' states as stored (`stored_list`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.bookie.storage import open_bookie_storage
 from ledger_backend.bookie.storage_api import BookieStorageConfig
 from ledger_backend.client.bookkeeper import BookKeeper
+from ledger_backend.client.ledger_metadata import LedgerMetadata, ledger_path
+from ledger_backend.managed_ledger.metadata_format import (
+    decode_managed_ledger,
+    managed_ledger_path,
+)
 from ledger_backend.metadata import MetadataStore, open_store
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
@@ -67,3 +73,14 @@ def assert_stopped(done: subprocess.CompletedProcess[str], crash_at: str | None)
         assert done.returncode == -signal.SIGKILL, (
             f"crash point {crash_at} not reached: rc={done.returncode}\n{done.stderr[-3000:]}"
         )
+
+
+async def stored_list(store: MetadataStore, name: str, root: str = "/ledgerwire/managed-ledgers"
+                      ) -> tuple[list[list[int | bool]], dict[int, str]]:
+    """Managed ledger `name`'s records ([id, entries, closed]) and each listed ledger's state,
+    as the store holds them (read before any owner opens it again)."""
+    path = managed_ledger_path(root, name)
+    node = decode_managed_ledger((await store.get(path))[0], path)
+    states = {r.ledger_id: LedgerMetadata.from_json_bytes(
+        (await store.get(ledger_path(r.ledger_id)))[0]).state.value for r in node.ledgers}
+    return [[r.ledger_id, r.entries, r.closed] for r in node.ledgers], states

@@ -40,6 +40,7 @@ class SpyBookKeeper:
         return handle
 
     async def prepare_ledger(self, *args: Any, **kwargs: Any) -> Any:
+        self.create_started.set()  # (a new owner's next ledger is prepared, not created)
         return await self._inner.prepare_ledger(*args, **kwargs)
 
     def adopt_ledger(self, prepared: Any) -> Any:
