@@ -69,7 +69,8 @@ PartitionKey = tuple[str, int]
 
 async def setup_namespaces(store: MetadataStore, topics: Any,
                            config: Config) -> NamespaceRegistry:
-    namespaces = NamespaceRegistry(store, config.admin.default_namespace)
+    namespaces = NamespaceRegistry(store, config.admin.default_namespace,
+                                   data_dir=config.data_dir)
     await namespaces.load()
     topics.namespaces = namespaces
     return namespaces

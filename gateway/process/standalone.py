@@ -138,7 +138,8 @@ async def run_standalone(
             offload_cache_bytes=config.offload.cache_mb << 20)
         topics = TopicService(store, factory, topic_service_config(config))
         await topics.load()
-        namespaces = NamespaceRegistry(store, config.admin.default_namespace)
+        namespaces = NamespaceRegistry(store, config.admin.default_namespace,
+                                       data_dir=config.data_dir)
         await namespaces.load()
         topics.namespaces = namespaces
         stack.push_async_callback(topics.close)

@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import posixpath
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -153,6 +156,32 @@ class NamespacePolicies:
             raise NamespaceError("ack_quorum must be <= write_quorum")
 
 
+def check_offload_directory(value: Any, data_dir: Path | None) -> str:
+    """A namespace's offload_directory as set through the admin API, normalised, or a 400.
+
+    It must be absolute: a relative one would be resolved against each broker process's working
+    directory, a different place per node and per restart. It must not overlap the node's data
+    directory (be it, lie inside it or contain it): offloaded objects written among the bookies'
+    journals and entry logs or the metadata store could clobber them, and deleting offloaded
+    ledgers removes files by name there. Pulsar's filesystem offloader likewise takes its own
+    root apart from the bookies' storage. Symbolic links are followed for the overlap check,
+    so a link into the data directory is refused too; other brokers' data directories are not
+    known here."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise NamespaceError("offload_directory must be a non-empty string")
+    if not value.startswith("/"):
+        raise NamespaceError(f"offload_directory must be an absolute path, not {value!r}")
+    normal = "/" + posixpath.normpath(value).lstrip("/")
+    if data_dir is not None:
+        data = Path(os.path.realpath(data_dir))
+        for candidate in {Path(normal), Path(os.path.realpath(normal))}:
+            if candidate == data or data in candidate.parents or candidate in data.parents:
+                raise NamespaceError(
+                    f"offload_directory {normal!r} overlaps the broker's data directory "
+                    f"{str(data)!r}; choose a directory apart from it")
+    return normal
+
+
 def check_name(kind: str, name: str) -> None:
     if not _LEGAL_NAME.fullmatch(name):
         raise NamespaceError(f"{kind} name {name!r}: 1-64 of [a-zA-Z0-9_-]")
@@ -181,9 +210,11 @@ def _decode(data: bytes) -> dict[str, Any]:
 class NamespaceRegistry:
     """Tenants, namespaces, policies and the topic -> namespace mapping (see module doc)."""
 
-    def __init__(self, store: MetadataStore, default_namespace: str = "public/default") -> None:
+    def __init__(self, store: MetadataStore, default_namespace: str = "public/default", *,
+                 data_dir: Path | None = None) -> None:
         self._store = store
         self.default_namespace = default_namespace
+        self.data_dir = data_dir  # a namespace's offload_directory must stay apart from it
         self._tenants: dict[str, dict[str, Any]] = {}
         self._policies: dict[str, NamespacePolicies] = {}
         self._explicit: dict[str, str] = {}
@@ -307,7 +338,7 @@ class NamespaceRegistry:
         tenant, namespace = split_namespace(full)
         if tenant not in self._tenants:
             raise NamespaceError(f"tenant {tenant!r} does not exist", 404)
-        parsed = NamespacePolicies.from_json(policies or {})
+        parsed = NamespacePolicies.from_json(self._checked(policies or {}))
         try:
             await self._store.create(f"{NAMESPACES_PATH}/{tenant}/{namespace}",
                                      _encode({"policies": parsed.to_json()}), make_parents=True)
@@ -330,6 +361,14 @@ class NamespaceRegistry:
         self._policies.pop(full, None)
         await self._touch()
 
+    def _checked(self, update: dict[str, Any]) -> dict[str, Any]:
+        """`update` with a new offload_directory checked and normalised (values already stored
+        are not re-checked, so a registry still loads what an older version accepted)."""
+        if update.get("offload_directory") is None:
+            return update
+        return {**update, "offload_directory": check_offload_directory(
+            update["offload_directory"], self.data_dir)}
+
     def policies(self, full: str) -> NamespacePolicies:
         try:
             return self._policies[full]
@@ -340,6 +379,7 @@ class NamespaceRegistry:
         """Merge `update` into the namespace's policies (a null value resets one), by CAS."""
         tenant, namespace = split_namespace(full)
         path = f"{NAMESPACES_PATH}/{tenant}/{namespace}"
+        update = self._checked(update)
         for _ in range(10):
             try:
                 data, stat = await self._store.get(path)
