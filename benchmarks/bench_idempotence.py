@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_idempotence.py [--messages 100000] [--repeat 3]
                                                      [--skip-kafka-python] [--skip-java]
-                                                     [--no-warm-up]
+                                                     [--no-warm-up] [--broker-config TOML]
 
 The same broker (`ledgerwire standalone`, fsync on) is driven, on 1 and 8 partitions, 1 KB
 values, by:
@@ -75,8 +75,11 @@ _SUM_OR_COUNT = re.compile(
 
 
 @contextmanager
-def ledgerwire() -> Iterator[Standalone]:
-    with throwaway_standalone(["--log-level", "WARNING"]) as server:
+def ledgerwire(config: Path | None = None) -> Iterator[Standalone]:
+    """`config`: a TOML file for the standalone (e.g. [storage] fsync = false, to see what the
+    journal fsync costs each round trip)."""
+    extra = ["--config", str(config)] if config is not None else []
+    with throwaway_standalone(["--log-level", "WARNING", *extra]) as server:
         yield server
 
 
@@ -177,6 +180,8 @@ def main() -> None:
     parser.add_argument("--skip-java", action="store_true")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="time each producer from its creation (its start included)")
+    parser.add_argument("--broker-config", type=Path, metavar="TOML",
+                        help="configuration file for the standalone")
     args = parser.parse_args()
     warm_up = not args.no_warm_up
     stats = InFlight()
@@ -194,7 +199,7 @@ def main() -> None:
         else:
             print("no JDK on PATH: the Java producer is left out")
     results: dict[str, float] = {}
-    with ledgerwire() as server:
+    with ledgerwire(args.broker_config) as server:
         bootstrap, pid = server.bootstrap, server.proc.pid if server.proc else 0
         for partitions in (1, 8):
             for (client, settings), produce in runs.items():
