@@ -124,20 +124,29 @@ class ObjectStoreOffloader:
 
     async def commit_group(self, staged: Sequence[StagedUpload]) -> None:
         """Complete the staged uploads (at the same time). On an error the ones not
-        completed are aborted; some may be stored whole (the caller deletes them)."""
+        completed are aborted; some may be stored whole (the caller deletes them). Store
+        errors alone are raised as the first ObjectStoreUnavailableError; anything else
+        among them (a cancellation, a bug) is raised without the store errors, so a
+        Cancelled always reaches its scope."""
         try:
             async with trio.open_nursery() as nursery:
                 for one in staged:
                     nursery.start_soon(trio.to_thread.run_sync, one.commit)
-        except BaseException as exc:
-            with trio.CancelScope(shield=True):
-                for one in staged:
-                    await trio.to_thread.run_sync(one.discard)
-            errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
-            for error in errors:
-                if isinstance(error, ObjectStoreUnavailableError):
-                    raise error from None
+        except BaseExceptionGroup as group:
+            await self._discard_all(staged)
+            unavailable, rest = group.split(ObjectStoreUnavailableError)
+            if rest is not None:
+                raise rest from None  # split keeps each exception's own traceback
+            assert unavailable is not None
+            raise _first(unavailable) from None
+        except BaseException:
+            await self._discard_all(staged)
             raise
+
+    async def _discard_all(self, staged: Sequence[StagedUpload]) -> None:
+        with trio.CancelScope(shield=True):
+            for one in staged:
+                await trio.to_thread.run_sync(one.discard)
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         got = await self._call("get", key, obstore.get_range, start=start, length=length)
@@ -152,6 +161,13 @@ class ObjectStoreOffloader:
             await self._call("delete", key, obstore.delete)
         except ObjectMissingError:
             pass
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 class StagedUpload:
