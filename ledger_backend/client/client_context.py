@@ -2,14 +2,15 @@
 
 `ClientContext` reads and compare-and-sets ledger metadata (every store call bounded by the
 client timeout, store errors mapped to ledger errors), lists registered bookies, and carries the
-bookie connection pool, the placement policy and the client's nursery. It must never write
+bookie connection pool, the placement policy, the client's nursery and its write handles'
+timers. It must never write
 ledger metadata without the version it read (no blind sets).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
@@ -23,6 +24,7 @@ from ledger_backend.client.errors import (
     MetadataStoreError,
     NoSuchLedgerError,
 )
+from ledger_backend.client.handle_timers import HandleTimers
 from ledger_backend.client.ledger_metadata import (
     AVAILABLE_BOOKIES_PATH,
     DIGEST_TYPE_CRC32C,
@@ -56,6 +58,11 @@ class ClientContext:
     explicit_lac_delay_s: float = 0.2
     # the password of ledgers this client creates, and recovers (bookie/master_key.py)
     ledger_password: bytes | None = None
+    # every write handle's deadline watchdog and LAC sender (handle_timers.py)
+    timers: HandleTimers = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.timers = HandleTimers(self.nursery, self.explicit_lac_delay_s)
 
     def master_key(self, metadata: LedgerMetadata) -> bytes:
         """The key this client sends for `metadata`'s ledger on adds and fencing reads: b""

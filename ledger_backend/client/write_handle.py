@@ -106,8 +106,7 @@ class WriteHandle:
         self._closed = False
         self._close_lock = trio.Lock()
         self.ensemble_changes = 0
-        self._watchdog_running = False
-        self._watchdog_scope: trio.CancelScope | None = None  # its sleep: ended on close
+        self._watched = False  # registered with the client's deadline watchdog
         self._lac_told = -1  # the highest LAC the bookies heard (piggybacked or explicit)
         self._explicit_lac_pending = False
 
@@ -140,9 +139,9 @@ class WriteHandle:
         self._pending.append(add)
         self._drained = trio.Event() if self._drained.is_set() else self._drained
         self._send_missing(add)
-        if not self._watchdog_running:
-            self._watchdog_running = True
-            self._ctx.nursery.start_soon(self._watch_deadlines)
+        if not self._watched:
+            self._watched = True
+            self._ctx.timers.watch(self)
         await add.done.wait()  # the watchdog fails the handle if it takes too long
         if add.error is not None:
             raise add.error
@@ -215,35 +214,33 @@ class WriteHandle:
         self._closed = True
         if self._error is None:
             self._error = LedgerClosedError(f"ledger {self.ledger_id} is closed")
-        self._stop_watchdog()
+        self._unwatch()
 
-    async def _watch_deadlines(self) -> None:
-        """Fail the handle once its oldest unacknowledged add passes its deadline.
+    # --- the client's timers (handle_timers.py): one watchdog and one LAC sender for all
+    # handles, instead of a task each per ledger
 
-        One task per handle with adds in flight, instead of a cancel scope per append: the
-        oldest pending add always has the earliest deadline (deadlines follow entry order).
-        Its sleep ends when the handle closes or fails: an acknowledged add's deadline is
-        4 x timeout_s away, and a sleeping watchdog kept a closed handle (an unloaded
-        partition's) and its last add in memory that long."""
-        try:
-            while self._pending and self._error is None and not self._closed:
-                oldest = self._pending[0]
-                delay = oldest.deadline - trio.current_time()
-                if delay > 0:
-                    del oldest  # acknowledged meanwhile: not kept for the sleep
-                    with trio.CancelScope() as self._watchdog_scope:
-                        await trio.sleep(delay)
-                    continue
-                self._fail(BKTimeoutError(f"ledger {self.ledger_id} entry {oldest.entry_id} "
-                                          f"was not acknowledged in time"))  # fmt: skip
-        finally:
-            self._watchdog_running = False
-            self._watchdog_scope = None
+    def oldest_deadline(self) -> float | None:
+        """When the oldest unacknowledged add fails the handle (deadlines follow entry order);
+        None once nothing is in flight."""
+        if not self._pending or self._error is not None or self._closed:
+            self._watched = False
+            return None
+        return self._pending[0].deadline
 
-    def _stop_watchdog(self) -> None:
-        scope = self._watchdog_scope
-        if scope is not None:
-            scope.cancel()
+    def deadline_passed(self) -> None:
+        self._watched = False
+        if self._pending:
+            self._fail(BKTimeoutError(f"ledger {self.ledger_id} entry "
+                                      f"{self._pending[0].entry_id} was not acknowledged in "
+                                      f"time"))  # fmt: skip
+
+    def _unwatch(self) -> None:
+        """Leave the watchdog (drained, closed or failed): an acknowledged add's deadline is
+        4 x timeout_s away, and it must not keep a closed handle (an unloaded partition's)
+        in memory that long."""
+        if self._watched:
+            self._watched = False
+            self._ctx.timers.unwatch(self)
 
     # --- sending and acknowledging --------------------------------------------------------
 
@@ -304,18 +301,16 @@ class WriteHandle:
             add.done.set()
         if not self._pending:
             self._drained.set()
+            self._unwatch()
             if (self._lac > self._lac_told and not self._explicit_lac_pending
                     and self._ctx.explicit_lac_delay_s > 0):
                 self._explicit_lac_pending = True
-                self._ctx.nursery.start_soon(self._send_explicit_lac_later)
+                self._ctx.timers.lac_after_pause(self)
 
-    async def _send_explicit_lac_later(self) -> None:
+    def send_explicit_lac(self) -> None:
         """After a pause in adds, tell the last fragment's bookies the LAC (fire and forget:
         a lost WRITE_LAC only leaves readers one entry behind until the next add)."""
-        try:
-            await trio.sleep(self._ctx.explicit_lac_delay_s)
-        finally:
-            self._explicit_lac_pending = False
+        self._explicit_lac_pending = False
         if self._pending or self._error is not None or self._closed or self._closing:
             return  # the next add piggybacks the LAC; a closed ledger has its last entry
         lac = self._lac
@@ -341,7 +336,7 @@ class WriteHandle:
             add.error = self._error
             add.done.set()
         self._drained.set()
-        self._stop_watchdog()
+        self._unwatch()
 
     # --- ensemble change ------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 `running_bookies(store, n)` starts n `serve_bookie` servers (MemoryBookieStorage by default) in
 a nursery, registered in `store`, and yields an `InProcessCluster` that can stop one bookie
 (its cancel scope) to simulate a crash, and restart it at the same address with the storage it
-had (a bookie coming back).
+had (a bookie coming back).  `silent_bookie(store, nursery)` registers one that accepts
+connections and never answers.
 """
 
 from __future__ import annotations
@@ -123,3 +124,17 @@ async def assert_refused(attempt: Awaitable[object], mentioning: str = "") -> No
         assert any(mentioning in str(e) for e in errors), errors
         return
     raise AssertionError("the attempt succeeded")
+
+
+async def silent_bookie(store: MetadataStore, nursery: trio.Nursery) -> str:
+    """Register a bookie (served in `nursery`) that accepts connections and never answers."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+    async def swallow(stream: trio.SocketStream) -> None:
+        while await stream.receive_some(65536):
+            pass
+
+    nursery.start_soon(trio.serve_listeners, swallow, listeners)
+    await store.create(f"/ledgerwire/bookies/available/{address}", b"", make_parents=True)
+    return address

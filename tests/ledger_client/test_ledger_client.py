@@ -24,7 +24,7 @@ from ledger_backend.client.errors import (
 )
 from ledger_backend.client.ledger_metadata import LedgerMetadata, LedgerState, ledger_path
 from ledger_backend.metadata import MetadataStore, open_store
-from tests.ledger_client.bookie_cluster import running_bookies
+from tests.ledger_client.bookie_cluster import running_bookies, silent_bookie
 
 
 @pytest.fixture
@@ -336,16 +336,8 @@ async def test_silent_bookie_times_out_on_the_trio_clock(
     store: MetadataStore, autojump_clock: trio.testing.MockClock
 ) -> None:
     """A bookie that accepts connections but never answers: every wait ends at its timeout."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
-
-    async def swallow(stream: trio.SocketStream) -> None:
-        while await stream.receive_some(65536):
-            pass
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.serve_listeners, swallow, listeners)
-        await store.create(f"/ledgerwire/bookies/available/{address}", b"", make_parents=True)
+        await silent_bookie(store, nursery)
         async with BookKeeper(store, timeout_s=10) as bk:
             wh = await bk.create_ledger(1, 1, 1)
             started = trio.current_time()
