@@ -57,14 +57,16 @@ DEFAULT_METADATA = "./data"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
-def _summary(what: str, rows: int, nbytes: int, seconds: float, extra: str = "",
-             spark_start_s: float = 0.0) -> str:
-    """The closing line; the rate is the job's own (`seconds` after Spark started)."""
+def _summary(what: str, rows: int, nbytes: int, measured: str, seconds: float,
+             extra: str = "", spark_start_s: float = 0.0) -> str:
+    """The closing line; `measured` says what `nbytes` counts (a replay's Parquet files are
+    compressed: their size says little of the data read); the rates are the job's own
+    (`seconds` after Spark started)."""
     rate = rows / seconds if seconds > 0 else 0.0
-    mb_s = nbytes / seconds / 1e6 if seconds > 0 else 0.0
+    mib_s = nbytes / seconds / (1 << 20) if seconds > 0 else 0.0
     started = f", Spark start {spark_start_s:.1f} s" if spark_start_s > 0.05 else ""
-    return (f"{what}: {rows} rows, {nbytes / 1e6:.1f} MB in {seconds:.1f} s "
-            f"({rate:,.0f} rows/s, {mb_s:.1f} MB/s{started}){extra}")
+    return (f"{what}: {rows} rows in {seconds:.1f} s ({rate:,.0f} rows/s{started}); "
+            f"{measured}: {nbytes / (1 << 20):.1f} MiB ({mib_s:.1f} MiB/s){extra}")
 
 
 def _report_failure(command: str, exc: BaseException, log: RunLog) -> int:
@@ -301,7 +303,7 @@ def _run_backfill_job(args: argparse.Namespace, fmt: str, backfill_id: str, log:
                 df.write.format("ledgerwire").mode("append").options(**options).save()
         done = json.loads(summary_file.read_text()) if summary_file.exists() else {}
         print(_summary("backfill", int(done.get("rows", 0)), int(done.get("bytes", 0)),
-                       time.time() - started,
+                       "keys and values sent", time.time() - started,
                        f", {done.get('skipped', 0)} rows already there from an earlier run",
                        spark_start_s))
         return 0
@@ -483,10 +485,11 @@ def run_replay(args: argparse.Namespace) -> int:
         seconds = time.time() - started
         if rows is None:  # Spark's write reports no count: read it back
             rows = spark.read.parquet(args.target).count()
-            nbytes = output_bytes(spark, args.target)
+            nbytes, measured = output_bytes(spark, args.target), "Parquet files written"
         else:
-            nbytes = local_bytes(args.target)
-        print(_summary("replay", rows, nbytes, seconds, f" -> {args.target}", spark_start_s))
+            nbytes, measured = local_bytes(args.target), "Parquet files on disk"
+        print(_summary("replay", rows, nbytes, measured, seconds,
+                       f" -> {args.target}", spark_start_s))
         return 0
     except Exception as exc:  # noqa: BLE001 - a failed job is reported, not a traceback
         return _report_failure("replay", exc, log)

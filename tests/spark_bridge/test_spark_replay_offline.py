@@ -66,7 +66,10 @@ def test_replay_cli_writes_parquet(stopped: tuple[Standalone, ProducedTopic], tm
     assert set(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
                    strict=True)) == set(produced.rows)
     written = sum(p.stat().st_size for p in target.iterdir())  # the parts and _SUCCESS
-    assert f"replay: 6000 rows, {written / 1e6:.1f} MB in " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # the summary says what its size measures (compressed files, not the data read), in MiB
+    assert out.startswith("replay: 6000 rows in "), out
+    assert f"; Parquet files on disk: {written / (1 << 20):.1f} MiB (" in out, out
 
 
 def test_replay_cli_names_a_bad_option(stopped: tuple[Standalone, ProducedTopic],
