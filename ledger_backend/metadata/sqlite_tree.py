@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ledger_backend.secret_files import make_private_dir
 
@@ -106,13 +106,14 @@ def _now_ms() -> int:
 class PendingWrite:
     """One write waiting for a group commit (SqliteTree.write_batch)."""
 
-    __slots__ = ("body", "done", "error", "result")
+    __slots__ = ("body", "done", "error", "result", "wake")
 
     def __init__(self, body: Callable[[list[WatchEvent]], object]) -> None:
         self.body = body
         self.result: object = None
         self.error: BaseException | None = None
         self.done = False
+        self.wake: Any = None  # what its writer waits on (embedded.py: a trio.Event)
 
 
 class SqliteTree:
@@ -136,7 +137,7 @@ class SqliteTree:
         self.refcount = 0
         # group commit (embedded.py): writes queued while one batch commits (Trio thread only)
         self.write_queue: deque[PendingWrite] = deque()
-        self.group_lock: object | None = None
+        self.committing = False  # a batch of write_queue is being committed (embedded.py)
 
     # ---- setup -------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from ledger_backend.metadata import MetadataError, NoNodeError, open_store
 from ledger_backend.metadata.embedded import DB_FILE, EmbeddedMetadataStore
@@ -226,5 +227,58 @@ async def test_concurrent_writes_share_commits_and_fail_alone(tmp_path: Path) ->
     store = await open_store(f"embedded:{tmp_path}")  # and all of it is on disk
     try:
         assert len(await store.children("/n")) == 40
+    finally:
+        await store.close()
+
+
+class LoopPasses(trio.abc.Instrument):
+    """Counts the passes of the Trio event loop (one I/O wait each)."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.passes += 1
+
+
+async def test_a_commits_writers_wake_together(tmp_path: Path) -> None:
+    """The writers of a batch, and the one that commits the next, are woken in one pass of the
+    event loop: before, each waiter took a lock in turn, one pass per writer (a thousand
+    partitions opening at once: a thousand passes, each with an epoll call, per COMMIT)."""
+    store = await open_store(f"embedded:{tmp_path}")
+    writers = 300
+    try:
+        await store.create("/w", b"")
+        passes = LoopPasses()
+        trio.lowlevel.add_instrument(passes)
+        try:
+            async with trio.open_nursery() as nursery:
+                for i in range(writers):
+                    nursery.start_soon(store.create, f"/w/n{i}", b"x")
+        finally:
+            trio.lowlevel.remove_instrument(passes)
+        assert len(await store.children("/w")) == writers
+        # a few batches, a few passes each (was: more than one pass per writer)
+        assert passes.passes < writers // 3, passes.passes
+    finally:
+        await store.close()
+
+
+async def test_cancelled_queued_writers_leave_the_others_going(tmp_path: Path) -> None:
+    """Writers cancelled while queued are not written, and never stall the queue: the writer
+    after them still commits (also when the one woken to commit next was cancelled)."""
+    store = await open_store(f"embedded:{tmp_path}")
+    try:
+        await store.create("/q", b"")
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery, trio.open_nursery() as doomed:
+                for i in range(20):
+                    nursery.start_soon(store.create, f"/q/n{i}", b"x")
+                    doomed.start_soon(store.create, f"/q/d{i}", b"x")
+                await trio.testing.wait_all_tasks_blocked()
+                doomed.cancel_scope.cancel()
+            await store.create("/q/after", b"x")
+        children = set(await store.children("/q"))
+        assert {f"n{i}" for i in range(20)} | {"after"} <= children
     finally:
         await store.close()
