@@ -119,7 +119,7 @@ def _shifted(listener: str, by: int) -> str:
 def worker_config(config: Config, index: int, admin_socket: str, bundles: int) -> Config:
     """Worker i's configuration: its own node id and Kafka port, its admin API on admin_socket
     (plain HTTP: the supervisor's listener has the TLS), its own range of `bundles` RocketMQ
-    bundle ports (broker and gRPC) after the workers before it."""
+    bundle ports (broker and gRPC) after the workers before it, no peer port probes."""
     host, port = parse_host_port(config.kafka.listener)
     kafka = replace(config.kafka, broker_id=config.kafka.broker_id + index,
                     listener=f"{host}:{port + index if port else 0}",
@@ -132,7 +132,13 @@ def worker_config(config: Config, index: int, admin_socket: str, bundles: int) -
                        advertised_port=r.advertised_port + shift if r.advertised_port else 0,
                        grpc_listener=(_shifted(r.grpc_listener, shift) if r.grpc_listener
                                       else r.grpc_listener))
-    return replace(config, kafka=kafka, admin=admin, rocketmq=rocketmq, workers="1")
+    # No port probes between workers (gateway/cluster/peer_liveness.py): the shared store ends
+    # a dead worker's session when its socket closes, milliseconds after the kill, so a
+    # refused port never tells a worker anything sooner; each probe cost both workers a
+    # connect, an accept and a closed Kafka connection, four times a second per peer.
+    cluster = replace(config.cluster, expel_refusing_brokers=False)
+    return replace(config, kafka=kafka, admin=admin, rocketmq=rocketmq, cluster=cluster,
+                   workers="1")
 
 
 def cluster_layout(config: Config, workers: int) -> ClusterLayout:

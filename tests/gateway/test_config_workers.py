@@ -52,3 +52,12 @@ def test_each_worker_gets_its_node_id_and_port_and_a_private_admin_socket() -> N
     assert config.admin_listener() == "127.0.0.1:8080"
     assert config.kafka.listener == "127.0.0.1:9092"  # the node's own config is untouched
     assert cluster_layout(config, 3).bundles >= 12
+
+
+def test_workers_do_not_probe_each_others_kafka_ports() -> None:
+    # the shared store ends a dead worker's session when its socket closes: a refused port
+    # tells nothing sooner, and each probe costs both workers a connection
+    config = load_config(None, {"workers": "2"})
+    assert config.cluster.expel_refusing_brokers  # a cluster broker's default is untouched
+    workers = [worker_config(config, i, f"/d/admin-{i}.sock", 16) for i in range(2)]
+    assert not any(w.cluster.expel_refusing_brokers for w in workers)
