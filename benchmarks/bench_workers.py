@@ -29,6 +29,7 @@ brokers).  When a node fails, the tail of its log is printed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -41,6 +42,7 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
+import trio
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,9 +51,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_kafka import consume_throughput, produce_throughput  # noqa: E402
 from common import cpu_seconds  # noqa: E402
 
+from gateway.cluster.broker_registry import BUNDLES_PATH  # noqa: E402
 from gateway.cluster.ownership import bundle_of, target_broker  # noqa: E402
 from gateway.config.settings import Config  # noqa: E402
 from gateway.process.supervisor import cluster_layout  # noqa: E402
+from ledger_backend.metadata import open_store  # noqa: E402
 from tests.support.standalone import Standalone, free_port_range  # noqa: E402
 
 PARTITIONS = 8
@@ -121,9 +125,44 @@ def settled_leaders(topic: str, workers: int) -> list[int]:
             for p in range(PARTITIONS)]
 
 
+def bundle_owners(data_dir: Path) -> dict[int, int]:
+    """Each owned bundle's owner (node id), read from the node's store (read-only)."""
+
+    async def read() -> dict[int, int]:
+        store = await open_store(f"embedded-ro:{data_dir / 'metadata'}")
+        try:
+            owners = {}
+            for child in await store.children(BUNDLES_PATH):
+                data, _ = await store.get(f"{BUNDLES_PATH}/{child}")
+                owners[int(child)] = int(json.loads(data)["node_id"])
+            return owners
+        finally:
+            await store.close()
+
+    return trio.run(read)
+
+
+def wait_bundles_settled(server: Node) -> None:
+    """Until every bundle sits on the worker it ends up on: a new node's workers register one
+    after the other, the first takes every bundle and hands the others' back one at a time
+    cluster.handback_delay_s (15 s) after they joined.  Each move loads the bundle's
+    coordinator and RocketMQ logs and sends the RocketMQ clients elsewhere; a run that
+    overlaps the moves measures them, not the shape."""
+    bundles = cluster_layout(Config(), server.workers).bundles
+    target = {b: target_broker(b, list(range(server.workers))) for b in range(bundles)}
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if bundle_owners(server.data_dir) == target:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"bundles did not settle on {target}")
+
+
 def create_spread_topic(server: Node, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
+    if server.workers > 1:
+        wait_bundles_settled(server)
     settled = settled_leaders(topic, server.workers)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:  # every partition on the worker it ends up on
@@ -146,9 +185,12 @@ def measured(server: Node, label: str, count: int, run: Callable[[], float], rep
         after, client_after = process_cpu(pids), client_cpu()
         per = {name: (after[name] - before[name]) * 1e6 / count for name in pids}
         cpu.append(sum(per.values()))
+        client = (client_after - client_before) * 1e6 / count
+        # cores busy while it ran: (node + client CPU per message) x msg/s
         print(f"    {label}: {rates[-1]:,.0f} msg/s, node {cpu[-1]:.1f} us CPU/msg ("
               + ", ".join(f"{name} {us:.1f}" for name, us in per.items())
-              + f"), client {(client_after - client_before) * 1e6 / count:.1f}; load "
+              + f"), client {client:.1f}; cores used: node {cpu[-1] * rates[-1] / 1e6:.2f} + "
+              f"client {client * rates[-1] / 1e6:.2f} of {os.cpu_count()}; load "
               f"{os.getloadavg()[0]:.1f}", flush=True)
     return statistics.median(rates), statistics.median(cpu)
 
@@ -183,7 +225,7 @@ def run_shape(workers: int, count: int, repeat: int, sends: int = 0,
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--rocketmq", action="store_true",
