@@ -237,7 +237,7 @@ class ManagedLedgerFactory:
             async with trio.open_nursery() as opening:
                 opening.start_soon(prepare_next)
                 try:
-                    await self._recover_unclosed(node.ledgers, readers)
+                    recovered = await self._recover_unclosed(node.ledgers, readers)
                 except Exception as exc:
                     failures.insert(0, exc)
             if failures:
@@ -257,12 +257,11 @@ class ManagedLedgerFactory:
             with trio.CancelScope(shield=True):
                 await readers.close_all()
             raise
-        log.info(
-            "opened managed ledger %r: ledgers %s, writing ledger %d",
-            name,
-            [r.ledger_id for r in node.ledgers],
-            handle.ledger_id,
-        )
+        # INFO only when it took something over (a restart reopens every partition used:
+        # 100,000 lines of INFO, ~4% of a reopen's CPU, said nothing the recovery lines do not)
+        log.log(logging.INFO if recovered else logging.DEBUG,
+                "opened managed ledger %r: ledgers %s, writing ledger %d",
+                name, [r.ledger_id for r in node.ledgers], handle.ledger_id)
         ml = self._instance(name, config, path, node, stat.version, handle, readers, cursors)
         if node.pending or node.garbage:
             # A rewrite died before its swap (pending) or before deleting what it swapped out
@@ -381,8 +380,10 @@ class ManagedLedgerFactory:
                 pass
         self._root_exists = True  # never deleted (only what is below it)
 
-    async def _recover_unclosed(self, records: list[LedgerRecord], readers: LedgerReaders) -> None:
-        """Fence and close every ledger not known to be closed, recording its real end."""
+    async def _recover_unclosed(self, records: list[LedgerRecord], readers: LedgerReaders) -> int:
+        """Fence and close every ledger not known to be closed, recording its real end; how
+        many there were."""
+        unclosed = sum(not r.closed for r in records)
         for record in records:
             if record.closed:
                 continue
@@ -405,6 +406,7 @@ class ManagedLedgerFactory:
             record.closed = True
             readers.adopt(handle)
             log.info("recovered ledger %d: %d entries", record.ledger_id, entries)
+        return unclosed
 
     async def _load_cursors(self, cursors_dir: str) -> dict[str, Cursor]:
         try:
