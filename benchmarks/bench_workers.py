@@ -5,7 +5,8 @@
 
 Each shape runs as a real `ledgerwire standalone` (fsync on) on loopback, driven by the same
 confluent-kafka code as benchmarks/bench_kafka.py: 1 KB values, acks=all, linger.ms=5, one
-producer and one consumer (librdkafka spreads them over every broker it is sent to).  With
+producer and one consumer (librdkafka spreads them over every broker it is sent to; the
+consumer with fetch.queue.backoff.ms = 10, see CONSUMER_CONF).  With
 N workers the benchmark waits until every partition of the topic is led by the worker the
 ownership's rendezvous hash gives its bundle (a new node's bundles are handed back one at a
 time after cluster.handback_delay_s): a partition that moves during a run costs its clients a
@@ -59,6 +60,12 @@ from ledger_backend.metadata import open_store  # noqa: E402
 from tests.support.standalone import Standalone, free_port_range  # noqa: E402
 
 PARTITIONS = 8
+# librdkafka (2.16 here) postpones a partition's next fetch by fetch.queue.backoff.ms (1 s by
+# default) once its local queue is over queued.max.messages.kbytes; two brokers fill that queue
+# twice as fast as one, and a 300,000-message consume of a 2-worker node then stalled ~1 s in
+# most runs (0.33-0.79x one worker, with 0.2-0.5 of the cores busy).  A client's pause, not
+# the node's: both shapes run with a short back-off.
+CONSUMER_CONF = {"fetch.queue.backoff.ms": 10}
 
 
 class Node(Standalone):
@@ -205,7 +212,8 @@ def run_shape(workers: int, count: int, repeat: int, sends: int = 0,
         produce, produce_cpu = measured(server, "produce", count, partial(
             produce_throughput, server.bootstrap, topic, PARTITIONS, count), repeat)
         consume, consume_cpu = measured(server, "consume", count, partial(
-            consume_throughput, server.bootstrap, topic, PARTITIONS, count), repeat)
+            consume_throughput, server.bootstrap, topic, PARTITIONS, count,
+            CONSUMER_CONF), repeat)
         figures = {"produce": produce, "produce_cpu": produce_cpu, "consume": consume,
                    "consume_cpu": consume_cpu}
         if rocketmq:
