@@ -106,18 +106,39 @@ class OffloadService:
 
     async def sweep_staged(self, older_than_s: float) -> int:
         """Remove the driver's staged files left by a crash (FilesystemOffloader.sweep_staged;
-        other drivers stage nothing a reader could see); how many were removed."""
-        sweep = getattr(self._offloader, "sweep_staged", None)
-        if sweep is None:
-            return 0
-        try:
-            removed: int = await sweep(older_than_s)
-        except OSError as exc:
-            log.warning("sweeping staged offload files failed: %s", exc)
-            return 0
+        other drivers stage nothing a reader could see), at [offload]'s place and at every
+        namespace's own offload_directory; how many were removed."""
+        removed = 0
+        for offloader in self._sweep_places():
+            sweep = getattr(offloader, "sweep_staged", None)
+            if sweep is None:
+                continue
+            try:
+                removed += await sweep(older_than_s)
+            except OSError as exc:
+                log.warning("sweeping staged offload files at %s failed: %s",
+                            offloader.location, exc)
         if removed:
             log.info("removed %d staged offload file(s) left by an interrupted offload", removed)
         return removed
+
+    def _sweep_places(self) -> list[Offloader]:
+        configured = self._offloader
+        if configured is None:
+            return []
+        places = {configured.location: configured}
+        registry = getattr(self._topics, "namespaces", None)
+        if registry is not None and configured.driver == "filesystem":
+            for namespace in registry.namespaces():
+                try:
+                    directory = registry.policies(namespace).offload_directory
+                except ValueError:  # NamespaceError: deleted meanwhile
+                    continue
+                if directory:
+                    placed = configured.at({**configured.location_fields,
+                                            "directory": directory})
+                    places.setdefault(placed.location, placed)
+        return list(places.values())
 
     def _policies(self, topic: str) -> Any:
         registry = getattr(self._topics, "namespaces", None)
