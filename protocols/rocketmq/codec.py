@@ -245,12 +245,16 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
     if isinstance(language, int) and 0 <= language < len(LANGUAGES):
         language = LANGUAGES[language]
     remark = doc.get("remark")
+    # every request has these four as JSON integers: _int_field (its checks and lenient
+    # reading) only for what is not one, or missing
+    code, opaque, flag, version = (doc.get("code"), doc.get("opaque", 0), doc.get("flag", 0),
+                                   doc.get("version", 0))
     return RemotingCommand(
-        code=_int_field(doc, "code"),
-        opaque=_int_field(doc, "opaque", 0),
-        flag=_int_field(doc, "flag", 0),
-        language=str(language),
-        version=_int_field(doc, "version", 0),
+        code=code if type(code) is int else _int_field(doc, "code"),
+        opaque=opaque if type(opaque) is int else _int_field(doc, "opaque", 0),
+        flag=flag if type(flag) is int else _int_field(doc, "flag", 0),
+        language=language if type(language) is str else str(language),
+        version=version if type(version) is int else _int_field(doc, "version", 0),
         remark=None if remark is None else str(remark),
         ext_fields=ext,
     )

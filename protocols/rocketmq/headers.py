@@ -110,18 +110,30 @@ class SendHeader:
          reconsume, max_reconsume, batch) = map(ext.get, keys)
         if topic is None:
             raise HeaderFieldError("the custom field <topic> is null")
+        try:  # plain integers (every client's): no call per field
+            numbers = (int(queue_nums) if queue_nums else 4, int(queue_id) if queue_id else -1,
+                       int(sys_flag) if sys_flag else 0, int(born) if born else 0,
+                       int(flag) if flag else 0, int(reconsume) if reconsume else 0,
+                       int(max_reconsume) if max_reconsume else -1)
+        except ValueError:  # "1.0" and the like, or an error naming the field
+            numbers = (_int_or(queue_nums, "defaultTopicQueueNums", 4),
+                       _int_or(queue_id, "queueId", -1), _int_or(sys_flag, "sysFlag", 0),
+                       _int_or(born, "bornTimestamp", 0), _int_or(flag, "flag", 0),
+                       _int_or(reconsume, "reconsumeTimes", 0),
+                       _int_or(max_reconsume, "maxReconsumeTimes", -1))
+        queue_nums_i, queue_id_i, sys_flag_i, born_i, flag_i, reconsume_i, max_i = numbers
         return cls(
             producer_group=group if group is not None else "",
             topic=topic,
             default_topic=default_topic if default_topic is not None else "",
-            default_topic_queue_nums=_int_or(queue_nums, "defaultTopicQueueNums", 4),
-            queue_id=_int_or(queue_id, "queueId", -1),
-            sys_flag=_int_or(sys_flag, "sysFlag", 0),
-            born_timestamp=_int_or(born, "bornTimestamp", 0),
-            flag=_int_or(flag, "flag", 0),
+            default_topic_queue_nums=queue_nums_i,
+            queue_id=queue_id_i,
+            sys_flag=sys_flag_i,
+            born_timestamp=born_i,
+            flag=flag_i,
             properties=props if props is not None else "",
-            reconsume_times=_int_or(reconsume, "reconsumeTimes", 0),
-            max_reconsume_times=_int_or(max_reconsume, "maxReconsumeTimes", -1),
+            reconsume_times=reconsume_i,
+            max_reconsume_times=max_i,
             batch=batch is not None and batch.strip().lower() in ("true", "1"),
         )
 

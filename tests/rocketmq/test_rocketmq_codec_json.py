@@ -97,3 +97,32 @@ def test_encoded_headers_mean_what_the_standard_library_wrote(
         slow = _encode_json_header(command)
     assert json.loads(fast) == json.loads(slow)
     assert _decode_json_header(fast) == _decode_json_header(slow)
+
+
+json_values = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4),
+                        st.floats(allow_nan=False, allow_infinity=False),
+                        st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["code", "opaque", "flag", "version"]), json_values),
+       st.one_of(st.none(), st.text(max_size=4), st.integers(-2, 20), st.booleans()))
+def test_the_numeric_header_fields_are_integers_or_a_clear_error(
+        fields: dict[str, Any], language: Any) -> None:
+    """code/opaque/flag/version of any JSON type (read inline when they are JSON integers):
+    integers in the command, or MalformedFrameError; never another exception."""
+    doc = {**fields, "extFields": {}}
+    if language is not None:
+        doc["language"] = language
+    try:
+        command = _decode_json_header(json.dumps(doc).encode())
+    except MalformedFrameError:
+        assert any(type(fields.get(k, 0)) is not int for k in ("opaque", "flag", "version")) \
+            or type(fields.get("code")) is not int
+        return
+    assert all(type(v) is int for v in (command.code, command.opaque, command.flag,
+                                        command.version))
+    assert type(command.language) is str
+    for name, value in fields.items():
+        if type(value) is int:
+            assert getattr(command, name) == value
