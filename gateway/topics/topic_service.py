@@ -1,11 +1,10 @@
 """Topics and their partition logs: what exists (metadata store) and what is open (this broker).
 
-A topic is one node, /ledgerwire/topics/<name>, holding JSON {"format", "topic_id", "partitions",
-"configs"} and changed only by compare-and-set on its version.  Partition p of topic t is the
-managed ledger "<namespace>/t-p" (config.namespace, "public/default", unless a
+A topic is one node, /ledgerwire/topics/<name>, holding its JSON record (topic_node.py) and
+changed only by compare-and-set on its version.  Partition p of topic t is the managed ledger
+"<namespace>/t-p" (config.namespace, "public/default", unless a
 gateway.topics.namespaces.NamespaceRegistry set as `namespaces` maps the topic elsewhere and gives
-its
-namespace's quorum/retention/max-topics policies) plus a small state node under
+its namespace's quorum/retention/max-topics policies) plus a small state node under
 /ledgerwire/partition-state/<t>/<p> (log start offset, producer snapshot; see partition_log.py).
 Partition logs are opened lazily on first use; opening the managed ledger fences and recovers a
 crashed predecessor's open ledger, and a log that failed (fenced by another owner) is replaced by
@@ -18,6 +17,7 @@ to the topic node, then applied to the partitions open here -- retention.ms/byte
 ledger rollover limits (segment.bytes -> max ledger bytes, segment.ms -> max ledger age) on the
 managed ledger's config, max.message.bytes / message.timestamp.type on the partition log's --
 and retention runs at once on that topic, so a shorter retention.ms trims old ledgers now.
+What the configs mean for a partition is worked out in topic_configs.py.
 
 Deleting a topic first marks its node "deleting" (CAS), then closes and deletes the partitions'
 managed ledgers and state, then deletes the node; a topic found half-deleted at `load()` is
@@ -31,20 +31,23 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import trio
 
 from gateway.topics.compaction_service import CompactionService
-from gateway.topics.compactor import CompactionSettings, ledger_age_limit_s
 from gateway.topics.idle_unloader import IdleUnloader
 from gateway.topics.offload_service import OffloadService
 from gateway.topics.partition_log import PartitionLog, PartitionLogConfig
+from gateway.topics.topic_configs import (
+    TopicServiceConfig,
+    partition_configs,
+    validate_topic_configs,
+)
+from gateway.topics.topic_node import TopicInfo, decode_topic, encode_topic, validate_topic_name
 from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from ledger_backend.metadata.store import (
@@ -55,9 +58,7 @@ from ledger_backend.metadata.store import (
     NoNodeError,
 )
 from protocols.kafka.errors import (
-    InvalidConfigError,
     InvalidPartitionsError,
-    InvalidTopicError,
     KafkaProtocolError,
     PolicyViolationError,
     TopicAlreadyExistsError,
@@ -70,99 +71,6 @@ log = logging.getLogger(__name__)
 TOPICS_PATH = "/ledgerwire/topics"
 PARTITION_STATE_PATH = "/ledgerwire/partition-state"
 PRODUCER_ID_COUNTER_PATH = "/ledgerwire/producer-id"
-TOPIC_FORMAT_VERSION = 1
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
-_INT_CONFIGS = ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes",
-                "segment.ms", "min.insync.replicas", "message.timestamp.difference.max.ms",
-                "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
-                "local.retention.ms", "local.retention.bytes", "offload.deletion.lag.ms")
-_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-
-
-@dataclass
-class TopicServiceConfig:
-    default_partitions: int = 1
-    auto_create_topics: bool = True
-    retention_ms: int = 7 * 24 * 3600 * 1000  # Kafka's default; -1 = keep forever
-    retention_bytes: int = -1
-    max_message_bytes: int = 1048588
-    tail_cache_bytes: int = 16 << 20  # per open partition
-    ensemble_size: int = 1
-    write_quorum: int = 1
-    ack_quorum: int = 1
-    max_entries_per_ledger: int = 50_000
-    max_ledger_bytes: int = 256 << 20
-    max_ledger_age_s: float = 4 * 3600
-    snapshot_interval_batches: int = 1000
-    namespace: str = "public/default"
-    compaction_interval_s: float = 30.0  # background compaction passes (compacted topics)
-    compaction_max_bytes_per_s: float | None = 64 << 20  # read pace of a pass
-    offload_threshold_bytes: int = -1  # background offload keeps this much on bookies; -1 off
-    offload_threshold_s: float = -1  # ... and offloads ledgers this old; -1 off
-    offload_deletion_lag_s: float = 4 * 3600
-    offload_interval_s: float = 60.0
-    idle_unload_s: float = 600.0  # a partition log unused this long is closed; <= 0: never
-    max_open_partitions: int = 0  # open partition logs at most (LRU idle ones close); 0: no bound
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's rules (org.apache.kafka.common.internals.Topic.validate)."""
-    if not name:
-        raise InvalidTopicError("topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError("topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
-    if not _LEGAL_TOPIC.fullmatch(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} is illegal: only ASCII alphanumerics, '.', '_' and '-'"
-        )
-
-
-def validate_topic_configs(configs: dict[str, str]) -> None:
-    for key in _INT_CONFIGS:
-        if key in configs:
-            try:
-                int(configs[key])
-            except (TypeError, ValueError) as exc:
-                raise InvalidConfigError(f"{key}={configs[key]!r} is not an integer") from exc
-    ratio = configs.get("min.cleanable.dirty.ratio")
-    if ratio is not None:
-        try:
-            ok = 0.0 <= float(ratio) <= 1.0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise InvalidConfigError(f"min.cleanable.dirty.ratio={ratio!r} is not in [0, 1]")
-    ts_type = configs.get("message.timestamp.type")
-    if ts_type is not None and ts_type not in _TIMESTAMP_TYPES:
-        raise InvalidConfigError(f"message.timestamp.type must be one of {_TIMESTAMP_TYPES}")
-
-
-def _encode_topic(info: TopicInfo, deleting: bool = False) -> bytes:
-    doc: dict[str, Any] = {"format": TOPIC_FORMAT_VERSION, "topic_id": str(info.topic_id),
-                           "partitions": info.partitions, "configs": info.configs}
-    if deleting:
-        doc["deleting"] = True
-    return json.dumps(doc, sort_keys=True).encode()
-
-
-def _decode_topic(name: str, data: bytes) -> tuple[TopicInfo, bool]:
-    doc = json.loads(data)
-    if doc.get("format") != TOPIC_FORMAT_VERSION:
-        raise ValueError(f"topic {name}: unknown format {doc.get('format')}")
-    info = TopicInfo(name, uuid.UUID(doc["topic_id"]), int(doc["partitions"]),
-                     {str(k): str(v) for k, v in doc.get("configs", {}).items()})
-    return info, bool(doc.get("deleting", False))
 
 
 class TopicService:
@@ -239,7 +147,7 @@ class TopicService:
             data, stat = await self._store.get(f"{TOPICS_PATH}/{name}")
         except NoNodeError:
             return None
-        info, deleting = _decode_topic(name, data)
+        info, deleting = decode_topic(name, data)
         return info, deleting, stat.version
 
     def topics(self) -> Mapping[str, TopicInfo]:
@@ -285,7 +193,7 @@ class TopicService:
         info = TopicInfo(name, uuid.uuid4(), partitions, configs)
         self._creating.add(name)
         try:
-            await self._store.create(f"{TOPICS_PATH}/{name}", _encode_topic(info),
+            await self._store.create(f"{TOPICS_PATH}/{name}", encode_topic(info),
                                      make_parents=True)
         except NodeExistsError as exc:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists") from exc
@@ -300,7 +208,7 @@ class TopicService:
             self._drop_topic(name)
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         info, _, version = loaded
-        stat = await self._store.set(f"{TOPICS_PATH}/{name}", _encode_topic(info, True), version)
+        stat = await self._store.set(f"{TOPICS_PATH}/{name}", encode_topic(info, True), version)
         self._drop_topic(name)
         await self._finish_delete(info, stat.version)
         log.info("deleted topic %s", name)
@@ -336,7 +244,7 @@ class TopicService:
                 f"got {total}"
             )
         new = TopicInfo(name, info.topic_id, total, info.configs)
-        await self._store.set(f"{TOPICS_PATH}/{name}", _encode_topic(new), version)
+        await self._store.set(f"{TOPICS_PATH}/{name}", encode_topic(new), version)
         self._put_topic(new)
 
     async def alter_topic_configs(
@@ -361,7 +269,7 @@ class TopicService:
             if validate_only:
                 return new
             try:
-                await self._store.set(f"{TOPICS_PATH}/{name}", _encode_topic(new), version)
+                await self._store.set(f"{TOPICS_PATH}/{name}", encode_topic(new), version)
             except BadVersionError:
                 continue
             self._put_topic(new)
@@ -499,54 +407,8 @@ class TopicService:
 
     def _partition_configs(self, info: TopicInfo) -> tuple[ManagedLedgerConfig, PartitionLogConfig]:
         """The managed-ledger and partition-log configs a partition of `info` runs with."""
-        configs = self.effective_configs(info)
-        e, qw, qa = self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum
-        default_ms = int(self._broker_defaults.get("retention.ms", self.config.retention_ms))
-        default_bytes = int(self._broker_defaults.get("retention.bytes",
-                                                      self.config.retention_bytes))
-        if self.namespaces is not None:  # namespace policies sit between broker and topic
-            pol = self.namespaces.topic_policies(info.name)
-            e = pol.ensemble_size or e
-            qw = min(pol.write_quorum or qw, e)
-            qa = min(pol.ack_quorum or qa, qw)
-            # 0 is Pulsar's "no retention": consumed data goes
-            # (gateway/topics/retention_policies.py),
-            # so the ledger itself has no time/size bound then; -1 keeps everything.
-            if pol.retention_time_minutes is not None:
-                default_ms = pol.retention_time_minutes * 60_000 \
-                    if pol.retention_time_minutes > 0 else -1
-            if pol.retention_size_mb is not None:
-                default_bytes = pol.retention_size_mb << 20 if pol.retention_size_mb > 0 else -1
-        retention_ms = int(configs.get("retention.ms", default_ms))
-        retention_bytes = int(configs.get("retention.bytes", default_bytes))
-        compaction = CompactionSettings.from_configs(configs)
-        if not compaction.delete:  # cleanup.policy=compact: nothing goes by age or size
-            retention_ms = retention_bytes = -1
-        segment_bytes = configs.get("segment.bytes")
-        segment_ms = configs.get("segment.ms")
-        segment_age_s = max(0.001, int(segment_ms) / 1000) if segment_ms is not None \
-            else self.config.max_ledger_age_s
-        ml_config = ManagedLedgerConfig(
-            ensemble_size=e,
-            write_quorum=qw,
-            ack_quorum=qa,
-            max_entries_per_ledger=self.config.max_entries_per_ledger,
-            max_ledger_bytes=max(1, int(segment_bytes)) if segment_bytes is not None
-            else self.config.max_ledger_bytes,
-            max_ledger_age_s=ledger_age_limit_s(compaction, segment_age_s),
-            retention_time_s=retention_ms / 1000 if retention_ms >= 0 else None,
-            retention_bytes=retention_bytes if retention_bytes >= 0 else None,
-        )
-        diff = configs.get("message.timestamp.difference.max.ms")
-        plog_config = PartitionLogConfig(
-            max_message_bytes=int(configs.get("max.message.bytes", self.config.max_message_bytes)),
-            log_append_time=configs.get("message.timestamp.type") == "LogAppendTime",
-            tail_cache_bytes=self.config.tail_cache_bytes,
-            snapshot_interval_batches=self.config.snapshot_interval_batches,
-            max_timestamp_diff_ms=int(diff) if diff is not None else None,
-            compacted=compaction.compact,
-        )
-        return ml_config, plog_config
+        return partition_configs(info.name, self.effective_configs(info), self.config,
+                                 self._broker_defaults, self.namespaces)
 
     async def _open_partition(self, info: TopicInfo, partition: int) -> PartitionLog:
         ml_config, plog_config = self._partition_configs(info)

@@ -70,7 +70,7 @@ class PartitionLogApi(Protocol):
 
 
 class TopicInfoView(Protocol):
-    """A topic as the topic service describes it (gateway.topics.topic_service.TopicInfo)."""
+    """A topic as the topic service describes it (gateway.topics.topic_node.TopicInfo)."""
 
     @property
     def name(self) -> str: ...

@@ -30,7 +30,7 @@ from gateway.replication.checkpoints import CheckpointStore
 from gateway.replication.clusters import RemoteCluster
 from gateway.replication.remote import RemoteKafka
 from gateway.replication.replicator import PartitionReplicator
-from gateway.topics.topic_service import TopicInfo
+from gateway.topics.topic_node import TopicInfo
 from ledger_backend.metadata import open_store
 from protocols.kafka.errors import ErrorCode
 from tests.replication.geo_pair import read_all

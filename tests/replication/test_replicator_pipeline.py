@@ -25,7 +25,7 @@ from gateway.replication.checkpoints import CheckpointStore, read_checkpoint
 from gateway.replication.clusters import RemoteCluster
 from gateway.replication.remote import MAX_IN_FLIGHT, RemoteError
 from gateway.replication.replicator import PartitionReplicator
-from gateway.topics.topic_service import TopicInfo
+from gateway.topics.topic_node import TopicInfo
 from ledger_backend.metadata import open_store
 from protocols.kafka.record_batch import (
     Record,
