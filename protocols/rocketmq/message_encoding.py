@@ -165,7 +165,8 @@ def to_record(body: bytes, properties: dict[str, str], meta: MessageMeta, timest
 def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
                   timestamp: int) -> bytes:
     """The stored batch of one message, built in one pass: the same bytes as
-    build_batch([to_record(body, properties, meta, timestamp)]) (a send's hot path)."""
+    build_batch([to_record(body, properties, meta, timestamp)]) (a send's hot path: the
+    varints of lengths below 8192, one or two bytes, are written inline)."""
     ip = int.from_bytes(ipv4(meta.born_host[0]), "big")
     record = bytearray(b"\x00\x00\x00")  # attributes, timestamp delta 0, offset delta 0
     keys = properties.get(PROPERTY_KEYS)
@@ -173,11 +174,26 @@ def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
         record.append(1)  # varint -1: no key
     else:
         key = keys.encode("utf-8")
-        write_varint(record, len(key))
+        n = len(key)
+        if n < 64:
+            record.append(n << 1)
+        else:
+            write_varint(record, n)
         record += key
-    write_varint(record, len(body))
+    n = len(body)
+    if n < 64:
+        record.append(n << 1)
+    elif n < 8192:
+        record.append((n << 1) & 0x7F | 0x80)
+        record.append(n >> 6)
+    else:
+        write_varint(record, n)
     record += body
-    write_varint(record, len(properties) + 1)
+    n = len(properties) + 1
+    if n < 64:
+        record.append(n << 1)
+    else:
+        write_varint(record, n)
     for name, value in properties.items():
         for part in (name.encode("utf-8"), value.encode("utf-8")):
             if len(part) < 64:  # a one-byte varint, without the call
@@ -190,7 +206,14 @@ def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
     record += _META.pack(_META_VERSION, meta.flag, meta.sys_flag, ip, meta.born_host[1],
                          meta.store_timestamp, meta.reconsume_times)
     batch = bytearray(HEADER_SIZE)
-    write_varint(batch, len(record))
+    n = len(record)
+    if n < 64:
+        batch.append(n << 1)
+    elif n < 8192:
+        batch.append((n << 1) & 0x7F | 0x80)
+        batch.append(n >> 6)
+    else:
+        write_varint(batch, n)
     batch += record
     HEADER.pack_into(batch, 0, 0, len(batch) - LOG_OVERHEAD, -1, 2, 0, 0, 0, timestamp,
                      timestamp, NO_PRODUCER_ID, -1, NO_SEQUENCE, 1)

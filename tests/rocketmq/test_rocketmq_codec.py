@@ -166,8 +166,12 @@ def test_record_mapping() -> None:
     assert p == {"h": "val", "n": "", "KEYS": "kk"} and back.store_timestamp == 77
 
 
-@settings(max_examples=60)
-@given(st.binary(max_size=300), st.dictionaries(text, text, max_size=5), st.builds(
+@settings(max_examples=120)
+@given(st.one_of(st.binary(max_size=300),  # and every varint width of the body and record
+                 st.sampled_from([30, 31, 63, 64, 8000, 8191, 8192, 20000]).map(bytes)),
+       st.one_of(st.dictionaries(text, text, max_size=5),
+                 st.just({f"p{i}": "v" * i for i in range(70)}),  # 71 headers, a long key
+                 st.just({"KEYS": "k" * 100})), st.builds(
     MessageMeta, flag=st.integers(-(2**31), 2**31 - 1), sys_flag=st.integers(0, 2**31 - 1),
     born_host=st.tuples(st.sampled_from(["10.0.0.9", "not an address"]), st.integers(0, 65535)),
     store_timestamp=st.integers(0, 2**41), reconsume_times=st.integers(0, 16)),

@@ -203,13 +203,17 @@ async def handle_send(broker: BrokerLike, conn: ConnectionLike,
         base = await append_batch(broker, header.topic, queue_id, message_batch(
             body, props, _message_meta(header, flag, conn, now), born), info)
     cfg = broker.config
-    ids = [offset_message_id(cfg.advertised_host, cfg.advertised_port,
-                             commit_log_offset(header.topic, queue_id, base + i))
-           for i in range(len(messages))]
-    ext: dict[str, object] = {
-        "msgId": ",".join(ids),
-        "queueId": queue_id,
-        "queueOffset": base,
+    if batch:
+        msg_id = ",".join([offset_message_id(cfg.advertised_host, cfg.advertised_port,
+                                             commit_log_offset(header.topic, queue_id, base + i))
+                           for i in range(len(messages))])
+    else:
+        msg_id = offset_message_id(cfg.advertised_host, cfg.advertised_port,
+                                   commit_log_offset(header.topic, queue_id, base))
+    ext: dict[str, object] = {  # all strings already: make_response converts nothing
+        "msgId": msg_id,
+        "queueId": str(queue_id),
+        "queueOffset": str(base),
         "MSG_REGION": "DefaultRegion",
         "TRACE_ON": "true",
     }
