@@ -162,11 +162,21 @@ def to_record(body: bytes, properties: dict[str, str], meta: MessageMeta, timest
     return Record(0, timestamp, keys.encode("utf-8") if keys is not None else None, body, headers)
 
 
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    write_varint(out, n)
+    return bytes(out)
+
+
+# the record-format varints of 0..8191 (one or two bytes): every length of a small message,
+# looked up instead of written by a call (message_batch runs on every send)
+_LENGTHS = tuple(_varint_bytes(n) for n in range(8192))
+
+
 def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
                   timestamp: int) -> bytes:
     """The stored batch of one message, built in one pass: the same bytes as
-    build_batch([to_record(body, properties, meta, timestamp)]) (a send's hot path: the
-    varints of lengths below 8192, one or two bytes, are written inline)."""
+    build_batch([to_record(body, properties, meta, timestamp)]) (a send's hot path)."""
     ip = int.from_bytes(ipv4(meta.born_host[0]), "big")
     record = bytearray(b"\x00\x00\x00")  # attributes, timestamp delta 0, offset delta 0
     keys = properties.get(PROPERTY_KEYS)
@@ -174,26 +184,12 @@ def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
         record.append(1)  # varint -1: no key
     else:
         key = keys.encode("utf-8")
-        n = len(key)
-        if n < 64:
-            record.append(n << 1)
-        else:
-            write_varint(record, n)
+        record += _LENGTHS[len(key)] if len(key) < 8192 else _varint_bytes(len(key))
         record += key
-    n = len(body)
-    if n < 64:
-        record.append(n << 1)
-    elif n < 8192:
-        record.append((n << 1) & 0x7F | 0x80)
-        record.append(n >> 6)
-    else:
-        write_varint(record, n)
+    record += _LENGTHS[len(body)] if len(body) < 8192 else _varint_bytes(len(body))
     record += body
-    n = len(properties) + 1
-    if n < 64:
-        record.append(n << 1)
-    else:
-        write_varint(record, n)
+    count = len(properties) + 1
+    record += _LENGTHS[count] if count < 8192 else _varint_bytes(count)
     for name, value in properties.items():
         for part in (name.encode("utf-8"), value.encode("utf-8")):
             if len(part) < 64:  # a one-byte varint, without the call
@@ -206,14 +202,7 @@ def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
     record += _META.pack(_META_VERSION, meta.flag, meta.sys_flag, ip, meta.born_host[1],
                          meta.store_timestamp, meta.reconsume_times)
     batch = bytearray(HEADER_SIZE)
-    n = len(record)
-    if n < 64:
-        batch.append(n << 1)
-    elif n < 8192:
-        batch.append((n << 1) & 0x7F | 0x80)
-        batch.append(n >> 6)
-    else:
-        write_varint(batch, n)
+    batch += _LENGTHS[len(record)] if len(record) < 8192 else _varint_bytes(len(record))
     batch += record
     HEADER.pack_into(batch, 0, 0, len(batch) - LOG_OVERHEAD, -1, 2, 0, 0, 0, timestamp,
                      timestamp, NO_PRODUCER_ID, -1, NO_SEQUENCE, 1)
