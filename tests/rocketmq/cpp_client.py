@@ -8,9 +8,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from rocketmq.client import ConsumeStatus, Message, Producer, PushConsumer, RecvMessage, SendStatus
 from rocketmq.ffi import SEND_EXCEPTION_CALLBACK, SEND_SUCCESS_CALLBACK, dll
+
+T = TypeVar("T")
 
 
 def message(topic: str, body: bytes, tags: str | None = None, keys: str | None = None,
@@ -35,22 +38,28 @@ def producer(ns: str, group: str, *, orderly: bool = False) -> Producer:
     return p
 
 
-def send_sync_patiently(p: Producer, m: Message, *, attempts: int = 3,
-                        pause_s: float = 1.0) -> SendStatus:
-    """send_sync, tried again after a pause when the client gives up before asking the broker.
+def patiently(send: Callable[[], T], *, attempts: int = 3, pause_s: float = 1.0) -> T:
+    """`send()`, tried again after a pause when the client gives up before asking the broker.
 
     Under a loaded machine the C++ client's transport lock can time out during its heartbeat
-    round; it then reports "No route info" without sending. Its own retry comes at once and
-    meets the same lock, so pause first. A 4.x send is at least once: a retried send may be
-    stored twice, so callers compare sets of bodies, not lists."""
+    round; it then reports "No route info" without sending (its route lookup comes before any
+    request, a transactional send's half message included). Its own retry comes at once and
+    meets the same lock, so pause first."""
     for attempt in range(attempts):
         try:
-            return p.send_sync(m).status
+            return send()
         except Exception as exc:  # noqa: BLE001 - the client raises one exception type per call
             if "No route info" not in str(exc) or attempt == attempts - 1:
                 raise
             time.sleep(pause_s)
     raise AssertionError("unreachable")
+
+
+def send_sync_patiently(p: Producer, m: Message, *, attempts: int = 3,
+                        pause_s: float = 1.0) -> SendStatus:
+    """send_sync, patiently (above). A 4.x send is at least once: a retried send may be
+    stored twice, so callers compare sets of bodies, not lists."""
+    return patiently(lambda: p.send_sync(m).status, attempts=attempts, pause_s=pause_s)
 
 
 def send_async(p: Producer, m: Message, timeout: float = 10.0) -> str:
