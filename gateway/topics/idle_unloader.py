@@ -28,6 +28,7 @@ open lock, so a request arriving meanwhile waits and then opens it afresh).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from typing import Any, Protocol
@@ -101,33 +102,32 @@ class IdleUnloader:
         tick = self.topics.use_tick
         logs = self.topics.open_partitions_view()
         unused_before = tick - 1  # stamped in the current or previous tick: in use
-        candidates: list[tuple[int, tuple[str, int], Any]] = []
-        for key, plog in logs.items():
-            used = plog.used_tick
-            if used >= unused_before or plog.busy or self.topics.is_internal(key[0]):
-                continue
-            candidates.append((used, key, plog))
+        is_internal = self.topics.is_internal
+        # (`busy` costs more than the rest: asked only of the logs chosen below, not of all)
+        candidates = [(plog.used_tick, key, plog) for key, plog in logs.items()
+                      if plog.used_tick < unused_before and not is_internal(key[0])]
         chosen: list[tuple[int, tuple[str, int], Any]] = []
         if idle_scan and self.idle_ticks:
-            chosen = [c for c in candidates if tick - c[0] >= self.idle_ticks]
+            chosen = [c for c in candidates if tick - c[0] >= self.idle_ticks and not c[2].busy]
         if self.over_limit(len(logs)):
             excess = len(logs) - int(self.max_open * LIMIT_SLACK)
             if excess > len(chosen):
                 candidates.sort(key=lambda c: c[0])  # least recently used first
-                chosen = candidates[:excess]
+                chosen = list(itertools.islice((c for c in candidates if not c[2].busy),
+                                               excess))
         if not chosen:
             return 0
         closed = [0]
-        limiter = trio.CapacityLimiter(UNLOAD_CONCURRENCY)
+        queue = iter(chosen)
 
-        async def unload(key: tuple[str, int], plog: Any) -> None:
-            async with limiter:
+        async def unload() -> None:  # UNLOAD_CONCURRENCY of these share the queue
+            for _, key, plog in queue:
                 if await self.topics.unload_partition(key, plog, unused_before):
                     closed[0] += 1
 
         async with trio.open_nursery() as nursery:
-            for _, key, plog in chosen:
-                nursery.start_soon(unload, key, plog)
+            for _ in range(min(UNLOAD_CONCURRENCY, len(chosen))):
+                nursery.start_soon(unload)
         self.unloaded += closed[0]
         log.info("unloaded %d idle partition logs (%d open)", closed[0],
                  len(self.topics.open_partitions_view()))
