@@ -169,8 +169,9 @@ class WriteHandle:
 
     async def _close_locked(self, together: list[Op] | None = None) -> list[OpResult] | None:
         self._closing = True
-        with trio.move_on_after(self._ctx.timeout_s * _APPEND_TIMEOUTS):
-            await self._drained.wait()
+        if not self._drained.is_set():  # (an idle handle's close registers no deadline)
+            with trio.move_on_after(self._ctx.timeout_s * _APPEND_TIMEOUTS):
+                await self._drained.wait()
         if self._pending:
             self._fail(LedgerClosedError(f"ledger {self.ledger_id} closed with adds in flight"))
         if isinstance(self._error, LedgerFencedError):
