@@ -149,8 +149,18 @@ class PullEncoding:
             meta: tuple[int, int, int, bytes, int, int, int] | None = None
             tags: bytes | None = None  # the TAGS property's text; a null TAGS is no tag
             for _h in range(header_count):
-                name, pos = _blob(payload, pos)
-                value, pos = _blob(payload, pos)
+                # _blob's two fields inlined for the short ones (every header of a message
+                # a RocketMQ client wrote): two Python calls per header fewer
+                n = payload[pos]
+                if n & 0x81:
+                    name, pos = read_bytes(payload, pos)
+                else:
+                    name, pos = payload[pos + 1:pos + 1 + (n >> 1)], pos + 1 + (n >> 1)
+                n = payload[pos]
+                if n & 0x81:
+                    value, pos = read_bytes(payload, pos)
+                else:
+                    value, pos = payload[pos + 1:pos + 1 + (n >> 1)], pos + 1 + (n >> 1)
                 if not name:
                     return None
                 if value is None:
