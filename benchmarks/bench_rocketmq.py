@@ -18,6 +18,11 @@ noisy than msg/s on a shared machine; with Linux `perf` available, also the serv
 instructions per message of each send phase (steadier still: other load hardly moves it; it
 includes the producers' warm-up sends and route lookups, the same in every run).
 
+--standalone --baseline DIR [--rounds N] runs the same phases against `ledgerwire standalone`
+from another checkout DIR (say `git archive <commit>` of main before a change) and this one,
+alternating, N rounds each, then prints the medians and this/baseline ratios: one window, one
+load, both sides.  Every phase line carries the 1-minute load average.
+
 --request-path measures the broker's own Python per message without sockets, bookies or
 clients: send frames (a C++ client's SEND_MESSAGE_V2 header, 1 KB body) decoded, dispatched
 and answered on the in-memory backend, then pulled back 32 at a time as a push consumer asks;
@@ -367,12 +372,71 @@ def consume_run(namesrv: str, topic: str, count: int) -> float:
     return received / (end - (first[0] if first else start))
 
 
+def run_phases(namesrv: str, pid: int | None, messages: int) -> dict[str, float]:
+    """Send from 1 and 8 threads, then push-consume everything; prints a line per phase and
+    returns its figures (msg/s, p50 ms, server CPU us/msg where known)."""
+    figures: dict[str, float] = {}
+    topic = f"bench_{int(time.time() * 1000)}"
+    for threads in (1, 8):
+        counter = InstructionCounter(pid)
+        cpu, ccpu = process_cpu_s(pid), client_cpu_s()
+        rate, lat = send_run(namesrv, topic, messages, threads)
+        lat.sort()
+        sent = len(lat) + threads  # and each producer's warm-up send
+        p50 = statistics.median(lat) * 1e3
+        figures[f"send{threads} msg/s"], figures[f"send{threads} p50 ms"] = rate, p50
+        note = cpu_note(pid, cpu, sent)
+        if note:
+            figures[f"send{threads} us/msg"] = float(note.split()[2])
+        print(f"send, {threads} thread{'s' if threads > 1 else ' '}: {rate:10.0f} msg/s   "
+              f"p50 {p50:.2f} ms   p99 {lat[int(len(lat) * 0.99)] * 1e3:.2f} ms" + note
+              + counter.note(sent) + client_note(ccpu, sent)
+              + f"   load {os.getloadavg()[0]:.2f}")
+    total = messages + (messages // 8) * 8 + 1 + 8
+    cpu, ccpu = process_cpu_s(pid), client_cpu_s()
+    rate_c = consume_run(namesrv, topic, total)
+    figures["consume msg/s"] = rate_c
+    note = cpu_note(pid, cpu, total)
+    if note:
+        figures["consume us/msg"] = float(note.split()[2])
+    print(f"push consume:     {rate_c:10.0f} msg/s   ({total} messages)" + note
+          + client_note(ccpu, total) + f"   load {os.getloadavg()[0]:.2f}")
+    return figures
+
+
+def compare(baseline: Path, messages: int, rounds: int) -> None:
+    """--standalone --baseline: both checkouts' standalones, alternating (see the docstring)."""
+    from tests.support.standalone import Standalone
+    runs: dict[str, list[dict[str, float]]] = {"baseline": [], "this": []}
+    for r in range(rounds):
+        for label, source in (("baseline", baseline), ("this", REPO)):
+            with tempfile.TemporaryDirectory() as tmp:
+                standalone = Standalone(Path(tmp) / "data", source=source)
+                standalone.start()
+                print(f"-- round {r + 1}, {label} ({source})", flush=True)
+                try:
+                    runs[label].append(run_phases(
+                        f"127.0.0.1:{standalone.name_server_port}", standalone.proc.pid,
+                        messages))
+                finally:
+                    standalone.proc.terminate()
+                    standalone.proc.wait(10)
+    print(f"medians of {rounds} round(s); ratio this/baseline")
+    for key in runs["this"][0]:
+        base = statistics.median(f[key] for f in runs["baseline"] if key in f)
+        this = statistics.median(f[key] for f in runs["this"] if key in f)
+        print(f"  {key:16s} baseline {base:10.2f}   this {this:10.2f}   ratio {this / base:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--namesrv")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--standalone", action="store_true")
+    parser.add_argument("--baseline", type=Path,
+                        help="with --standalone: also run another checkout's, alternating")
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--request-path", action="store_true",
                         help="the broker's per-message Python alone (see the docstring)")
     parser.add_argument("--durable-path", action="store_true",
@@ -387,6 +451,9 @@ def main() -> None:
         return
     if args.durable_path:
         durable_path(max(100, min(args.messages, 2000)))
+        return
+    if args.baseline is not None:
+        compare(args.baseline.resolve(), args.messages, max(1, args.rounds))
         return
     server: Any = None
     namesrv = args.namesrv
@@ -413,29 +480,7 @@ def main() -> None:
         namesrv = line.split()[1] if line.startswith("READY") else line
         print(f"backend: {'memory' if args.memory else 'durable (1 bookie, fsync)'}")
     try:
-        pid = server.pid if server is not None else None
-        topic = f"bench_{int(time.time())}"
-        counter = InstructionCounter(pid)
-        cpu, ccpu = process_cpu_s(pid), client_cpu_s()
-        rate1, lat = send_run(namesrv, topic, args.messages, 1)
-        lat.sort()
-        print(f"send, 1 thread:   {rate1:10.0f} msg/s   p50 {statistics.median(lat) * 1e3:.2f} ms"
-              f"   p99 {lat[int(len(lat) * 0.99)] * 1e3:.2f} ms"
-              + cpu_note(pid, cpu, len(lat) + 1) + counter.note(len(lat) + 1)
-              + client_note(ccpu, len(lat) + 1))
-        counter = InstructionCounter(pid)
-        cpu, ccpu = process_cpu_s(pid), client_cpu_s()
-        rate8, lat8 = send_run(namesrv, topic, args.messages, 8)
-        lat8.sort()
-        print(f"send, 8 threads:  {rate8:10.0f} msg/s   p50 {statistics.median(lat8) * 1e3:.2f} ms"
-              f"   p99 {lat8[int(len(lat8) * 0.99)] * 1e3:.2f} ms"
-              + cpu_note(pid, cpu, len(lat8) + 8) + counter.note(len(lat8) + 8)
-              + client_note(ccpu, len(lat8) + 8))
-        total = args.messages + (args.messages // 8) * 8 + 1 + 8
-        cpu, ccpu = process_cpu_s(pid), client_cpu_s()
-        rate_c = consume_run(namesrv, topic, total)
-        print(f"push consume:     {rate_c:10.0f} msg/s   ({total} messages)"
-              + cpu_note(pid, cpu, total) + client_note(ccpu, total))
+        run_phases(namesrv, server.pid if server is not None else None, args.messages)
     finally:
         if server is not None:
             server.terminate()
