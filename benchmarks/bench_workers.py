@@ -150,11 +150,11 @@ def bundle_owners(data_dir: Path) -> dict[int, int]:
 
 
 def wait_bundles_settled(server: Node) -> None:
-    """Until every bundle sits on the worker it ends up on: a new node's workers register one
-    after the other, the first takes every bundle and hands the others' back one at a time
-    cluster.handback_delay_s (15 s) after they joined.  Each move loads the bundle's
-    coordinator and RocketMQ logs and sends the RocketMQ clients elsewhere; a run that
-    overlaps the moves measures them, not the shape."""
+    """Until every bundle sits on the worker it ends up on.  A worker that starts more than
+    cluster.handback_delay_s after the first (a loaded machine) gets its bundles by hand-backs,
+    one a second (before the workers left each other their bundles while starting, that was
+    every start).  Each move loads the bundle's coordinator and RocketMQ logs and sends the
+    RocketMQ clients elsewhere; a run that overlaps the moves measures them, not the shape."""
     bundles = cluster_layout(Config(), server.workers).bundles
     target = {b: target_broker(b, list(range(server.workers))) for b in range(bundles)}
     deadline = time.monotonic() + 180

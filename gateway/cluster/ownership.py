@@ -22,6 +22,12 @@ restarted broker gets its share back only by this load-balancing hand-off, not b
 draining or leaving (SIGTERM) owner hands everything over at once. A broker answers where a
 bundle lives only after its first reconcile (before that it knows no other broker and would
 send every client to itself).
+Brokers started together (the workers of `standalone --workers N`, `awaited_brokers`) leave
+alone, for up to `await_s` after this broker's start, an unowned bundle that rendezvous gives
+to one of them not yet seen live: it claims that bundle itself once it registers, instead of
+the first to start taking every bundle and handing most back one per round after the delay
+(each a NOT_LEADER answer, a close and a reopen).  A broker once seen live is never awaited
+again, so a failover is not slowed.
 Releasing (a broker joined, or `admin drain`) is: stop answering for the bundle, run the
 release hook (close its partition logs and coordinators, so ledgers are closed cleanly and
 the next owner needs no recovery), then delete the node.  A dead owner's nodes vanish with its
@@ -142,7 +148,8 @@ class OwnershipService:
                  on_releasing: BundleHook | None = None,
                  clock: Callable[[], float] = trio.current_time,
                  handback_delay_s: float = HANDBACK_DELAY_S,
-                 expel_refusing: bool = False) -> None:
+                 expel_refusing: bool = False, awaited_brokers: Iterable[int] = (),
+                 await_s: float = 0.0) -> None:
         self._store = store
         self.layout = layout
         self.me = me
@@ -152,6 +159,11 @@ class OwnershipService:
         self._clock = clock
         self._handback_delay_s = handback_delay_s
         self._expel_refusing = expel_refusing  # see gateway/cluster/peer_liveness.py
+        # started with this broker, not yet seen live: their bundles are left to them until
+        # _await_until (set by the first round)
+        self._awaited = set(awaited_brokers) - {me.node_id}
+        self._await_s = await_s
+        self._await_until: float | None = None
         self._leaving: set[int] = set()  # registered brokers that said they are leaving
         self._stepping_down = trio.Lock()  # one step-down (and registering again) at a time
         self._registered_ctime: int | None = None  # creation time of the live node made last
@@ -548,6 +560,7 @@ class OwnershipService:
         self._live_since = {i: self._live_since.get(i, now) for i in self._live}
         eligible = eligible_brokers(set(self._live), self._draining)
         me = self.me.node_id
+        awaited = self._still_awaited(now)
         handed_back = False
         taken: list[int] = []  # loaded together below: a failover's pause is one load, not n
         to_claim: list[int] = []  # claimed together below: one ZooKeeper round trip, not n
@@ -567,7 +580,8 @@ class OwnershipService:
                         await self._release(bundle)
                         self._dirty.set()
             elif owner is None and target == me and self.lease_valid():
-                to_claim.append(bundle)
+                if not (awaited and target_broker(bundle, eligible + awaited) in awaited):
+                    to_claim.append(bundle)  # (else: left to the awaited broker that wins it)
             elif owner == me and self.lease_valid():
                 # created by a call whose answer we lost: this session holds it
                 self._owned.add(bundle)
@@ -585,6 +599,13 @@ class OwnershipService:
         self._reconciled = True
         old, self.changed = self.changed, trio.Event()
         old.set()
+
+    def _still_awaited(self, now: float) -> list[int]:
+        """The awaited brokers not yet seen live, while this broker still waits for them."""
+        if self._await_until is None:
+            self._await_until = now + self._await_s
+        self._awaited -= set(self._live)
+        return sorted(self._awaited) if now < self._await_until else []
 
     async def _claim(self, bundle: int) -> bool:
         """Create the bundle's owner node; True if this broker now holds it (its hooks still

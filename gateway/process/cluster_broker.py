@@ -173,12 +173,16 @@ def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerCon
 
 async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *,
                      node_worker: bool = False, bookie_indexes: Sequence[int] = (),
+                     node_brokers: Sequence[int] = (),
                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Run one cluster broker until SIGINT/SIGTERM (or cancellation); `node_worker`: one of
     a `standalone --workers N` node, which shares the node's RocketMQ name server port and
     serves the node's bookies `bookie_indexes` in this process (gateway/process/
     local_bookies.py): its ledger client reaches them without the wire and places new
-    ensembles on them first.  They stop after the broker has closed its logs."""
+    ensembles on them first.  They stop after the broker has closed its logs.
+    `node_brokers`: the node ids of the node's workers, started together: the bundles one of
+    them wins are left to it while it starts (up to cluster.handback_delay_s), rather than
+    taken and handed back."""
     async with AsyncExitStack() as stack:
         store = await open_store(metadata_url)
         stack.push_async_callback(store.close)
@@ -244,7 +248,9 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                                      session_timeout_s=session_timeout_of(metadata_url),
                                      on_acquired=hooks.acquired, on_releasing=hooks.releasing,
                                      handback_delay_s=config.cluster.handback_delay_s,
-                                     expel_refusing=config.cluster.expel_refusing_brokers)
+                                     expel_refusing=config.cluster.expel_refusing_brokers,
+                                     awaited_brokers=node_brokers,
+                                     await_s=config.cluster.handback_delay_s)
         groups = ClusterGroupCoordinator(
             factory, system_ledger_config(config), ownership, background,
             CoordinatorConfig(

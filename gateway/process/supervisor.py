@@ -29,11 +29,14 @@ older ledgers wait likewise.  With ensembles larger than one, a dead worker's bo
 fewer for new ledgers until it is back.
 
 Workers share the bundles as cluster brokers do (gateway/cluster/ownership.py): a Kafka client
-sees N brokers and is sent to each partition's owner.  When a worker dies its connection to
-the store closes, its session's ephemeral nodes go at once, and the other workers take its
-bundles over, fencing and recovering the logs (nothing acknowledged is lost: the cluster's
-failover, on a store that notices a death in milliseconds).  The supervisor starts it again;
-it gets its share back after cluster.handback_delay_s.
+sees N brokers and is sent to each partition's owner.  Each worker is told the others' node
+ids and leaves the bundles they win to them while they start, so a new node is ready with
+every bundle on its worker (before, the first worker took all and handed the others' back one
+per second, 15 s after they joined: moves clients met just after "ready").  When a worker
+dies its connection to the store closes, its session's ephemeral nodes go at once, and the
+other workers take its bundles over, fencing and recovering the logs (nothing acknowledged is
+lost: the cluster's failover, on a store that notices a death in milliseconds).  The
+supervisor starts it again; it gets its share back after cluster.handback_delay_s.
 
 Without a configured bookie secret the supervisor makes one per run and hands it to the
 bookies and workers over their stdin pipes: only this node's processes can talk to its
@@ -311,7 +314,8 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                             config, index, admin_sockets[index], layout.bundles),
                         "metadata_url": url, "layout": layout,
                         "bookies": (worker_bookie_indexes(config, workers, index)
-                                    if in_workers else [])})
+                                    if in_workers else []),
+                        "node_brokers": [config.kafka.broker_id + i for i in range(workers)]})
                     children.append(child)
                     await nursery.start(child.keep_running)
                 await wait_for_children(store, LIVE_BROKERS_PATH, workers, children)

@@ -6,7 +6,8 @@ from a file or the command line, so nothing another user can reach is ever unpic
 
     {"role": "bookies" | "broker", "name": "worker 0", "config": Config,
      "metadata_url": "shared:...", "layout": ClusterLayout (broker only),
-     "bookies": [bookie indexes the broker serves in-process], "parent": its pid}
+     "bookies": [bookie indexes the broker serves in-process],
+     "node_brokers": [every worker's node id] (broker only), "parent": its pid}
 
 The first thing a child does is ask the kernel to SIGKILL it when its parent dies
 (PR_SET_PDEATHSIG through prctl), then check that the parent is still the supervisor (it may
@@ -98,7 +99,8 @@ def main() -> int:
             trio.run(run_bookies, config, job["metadata_url"])
         else:
             trio.run(partial(run_broker, config, job["metadata_url"], job["layout"],
-                             node_worker=True, bookie_indexes=job.get("bookies", ())))
+                             node_worker=True, bookie_indexes=job.get("bookies", ()),
+                             node_brokers=job.get("node_brokers", ())))
     except KeyboardInterrupt:
         pass
     except (OSError, ValueError, BaseExceptionGroup) as exc:

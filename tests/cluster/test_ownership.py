@@ -47,6 +47,7 @@ class Broker(MemoryBroker):
     def __init__(self, node_id: int, name: str, handback_delay_s: float = 0.0) -> None:
         super().__init__(node_id, name, 9000 + node_id)
         self.handback_delay_s = handback_delay_s
+        self.options: dict[str, object] = {}  # more OwnershipService options
         self.acquired: list[int] = []
         self.loaded = trio.Event()  # set: acquire hooks return (a gate a test may hold shut)
         self.loaded.set()
@@ -58,7 +59,7 @@ class Broker(MemoryBroker):
 
         try:
             await self.run_service(task_status, on_acquired=acquired,
-                                   handback_delay_s=self.handback_delay_s)
+                                   handback_delay_s=self.handback_delay_s, **self.options)
         finally:
             with trio.CancelScope(shield=True):
                 await self.store.close()
@@ -271,3 +272,41 @@ def test_the_ownership_service_answers_every_call_of_the_kafka_handlers() -> Non
     declared = {name for name in vars(OwnershipApi) if not name.startswith("_")}
     assert {"serves_partition", "until_serving", "is_local", "until_local"} <= declared
     assert declared <= set(dir(OwnershipService))
+
+
+async def test_brokers_started_together_leave_each_other_their_bundles_while_they_start() -> None:
+    # the workers of one `standalone --workers 2` node: the first to start does not take the
+    # bundles the other wins (to hand them back one per round later); once seen live, the
+    # other is never waited for again, so its death is taken over at once
+    name = cluster_name("own")
+    admin = await open_store(f"memory:{name}")
+    one, two = Broker(1, name, handback_delay_s=3.0), Broker(2, name, handback_delay_s=3.0)
+    for broker in (one, two):
+        broker.options = {"awaited_brokers": [1, 2], "await_s": 60.0}
+    expected = {b: target_broker(b, [1, 2]) for b in range(16)}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(one.run)
+        await trio.sleep(1.5)  # rounds pass: broker 1 holds only its own share
+        assert await read_bundle_owners(admin) == {b: 1 for b, o in expected.items() if o == 1}
+        await nursery.start(two.run)
+        with trio.fail_after(30):
+            while await read_bundle_owners(admin) != expected:  # noqa: ASYNC110 - polls a store
+                await trio.sleep(0.05)
+        assert one.released == [] and sorted(one.acquired) == sorted(
+            b for b, o in expected.items() if o == 1)  # nothing moved twice
+        two.scope.cancel()  # broker 2 dies: broker 1 takes its bundles without waiting
+        await wait_owners(admin, {1}, timeout_s=10)
+        nursery.cancel_scope.cancel()
+    await admin.close()
+
+
+async def test_a_broker_awaited_too_long_has_its_bundles_taken() -> None:
+    name = cluster_name("own")
+    admin = await open_store(f"memory:{name}")
+    one = Broker(1, name)
+    one.options = {"awaited_brokers": [1, 2], "await_s": 0.5}  # broker 2 never starts
+    async with trio.open_nursery() as nursery:
+        await nursery.start(one.run)
+        await wait_owners(admin, {1}, timeout_s=10)
+        nursery.cancel_scope.cancel()
+    await admin.close()
