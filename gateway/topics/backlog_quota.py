@@ -211,6 +211,12 @@ class BacklogQuotas:
 
     async def apply_once(self) -> BacklogPass:
         result = BacklogPass()
+        limited = self._limited_namespaces()
+        if not limited:  # the usual case: no pass over every open partition (100,000 of them
+            for key in list(self._over):  # took ~0.2 s of the event loop, every 5 s)
+                self._release(key)
+            self._ledger_bases.clear()
+            return result
         floors: Mapping[tuple[str, int], int] | None = None
         if self._scope is not None:
             floors = await self._scope.committed_floors()
@@ -219,6 +225,9 @@ class BacklogQuotas:
             self._release(key)
         live_ledgers: set[int] = set()
         for (topic, partition), plog in sorted(open_partitions.items()):
+            if self._namespaces.namespace_of(topic) not in limited:
+                self._release((topic, partition))
+                continue
             if plog.failed or plog.closing:  # (closing since listed: unloaded as idle)
                 self._release((topic, partition))
                 continue
@@ -234,6 +243,19 @@ class BacklogQuotas:
         for ledger_id in set(self._ledger_bases) - live_ledgers:
             del self._ledger_bases[ledger_id]
         return result
+
+    def _limited_namespaces(self) -> set[str]:
+        """The namespaces with a backlog quota (by size or by age)."""
+        limited = set()
+        for namespace in self._namespaces.namespaces():
+            try:
+                policies = self._namespaces.policies(namespace)
+            except ValueError:  # NamespaceError: deleted meanwhile
+                continue
+            if any(limit is not None and limit >= 0 for limit in (
+                    policies.backlog_quota_mb, policies.backlog_quota_time_seconds)):
+                limited.add(namespace)
+        return limited
 
     async def _check(self, topic: str, partition: int, plog: Any,
                      floors: Mapping[tuple[str, int], int] | None, result: BacklogPass,

@@ -393,3 +393,32 @@ async def test_a_pass_keeps_its_log_open_against_idle_unloading(ops: OpsStack) -
         release.set()
     assert await ops.topics.unload_partition(key, plog, ops.topics.use_tick - 1)
 
+
+
+async def test_a_pass_looks_only_at_partitions_of_namespaces_with_a_quota(
+        ops: OpsStack) -> None:
+    """With 100,000 partitions open the pass took ~0.2 s of the event loop every 5 s even when
+    no namespace had a quota; now it looks at no partition then, and at none of a namespace
+    without one."""
+    quotas = quotas_for(ops)
+    await ops.topics.create_topic("plain", 1)
+    plain = await ops.topics.partition("plain", 0)
+    pinned: list[str] = []
+    real_pinned = plain.pinned
+
+    def spy() -> Any:
+        pinned.append("plain")
+        return real_pinned()
+
+    plain.pinned = spy  # type: ignore[method-assign]
+    await quotas.apply_once()
+    assert pinned == []  # no quota anywhere
+    limited = await namespace_topic(ops, "limited", {
+        "backlog_quota_mb": 1, "backlog_quota_policy": "producer_exception"})
+    await commit(ops, "slow", limited, 0)
+    await fill(ops, limited, 12)
+    await quotas.apply_once()
+    assert quotas.over_quota(limited, 0) and pinned == []  # the default namespace has none
+    await ops.namespaces.set_policies("t/limited", {"backlog_quota_mb": None})
+    await quotas.apply_once()
+    assert not quotas.over_quota(limited, 0)  # no quota left: released without a look
