@@ -7,8 +7,9 @@
     DELETE /admin/v1/clusters/{name}
     GET    /admin/v1/replication         this cluster's name and, per remote, topic and
                                          partition: state, position, backlog, lag, sent, error
-    GET    /admin/v1/replication/{topic}/inbound  per partition and other cluster, the
-                                          inbound offset-sync pairs and scan position here
+    GET    /admin/v1/replication/{topic}/inbound  per partition and other cluster, this
+                                          side's checkpoint of the link: inbound pairs, scan
+                                          position, unnoted-below and outbound offset syncs
                                           (what other clusters translate offsets with)
     POST   /admin/v1/replication/{topic}/pause    stop replicating the topic (durable)
     POST   /admin/v1/replication/{topic}/resume   start again from where it stopped

@@ -2,7 +2,7 @@
 
     /ledgerwire/replication/<remote>/<topic>/<partition>
         {"format": 1, "source_next": S, "remote_next": R, "syncs": [[s, r], ...],
-         "inbound": [[a, o], ...], "settled": true|false,
+         "inbound": [[a, o], ...], "unnoted": U, "settled": true|false,
          "producer": [producer id, epoch], "sequence": Q}
 
 `source_next`/`remote_next` is a pair the remote has acknowledged: every record written here
@@ -10,7 +10,11 @@ below local offset S is in the remote below offset R, and whatever is sent later
 after.  `syncs` keeps the last `MAX_SYNCS` such pairs (MirrorMaker 2's offset syncs), so a
 group's committed offset here translates to the remote.  `inbound` keeps pairs (a, o): the
 record at local offset a - 1 came from the remote and was its offset o - 1 there, so a group
-committed at or past a has read everything the remote wrote below o.
+committed at or past a has read everything the remote wrote below o.  `unnoted`: below it a
+session may have passed records without noting their inbound pairs (it resumed past what a
+crashed predecessor had sent and not checkpointed); at and above it every record from the
+remote below S is noted (its own pair, or a later one of its batch).  A node written before
+the field existed has it at its S.
 
 `producer` is the idempotent producer id and epoch the replicator writes to the remote with,
 kept for good (taken once from the remote), and `sequence` is the sequence number the record
@@ -55,6 +59,7 @@ class Checkpoint:
     remote_next: int = -1  # -1: nothing acknowledged yet (scan the remote from its start)
     syncs: list[tuple[int, int]] = field(default_factory=list)
     inbound: list[tuple[int, int]] = field(default_factory=list)
+    unnoted: int = 0
     settled: bool = False
     producer: tuple[int, int] | None = None  # (id, epoch) there; None: not taken yet
     sequence: int = 0  # of the record at source_next
@@ -62,7 +67,8 @@ class Checkpoint:
     def to_bytes(self) -> bytes:
         return json.dumps({"format": CHECKPOINT_FORMAT_VERSION, "source_next": self.source_next,
                            "remote_next": self.remote_next, "syncs": self.syncs,
-                           "inbound": self.inbound, "settled": self.settled,
+                           "inbound": self.inbound, "unnoted": self.unnoted,
+                           "settled": self.settled,
                            "producer": self.producer, "sequence": self.sequence}).encode()
 
     @classmethod
@@ -73,7 +79,7 @@ class Checkpoint:
         return cls(int(doc["source_next"]), int(doc["remote_next"]),
                    [(int(s), int(r)) for s, r in doc.get("syncs", [])],
                    [(int(a), int(o)) for a, o in doc.get("inbound", [])],
-                   bool(doc.get("settled", False)),
+                   int(doc.get("unnoted", doc["source_next"])), bool(doc.get("settled", False)),
                    tuple(int(x) for x in doc["producer"])  # type: ignore[arg-type]
                    if doc.get("producer") else None, int(doc.get("sequence", 0)))
 

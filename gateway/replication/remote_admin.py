@@ -1,13 +1,16 @@
-"""What this cluster asks of another cluster's admin API: its inbound offset-sync pairs.
+"""What this cluster asks of another cluster's admin API: its checkpoints' offset pairs.
 
     GET {admin_url}/admin/v1/replication/{topic}/inbound
-        {"cluster": NAME, "partitions": {"P": {"X": {"inbound": [[b, x], ...],
-                                                    "scanned": S}, ...}, ...}}
+        {"cluster": NAME, "partitions": {"P": {"Y": {"inbound": [[b, y], ...], "scanned": S,
+                                                    "unnoted": U, "syncs": [[b, y], ...]},
+                                               ...}, ...}}
 
-(served by gateway/admin/replication_routes.py from the remote's checkpoints, one per third
-cluster X).  The request authenticates as the Kafka link does: HTTP Basic with the registered
-SASL user and password when there is one (the admin API checks Basic against the SCRAM
-credentials SASL uses), and trusts the registered CA file for https.  The password goes only
+(served by gateway/admin/replication_routes.py from the remote's checkpoints, one per other
+cluster Y; read as offset_translation.py's LinkView.  A remote from before "unnoted" and
+"syncs" were served is read with U = S and no syncs: it may have passed records unnoted).
+The request authenticates as the Kafka link does: HTTP Basic with the registered SASL user
+and password when there is one (the admin API checks Basic against the SCRAM credentials SASL
+uses), and trusts the registered CA file for https.  The password goes only
 over https or to a loopback address (an unauthenticated admin API listens on loopback only),
 and a redirect is never followed (it would carry the Authorization header elsewhere).  No
 admin URL registered: nothing can be fetched (`RemoteAdminError`), so offsets among three or
@@ -30,10 +33,11 @@ from urllib.parse import quote, urlsplit
 import trio
 
 from gateway.replication.clusters import RemoteCluster
+from gateway.replication.offset_translation import LinkView
 
 TIMEOUT_S = 10.0
 
-Inbound = dict[int, dict[str, tuple[list[tuple[int, int]], int]]]  # partition -> X -> (pairs, S)
+Inbound = dict[int, dict[str, LinkView]]  # partition -> other cluster -> the remote's view
 
 
 class RemoteAdminError(Exception):
@@ -86,15 +90,25 @@ def _get(cluster: RemoteCluster, target: str) -> Any:
         raise RemoteAdminError(f"{cluster.name}'s admin API: {type(exc).__name__}") from None
 
 
+def _pairs(doc: Any) -> tuple[tuple[int, int], ...]:
+    return tuple((int(b), int(y)) for b, y in doc)
+
+
+def _view(doc: Any) -> LinkView:
+    scanned = int(doc["scanned"])
+    return LinkView(_pairs(doc["inbound"]), scanned, int(doc.get("unnoted", scanned)),
+                    _pairs(doc.get("syncs", ())))
+
+
 async def fetch_inbound(cluster: RemoteCluster, topic: str) -> Inbound:
-    """The remote's inbound pairs and scan positions for `topic` (see the module docstring)."""
+    """The remote's view of `topic` per partition and other cluster (see the module
+    docstring)."""
     if not cluster.admin_url:
         raise RemoteAdminError(f"cluster {cluster.name} has no admin URL registered")
     target = f"/admin/v1/replication/{quote(topic, safe='')}/inbound"
     doc = await trio.to_thread.run_sync(_get, cluster, target, abandon_on_cancel=True)
     try:
-        return {int(p): {str(x): ([(int(b), int(o)) for b, o in v["inbound"]], int(v["scanned"]))
-                         for x, v in by_cluster.items()}
+        return {int(p): {str(y): _view(v) for y, v in by_cluster.items()}
                 for p, by_cluster in doc["partitions"].items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         raise RemoteAdminError(f"{cluster.name}'s admin API: malformed inbound pairs") from None

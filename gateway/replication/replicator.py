@@ -232,6 +232,9 @@ class PartitionReplicator:
                 remote_next = await self.remote.list_offset(self.topic, self.partition, LATEST)
         else:
             source_next, remote_next, sequence = await self._reconcile(checkpoint)
+            if source_next > checkpoint.source_next:  # passed what a predecessor sent,
+                # whose inbound pairs there were never stored
+                checkpoint.unnoted = max(checkpoint.unnoted, source_next)
         if checkpoint.producer is None or sequence is None or self._out_of_order >= 3:
             # none yet, the remote's tail written under another one, or refused repeatedly
             if checkpoint.producer is not None:

@@ -12,8 +12,11 @@ checkpoint, or the stored one of a partition another broker replicates.  Those c
 the metadata "lw.replication", and an offset with that metadata is never pushed on: offsets
 do not loop.  For a topic replicated among three or more clusters the translation also
 bounds each third cluster's records in the remote (offset_translation.py's translate_among):
-it needs the remote's inbound pairs, fetched from its admin API each round
-(gateway/replication/remote_admin.py; `inbound` serves this side's).  A remote without a
+it needs the remote's checkpoints (inbound pairs, scan positions, outbound syncs), fetched
+from its admin API each round (gateway/replication/remote_admin.py; `inbound` serves this
+side's).  A translation found for a committed offset is never pushed lower while the group's
+offset here does not go back: what the group read below it stays read, and a later round may
+know less (a third cluster's records arrived there since).  A remote without a
 reachable admin API gets no offsets for such a topic: a third cluster's records there could
 be skipped.
 
@@ -50,7 +53,7 @@ import trio
 from gateway.config.settings import ReplicationConfig
 from gateway.replication.checkpoints import Checkpoint, CheckpointStore, read_checkpoint
 from gateway.replication.clusters import ClusterError, ClusterRegistry
-from gateway.replication.offset_translation import translate, translate_among
+from gateway.replication.offset_translation import LinkView, translate, translate_among
 from gateway.replication.paused_topics import paused_topics, write_paused
 from gateway.replication.remote import PUSHED_METADATA, RemoteError, RemoteKafka
 from gateway.replication.remote_admin import Inbound, RemoteAdminError, fetch_inbound
@@ -98,6 +101,8 @@ class ReplicationService:
         self._stuck_configs: dict[tuple[str, str], dict[str, int]] = {}
         self._config_looks: dict[tuple[str, str], int] = {}
         self._pushed_elsewhere: dict[Key, dict[str, int]] = {}  # replicated by another broker
+        # (key, group) -> (committed here, translated): the largest translation found for it
+        self._floors: dict[tuple[Key, str], tuple[int, int]] = {}
 
     @property
     def cluster_name(self) -> str:
@@ -312,9 +317,11 @@ class ReplicationService:
         return out
 
     async def inbound(self, topic: str) -> dict[str, Any]:
-        """This cluster's inbound pairs and scan position of each partition of `topic` from
-        each other cluster it replicates with (stored checkpoints: a stale one only makes a
-        translation smaller), for the remotes' translations (offset_translation.py)."""
+        """This cluster's view of each partition of `topic` and each other cluster it
+        replicates with, from the stored checkpoints (a stale one only makes a translation
+        smaller): inbound pairs, scan position, the offset below which records may have been
+        passed unnoted, and the outbound offset syncs, for the remotes' translations
+        (offset_translation.py's LinkView)."""
         info = self.topics.topics().get(topic)
         if info is None:
             raise ClusterError(f"no topic {topic!r}", 404)
@@ -326,8 +333,10 @@ class ReplicationService:
                 if remote != self.cluster_name:
                     checkpoint = await read_checkpoint(self.store, remote, topic, p)
                     row[remote] = ({"inbound": checkpoint.inbound,
-                                    "scanned": checkpoint.source_next}
-                                   if checkpoint is not None else {"inbound": [], "scanned": 0})
+                                    "scanned": checkpoint.source_next,
+                                    "unnoted": checkpoint.unnoted, "syncs": checkpoint.syncs}
+                                   if checkpoint is not None else
+                                   {"inbound": [], "scanned": 0, "unnoted": 0, "syncs": []})
         return {"cluster": self.cluster_name, "partitions": partitions}
 
     async def _translate(self, key: Key, checkpoint: Checkpoint, committed: int,
@@ -360,10 +369,21 @@ class ReplicationService:
                                                                         partition)
                 stored = read[(x, topic, partition)]
                 inbound_here[x] = stored.inbound if stored is not None else []
-        from_there = fetched[partition]
-        return translate_among(checkpoint, committed, inbound_here,
-                               {x: from_there.get(x, ([], 0))[0] for x in thirds},
-                               {x: from_there.get(x, ([], 0))[1] for x in thirds})
+        views = fetched[partition]
+        return translate_among(checkpoint, committed, inbound_here, self.cluster_name,
+                               {y: views.get(y, LinkView()) for y in (*thirds,
+                                                                      self.cluster_name)})
+
+    def _not_below(self, key: Key, group_id: str, committed: int, translated: int) -> int:
+        """`translated`, or a larger offset found earlier for the same or a smaller committed
+        offset: what a group committed here has read below an offset there stays read (B's
+        log there only grows), while a later translation may know less (a third cluster's
+        records arrived there since).  Forgotten when the group commits lower."""
+        floor = self._floors.get((key, group_id))
+        if floor is not None and floor[0] <= committed and floor[1] > translated:
+            return floor[1]
+        self._floors[(key, group_id)] = (committed, translated)
+        return translated
 
     async def push_offsets(self) -> None:
         """Commit each local group's translated offsets to every remote its topics go to."""
@@ -381,6 +401,8 @@ class ReplicationService:
                     thirds = sorted(members - {self.cluster_name, key[0]})
                     translated = await self._translate(key, checkpoint, offset.offset, thirds,
                                                        there, read)
+                    if translated is not None:
+                        translated = self._not_below(key, group_id, offset.offset, translated)
                     if translated is not None and pushed.get(group_id) != translated:
                         by_remote.setdefault((key[0], topic), {})[partition] = translated
                         pushed_to[key] = pushed

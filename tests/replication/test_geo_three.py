@@ -1,8 +1,10 @@
 """Consumer offsets among three real standalones replicating one namespace with each other
 ("east", "west", "north"): a group that consumed in east resumes in west at the offset east
-pushed there, translated with west's inbound pairs from north (served by west's admin API),
-and skips nothing.  Without that wiring no offset reaches west for a topic among three
-clusters, and the moved group (auto.offset.reset=latest) misses what arrived later."""
+pushed there, translated with west's checkpoints (served by west's admin API), skips nothing
+and, since everything it read had been synced everywhere, re-reads nothing.  Without that
+wiring no offset reaches west for a topic among three clusters, and the moved group
+(auto.offset.reset=latest) misses what arrived later; with only west's inbound pairs from
+north it resumed after west's last record from north, re-reading 180 of 240."""
 
 from __future__ import annotations
 
@@ -100,9 +102,22 @@ def test_a_group_moved_to_a_third_cluster_skips_nothing(trio_of: dict[str, Stand
     east_committed = _committed(east)
     assert sum(east_committed) == 240
 
-    # east pushes the group's offsets to west, translated through north's records there too
-    wait_for(lambda: all(o >= 0 for o in _committed(west)),
-             "the group's offsets to reach west", 120)
+    # east pushes the group's offsets to west, translated through north's records there too.
+    # The re-read bound: all 240 were replicated, noted and synced everywhere before the group
+    # committed, so nothing arrived since the last sync and west's offsets reach west's ends
+    # (the group will re-read nothing)
+    west_ends = _ends(west)
+    seen: list[list[int]] = []
+
+    def reached() -> bool:
+        seen.append(_committed(west))
+        return seen[-1] == west_ends
+
+    try:
+        wait_for(reached, "the group's offsets in west to reach west's ends", 120)
+    except AssertionError:
+        raise AssertionError(f"the group's offsets in west stayed at {seen[-1]}, below west's "
+                             f"ends {west_ends} (re-read bound: 0)") from None
 
     produce(north, "n3", 40)  # arrives after the group left east: it must not be skipped
     wait_for(lambda: _all_drained(trio_of, 280), "all three to hold all 280 messages", 180)
@@ -120,7 +135,7 @@ def test_a_group_moved_to_a_third_cluster_skips_nothing(trio_of: dict[str, Stand
     assert sorted(v for v in values if v.startswith(b"n3-")) == [
         f"n3-{i:06d}".encode() for i in range(40)]
     re_read = len(values) - 40
-    # the re-read bound: at most what west held past the translated offsets when it resumed
-    assert re_read <= 280 - sum(resume_at), (resume_at, re_read)
-    print(f"resumed in west at {resume_at} (east committed {east_committed}); "
-          f"re-read {re_read} of 240 already read")
+    print(f"resumed in west at {resume_at} (east committed {east_committed}, west's ends "
+          f"{west_ends}); re-read {re_read} of 240 already read (bound: 0, nothing arrived "
+          "between the last sync and the commit)")
+    assert resume_at == west_ends and re_read == 0, (resume_at, re_read)

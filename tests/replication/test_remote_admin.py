@@ -13,10 +13,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gateway.replication.clusters import RemoteCluster
+from gateway.replication.offset_translation import LinkView
 from gateway.replication.remote_admin import RemoteAdminError, fetch_inbound
 
-INBOUND = {"cluster": "west", "partitions": {"0": {"north": {"inbound": [[5, 7]],
-                                                             "scanned": 9}}}}
+INBOUND = {"cluster": "west", "partitions": {"0": {
+    "north": {"inbound": [[5, 7]], "scanned": 9, "unnoted": 2, "syncs": [[8, 3]]},
+    "east": {"inbound": [], "scanned": 4}}}}  # as a remote from before unnoted and syncs
 
 
 @contextmanager
@@ -58,7 +60,8 @@ def remote(admin_url: str) -> RemoteCluster:
 async def test_the_inbound_pairs_are_fetched_with_the_password_on_loopback() -> None:
     with serving((200, {"Content-Type": "application/json"},
                   json.dumps(INBOUND).encode())) as (url, seen):
-        assert await fetch_inbound(remote(url), "t") == {0: {"north": ([(5, 7)], 9)}}
+        assert await fetch_inbound(remote(url), "t") == {0: {
+            "north": LinkView(((5, 7),), 9, 2, ((8, 3),)), "east": LinkView((), 4, 4, ())}}
     assert [h.get("Authorization", "").startswith("Basic ") for h in seen] == [True]
 
 

@@ -228,6 +228,11 @@ async def test_full_pipeline_position_only_past_answers_and_a_broken_pipeline_he
                      for b in remote.log]
             assert all(whole) if forwarding == "forwarded" else not any(whole)
             await _until(lambda: _equals(position(), RECORDS), "the last checkpoint")
+            # the new session resumed past the third batch (found stored there) without reading
+            # it: inbound pairs there would be unknown, and the checkpoint says so
+            stored = await read_checkpoint(store, "west", TOPIC, 0)
+            assert stored is not None and stored.unnoted == sum(
+                parse_header(b).records_count for b in first.sent[:3])
             assert max(p.most_in_flight for p in remote.pipelines) == MAX_IN_FLIGHT
             await _until(settled, "a settled checkpoint")
             nursery.cancel_scope.cancel()
