@@ -66,12 +66,12 @@ def _blob(payload: bytes, pos: int) -> tuple[bytes | None, int]:
 
 class PullEncoding:
     """What every message of one pull shares: queue, topic, store host and the tag filter
-    (`wanted(tag)`, given the TAGS property as text or None)."""
+    (`wanted(tag)`, given the TAGS property as text or None; None: every message)."""
 
     __slots__ = ("_queue_id", "_clo_base", "_tail", "_store_ip", "_store_port", "_wanted")
 
     def __init__(self, topic: str, queue_id: int, store_ip: bytes, store_port: int,
-                 wanted: Callable[[str | None], bool]) -> None:  # fmt: skip
+                 wanted: Callable[[str | None], bool] | None) -> None:  # fmt: skip
         name = topic.encode("utf-8")
         usable = len(name) <= 127 and 0 <= queue_id < 1 << QUEUE_BITS
         self._queue_id = queue_id
@@ -189,7 +189,8 @@ class PullEncoding:
             offset = base_offset + offset_delta
             if offset < first_offset:
                 continue
-            if not self._wanted(tags.decode("utf-8") if tags is not None else None):
+            if self._wanted is not None and \
+                    not self._wanted(tags.decode("utf-8") if tags is not None else None):
                 out.append((offset, None))
                 continue
             timestamp = max_ts if log_append else base_ts + ts_delta

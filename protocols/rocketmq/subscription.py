@@ -9,6 +9,7 @@ This module must never do I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocols.rocketmq.errors import SubscriptionParseFailedError
@@ -26,6 +27,11 @@ class TagFilter:
         if self.tags is None:
             return True
         return tag is not None and tag in self.tags
+
+    @property
+    def matcher(self) -> Callable[[str | None], bool] | None:
+        """`matches`, or None when everything matches (a per-message call saved)."""
+        return None if self.tags is None else self.matches
 
     @property
     def codes(self) -> list[int]:

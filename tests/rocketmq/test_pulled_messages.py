@@ -58,7 +58,7 @@ def general(batch: bytes, first: int, expression: str) -> list[tuple[int, bytes 
 
 def fast(batch: bytes, first: int, expression: str) -> list[tuple[int, bytes | None]] | None:
     encoding = PullEncoding(from_storage(TOPIC), QUEUE, ipv4("10.1.2.3"), 10911,
-                            parse_tag_expression(expression, "TAG").matches)
+                            parse_tag_expression(expression, "TAG").matcher)
     encoded = encoding.encode_batch(batch, first)
     if encoded is None:
         return None

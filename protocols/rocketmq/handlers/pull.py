@@ -114,7 +114,7 @@ async def handle_pull(broker: BrokerLike, conn: ConnectionLike,
 
     cfg = broker.config
     fast = PullEncoding(from_storage(storage_topic), header.queue_id, ipv4(cfg.advertised_host),
-                        cfg.advertised_port, tag_filter.matches)
+                        cfg.advertised_port, tag_filter.matcher)
 
     def read_bytes(kept: int, kept_bytes: int) -> int:
         wanted = max(MIN_READ_CHUNK_BYTES, (max_msgs - kept) * READ_BYTES_PER_MESSAGE)
