@@ -90,6 +90,7 @@ class TopicService:
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
         self._state_dirs: set[str] = set()  # topics whose partition-state parent exists
+        self._roots_exist = False  # the parents of topic nodes and partition-state parents
         self._state_dir_locks: dict[str, trio.Lock] = {}
         self._closed = False
         # advanced by the unloader every tick; partition() stamps the log it hands out with it
@@ -193,14 +194,39 @@ class TopicService:
         info = TopicInfo(name, uuid.uuid4(), partitions, configs)
         self._creating.add(name)
         try:
-            await self._store.create(f"{TOPICS_PATH}/{name}", encode_topic(info),
-                                     make_parents=True)
+            await self._create_topic_nodes(info)
         except NodeExistsError as exc:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists") from exc
         finally:
             self._creating.discard(name)
         self._put_topic(info)
         log.info("created topic %s with %d partitions", name, partitions)
+
+    async def _create_topic_nodes(self, info: TopicInfo) -> None:
+        """The topic's node and the parent of its partition state nodes, in one multi: the
+        first open of each partition then writes only its own nodes (the parent was checked,
+        and created, by the first partition of the topic to open: a write, and its
+        partitions queued behind it, per topic).  NodeExistsError if the topic exists."""
+        name = info.name
+        if not self._roots_exist:
+            for root in (TOPICS_PATH, PARTITION_STATE_PATH):
+                if await self._store.exists(root) is None:
+                    try:
+                        await self._store.create(root, b"", make_parents=True)
+                    except NodeExistsError:
+                        pass
+            self._roots_exist = True  # (never deleted; a refused multi looks again)
+        try:
+            await self._store.multi([CreateOp(f"{TOPICS_PATH}/{name}", encode_topic(info)),
+                                     CreateOp(f"{PARTITION_STATE_PATH}/{name}", b"")])
+        except (NodeExistsError, NoNodeError):
+            # the topic exists, a root went (tests), or a parent was left by an earlier topic
+            # of the name: the topic's node alone, as before (its first open checks the parent)
+            self._roots_exist = False
+            await self._store.create(f"{TOPICS_PATH}/{name}", encode_topic(info),
+                                     make_parents=True)
+            return
+        self._state_dirs.add(name)
 
     async def delete_topic(self, name: str) -> None:
         loaded = await self._read_topic(name)
