@@ -221,13 +221,16 @@ class BacklogQuotas:
         if self._scope is not None:
             floors = await self._scope.committed_floors()
         open_partitions = self._topics.open_partitions()
-        for key in [k for k in self._over if k not in open_partitions]:
+        limited_topic: dict[str, bool] = {}  # (a topic's partitions ask once)
+        for topic, _ in open_partitions:
+            if topic not in limited_topic:
+                limited_topic[topic] = self._namespaces.namespace_of(topic) in limited
+        for key in [k for k in self._over
+                    if k not in open_partitions or not limited_topic[k[0]]]:
             self._release(key)
         live_ledgers: set[int] = set()
-        for (topic, partition), plog in sorted(open_partitions.items()):
-            if self._namespaces.namespace_of(topic) not in limited:
-                self._release((topic, partition))
-                continue
+        for (topic, partition), plog in sorted(
+                item for item in open_partitions.items() if limited_topic[item[0][0]]):
             if plog.failed or plog.closing:  # (closing since listed: unloaded as idle)
                 self._release((topic, partition))
                 continue
