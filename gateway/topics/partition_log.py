@@ -1,7 +1,8 @@
 """One Kafka partition's log on a managed ledger: dense offsets, one record batch per entry.
 
-Append: the batch is validated (header only, records never decoded), passes the idempotent
-producer rules (producer_state.py), gets the next offset patched into its baseOffset, and is
+Append: the batch is validated (batch_checks.py: header only, records never decoded), passes
+the idempotent producer rules (producer_state.py; a batch ahead of its sequence waits briefly
+for the earlier ones, sequence_gaps.py), gets the next offset patched into its baseOffset, and is
 appended to the managed ledger.  Everything from the producer check to the start of
 `ManagedLedger.append` happens without a Trio checkpoint, so concurrent produce requests get
 offsets and entry ids in the same order and are pipelined; the append returns once the entry is
@@ -23,12 +24,10 @@ Read: the batch holding the offset and the ones after it, from the tail cache
 (tail_cache.py) when recent, else located with the sparse offset index (offset_index.py) and
 read from the managed ledger (partition_reads.py).  Stored bytes are returned unchanged.
 
-Persistent state besides the ledger (a JSON metadata node per partition, CAS on its version):
-the log start offset (DeleteRecords and retention move it) and a producer-state snapshot with
-the offset it covers (open transactions and the aborted-transactions index included).  On
-open, the high watermark comes from the header of the last entry (or
-the log start when no entry is left), and producer state is rebuilt from the snapshot plus the
-batches after it.
+Persistent state besides the ledger is one JSON metadata node per partition, CAS on its version
+(partition_state.py): the log start offset, the compaction point and a producer-state snapshot.
+On open, the offsets come from the ledger and producer state is rebuilt from the snapshot plus
+the batches after it (partition_recovery.py).
 
 This module must never decode records on the produce/fetch path or append without the
 producer checks.
@@ -36,7 +35,6 @@ producer checks.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -46,46 +44,42 @@ from typing import Any
 
 import trio
 
+from gateway.topics.batch_checks import checked_batch
 from gateway.topics.offset_index import OffsetIndex
+from gateway.topics.partition_log_config import PartitionLogConfig
 from gateway.topics.partition_reads import read_stored
+from gateway.topics.partition_recovery import log_bounds, replay_producer_state
+from gateway.topics.partition_state import PartitionStateNode
 from gateway.topics.partition_timestamps import TimestampSearch
 from gateway.topics.producer_state import ProducerStateManager
+from gateway.topics.sequence_gaps import SequenceGaps
 from gateway.topics.tail_cache import BatchTailCache
 from ledger_backend.faults import StorageFault, log_failure, storage_fault_of
 from ledger_backend.managed_ledger.types import (
-    InvalidPositionError,
     ManagedLedgerFencedError,
     Position,
 )
 from ledger_backend.metadata.store import BadVersionError, MetadataError, MetadataStore, NoNodeError
-from protocols.kafka.batch_compaction import keyless_record_indexes
 from protocols.kafka.errors import (
-    InvalidRecordError,
     KafkaProtocolError,
     KafkaStorageError,
-    MessageTooLargeError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
-from protocols.kafka.legacy_message_set import convert_legacy_to_batch
 from protocols.kafka.record_batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     BatchHeader,
     build_control_batch,
-    iter_batches,
     parse_header,
     patch_base_offset,
-    records_magic,
     set_log_append_time,
-    validate_batch,
 )
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT_VERSION = 1
 SHORT_REPLAY_BATCHES = 64  # fewer batches after the snapshot, no producers: none on close
 
 
@@ -94,23 +88,6 @@ class AppendResult:
     base_offset: int
     log_append_time_ms: int  # -1 unless the batch was stamped LogAppendTime
     log_start_offset: int
-
-
-@dataclass
-class PartitionLogConfig:
-    max_message_bytes: int = 1048588
-    log_append_time: bool = False  # topic config message.timestamp.type=LogAppendTime
-    tail_cache_bytes: int = 16 << 20
-    snapshot_interval_batches: int = 1000
-    producer_id_expiration_ms: int = 24 * 3600 * 1000
-    max_timestamp_diff_ms: int | None = None
-    index_append_interval: int = 8
-    replay_chunk_entries: int = 256
-    compacted: bool = False  # cleanup.policy has "compact": records need keys
-    # How long a batch ahead of its producer's sequence waits for the earlier ones (see append):
-    # short, because a batch still ahead is refused retriably, and a client whose earlier batch
-    # was refused resends it only once this one is answered (librdkafka drains first)
-    sequence_gap_wait_s: float = 0.25
 
 
 def _now_ms() -> int:
@@ -125,13 +102,11 @@ class PartitionLog:
     ) -> None:
         self.name = name
         self.ledger = ml
-        self._store = store
-        self._state_path = state_path
+        self._state = PartitionStateNode(store, state_path)
         self.config = config
         self.log_start_offset = 0
         self.high_watermark = 0
         self._next_offset = 0
-        self._state_version = -1
         self._producers = ProducerStateManager()
         self.offset_index = OffsetIndex(config.index_append_interval)
         self._cache = BatchTailCache(config.tail_cache_bytes)
@@ -142,13 +117,10 @@ class PartitionLog:
         self._closed = False
         self._closing = False  # close() started: no new append may take an offset
         self._close_done = trio.Event()  # close() has finished
-        self._sequence_moved = trio.Event()  # set when a producer's state may have advanced
-        self._sequence_waiters = 0
+        self._sequence_gaps = SequenceGaps()  # batches waiting for their producer's earlier ones
         self._batches_since_snapshot = 0
         self._snapshot_running = False
         self._pending_snapshot: tuple[int, dict[str, object]] | None = None
-        self._state: dict[str, Any] = {}
-        self._state_lock = trio.Lock()
         # idle unloading (TopicService.run_unloader): the topic service's use tick when this
         # log was last handed out, reads from the ledger under way, and background passes
         # (compaction, offload) that hold it
@@ -158,117 +130,29 @@ class PartitionLog:
 
     # --- opening ---------------------------------------------------------------------------------
 
-    @staticmethod
-    def initial_state() -> dict[str, Any]:
-        """The state node of a partition that has never been written."""
-        return {"format": STATE_FORMAT_VERSION, "log_start_offset": 0, "producer_snapshot": None}
-
     @classmethod
     async def open(
         cls, name: str, ml: Any, store: MetadataStore, state_path: str,
         config: PartitionLogConfig | None = None, *, state_created: bool = False,
     ) -> PartitionLog:
         """state_created: `ml` was created just now together with the state node holding
-        initial_state() (version 0), so there is nothing to read nor anybody to fence."""
+        PartitionStateNode.initial() (version 0), so there is nothing to read nor anybody to
+        fence."""
         plog = cls(name, ml, store, state_path, config or PartitionLogConfig())
         if state_created:
-            plog._state, plog._state_version = cls.initial_state(), 0
+            plog._state.created()
         else:
             await plog._load()
         return plog
 
     async def _load(self) -> None:
-        try:
-            data, stat = await self._store.get(self._state_path)
-            state = json.loads(data)
-            if state.get("format") != STATE_FORMAT_VERSION:
-                raise KafkaStorageError(f"{self._state_path}: unknown format {state.get('format')}")
-            # Claim the node: bump its version so a deposed owner's next CAS fails.
-            claimed = await self._store.set(self._state_path, data, stat.version)
-            self._state_version = claimed.version
-        except NoNodeError:
-            state = self.initial_state()
-            await self._store.create(
-                self._state_path, json.dumps(state).encode(), make_parents=True
-            )
-            self._state_version = 0
-        self._state = state
-        stored_start = int(state["log_start_offset"])
-        # Compaction may remove the last records below its point (expired tombstones): the
-        # log end never goes below what it compacted through.
-        end = max(stored_start, int(state.get("cleaned_through", 0)))
-        last = self.ledger.last_confirmed
-        if last is not None:
-            end = max(end, (await self.read_header(last)).last_offset + 1)
-        first_position = self.ledger.first_position
-        start = stored_start
-        if first_position is not None and last is not None:
-            start = max(start, await self._first_offset_at_load(first_position, stored_start))
-        else:
-            start = end
-        self.log_start_offset = min(start, end)
+        state = await self._state.claim()
+        self.log_start_offset, end = await log_bounds(self, state)
         self.high_watermark = self._next_offset = end
-        await self._rebuild_producer_state(state.get("producer_snapshot"))
+        self._producers, self._batches_since_snapshot = await replay_producer_state(
+            self, state.get("producer_snapshot"))
         log.info("%s: opened, offsets [%d, %d), %d producers", self.name,
                  self.log_start_offset, end, len(self._producers))
-
-    async def _first_offset_at_load(self, first: Position, stored_start: int) -> int:
-        """The base offset of the log's first entry, or the stored log start when that entry
-        is in a missing or corrupt offloaded object: the partition still opens (its newer
-        ledgers served, appends taken) and reads of the damaged range are answered as such."""
-        try:
-            return (await self.read_header(first)).base_offset
-        except Exception as exc:
-            if storage_fault_of(exc) is not StorageFault.DAMAGED:
-                raise
-            log.warning("%s: first entry unreadable (%s); log start kept at the stored %d",
-                        self.name, exc, stored_start)
-            return stored_start
-
-    async def _rebuild_producer_state(self, snapshot: object) -> None:
-        replay_from = 0
-        restored = ProducerStateManager.restore(snapshot) if snapshot else None
-        if restored is not None and restored[1] <= self.high_watermark:
-            self._producers, replay_from = restored
-        start = max(replay_from, self.log_start_offset)
-        if start >= self.high_watermark:
-            return
-        try:
-            position = await self.locate(start)
-        except Exception as exc:  # the search met a damaged object: replay from the start
-            if storage_fault_of(exc) is not StorageFault.DAMAGED:
-                raise
-            position = self.ledger.first_position
-        sizes = {info.ledger_id: info.entries for info in self.ledger.ledgers}
-        now = _now_ms()
-        while position is not None:
-            # one ledger per read, so that a damaged object fails only its own ledger's read
-            left = sizes.get(position.ledger_id, 0) - position.entry_id
-            try:
-                entries = await self.ledger.read(
-                    position, max(1, min(left, self.config.replay_chunk_entries)))
-            except Exception as exc:
-                if storage_fault_of(exc) is not StorageFault.DAMAGED or left < 1:
-                    raise
-                log.warning("%s: producer state replay skips ledger %d: %s",
-                            self.name, position.ledger_id, exc)
-                position = self.ledger.next_position(
-                    Position(position.ledger_id, sizes[position.ledger_id] - 1))
-                continue
-            if not entries:
-                break
-            for entry in entries:
-                header = parse_header(entry.data)
-                self.offset_index.record_read(
-                    entry.position, header.base_offset, header.last_offset)
-                if header.base_offset >= replay_from:
-                    self._producers.replay(
-                        header, now, entry.data if header.is_control else None
-                    )
-                    # still after the last snapshot: counted, or each open and close without a
-                    # state write (a short replay) would leave the next open a longer one
-                    self._batches_since_snapshot += 1
-            position = self.ledger.next_position(entries[-1].position)
 
     # --- properties ------------------------------------------------------------------------------
 
@@ -303,8 +187,8 @@ class PartitionLog:
         """Work under way that closing the log would cut short: appends not yet durable, reads
         from the ledger, readers or producers waiting on it, a state write, a pinned pass."""
         return bool(self._next_offset != self.high_watermark or self._reads_in_flight
-                    or self._sequence_waiters or self._pins or self._snapshot_running
-                    or self._state_lock.locked()
+                    or self._sequence_gaps.waiting or self._pins or self._snapshot_running
+                    or self._state.writing
                     or self._data_event.statistics().tasks_waiting)
 
     @contextmanager
@@ -328,28 +212,11 @@ class PartitionLog:
         self, records: bytes | memoryview, *, timestamp_type_log_append: bool = False
     ) -> AppendResult:
         self._check_usable()
-        data: bytes | bytearray | memoryview = records
-        if records_magic(records) < 2:
-            data = convert_legacy_to_batch(records)  # one batch: appended all or nothing
-        batches = list(iter_batches(data))
-        if len(batches) != 1:
-            raise InvalidRecordError(
-                f"a produce must carry exactly one v2 batch, got {len(batches)}"
-            )
-        header, view = batches[0]
-        if header.is_control:
-            raise InvalidRecordError("control batches are written by the transaction coordinator")
-        if header.size > self.config.max_message_bytes:
-            raise MessageTooLargeError(
-                f"batch of {header.size} bytes exceeds max.message.bytes "
-                f"{self.config.max_message_bytes}"
-            )
         now = _now_ms()
-        validate_batch(
-            header, view, now_ms=now, max_timestamp_diff_ms=self.config.max_timestamp_diff_ms
-        )
-        if self.config.compacted:
-            self._refuse_keyless(header, view)
+        config = self.config
+        header, view = checked_batch(
+            records, log_name=self.name, now_ms=now, max_message_bytes=config.max_message_bytes,
+            max_timestamp_diff_ms=config.max_timestamp_diff_ms, compacted=config.compacted)
         log_append = timestamp_type_log_append or self.config.log_append_time
         if self._producers.awaits_earlier_batches(header):
             await self._wait_for_earlier_batches(header)
@@ -373,54 +240,16 @@ class PartitionLog:
             stored = base.to_bytes(8, "big", signed=True) + view[8:]
         header.base_offset = base
         self._producers.update(header, base, now)
-        if self._sequence_waiters:
-            self._wake_sequence_waiters()
+        if self._sequence_gaps.waiting:
+            self._sequence_gaps.wake()
         await self._store_batch(header, stored)
         return AppendResult(base, now if log_append else -1, self.log_start_offset)
 
     async def _wait_for_earlier_batches(self, header: BatchHeader) -> None:
         """Let a batch that is ahead of its producer's last sequence wait (at most
-        `sequence_gap_wait_s`) for the earlier batches still on their way.
-
-        An idempotent client pipelines up to 5 batches per partition and treats
-        OUT_OF_ORDER_SEQUENCE_NUMBER on the oldest batch it has not seen acknowledged as
-        fatal.  If a later batch were judged before an earlier one that is already in this
-        broker (two requests racing to the partition), the client would see the earlier one
-        acknowledged and then the later one refused: a fatal error for a batch that was in
-        order all along.  Batches pipelined on one connection are judged in arrival order
-        (tests/kafka_server/test_idempotent_pipelining.py), but they do wait here when an
-        earlier one was refused before it was stored (a partition hand-off: the new owner not
-        ready yet) and will be sent again.  A batch still ahead after the wait is refused
-        with NOT_ENOUGH_REPLICAS (retriable, not stored), never OUT_OF_ORDER_SEQUENCE_NUMBER:
-        librdkafka answers that one by bumping its producer epoch and sending everything
-        unacknowledged again under new sequences, so a batch that was stored but answered
-        with an error (the old owner's ownership ended during its append) would be stored
-        twice (tests/kafka_server/test_idempotent_retry_gap.py).  A client that dropped the
-        earlier batch for good renumbers the later ones itself (librdkafka bumps the epoch
-        on the permanent failure, the Java producer adjusts its in-flight sequences)."""
-        self._sequence_waiters += 1
-        try:
-            with trio.move_on_after(self.config.sequence_gap_wait_s):
-                while self._producers.awaits_earlier_batches(header):
-                    await self._sequence_moved.wait()
-                    self._check_usable()
-        finally:
-            self._sequence_waiters -= 1
-        self._check_usable()
-
-    def _wake_sequence_waiters(self) -> None:
-        event, self._sequence_moved = self._sequence_moved, trio.Event()
-        event.set()
-
-    def _refuse_keyless(self, header: BatchHeader, view: memoryview) -> None:
-        keyless = keyless_record_indexes(header, view)
-        if keyless:
-            message = f"Compacted topic cannot accept message without key in {self.name}."
-            error = InvalidRecordError(
-                f"One or more records have been rejected: {len(keyless)} without a key"
-            )
-            error.record_errors = tuple((i, message) for i in keyless)
-            raise error
+        `sequence_gap_wait_s`) for the earlier batches still on their way (sequence_gaps.py)."""
+        await self._sequence_gaps.wait(self._producers, header, self.config.sequence_gap_wait_s,
+                                       self._check_usable)
 
     async def write_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                                coordinator_epoch: int) -> int:
@@ -438,8 +267,8 @@ class PartitionLog:
         header = parse_header(stored)
         self._producers.apply_marker(producer_id, producer_epoch, control_type,
                                      coordinator_epoch, base, now)
-        if self._sequence_waiters:
-            self._wake_sequence_waiters()
+        if self._sequence_gaps.waiting:
+            self._sequence_gaps.wake()
         await self._store_batch(header, stored)
         return base
 
@@ -492,7 +321,7 @@ class PartitionLog:
             log.warning("%s: failed, refusing further work: %r", self.name, exc)
         self._cache.clear()
         self._wake_readers()
-        self._wake_sequence_waiters()
+        self._sequence_gaps.wake()
 
     def _wake_readers(self) -> None:
         event, self._data_event = self._data_event, trio.Event()
@@ -529,20 +358,13 @@ class PartitionLog:
 
     async def _write_state(self, **changes: object) -> None:
         """CAS the partition state node; losing the CAS means another owner: fail the log."""
-        async with self._state_lock:
-            state = dict(self._state)
-            state.update(changes)
-            try:
-                stat = await self._store.set(
-                    self._state_path, json.dumps(state).encode(), self._state_version
-                )
-            except (BadVersionError, NoNodeError) as exc:
-                self._fail(exc)
-                raise NotLeaderOrFollowerError(
-                    f"{self.name}: partition state changed by another owner"
-                ) from exc
-            self._state = state
-            self._state_version = stat.version
+        try:
+            await self._state.write(**changes)
+        except (BadVersionError, NoNodeError) as exc:
+            self._fail(exc)
+            raise NotLeaderOrFollowerError(
+                f"{self.name}: partition state changed by another owner"
+            ) from exc
 
     # --- read ------------------------------------------------------------------------------------
 
@@ -566,20 +388,9 @@ class PartitionLog:
             return cached
         self._reads_in_flight += 1
         try:
-            return await self._read_stored(offset, hw, max_bytes)
+            return await read_stored(self, offset, hw, max_bytes)
         finally:
             self._reads_in_flight -= 1
-
-    async def _read_stored(self, offset: int, hw: int, max_bytes: int) -> list[bytes]:
-        try:
-            return await read_stored(self, offset, hw, max_bytes)
-        except InvalidPositionError as exc:  # trimmed, or compacted, while we looked
-            if offset < self.log_start_offset:
-                raise OffsetOutOfRangeError(f"offset {offset} of {self.name} was deleted") from exc
-        try:  # a compaction swapped the ledgers under the read: once more, on the new list
-            return await read_stored(self, offset, hw, max_bytes)
-        except InvalidPositionError as exc:
-            raise OffsetOutOfRangeError(f"offset {offset} of {self.name} was deleted") from exc
 
     async def wait_for_data(self, offset: int, timeout_s: float, *,
                             committed: bool = False) -> None:
@@ -649,7 +460,7 @@ class PartitionLog:
     @property
     def cleaned_through(self) -> int:
         """Offsets below this were compacted (the cleaner's checkpoint; 0: never)."""
-        return int(self._state.get("cleaned_through", 0))
+        return int(self._state.values.get("cleaned_through", 0))
 
     async def record_cleaned_through(self, offset: int) -> None:
         """Persist the compaction point BEFORE the swap that compacts up to it."""
@@ -686,7 +497,7 @@ class PartitionLog:
         # written, then meet a closing ledger: its producer sequence would be remembered here
         # but stored nowhere); those already under way finish or fail on their own.
         self._closing = True
-        self._wake_sequence_waiters()
+        self._sequence_gaps.wake()
         # Without producers to remember, a few batches since the last snapshot are cheaper to
         # replay on the next open than a state write now (idle unloading closes many logs).
         replay_is_short = (not len(self._producers) and self._pending_snapshot is None
@@ -704,7 +515,7 @@ class PartitionLog:
         finally:
             self._closed = True
             self._wake_readers()
-            self._wake_sequence_waiters()
+            self._sequence_gaps.wake()
             with trio.CancelScope(shield=True):
                 try:
                     await self.ledger.close()

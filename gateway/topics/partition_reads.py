@@ -3,7 +3,10 @@
 `read_stored` finds the entry holding an offset (a hint left by the previous sequential read,
 else the sparse offset index), then reads entries forward up to the high watermark and the
 byte budget, always returning at least one batch.  It leaves a hint for the offset after the
-last batch it returned, so a consumer reading on needs no index lookup.
+last batch it returned, so a consumer reading on needs no index lookup.  An entry that went
+while it looked (InvalidPositionError) is OFFSET_OUT_OF_RANGE when the log start has moved past
+the offset (trimmed); otherwise a compaction swapped the ledgers, and it reads once more on the
+new list.
 
 This module must never decode records, write anything, or read past the high watermark.
 """
@@ -11,7 +14,7 @@ This module must never decode records, write anything, or read past the high wat
 from __future__ import annotations
 
 from gateway.topics.stored_log import StoredLog
-from ledger_backend.managed_ledger.types import Position
+from ledger_backend.managed_ledger.types import InvalidPositionError, Position
 from protocols.kafka.errors import OffsetOutOfRangeError
 from protocols.kafka.record_batch import parse_header
 
@@ -19,6 +22,18 @@ MAX_READ_HINTS = 256
 
 
 async def read_stored(plog: StoredLog, offset: int, hw: int, max_bytes: int) -> list[bytes]:
+    try:
+        return await _read_stored(plog, offset, hw, max_bytes)
+    except InvalidPositionError as exc:  # trimmed, or compacted, while we looked
+        if offset < plog.log_start_offset:
+            raise OffsetOutOfRangeError(f"offset {offset} of {plog.name} was deleted") from exc
+    try:  # a compaction swapped the ledgers under the read: once more, on the new list
+        return await _read_stored(plog, offset, hw, max_bytes)
+    except InvalidPositionError as exc:
+        raise OffsetOutOfRangeError(f"offset {offset} of {plog.name} was deleted") from exc
+
+
+async def _read_stored(plog: StoredLog, offset: int, hw: int, max_bytes: int) -> list[bytes]:
     ml = plog.ledger
     hints = plog.read_hints
     max_entries = max(1, min(1000, max_bytes // 4096 + 1))

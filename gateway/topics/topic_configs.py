@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.topics.compactor import CompactionSettings, ledger_age_limit_s
-from gateway.topics.partition_log import PartitionLogConfig
+from gateway.topics.partition_log_config import PartitionLogConfig
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from protocols.kafka.errors import InvalidConfigError
 

@@ -41,7 +41,9 @@ import trio
 from gateway.topics.compaction_service import CompactionService
 from gateway.topics.idle_unloader import IdleUnloader
 from gateway.topics.offload_service import OffloadService
-from gateway.topics.partition_log import PartitionLog, PartitionLogConfig
+from gateway.topics.partition_log import PartitionLog
+from gateway.topics.partition_log_config import PartitionLogConfig
+from gateway.topics.partition_state import PartitionStateNode
 from gateway.topics.topic_configs import (
     TopicServiceConfig,
     partition_configs,
@@ -443,7 +445,7 @@ class TopicService:
         # A partition never opened before is created in one metadata write: its managed
         # ledger, first ledger and state node together (factory.py).
         await self._ensure_state_dir(info.name)
-        state = CreateOp(state_path, json.dumps(PartitionLog.initial_state()).encode())
+        state = CreateOp(state_path, json.dumps(PartitionStateNode.initial()).encode())
         ml = await self._factory.open(name, ml_config, create_with=[state])
         if not ml.created_with:
             self._state_dirs.discard(info.name)  # (it may have been deleted meanwhile)
