@@ -73,7 +73,7 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
 
 
 def partition_configs(
-    topic: str, configs: Mapping[str, str], config: TopicServiceConfig,
+    topic: str, configs: dict[str, str], config: TopicServiceConfig,
     broker_defaults: Mapping[str, str], namespaces: Any,
 ) -> tuple[ManagedLedgerConfig, PartitionLogConfig]:
     """The managed-ledger and partition-log configs a partition of `topic` runs with: `configs`
