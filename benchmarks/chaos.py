@@ -57,7 +57,8 @@ A broker-kill trial also prints its steps, read from the survivor's log: kill ->
 (its first bundle acquired: since session 10 the survivor expels a broker whose Kafka port
 refuses connections, about 1 s after the kill, gateway/cluster/peer_liveness.py; without that,
 or when the restarted broker bound the port first, the ZooKeeper session, rounded up to
-ZooKeeper's tick, and the reconcile), -> the trial topic's partitions open (fenced, recovered), -> served (the resume);
+ZooKeeper's tick, and the reconcile), -> the trial topic's partitions open (fenced,
+recovered), -> served (the resume);
 the summary gives their medians.  --zk-tick-ms sets ZooKeeper's tickTime (200 ms; a session
 ends at the first tick past its timeout, so session 8's 500 ms added up to 0.5 s).
 

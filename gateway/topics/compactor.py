@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -57,7 +58,7 @@ class CompactionSettings:
     min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
-    def from_configs(cls, configs: dict[str, str]) -> CompactionSettings:
+    def from_configs(cls, configs: Mapping[str, str]) -> CompactionSettings:
         policy = {p.strip() for p in configs.get("cleanup.policy", "delete").split(",")}
         return cls(
             compact="compact" in policy,

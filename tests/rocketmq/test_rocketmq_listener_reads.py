@@ -44,7 +44,7 @@ async def test_frames_together_and_split_are_each_answered() -> None:
         await client.send_raw(wire[:cut])
         for start in range(cut, len(wire), 7):
             await client.send_raw(wire[start:start + 7])
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
         answers = {}
         for _ in requests:
             answer = await client.receive(wait_s=10.0)
