@@ -36,6 +36,9 @@ from gateway.replication.clusters import RemoteCluster
 from gateway.replication.offset_translation import LinkView
 
 TIMEOUT_S = 10.0
+# fetches in worker threads at once: a hung remote's abandoned fetches (up to TIMEOUT_S each)
+# hold these tokens, not the process's shared thread tokens
+FETCHES = trio.CapacityLimiter(8)
 
 Inbound = dict[int, dict[str, LinkView]]  # partition -> other cluster -> the remote's view
 
@@ -106,7 +109,8 @@ async def fetch_inbound(cluster: RemoteCluster, topic: str) -> Inbound:
     if not cluster.admin_url:
         raise RemoteAdminError(f"cluster {cluster.name} has no admin URL registered")
     target = f"/admin/v1/replication/{quote(topic, safe='')}/inbound"
-    doc = await trio.to_thread.run_sync(_get, cluster, target, abandon_on_cancel=True)
+    doc = await trio.to_thread.run_sync(_get, cluster, target, abandon_on_cancel=True,
+                                        limiter=FETCHES)
     try:
         return {int(p): {str(y): _view(v) for y, v in by_cluster.items()}
                 for p, by_cluster in doc["partitions"].items()}

@@ -66,6 +66,7 @@ log = logging.getLogger("ledgerwire.replication")
 
 SCAN_INTERVAL_S = 2.0
 OFFSET_SYNC_INTERVAL_S = 2.0
+FETCH_ROUND_S = 5.0  # the remotes' admin APIs answer a round's fetches within this, or not
 CONFIG_LOOK_INTERVAL_S = 0.5  # configs here against those agreed (in memory: cheap)
 FULL_CONFIG_LOOK_EVERY = 20  # a topic whose configs did not change here is compared this seldom
 
@@ -346,16 +347,7 @@ class ReplicationService:
         if not thirds:
             return translate(checkpoint, committed)
         remote_name, topic, partition = key
-        if (remote_name, topic) not in there:
-            remote = self._remotes.get(remote_name)
-            try:
-                if remote is None:
-                    raise RemoteAdminError(f"cluster {remote_name} is not reached")
-                there[(remote_name, topic)] = await fetch_inbound(remote.cluster, topic)
-            except RemoteAdminError as exc:
-                log.debug("inbound pairs of %s from %s: %s", topic, remote_name, exc)
-                there[(remote_name, topic)] = None
-        fetched = there[(remote_name, topic)]
+        fetched = there.get((remote_name, topic))
         if fetched is None or partition not in fetched:
             return None
         inbound_here: dict[str, list[tuple[int, int]]] = {}
@@ -385,10 +377,39 @@ class ReplicationService:
         self._floors[(key, group_id)] = (committed, translated)
         return translated
 
+    async def _fetch_views(self, wanted: set[tuple[str, str]]
+                           ) -> dict[tuple[str, str], Inbound | None]:
+        """The checkpoints of each (remote, topic) in `wanted` as the remote's admin API serves
+        them, all fetched at once within FETCH_ROUND_S: one that has not answered by then (a
+        hung remote) counts as unreachable this round (None), as one that failed."""
+        there: dict[tuple[str, str], Inbound | None] = dict.fromkeys(wanted)
+
+        async def fetch(remote_name: str, topic: str) -> None:
+            remote = self._remotes.get(remote_name)
+            try:
+                if remote is None:
+                    raise RemoteAdminError(f"cluster {remote_name} is not reached")
+                there[(remote_name, topic)] = await fetch_inbound(remote.cluster, topic)
+            except RemoteAdminError as exc:
+                log.debug("inbound pairs of %s from %s: %s", topic, remote_name, exc)
+
+        with trio.move_on_after(FETCH_ROUND_S):
+            async with trio.open_nursery() as nursery:
+                for remote_name, topic in sorted(wanted):
+                    nursery.start_soon(fetch, remote_name, topic)
+        return there
+
     async def push_offsets(self) -> None:
         """Commit each local group's translated offsets to every remote its topics go to."""
         read: dict[Key, Checkpoint | None] = {}
-        there: dict[tuple[str, str], Inbound | None] = {}  # remote's inbound pairs, per round
+        wanted: set[tuple[str, str]] = set()  # (remote, topic) among three or more clusters
+        for committed in self.coordinator.offsets.values():
+            for (topic, _), offset in committed.items():
+                members = set(self.namespaces.topic_policies(topic).replication_clusters or [])
+                if (len(members | {self.cluster_name}) > 2 and offset.offset >= 0
+                        and offset.metadata != PUSHED_METADATA):
+                    wanted |= {(r, topic) for r in members if r != self.cluster_name}
+        there = await self._fetch_views(wanted) if wanted else {}
         for group_id, committed in sorted(self.coordinator.offsets.items()):
             by_remote: dict[tuple[str, str], dict[int, int]] = {}
             pushed_to: dict[Key, dict[str, int]] = {}

@@ -1,7 +1,8 @@
 """Which group offsets the replication service pushes: a topic replicated between two clusters
 gets its groups' translated offsets committed there; one among three or more clusters gets none
 when the remote's admin API cannot serve its inbound pairs (without them a third cluster's
-records there could be skipped; tests/replication/test_geo_three.py pushes them for real).
+records there could be skipped; tests/replication/test_geo_three.py pushes them for real),
+and a remote whose admin API hangs holds back neither the round nor the other remotes.
 
 The service runs on a real embedded metadata store; its replicators, remotes, namespaces and
 group coordinator are small stand-ins.
@@ -9,16 +10,22 @@ group coordinator are small stand-ins.
 
 from __future__ import annotations
 
+import json
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import trio
 
+import gateway.replication.remote_admin as remote_admin
+import gateway.replication.service as service_module
 from gateway.config.settings import ReplicationConfig
 from gateway.replication.checkpoints import Checkpoint
 from gateway.replication.clusters import RemoteCluster
 from gateway.replication.service import ReplicationService, _Running
 from ledger_backend.metadata import open_store
+from tests.replication.test_remote_admin import serving
 
 
 @dataclass
@@ -77,4 +84,43 @@ async def test_offsets_go_to_the_remote_of_two_clusters_only(tmp_path: Path) -> 
         await service.push_offsets()
         assert remote.commits == [("g", "pair", {0: 15})]
     finally:
+        await store.close()
+
+
+async def test_a_hung_remote_admin_api_holds_back_neither_the_round_nor_other_remotes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Among three clusters the remotes' admin APIs are asked at once, and a round waits for
+    them only FETCH_ROUND_S: west's never answers (its fetch would wait for ever here), north's
+    does, and north gets the group's offset.  One after the other, the round waited for west's
+    fetch to time out before north was even asked."""
+    monkeypatch.setattr(remote_admin, "TIMEOUT_S", 3600.0)
+    monkeypatch.setattr(service_module, "FETCH_ROUND_S", 1.0)
+    store = await open_store(f"embedded:{tmp_path}")
+    hung = socket.socket()  # listens, takes the connection (backlog), never answers
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    view = {"inbound": [], "scanned": 30, "unnoted": 0, "syncs": [[30, 25]]}
+    answer = (200, {"Content-Type": "application/json"}, json.dumps(
+        {"cluster": "north", "partitions": {"0": {"east": view, "west": view}}}).encode())
+    try:
+        with serving(answer) as (url, _):
+            namespaces = Namespaces({"trio": ["east", "west", "north"]})
+            coordinator = Coordinator({"g": {("trio", 0): Offset(25)}})
+            service = ReplicationService(store, object(), namespaces,  # type: ignore[arg-type]
+                                         ReplicationConfig(cluster_name="east"), coordinator)
+            remotes = {"west": Remote(RemoteCluster(
+                           "west", "127.0.0.1:9",
+                           admin_url=f"http://127.0.0.1:{hung.getsockname()[1]}")),
+                       "north": Remote(RemoteCluster("north", "127.0.0.1:9", admin_url=url))}
+            for name, remote in remotes.items():
+                service._remotes[name] = remote  # type: ignore[assignment]
+                service._running[(name, "trio", 0)] = _Running(
+                    Replicator(Checkpoint(syncs=[(20, 15)])),  # type: ignore[arg-type]
+                    trio.CancelScope())
+            with trio.fail_after(60):  # generous: the round itself waits 1 s for west
+                await service.push_offsets()
+            assert remotes["north"].commits == [("g", "trio", {0: 30})]
+            assert remotes["west"].commits == []
+    finally:
+        hung.close()
         await store.close()
