@@ -13,7 +13,11 @@ that came from B and sits here below C.  Its translated offset in B must not ski
 The translation is the smaller bound.  The group then re-reads at most what was written (on
 either side) between the last offset sync before C and C itself, i.e. about one
 `checkpoint_interval_s` of traffic.  This holds for two clusters; a third cluster's records
-in B are not covered (they reach A on their own link) and are not accounted for.
+in B are not covered (they reach A on their own link) and are not accounted for.  "No bound"
+for an empty `inbound` presumes that B has written nothing A's link has not noted yet: B's
+first records, written in B before A's records that a sync already covers but not yet noted
+here, would be skipped (a window at B's first writes; `translate_among` does not presume it
+and takes B's outbound syncs instead).
 
 Among three or more clusters (`translate_among`) the remote's own view is fetched too: for
 every other cluster Y (this one included) B's checkpoint of its link to Y (a `LinkView`: its
