@@ -2,7 +2,7 @@
 
     /ledgerwire/replication/<remote>/<topic>/<partition>
         {"format": 1, "source_next": S, "remote_next": R, "syncs": [[s, r], ...],
-         "inbound": [[a, o], ...], "unnoted": U, "settled": true|false,
+         "inbound": [[a, o], ...], "unnoted": U, "foreign_from": F, "settled": true|false,
          "producer": [producer id, epoch], "sequence": Q}
 
 `source_next`/`remote_next` is a pair the remote has acknowledged: every record written here
@@ -14,7 +14,11 @@ committed at or past a has read everything the remote wrote below o.  `unnoted`:
 session may have passed records without noting their inbound pairs (it resumed past what a
 crashed predecessor had sent and not checkpointed); at and above it every record from the
 remote below S is noted (its own pair, or a later one of its batch).  A node written before
-the field existed has it at its S.
+the field existed has it at its S.  `foreign_from`: the lowest remote offset seen to hold a
+record that is not this side's (the remote's end when nothing had been sent yet, or a gap
+between two acknowledged sends), -1 while none was seen: below it the remote holds only this
+side's records (what a translation needs while `inbound` is still empty).  A node written
+before the field existed has -1 (the presumption translations made before).
 
 `producer` is the idempotent producer id and epoch the replicator writes to the remote with,
 kept for good (taken once from the remote), and `sequence` is the sequence number the record
@@ -60,6 +64,7 @@ class Checkpoint:
     syncs: list[tuple[int, int]] = field(default_factory=list)
     inbound: list[tuple[int, int]] = field(default_factory=list)
     unnoted: int = 0
+    foreign_from: int = -1
     settled: bool = False
     producer: tuple[int, int] | None = None  # (id, epoch) there; None: not taken yet
     sequence: int = 0  # of the record at source_next
@@ -68,7 +73,7 @@ class Checkpoint:
         return json.dumps({"format": CHECKPOINT_FORMAT_VERSION, "source_next": self.source_next,
                            "remote_next": self.remote_next, "syncs": self.syncs,
                            "inbound": self.inbound, "unnoted": self.unnoted,
-                           "settled": self.settled,
+                           "foreign_from": self.foreign_from, "settled": self.settled,
                            "producer": self.producer, "sequence": self.sequence}).encode()
 
     @classmethod
@@ -79,7 +84,8 @@ class Checkpoint:
         return cls(int(doc["source_next"]), int(doc["remote_next"]),
                    [(int(s), int(r)) for s, r in doc.get("syncs", [])],
                    [(int(a), int(o)) for a, o in doc.get("inbound", [])],
-                   int(doc.get("unnoted", doc["source_next"])), bool(doc.get("settled", False)),
+                   int(doc.get("unnoted", doc["source_next"])),
+                   int(doc.get("foreign_from", -1)), bool(doc.get("settled", False)),
                    tuple(int(x) for x in doc["producer"])  # type: ignore[arg-type]
                    if doc.get("producer") else None, int(doc.get("sequence", 0)))
 
@@ -87,6 +93,11 @@ class Checkpoint:
         if not self.syncs or self.syncs[-1] != (source, remote):
             self.syncs.append((source, remote))
             del self.syncs[:-MAX_SYNCS]
+
+    def note_foreign(self, remote_offset: int) -> None:
+        """A record that is not this side's may sit in the remote at `remote_offset`."""
+        if self.foreign_from < 0 or remote_offset < self.foreign_from:
+            self.foreign_from = remote_offset
 
     def add_inbound(self, local_next: int, origin_next: int) -> None:
         if not self.inbound or self.inbound[-1][1] < origin_next:

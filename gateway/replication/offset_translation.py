@@ -8,16 +8,15 @@ that came from B and sits here below C.  Its translated offset in B must not ski
   s <= C.  Every A-record at or after s is in B at or after r.  No pair: B's start (0).
 - bound 2, from what B sent here (checkpoint `inbound`): the newest (a, o) with a <= C means
   the group read every B-record below o.  When B has sent records here but none below C, B's
-  start (0); when B never sent any here, no bound.
+  start (0); when none has been noted here yet, the first B offset where A's sends saw a
+  record that is not A's (checkpoint `foreign_from`), or no bound when there is none.
 
 The translation is the smaller bound.  The group then re-reads at most what was written (on
 either side) between the last offset sync before C and C itself, i.e. about one
 `checkpoint_interval_s` of traffic.  This holds for two clusters; a third cluster's records
-in B are not covered (they reach A on their own link) and are not accounted for.  "No bound"
-for an empty `inbound` presumes that B has written nothing A's link has not noted yet: B's
-first records, written in B before A's records that a sync already covers but not yet noted
-here, would be skipped (a window at B's first writes; `translate_among` does not presume it
-and takes B's outbound syncs instead).
+in B are not covered (they reach A on their own link) and are not accounted for.  (Without
+`foreign_from`, "no bound" for an empty `inbound` skipped B's first records when they sat in
+B below A's synced ones and had not been noted here yet.)
 
 Among three or more clusters (`translate_among`) the remote's own view is fetched too: for
 every other cluster Y (this one included) B's checkpoint of its link to Y (a `LinkView`: its
@@ -61,8 +60,9 @@ def translate(checkpoint: Checkpoint, committed: int) -> int:
     for source, remote in checkpoint.syncs:
         if source <= committed:
             bound1 = remote
-    if not checkpoint.inbound:
-        return bound1
+    if not checkpoint.inbound:  # nothing of B's noted here yet: B's records sit at or after
+        # the first non-A record seen there (none seen: none there below bound 1)
+        return bound1 if checkpoint.foreign_from < 0 else min(bound1, checkpoint.foreign_from)
     bound2 = 0
     for local_next, origin_next in checkpoint.inbound:
         if local_next <= committed:

@@ -52,7 +52,12 @@ from typing import Any
 
 import trio
 
-from gateway.replication.batches import committed_batches, last_origin_record, whole_batches
+from gateway.replication.batches import (
+    committed_batches,
+    last_origin_record,
+    record_origins,
+    whole_batches,
+)
 from gateway.replication.checkpoints import Checkpoint, CheckpointLost, CheckpointStore
 from gateway.replication.record_rewrite import OutgoingBatches, frame
 from gateway.replication.remote import (
@@ -230,6 +235,8 @@ class PartitionReplicator:
             checkpoint.settled = False  # as the claim stored it
             if remote_next < 0:  # nothing sent yet: what is sent lands after the remote's end
                 remote_next = await self.remote.list_offset(self.topic, self.partition, LATEST)
+                if remote_next > 0:  # records there that are not ours
+                    checkpoint.note_foreign(0)
         else:
             source_next, remote_next, sequence = await self._reconcile(checkpoint)
             if source_next > checkpoint.source_next:  # passed what a predecessor sent,
@@ -344,6 +351,8 @@ class PartitionReplicator:
                 self._update_lag()
                 base = await pipeline.receive()
                 slots.release(len(item.batch))
+                if base > remote_end >= 0:  # the remote's own (or a third's) records between
+                    checkpoint.note_foreign(remote_end)
                 remote_end = base + item.records
                 acknowledged.idle_since = None
                 self.status.sent_total += item.records
@@ -426,6 +435,11 @@ class PartitionReplicator:
                             if checkpoint.producer == (found.producer_id, found.producer_epoch)
                             else None)
             batches = whole_batches(blob)
+            for batch in batches if not 0 <= checkpoint.foreign_from <= offset else ():
+                # the remote's own (or a third's) records past the position
+                if any(o is None or o[0] != self.local_cluster for o in record_origins(batch)):
+                    checkpoint.note_foreign(max(offset, parse_header(batch).base_offset))
+                    break
             if not batches:
                 if offset < high_watermark:
                     raise RemoteError(f"fetch of {self.topic}-{self.partition} at {offset} "

@@ -91,6 +91,14 @@ def test_translation_takes_the_lower_bound_of_both_directions() -> None:
     assert translate(cp, 11) == 0
 
 
+def test_before_anything_of_the_remote_is_noted_its_first_foreign_record_bounds() -> None:
+    """b0 was written in B, then A's a0 landed after it (B: b0 a0); a0 is synced (1, 2) and b0
+    has not reached A.  A group that read a0 must not resume in B past b0."""
+    assert translate(Checkpoint(syncs=[(1, 2)], foreign_from=0), 1) == 0
+    assert translate(Checkpoint(syncs=[(1, 2)], foreign_from=1), 1) == 1
+    assert translate(Checkpoint(syncs=[(1, 2)]), 1) == 2  # B holds A's records only
+
+
 def test_a_batch_another_replicator_wrote_is_skipped_whole() -> None:
     west = OutgoingBatches("west", 1 << 20)
     west.add(_batch(100, [b"a", b"b", b"c"]), 0)

@@ -23,6 +23,7 @@ import gateway.replication.record_rewrite as record_rewrite
 from gateway.replication.batches import record_origins
 from gateway.replication.checkpoints import CheckpointStore, read_checkpoint
 from gateway.replication.clusters import RemoteCluster
+from gateway.replication.offset_translation import translate
 from gateway.replication.remote import MAX_IN_FLIGHT, RemoteError
 from gateway.replication.replicator import PartitionReplicator
 from gateway.topics.topic_node import TopicInfo
@@ -322,3 +323,41 @@ async def test_a_slow_checkpoint_write_holds_back_neither_sends_nor_answers(
 async def _position(store: Any) -> int:
     checkpoint = await read_checkpoint(store, "west", TOPIC, 0)
     return checkpoint.source_next if checkpoint is not None else 0
+
+
+
+@pytest.mark.parametrize("answer", ["ok", "stored-but-failed"])
+async def test_the_remote_s_own_records_between_two_sends_are_seen(tmp_path: Path,
+                                                                   answer: str) -> None:
+    """A record the remote's own writer stored between two of the replicator's batches is
+    noted in the checkpoint as the first foreign record there: by the answer's base offset past
+    the end of the batch before ("ok"), or, when that answer was lost ("stored-but-failed"), by
+    the new session's scan of the remote's tail.  Until the remote's records are noted here,
+    translations stop before it (offset_translation.translate)."""
+    store = await open_store(f"embedded:{tmp_path}")
+    remote = Remote()
+    replicator = PartitionReplicator(LocalTopics(), remote,  # type: ignore[arg-type]
+                                     CheckpointStore(store, "west", TOPIC, 0), "east", TOPIC, 0,
+                                     checkpoint_interval_s=0.0, retry_backoff_s=0.01)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(replicator.run)
+            await _until(lambda: remote.pipelines and len(remote.pipelines[0].sent) >= 3,
+                         "three sends")
+            for _ in range(2):
+                remote.hand_out.send_nowait("ok")
+            await _until(lambda: remote.pipelines[0].answered == 2, "two answers")
+            foreign_at = remote.store(build_batch([Record(0, 5, b"k", b"west's own", [])]))
+            remote.hand_out.send_nowait(answer)  # the third: stored after it
+            if answer != "ok":
+                await _until(lambda: len(remote.pipelines) == 2, "a new session")
+            for _ in range(1000):
+                remote.hand_out.send_nowait("ok")
+            await _until(lambda: replicator.status.state == "idle"
+                         and _equals(_position(store), RECORDS), "all sent and durable")
+            nursery.cancel_scope.cancel()
+        stored = await read_checkpoint(store, "west", TOPIC, 0)
+        assert stored is not None and stored.foreign_from == foreign_at > 0
+        assert stored.inbound == [] and translate(stored, RECORDS) <= foreign_at
+    finally:
+        await store.close()
