@@ -36,9 +36,18 @@ from gateway.replication.clusters import RemoteCluster
 from gateway.replication.offset_translation import LinkView
 
 TIMEOUT_S = 10.0
-# fetches in worker threads at once: a hung remote's abandoned fetches (up to TIMEOUT_S each)
-# hold these tokens, not the process's shared thread tokens
-FETCHES = trio.CapacityLimiter(8)
+# fetches in worker threads at once, per remote: a hung remote's abandoned fetches (up to
+# TIMEOUT_S each) hold its own tokens, neither the process's shared thread tokens nor those
+# of the other remotes (one shared limiter let a hung remote with many topics starve them)
+FETCHES_PER_REMOTE = 4
+_fetches: dict[str, trio.CapacityLimiter] = {}
+
+
+def _limiter(cluster: RemoteCluster) -> trio.CapacityLimiter:
+    limiter = _fetches.get(cluster.name)
+    if limiter is None:
+        limiter = _fetches[cluster.name] = trio.CapacityLimiter(FETCHES_PER_REMOTE)
+    return limiter
 
 Inbound = dict[int, dict[str, LinkView]]  # partition -> other cluster -> the remote's view
 
@@ -110,7 +119,7 @@ async def fetch_inbound(cluster: RemoteCluster, topic: str) -> Inbound:
         raise RemoteAdminError(f"cluster {cluster.name} has no admin URL registered")
     target = f"/admin/v1/replication/{quote(topic, safe='')}/inbound"
     doc = await trio.to_thread.run_sync(_get, cluster, target, abandon_on_cancel=True,
-                                        limiter=FETCHES)
+                                        limiter=_limiter(cluster))
     try:
         return {int(p): {str(y): _view(v) for y, v in by_cluster.items()}
                 for p, by_cluster in doc["partitions"].items()}

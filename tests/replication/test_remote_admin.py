@@ -4,13 +4,16 @@ Real HTTP servers on loopback (threads)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import trio
 
 from gateway.replication.clusters import RemoteCluster
 from gateway.replication.offset_translation import LinkView
@@ -80,3 +83,24 @@ async def test_a_redirect_is_not_followed_with_the_password() -> None:
         with pytest.raises(RemoteAdminError, match="302"):
             await fetch_inbound(remote(url), "t")
     assert taken == []  # the redirect's target got no request, so no Authorization header
+
+
+async def test_a_hung_remote_does_not_hold_back_another_remotes_fetches() -> None:
+    """Fetches abandoned on a remote that never answers keep their worker threads (and
+    tokens) until the socket timeout; another remote's fetch must not wait for them."""
+    hung = socket.socket()  # listens, takes the connections (backlog), never answers
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    south = dataclasses.replace(remote(f"http://127.0.0.1:{hung.getsockname()[1]}"),
+                                name="south")
+    try:
+        with trio.move_on_after(0.5):  # a round ends: its fetches are abandoned, still running
+            async with trio.open_nursery() as fetches:
+                for i in range(12):
+                    fetches.start_soon(fetch_inbound, south, f"topic-{i}")
+        with serving((200, {"Content-Type": "application/json"},
+                      json.dumps(INBOUND).encode())) as (url, _seen):
+            with trio.fail_after(5):  # (TIMEOUT_S is 10: with shared tokens it waits that long)
+                assert 0 in await fetch_inbound(remote(url), "t")
+    finally:
+        hung.close()
