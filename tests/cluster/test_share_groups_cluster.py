@@ -95,11 +95,6 @@ def wait_until(check: Any, timeout_s: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug, session 12: a record whose acceptance the survivor confirmed right before it "
-    "handed the partition back can still be archived to the dead-letter topic by the returning "
-    "owner (1 of 3 runs at 6f5d389 and at 2af6bb3 alike: offsets 158-162 confirmed at delivery "
-    "2, then copied). Not yet fixed; the assertions below name it when it happens"))
 def test_owner_killed_mid_work_loses_nothing_and_redelivers_nothing_accepted(
     tmp_path: Path,
 ) -> None:
