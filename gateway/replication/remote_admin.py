@@ -16,6 +16,10 @@ and a redirect is never followed (it would carry the Authorization header elsewh
 admin URL registered: nothing can be fetched (`RemoteAdminError`), so offsets among three or
 more clusters are not pushed to that cluster.
 
+An answer is read within TIMEOUT_S in all and up to MAX_ANSWER_BYTES (a checkpoint keeps at
+most 64 inbound pairs and 64 syncs per partition and cluster: a few KB): a longer or endless
+one, from a remote or anything else at that URL, is cut off as `AnswerTooLarge`, never held.
+
 This module must never log or raise the password, nor send it in clear over the network.
 """
 
@@ -25,6 +29,7 @@ import base64
 import ipaddress
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -41,6 +46,8 @@ TIMEOUT_S = 10.0
 # of the other remotes (one shared limiter let a hung remote with many topics starve them)
 FETCHES_PER_REMOTE = 4
 _fetches: dict[str, trio.CapacityLimiter] = {}
+MAX_ANSWER_BYTES = 64 << 20  # ~10k partitions of three clusters' full checkpoints
+_CHUNK = 64 << 10
 
 
 def _limiter(cluster: RemoteCluster) -> trio.CapacityLimiter:
@@ -54,6 +61,10 @@ Inbound = dict[int, dict[str, LinkView]]  # partition -> other cluster -> the re
 
 class RemoteAdminError(Exception):
     """The remote's admin API could not answer (not registered, unreachable, refused)."""
+
+
+class AnswerTooLarge(RemoteAdminError):
+    """The remote's answer is longer than MAX_ANSWER_BYTES or slower than TIMEOUT_S."""
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -94,12 +105,31 @@ def _get(cluster: RemoteCluster, target: str) -> Any:
                                          _NoRedirects())
     try:
         with opener.open(_request(cluster, target), timeout=TIMEOUT_S) as answer:
-            return json.load(answer)
+            return json.loads(_read_capped(cluster, answer, time.monotonic() + TIMEOUT_S))
     except urllib.error.HTTPError as exc:
         exc.close()  # its answer's socket
         raise RemoteAdminError(f"{cluster.name}'s admin API answered {exc.code}") from None
     except (OSError, ValueError) as exc:
         raise RemoteAdminError(f"{cluster.name}'s admin API: {type(exc).__name__}") from None
+
+
+def _read_capped(cluster: RemoteCluster, answer: Any, deadline: float) -> bytes:
+    """The answer's body, refused once it passes MAX_ANSWER_BYTES (announced or read) or
+    `deadline` (a body dripped slowly enough to dodge the socket timeout)."""
+    announced = answer.headers.get("Content-Length")
+    if announced is not None and announced.isdigit() and int(announced) > MAX_ANSWER_BYTES:
+        raise AnswerTooLarge(f"{cluster.name}'s admin API announced an answer of {announced} "
+                             f"bytes, more than {MAX_ANSWER_BYTES}")
+    body = bytearray()
+    while chunk := answer.read(_CHUNK):
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            raise AnswerTooLarge(f"{cluster.name}'s admin API answered more than "
+                                 f"{MAX_ANSWER_BYTES} bytes")
+        if time.monotonic() > deadline:
+            raise AnswerTooLarge(f"{cluster.name}'s admin API took over {TIMEOUT_S:g} s to "
+                                 "answer")
+    return bytes(body)
 
 
 def _pairs(doc: Any) -> tuple[tuple[int, int], ...]:

@@ -56,7 +56,12 @@ from gateway.replication.clusters import ClusterError, ClusterRegistry
 from gateway.replication.offset_translation import LinkView, translate, translate_among
 from gateway.replication.paused_topics import paused_topics, write_paused
 from gateway.replication.remote import PUSHED_METADATA, RemoteError, RemoteKafka
-from gateway.replication.remote_admin import Inbound, RemoteAdminError, fetch_inbound
+from gateway.replication.remote_admin import (
+    AnswerTooLarge,
+    Inbound,
+    RemoteAdminError,
+    fetch_inbound,
+)
 from gateway.replication.replicator import PartitionReplicator
 from gateway.replication.topic_configs import config_changes, read_agreed, save_agreed
 from gateway.topics.namespaces import NamespaceRegistry
@@ -104,6 +109,7 @@ class ReplicationService:
         self._pushed_elsewhere: dict[Key, dict[str, int]] = {}  # replicated by another broker
         # (key, group) -> (committed here, translated): the largest translation found for it
         self._floors: dict[tuple[Key, str], tuple[int, int]] = {}
+        self._oversized: set[tuple[str, str]] = set()  # (remote, topic) warned about
 
     @property
     def cluster_name(self) -> str:
@@ -390,6 +396,11 @@ class ReplicationService:
                 if remote is None:
                     raise RemoteAdminError(f"cluster {remote_name} is not reached")
                 there[(remote_name, topic)] = await fetch_inbound(remote.cluster, topic)
+                self._oversized.discard((remote_name, topic))
+            except AnswerTooLarge as exc:  # not a remote that is down: someone should look
+                if (remote_name, topic) not in self._oversized:
+                    self._oversized.add((remote_name, topic))
+                    log.warning("inbound pairs of %s from %s: %s", topic, remote_name, exc)
             except RemoteAdminError as exc:
                 log.debug("inbound pairs of %s from %s: %s", topic, remote_name, exc)
 

@@ -11,6 +11,7 @@ group coordinator are small stand-ins.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from gateway.replication.checkpoints import Checkpoint
 from gateway.replication.clusters import RemoteCluster
 from gateway.replication.service import ReplicationService, _Running
 from ledger_backend.metadata import open_store
-from tests.replication.test_remote_admin import serving
+from tests.replication.test_remote_admin import serving, serving_endless
 
 
 @dataclass
@@ -68,6 +69,24 @@ class Remote:
         return {p: 0 for p in offsets}
 
 
+def three_clusters(store: object, west_url: str, north_url: str
+                   ) -> tuple[ReplicationService, dict[str, Remote]]:
+    """East's service with topic "trio" among east, west and north, group g committed at 25
+    here, and a replicator to each remote at offset sync (20, 15)."""
+    namespaces = Namespaces({"trio": ["east", "west", "north"]})
+    coordinator = Coordinator({"g": {("trio", 0): Offset(25)}})
+    service = ReplicationService(store, object(), namespaces,  # type: ignore[arg-type]
+                                 ReplicationConfig(cluster_name="east"), coordinator)
+    remotes = {"west": Remote(RemoteCluster("west", "127.0.0.1:9", admin_url=west_url)),
+               "north": Remote(RemoteCluster("north", "127.0.0.1:9", admin_url=north_url))}
+    for name, remote in remotes.items():
+        service._remotes[name] = remote  # type: ignore[assignment]
+        service._running[(name, "trio", 0)] = _Running(
+            Replicator(Checkpoint(syncs=[(20, 15)])),  # type: ignore[arg-type]
+            trio.CancelScope())
+    return service, remotes
+
+
 async def test_offsets_go_to_the_remote_of_two_clusters_only(tmp_path: Path) -> None:
     store = await open_store(f"embedded:{tmp_path}")
     try:
@@ -104,23 +123,40 @@ async def test_a_hung_remote_admin_api_holds_back_neither_the_round_nor_other_re
         {"cluster": "north", "partitions": {"0": {"east": view, "west": view}}}).encode())
     try:
         with serving(answer) as (url, _):
-            namespaces = Namespaces({"trio": ["east", "west", "north"]})
-            coordinator = Coordinator({"g": {("trio", 0): Offset(25)}})
-            service = ReplicationService(store, object(), namespaces,  # type: ignore[arg-type]
-                                         ReplicationConfig(cluster_name="east"), coordinator)
-            remotes = {"west": Remote(RemoteCluster(
-                           "west", "127.0.0.1:9",
-                           admin_url=f"http://127.0.0.1:{hung.getsockname()[1]}")),
-                       "north": Remote(RemoteCluster("north", "127.0.0.1:9", admin_url=url))}
-            for name, remote in remotes.items():
-                service._remotes[name] = remote  # type: ignore[assignment]
-                service._running[(name, "trio", 0)] = _Running(
-                    Replicator(Checkpoint(syncs=[(20, 15)])),  # type: ignore[arg-type]
-                    trio.CancelScope())
+            service, remotes = three_clusters(
+                store, f"http://127.0.0.1:{hung.getsockname()[1]}", url)
             with trio.fail_after(60):  # generous: the round itself waits 1 s for west
                 await service.push_offsets()
             assert remotes["north"].commits == [("g", "trio", {0: 30})]
             assert remotes["west"].commits == []
     finally:
         hung.close()
+        await store.close()
+
+
+async def test_an_endless_admin_answer_is_one_warning_and_the_round_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """West's admin URL answers with a body that never ends: each round cuts it off at the
+    cap (west gets no offset, as a remote that is down), north still gets the group's offset,
+    and the log says so once, in one WARNING line without a traceback."""
+    monkeypatch.setattr(remote_admin, "MAX_ANSWER_BYTES", 1 << 20)
+    store = await open_store(f"embedded:{tmp_path}")
+    view = {"inbound": [], "scanned": 30, "unnoted": 0, "syncs": [[30, 25]]}
+    answer = (200, {"Content-Type": "application/json"}, json.dumps(
+        {"cluster": "north", "partitions": {"0": {"east": view, "west": view}}}).encode())
+    try:
+        with serving(answer) as (url, _), serving_endless() as endless:
+            service, remotes = three_clusters(store, endless, url)
+            with caplog.at_level(logging.WARNING, logger="ledgerwire.replication"):
+                for _ in range(2):
+                    with trio.fail_after(60):
+                        await service.push_offsets()
+            assert remotes["north"].commits == [("g", "trio", {0: 30})]
+            assert remotes["west"].commits == []
+            warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert [(r.getMessage(), r.exc_info) for r in warned] == [
+                ("inbound pairs of trio from west: west's admin API answered more than "
+                 "1048576 bytes", None)]
+    finally:
         await store.close()

@@ -15,9 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import trio
 
+import gateway.replication.remote_admin as remote_admin
 from gateway.replication.clusters import RemoteCluster
 from gateway.replication.offset_translation import LinkView
-from gateway.replication.remote_admin import RemoteAdminError, fetch_inbound
+from gateway.replication.remote_admin import AnswerTooLarge, RemoteAdminError, fetch_inbound
 
 INBOUND = {"cluster": "west", "partitions": {"0": {
     "north": {"inbound": [[5, 7]], "scanned": 9, "unnoted": 2, "syncs": [[8, 3]]},
@@ -50,6 +51,41 @@ def serving(answer: tuple[int, dict[str, str], bytes]) -> Iterator[tuple[str, li
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", seen
     finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def serving_endless(length: str | None = None) -> Iterator[str]:
+    """An HTTP server on loopback answering every GET with 200 and a body that never ends
+    (with `length` as its Content-Length, if given); yields its URL."""
+    done = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if length is not None:
+                self.send_header("Content-Length", length)
+            self.end_headers()
+            try:
+                while not done.is_set():
+                    self.wfile.write(b" " * 65536)
+            except OSError:
+                pass  # the client went away
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        done.set()
         server.shutdown()
         server.server_close()
 
@@ -104,3 +140,15 @@ async def test_a_hung_remote_does_not_hold_back_another_remotes_fetches() -> Non
                 assert 0 in await fetch_inbound(remote(url), "t")
     finally:
         hung.close()
+
+
+@pytest.mark.parametrize("length", [None, str(1 << 40)])
+async def test_an_endless_answer_is_cut_off_at_the_cap(
+        length: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever answers at the admin URL cannot make the broker hold an unbounded body: an
+    endless one (announced as a terabyte, or not announced) is refused at MAX_ANSWER_BYTES.
+    Without the cap the fetch reads until the server stops (the fail_after here)."""
+    monkeypatch.setattr(remote_admin, "MAX_ANSWER_BYTES", 1 << 20)
+    with serving_endless(length) as url:
+        with trio.fail_after(30), pytest.raises(AnswerTooLarge, match="more than 1048576"):
+            await fetch_inbound(remote(url), "t")
