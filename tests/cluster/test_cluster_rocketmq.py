@@ -21,7 +21,14 @@ from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.cluster.cluster_processes import Cluster
 from tests.cluster.kafka_workload import create_topic, read_topic
-from tests.rocketmq.cpp_client import Consumer, SendStatus, message, patiently, producer
+from tests.rocketmq.cpp_client import (
+    Consumer,
+    SendStatus,
+    message,
+    producer,
+    send_in_transaction_patiently,
+    send_sync_patiently,
+)
 from tests.rocketmq.offsets import wait_committed
 from tests.rocketmq.remoting_client import RawClient
 
@@ -195,8 +202,8 @@ async def test_delays_and_retries_survive_the_sigkill_of_their_bundle_owner(
         p = producer(ns, "PG_DELAYED")
         try:
             for body in delayed:
-                result = p.send_sync(message(TOPIC, body.encode(), "T", body, delay_level=2))
-                assert result.status == SendStatus.OK
+                m = message(TOPIC, body.encode(), "T", body, delay_level=2)
+                assert send_sync_patiently(p, m) == SendStatus.OK
         finally:
             p.shutdown()
 
@@ -245,30 +252,18 @@ async def test_transactions_commit_rollback_and_check_back_on_both_brokers(
             rollback = decisions[msg.body] == TransactionStatus.ROLLBACK
             return TransactionStatus.ROLLBACK if rollback else TransactionStatus.COMMIT
 
-        def send(p: TransactionMQProducer, body: bytes) -> None:
-            tries = 0
-
-            def once() -> None:
-                nonlocal tries
-                tries += 1
-                if tries > 1:
-                    retried.add(body)
-                p.send_message_in_transaction(message(TOPIC, body, "T", "k"),
-                                              lambda m, args: decisions[m.body])
-
-            # On a loaded machine the C++ client may report "No route info" for a send it
-            # gave up on (its transport lock timed out, or every attempt timed out): sent
-            # again after a pause. A half message of a timed-out attempt may still be stored;
-            # it is checked back like an unknown one.
-            patiently(once)
-
         p = TransactionMQProducer("PG_TX", checker)
         p.set_namesrv_addr(ns)
         p.start()
         c = Consumer(ns, "CG_TX", TOPIC)
         try:
             for body in decisions:  # round robin over the 4 queues: both brokers
-                send(p, body)
+                # On a loaded machine the C++ client may report "No route info" for a send
+                # it gave up on (its transport lock timed out, or every attempt timed out):
+                # sent again after a pause. A half message of a timed-out attempt may still
+                # be stored; it is checked back like an unknown one.
+                send_in_transaction_patiently(p, message(TOPIC, body, "T", "k"), body,
+                                              lambda m, args: decisions[m.body], retried)
             assert c.wait_for(lambda got: len({r.body for r in got}) >= 8, 60), c.received
             time.sleep(2.0)  # no rolled back message may follow
             return sorted(r.body for r in c.received)

@@ -116,7 +116,7 @@ async def test_the_cpp_client_reads_offloaded_history_across_a_restart(server: S
     """The official RocketMQ C++ client (rocketmq-client-python) sends a topic; its older
     ledgers are offloaded and their bookie copies deleted; a C++ push consumer of a new group
     receives every message byte-identical, before and after the broker restarts."""
-    from tests.rocketmq.cpp_client import SendStatus, message, producer
+    from tests.rocketmq.cpp_client import SendStatus, message, producer, send_sync_patiently
 
     sa = server
     name_server = f"127.0.0.1:{sa.name_server_port}"
@@ -125,7 +125,7 @@ async def test_the_cpp_client_reads_offloaded_history_across_a_restart(server: S
     def produce() -> list[SendStatus]:
         p = producer(name_server, "PG_TIERED")
         try:
-            return [p.send_sync(message(CPP_TOPIC, body, "t")).status for body in sent]
+            return [send_sync_patiently(p, message(CPP_TOPIC, body, "t")) for body in sent]
         finally:
             p.shutdown()
 

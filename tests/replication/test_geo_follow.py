@@ -48,7 +48,7 @@ def _user_view(messages: list) -> list[tuple]:  # type: ignore[type-arg]
 
 
 def test_rocketmq_written_messages_cross_with_tags_keys_and_properties(pair: Pair) -> None:
-    from tests.rocketmq.cpp_client import Consumer, message, producer
+    from tests.rocketmq.cpp_client import Consumer, message, producer, send_sync_patiently
 
     east, west = pair
     topic = "geormq"  # RocketMQ names have no dots: mapped to the replicated namespace
@@ -59,8 +59,8 @@ def test_rocketmq_written_messages_cross_with_tags_keys_and_properties(pair: Pai
     try:
         for i in range(12):
             tag = "TagX" if i % 3 else "TagY"
-            sender.send_sync(message(topic, f"rmq-{i}".encode(), tag, f"key-{i}",
-                                     {"color": "blue", "n": str(i)}))
+            send_sync_patiently(sender, message(topic, f"rmq-{i}".encode(), tag, f"key-{i}",
+                                                {"color": "blue", "n": str(i)}))
     finally:
         sender.shutdown()
     wait_for(lambda: drained(east) and drained(west), "both sides to drain")

@@ -10,7 +10,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from rocketmq.client import ConsumeStatus, Message, Producer, PushConsumer, RecvMessage, SendStatus
+import pytest
+from rocketmq.client import (
+    ConsumeStatus,
+    Message,
+    Producer,
+    PushConsumer,
+    RecvMessage,
+    SendStatus,
+    TransactionMQProducer,
+    TransactionStatus,
+)
 from rocketmq.ffi import SEND_EXCEPTION_CALLBACK, SEND_SUCCESS_CALLBACK, dll
 
 T = TypeVar("T")
@@ -60,6 +70,38 @@ def send_sync_patiently(p: Producer, m: Message, *, attempts: int = 3,
     """send_sync, patiently (above). A 4.x send is at least once: a retried send may be
     stored twice, so callers compare sets of bodies, not lists."""
     return patiently(lambda: p.send_sync(m).status, attempts=attempts, pause_s=pause_s)
+
+
+def send_in_transaction_patiently(p: TransactionMQProducer, m: Message, body: bytes,
+                                  local: Callable[[Message, object], TransactionStatus],
+                                  retried: set[bytes]) -> None:
+    """send_message_in_transaction, patiently (above). `body` (m's) is added to `retried` when
+    sent more than once: a timed-out attempt's half message may still be stored, then
+    committed or checked back beside the retried one."""
+    tries = 0
+
+    def once() -> None:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            retried.add(body)
+        p.send_message_in_transaction(m, local)
+
+    patiently(once)
+
+
+def refused_patiently(send: Callable[[], object], match: str, refused: Callable[[], bool], *,
+                      attempts: int = 5, pause_s: float = 1.0) -> None:
+    """`send()` must raise (matching `match`) every time; tried again until `refused()` says
+    the broker itself refused one. The C++ client reports a refusal and its own giving up
+    before asking the broker (see `patiently`) alike, as "No route info", so only the broker's
+    log tells them apart; callers assert `refused()` afterwards."""
+    for _ in range(attempts):
+        with pytest.raises(Exception, match=match):
+            send()
+        if refused():
+            return
+        time.sleep(pause_s)
 
 
 def send_async(p: Producer, m: Message, timeout: float = 10.0) -> str:

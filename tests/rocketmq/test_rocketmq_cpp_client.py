@@ -6,7 +6,15 @@ import pytest
 import trio
 
 from tests.rocketmq.conftest import RocketMQStack
-from tests.rocketmq.cpp_client import Consumer, SendStatus, message, producer, send_async
+from tests.rocketmq.cpp_client import (
+    Consumer,
+    SendStatus,
+    message,
+    patiently,
+    producer,
+    send_async,
+    send_sync_patiently,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -19,12 +27,13 @@ async def test_sync_async_oneway_sends_and_tag_subscription(stack: RocketMQStack
         statuses = []
         try:
             for i, tag in enumerate(["TagA", "TagB", "TagC", "TagA"]):
-                r = p.send_sync(message("cpp_sends", f"sync-{i}".encode(), tag, f"key-{i}"))
-                statuses.append(r.status)
+                m = message("cpp_sends", f"sync-{i}".encode(), tag, f"key-{i}")
+                statuses.append(send_sync_patiently(p, m))
             outcome = send_async(p, message("cpp_sends", b"async-0", "TagC", "key-async"))
             assert outcome.startswith("ok:"), outcome
-            p.send_oneway(message("cpp_sends", b"oneway-0", "TagA", "key-oneway"))
-            p.send_oneway(message("cpp_sends", b"oneway-1", "TagB", "key-oneway"))
+            for body, tag in ((b"oneway-0", "TagA"), (b"oneway-1", "TagB")):
+                m = message("cpp_sends", body, tag, "key-oneway")
+                patiently(lambda m=m: p.send_oneway(m))
         finally:
             p.shutdown()
         return [str(s) for s in statuses]
@@ -77,8 +86,8 @@ async def test_orderly_consumption_keeps_per_key_order(stack: RocketMQStack) -> 
         try:
             for i in range(30):
                 key = f"order-{i % 3}"
-                p.send_orderly_with_sharding_key(
-                    message("cpp_orderly", f"{key}:{i}".encode(), "T", key), key)
+                m = message("cpp_orderly", f"{key}:{i}".encode(), "T", key)
+                patiently(lambda m=m, key=key: p.send_orderly_with_sharding_key(m, key))
         finally:
             p.shutdown()
 

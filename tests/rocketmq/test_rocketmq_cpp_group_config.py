@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from tests.rocketmq.conftest import RocketMQStack
-from tests.rocketmq.cpp_client import Consumer, message, producer
+from tests.rocketmq.cpp_client import Consumer, message, producer, send_sync_patiently
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -25,7 +25,7 @@ async def test_consume_disabled_group_receives_nothing_until_enabled(
     def run() -> tuple[int, int]:
         p = producer(stack.name_server_addr, "PG_GATED")
         for i in range(3):
-            p.send_sync(message("gated", b"m%d" % i, "T", f"k{i}"))
+            send_sync_patiently(p, message("gated", b"m%d" % i, "T", f"k{i}"))
         p.shutdown()
         c = Consumer(stack.name_server_addr, "CG_GATED", "gated", "*")
         try:

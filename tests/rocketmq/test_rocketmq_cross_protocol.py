@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.listener import serve_kafka
 from tests.rocketmq.conftest import RocketMQStack
-from tests.rocketmq.cpp_client import Consumer, message, producer
+from tests.rocketmq.cpp_client import Consumer, message, producer, send_sync_patiently
 
 pytestmark = pytest.mark.integration
 
@@ -32,8 +32,8 @@ async def test_rocketmq_to_kafka(stack: RocketMQStack) -> None:
         p = producer(stack.name_server_addr, "PG_X")
         try:
             for i in range(3):
-                p.send_sync(message("xproto", f"rmq-{i}".encode(), "TagX", f"key-{i}",
-                                    {"color": "blue"}))
+                send_sync_patiently(p, message("xproto", f"rmq-{i}".encode(), "TagX",
+                                               f"key-{i}", {"color": "blue"}))
         finally:
             p.shutdown()
 
@@ -71,7 +71,7 @@ async def test_kafka_to_rocketmq(stack: RocketMQStack) -> None:
         for i in range(3):
             p.produce("kproto", key=f"k{i}".encode(), value=f"kafka-{i}".encode(),
                       headers=[("TAGS", b"FromKafka"), ("trace", b"t-%d" % i)], partition=0)
-        assert p.flush(10) == 0
+        assert p.flush(60) == 0
 
     await trio.to_thread.run_sync(produce)
 

@@ -14,7 +14,7 @@ from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.message_encoding import decode_stored_messages
 from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.rocketmq.conftest import RocketMQStack
-from tests.rocketmq.cpp_client import SendStatus, message, producer
+from tests.rocketmq.cpp_client import SendStatus, message, patiently, producer
 from tests.rocketmq.remoting_client import RawClient
 
 pytestmark = pytest.mark.integration
@@ -34,8 +34,8 @@ async def test_lookup_by_client_message_id_and_key(stack: RocketMQStack) -> None
         try:
             ids = []
             for i in range(COUNT):
-                r = p.send_sync(message("ids", f"body-{i}".encode(), "T",
-                                        f"order-{i} batch-{i % 3}"))
+                m = message("ids", f"body-{i}".encode(), "T", f"order-{i} batch-{i % 3}")
+                r = patiently(lambda m=m: p.send_sync(m))
                 assert r.status == SendStatus.OK
                 ids.append(str(r.msg_id))
             return ids

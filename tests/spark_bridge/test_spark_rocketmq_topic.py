@@ -30,13 +30,14 @@ SENT = [  # body, tags, keys, user properties
 def send_with_cpp_client(name_server: str) -> list[str]:
     from rocketmq.client import SendStatus
 
-    from tests.rocketmq.cpp_client import message, producer
+    from tests.rocketmq.cpp_client import message, patiently, producer
 
     p = producer(name_server, "PG_SPARK_BRIDGE")
     try:
         ids = []
         for body, tags, keys, props in SENT:
-            result = p.send_sync(message(TOPIC, body, tags, keys, props))
+            m = message(TOPIC, body, tags, keys, props)
+            result = patiently(lambda m=m: p.send_sync(m))
             assert result.status == SendStatus.OK, result
             ids.append(result.msg_id)
         return ids
