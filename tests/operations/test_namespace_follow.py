@@ -112,12 +112,14 @@ def server(module_standalone: Standalone) -> Standalone:
     return module_standalone
 
 
-def produce_one(server: Standalone, topic: str) -> KafkaError | None:
+def produce_one(server: Standalone, topic: str, timeout_ms: int = 60_000) -> KafkaError | None:
+    """One message's delivery error (None: delivered). A send that must succeed gets a minute:
+    auto-creating a topic opens its partition (a ledger, fsynced), slow on a loaded machine."""
     errors: list[KafkaError | None] = []
-    p = Producer({"bootstrap.servers": server.bootstrap, "message.timeout.ms": 3000,
+    p = Producer({"bootstrap.servers": server.bootstrap, "message.timeout.ms": timeout_ms,
                   "topic.metadata.propagation.max.ms": 1000})
     p.produce(topic, value=b"v", on_delivery=lambda err, _msg: errors.append(err))
-    p.flush(10)
+    p.flush(timeout_ms / 1000 + 30)
     return errors[0] if errors else None
 
 
@@ -129,7 +131,7 @@ def test_namespace_created_by_the_admin_cli_refuses_a_new_topic_without_restart(
     server.admin("namespaces", "create", "locked/ns", "--policy",
               "auto_create_topics=false")
     started = time.monotonic()
-    refused = produce_one(server, "locked.ns.events")
+    refused = produce_one(server, "locked.ns.events", timeout_ms=3000)
     assert refused is not None and refused.code() in (
         KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._MSG_TIMED_OUT), refused
     assert time.monotonic() - started < 10
