@@ -16,9 +16,10 @@ it needs the remote's checkpoints (inbound pairs, scan positions, outbound syncs
 from its admin API each round (gateway/replication/remote_admin.py; `inbound` serves this
 side's).  A translation found for a committed offset is never pushed lower while the group's
 offset here does not go back: what the group read below it stays read, and a later round may
-know less (a third cluster's records arrived there since).  A remote without a
-reachable admin API gets no offsets for such a topic: a third cluster's records there could
-be skipped.
+know less (a third cluster's records arrived there since).  That memory (per process) goes
+when the topic is deleted or the remote taken off its clusters (the next scan).  A remote
+without a reachable admin API gets no offsets for such a topic: a third cluster's records
+there could be skipped.
 
 Each replicated topic's configs follow it: every `CONFIG_LOOK_INTERVAL_S` a topic whose configs
 here differ from those last agreed with a remote has the changes pushed there
@@ -115,17 +116,45 @@ class ReplicationService:
     def cluster_name(self) -> str:
         return self.config.cluster_name
 
-    def wanted(self) -> list[tuple[str, str, int]]:
-        out: list[Key] = []
+    def _replicated(self) -> dict[str, tuple[set[str], int]]:
+        """topic -> (the remotes it replicates to, its partition count), cluster-wide."""
+        out: dict[str, tuple[set[str], int]] = {}
         for name, info in sorted(self.topics.topics().items()):
             if self.topics.is_internal(name):
                 continue
             targets = self.namespaces.topic_policies(name).replication_clusters or []
-            for remote in targets:
-                if remote != self.cluster_name:
-                    out.extend((remote, name, p) for p in range(info.partitions)
-                               if self._local(name, p))
+            remotes = {r for r in targets if r != self.cluster_name}
+            if remotes:
+                out[name] = (remotes, info.partitions)
         return out
+
+    def wanted(self, replicated: dict[str, tuple[set[str], int]] | None = None
+               ) -> list[tuple[str, str, int]]:
+        out: list[Key] = []
+        if replicated is None:
+            replicated = self._replicated()
+        for name, (remotes, partitions) in replicated.items():
+            for remote in sorted(remotes):
+                out.extend((remote, name, p) for p in range(partitions) if self._local(name, p))
+        return out
+
+    def _forget_unreplicated(self, replicated: dict[str, tuple[set[str], int]]) -> None:
+        """Drop the memory kept per remote and topic (or partition) that no longer replicates
+        anywhere: its topic deleted, or the remote taken off its replication clusters.  A
+        long run creating and deleting topics would otherwise grow it without bound, and a
+        topic deleted and created again must not inherit a floor of the old one."""
+        def gone(remote: str, topic: str, partition: int = 0) -> bool:
+            entry = replicated.get(topic)
+            return entry is None or remote not in entry[0] or partition >= entry[1]
+
+        for floor in [f for f in self._floors if gone(*f[0])]:
+            del self._floors[floor]
+        for key in [k for k in self._pushed_elsewhere if gone(*k)]:
+            del self._pushed_elsewhere[key]
+        for memory in (self._agreed, self._stuck_configs, self._config_looks):
+            for pair in [p for p in memory if gone(*p)]:
+                del memory[pair]
+        self._oversized = {p for p in self._oversized if not gone(*p)}
 
     def _local(self, topic: str, partition: int) -> bool:
         return self.owns is None or self.owns(topic, partition)
@@ -161,7 +190,9 @@ class ReplicationService:
                     await remote.aclose()
 
     async def _reconcile(self, nursery: trio.Nursery) -> None:
-        wanted = self.wanted()
+        replicated = self._replicated()
+        self._forget_unreplicated(replicated)
+        wanted = self.wanted(replicated)
         paused = await paused_topics(self.store)
         registered = {c.name: c for c in await self.clusters.list()}
         self._problems = {}

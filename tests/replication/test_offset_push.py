@@ -43,6 +43,23 @@ class Namespaces:
 
 
 @dataclass
+class TopicInfo:
+    partitions: int
+
+
+@dataclass
+class Topics:
+    """The topic service's listing, as the service's scan reads it."""
+    listed: dict[str, TopicInfo]
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self.listed
+
+    def is_internal(self, topic: str) -> bool:
+        return False
+
+
+@dataclass
 class Offset:
     offset: int
     metadata: str = ""
@@ -158,5 +175,41 @@ async def test_an_endless_admin_answer_is_one_warning_and_the_round_goes_on(
             assert [(r.getMessage(), r.exc_info) for r in warned] == [
                 ("inbound pairs of trio from west: west's admin API answered more than "
                  "1048576 bytes", None)]
+    finally:
+        await store.close()
+
+
+async def test_the_memory_of_pushed_offsets_goes_with_the_topic_or_the_remote(
+        tmp_path: Path) -> None:
+    """What the service remembers per remote and topic (the floors it never pushes below, what
+    it pushed for partitions another broker replicates) is dropped by the next scan once the
+    topic is deleted, or once the remote is taken off the topic's replication clusters, and
+    kept while it still replicates.  It grew for ever (and a topic created again under the
+    same name inherited the old floors)."""
+    store = await open_store(f"embedded:{tmp_path}")
+    try:
+        topics = Topics({"gone": TopicInfo(1), "kept": TopicInfo(2), "moved": TopicInfo(1)})
+        namespaces = Namespaces({"gone": ["east", "west"], "kept": ["east", "west"],
+                                 "moved": ["east", "west", "north"]})
+        coordinator = Coordinator({"g": {(t, 0): Offset(25) for t in topics.listed}})
+        service = ReplicationService(store, topics, namespaces,  # type: ignore[arg-type]
+                                     ReplicationConfig(cluster_name="east"), coordinator)
+        service._remotes["west"] = Remote()  # type: ignore[assignment]
+        for topic in topics.listed:
+            service._running[("west", topic, 0)] = _Running(
+                Replicator(Checkpoint(syncs=[(10, 4), (20, 15)])),  # type: ignore[arg-type]
+                trio.CancelScope())
+        await service.push_offsets()
+        for key in [("west", "gone", 0), ("west", "kept", 1), ("north", "moved", 0)]:
+            service._pushed_elsewhere[key] = {"g": 7}  # partitions another broker replicates
+        assert {k[1] for k, _ in service._floors} == {"gone", "kept"}
+
+        del topics.listed["gone"]
+        namespaces.clusters["moved"] = ["east", "west"]  # north taken off
+        async with trio.open_nursery() as nursery:
+            await service._reconcile(nursery)
+            nursery.cancel_scope.cancel()
+        assert list(service._floors) == [(("west", "kept", 0), "g")]
+        assert list(service._pushed_elsewhere) == [("west", "kept", 1)]
     finally:
         await store.close()
