@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.kafka_python import poll_records
 from tests.support.standalone import REPO, Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -203,10 +204,10 @@ def test_kafka_python_transactional_producer_and_consumer(
     for isolation, expected in (("read_committed", [b"kp-committed"]),
                                 ("read_uncommitted", [b"kp-committed", b"kp-aborted"])):
         consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation,
-                                 enable_auto_commit=False, consumer_timeout_ms=2000)
+                                 enable_auto_commit=False)
         consumer.assign([KpTopicPartition("txn-kp", 0)])
         consumer.seek_to_beginning()
-        assert [m.value for m in consumer] == expected
+        assert [m.value for m in poll_records(consumer, len(expected))] == expected
         consumer.close()
 
 

@@ -25,6 +25,7 @@ from confluent_kafka.admin import (
 )
 
 from protocols.kafka.codec import RequestHeader, encode_request
+from tests.support.kafka_python import poll_records
 from tests.support.security_stack import (
     failed_login,
     make_self_signed_cert,
@@ -155,9 +156,9 @@ def plain_round_trip(bootstrap: str, password: str) -> list[bytes]:
     finally:
         producer.close(timeout=5)
     consumer = KafkaConsumer("plain-topic", bootstrap_servers=bootstrap,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000, **security)
+                             auto_offset_reset="earliest", **security)
     try:
-        return [m.value for m in consumer][:3]
+        return [m.value for m in poll_records(consumer, 3)][:3]
     finally:
         consumer.close()
 
