@@ -10,7 +10,8 @@ async function main () {
   const [nameSrv, topic, group] = process.argv.slice(2)
   // httpclient is only used to look name servers up over HTTP (onsAddr); nameSrv is given
   const common = { nameSrv, httpclient: {}, accessKeyId: 'ak', accessKeySecret: 'sk', logger: silent }
-  const producer = new Producer({ ...common, producerGroup: 'PG_' + group })
+  // sendMsgTimeout: its 3 s default (all retries within 4 s) is tight on a loaded machine
+  const producer = new Producer({ ...common, producerGroup: 'PG_' + group, sendMsgTimeout: 15000 })
   await producer.ready()
   const sent = []
   const tags = ['TagA', 'TagB', 'TagA', 'TagC', 'TagA']

@@ -54,7 +54,9 @@ async function main () {
   const [nameSrv, topic, group] = process.argv.slice(2)
   const common = { nameSrv, httpclient: {}, accessKeyId: process.env.ONS_AK,
                    accessKeySecret: process.env.ONS_SK, logger: silent }
-  const producer = new Producer({ ...common, producerGroup: 'PG_' + group })
+  // sendMsgTimeout: its 3 s default (all retries within 4 s) is tight on a loaded machine
+  const producer = new Producer({ ...common, producerGroup: 'PG_' + group,
+                                  sendMsgTimeout: 15000 })
   await producer.ready()
   const sent = []
   for (let i = 0; i < 3; i++) {
