@@ -48,7 +48,7 @@ from gateway.topics.batch_checks import checked_batch
 from gateway.topics.offset_index import OffsetIndex
 from gateway.topics.partition_log_config import PartitionLogConfig
 from gateway.topics.partition_reads import read_stored
-from gateway.topics.partition_recovery import log_bounds, replay_producer_state
+from gateway.topics.partition_recovery import log_bounds, read_small_log, replay_producer_state
 from gateway.topics.partition_state import PartitionStateNode
 from gateway.topics.partition_timestamps import TimestampSearch
 from gateway.topics.producer_state import ProducerStateManager
@@ -147,10 +147,11 @@ class PartitionLog:
 
     async def _load(self) -> None:
         state = await self._state.claim()
-        self.log_start_offset, end = await log_bounds(self, state)
+        small = await read_small_log(self)
+        self.log_start_offset, end = await log_bounds(self, state, small)
         self.high_watermark = self._next_offset = end
         self._producers, self._batches_since_snapshot = await replay_producer_state(
-            self, state.get("producer_snapshot"))
+            self, state.get("producer_snapshot"), small)
         log.info("%s: opened, offsets [%d, %d), %d producers", self.name,
                  self.log_start_offset, end, len(self._producers))
 
