@@ -53,7 +53,7 @@ from bench_kafka import consume_throughput, produce_throughput  # noqa: E402
 from common import cpu_seconds  # noqa: E402
 
 from gateway.cluster.broker_registry import BUNDLES_PATH  # noqa: E402
-from gateway.cluster.ownership import bundle_of, target_broker  # noqa: E402
+from gateway.cluster.bundle_placement import bundle_of, target_broker  # noqa: E402
 from gateway.config.settings import Config  # noqa: E402
 from gateway.process.supervisor import cluster_layout  # noqa: E402
 from ledger_backend.metadata import open_store  # noqa: E402

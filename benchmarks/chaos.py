@@ -93,7 +93,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from gateway.cluster.ownership import target_broker  # noqa: E402
+from gateway.cluster.bundle_placement import target_broker  # noqa: E402
 from tests.cluster.cluster_processes import Cluster  # noqa: E402
 from tests.cluster.java_workload import JavaProduceRun  # noqa: E402
 from tests.cluster.kafka_workload import (  # noqa: E402

@@ -25,7 +25,8 @@ from typing import Any
 
 import trio
 
-from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService
+from gateway.cluster.bundle_placement import GROUP_TOPIC
+from gateway.cluster.ownership import OwnershipService
 from gateway.coordinator.offset_store import KAFKA_OFFSETS_LEDGER, LedgerOffsetStore
 from gateway.coordinator.partition_loader import CoordinatorPartitionLoader
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory

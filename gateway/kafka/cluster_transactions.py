@@ -47,7 +47,8 @@ from typing import Any, cast
 
 import trio
 
-from gateway.cluster.ownership import TXN_TOPIC, OwnershipService
+from gateway.cluster.bundle_placement import TXN_TOPIC
+from gateway.cluster.ownership import OwnershipService
 from gateway.cluster.peer_client import PeerClient, PeerSecurity
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from gateway.coordinator.partition_loader import CoordinatorPartitionLoader

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 import trio
 
-from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService, bundle_of
+from gateway.cluster.bundle_placement import GROUP_TOPIC, bundle_of
+from gateway.cluster.ownership import OwnershipService
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from gateway.topics.topic_service import TopicService
 from ledger_backend.faults import log_failure

@@ -40,7 +40,8 @@ import trio
 from gateway.admin.api import AdminContext
 from gateway.admin.metrics import BrokerMetrics
 from gateway.cluster.broker_registry import read_bundle_owners, read_draining, read_live_brokers
-from gateway.cluster.ownership import GROUP_TOPIC, OwnershipService
+from gateway.cluster.bundle_placement import GROUP_TOPIC
+from gateway.cluster.ownership import OwnershipService
 from gateway.cluster.peer_client import PeerSecurity, peer_security_from_config
 from gateway.config.settings import Config
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.cluster.ownership import bundle_of
+from gateway.cluster.bundle_placement import bundle_of
 from gateway.rocketmq.service import RocketMQOffsets
 from protocols.rocketmq.topic_names import from_storage
 

@@ -56,7 +56,8 @@ from typing import Any, cast
 import trio
 
 from gateway.cluster.broker_registry import read_live_registrations
-from gateway.cluster.ownership import OwnershipService, bundle_of, is_bundle_pinned
+from gateway.cluster.bundle_placement import bundle_of, is_bundle_pinned
+from gateway.cluster.ownership import OwnershipService
 from gateway.config.settings import RocketMQConfig, parse_host_port
 from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.rocketmq.adoption import PortAdoption, RocketMQAddress, claimed_by_another

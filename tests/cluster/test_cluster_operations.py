@@ -24,7 +24,7 @@ import trio
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.cluster.ownership import GROUP_TOPIC, coordinator_partition
+from gateway.cluster.bundle_placement import GROUP_TOPIC, coordinator_partition
 from gateway.process.cluster_services import (
     OwnedTopics,
     combine_floors,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from gateway.cluster.ownership import GROUP_TOPIC, TXN_TOPIC, target_broker
+from gateway.cluster.bundle_placement import GROUP_TOPIC, TXN_TOPIC, target_broker
 from tests.cluster.cluster_processes import Cluster
 from tests.cluster.kafka_workload import create_topic
 

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gateway.cluster.ownership import GROUP_TOPIC, TXN_TOPIC, target_broker
+from gateway.cluster.bundle_placement import GROUP_TOPIC, TXN_TOPIC, target_broker
 from tests.cluster.cluster_processes import Cluster
 from tests.cluster.test_cluster_transactions import read_committed, run_transaction
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.cluster.ownership import GROUP_TOPIC, TXN_TOPIC
+from gateway.cluster.bundle_placement import GROUP_TOPIC, TXN_TOPIC
 from gateway.cluster.peer_client import PeerClient
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from gateway.kafka.broker import KafkaBrokerConfig

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.cluster.broker_registry import ClusterLayout
-from gateway.cluster.ownership import (
+from gateway.cluster.bundle_placement import (
     GROUP_TOPIC,
     bundle_of,
     coordinator_partition,

@@ -12,15 +12,14 @@ import pytest
 import trio
 
 from gateway.cluster.broker_registry import init_cluster, read_bundle_owners, set_draining
-from gateway.cluster.ownership import (
-    ASKED_RECENTLY_S,
-    DEPARTED_LISTING_S,
+from gateway.cluster.bundle_placement import (
     GROUP_TOPIC,
-    OwnershipService,
     bundle_of,
     eligible_brokers,
     target_broker,
 )
+from gateway.cluster.ownership import OwnershipService
+from gateway.cluster.ownership_view import ASKED_RECENTLY_S, DEPARTED_LISTING_S
 from ledger_backend.metadata import open_store
 from protocols.kafka.broker_api import BrokerEndpoint, OwnershipApi
 from tests.cluster.memory_brokers import LAYOUT, MemoryBroker, cluster_name, wait_owners

@@ -16,7 +16,8 @@ import trio
 import trio.testing
 
 from gateway.cluster.broker_registry import ClusterLayout
-from gateway.cluster.ownership import BUNDLE_PINNED_PREFIXES, OwnershipService
+from gateway.cluster.bundle_placement import BUNDLE_PINNED_PREFIXES
+from gateway.cluster.ownership import OwnershipService
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from protocols.kafka.broker_api import BrokerEndpoint, RequestContext
 from protocols.kafka.codec import RequestHeader, decode_response, encode_response
@@ -309,7 +310,7 @@ class OpenLogs:
 async def test_acquiring_a_bundle_closes_stale_logs_of_it() -> None:
     """A log left open from an earlier ownership (a request that raced a release) must not be
     reused when the bundle comes back: its producer state may be behind the real log."""
-    from gateway.cluster.ownership import bundle_of
+    from gateway.cluster.bundle_placement import bundle_of
     from gateway.process.bundle_hooks import BundleHooks
 
     logs = {("t", p): ClosableLog() for p in range(4)}
@@ -335,7 +336,7 @@ async def test_releasing_a_bundle_closes_its_logs_side_by_side(
         autojump_clock: trio.testing.MockClock) -> None:  # noqa: ARG001
     """A bundle's partitions answer nowhere until its release is done: 8 closes that take
     10 s each are one wait, not 8 (80 s before)."""
-    from gateway.cluster.ownership import bundle_of
+    from gateway.cluster.bundle_placement import bundle_of
     from gateway.process.bundle_hooks import BundleHooks
 
     target = bundle_of("t", 0, 4)
@@ -392,7 +393,7 @@ async def test_a_failover_opens_a_few_partitions_at_a_time_and_requests_at_once(
     """Acquiring a bundle of 100 partitions opens them BACKGROUND_OPENS at a time, and a
     client's request for one of them opens it at once: before, all 100 opened together and a
     request waited for the crowd (a failover's resume followed the partition count)."""
-    from gateway.cluster.ownership import bundle_of
+    from gateway.cluster.bundle_placement import bundle_of
     from gateway.process.bundle_hooks import BACKGROUND_OPENS, BundleHooks
 
     topics = OpeningTopics(400)
@@ -435,7 +436,7 @@ async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_lo
         autojump_clock: trio.testing.MockClock) -> None:  # noqa: ARG001
     """While a taken-over bundle's coordinators load (every request waits for that), only the
     partitions requests wait for are opened; the rest follow once the bundle is ready."""
-    from gateway.cluster.ownership import bundle_of
+    from gateway.cluster.bundle_placement import bundle_of
     from gateway.process.bundle_hooks import BundleHooks
 
     topics = OpeningTopics(40)
@@ -515,7 +516,7 @@ async def test_background_opens_wait_for_the_partitions_clients_wait_for(
     """A take-over opens the partitions clients asked about (and requests wait for) before
     the bundle's other partitions: on a loaded machine they shared its CPU and the clients'
     partitions took 0.5-1.8 s to open instead of ~0.2 s."""
-    from gateway.cluster.ownership import bundle_of
+    from gateway.cluster.bundle_placement import bundle_of
     from gateway.process.bundle_hooks import BundleHooks
 
     topics = TwoTopics(40)

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from gateway.cluster.ownership import GROUP_TOPIC
+from gateway.cluster.bundle_placement import GROUP_TOPIC
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from gateway.coordinator.partition_loader import CoordinatorPartitionLoader
 from ledger_backend.client.memory import MemoryBookKeeper

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cluster.ownership import target_broker
+from gateway.cluster.bundle_placement import target_broker
 from tests.cluster.cluster_processes import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.cluster.ownership import bundle_of, is_bundle_pinned
+from gateway.cluster.bundle_placement import bundle_of, is_bundle_pinned
 from protocols.rocketmq.codec import make_request
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.name_server import NameServer, NameServerConfig

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from gateway.cluster.broker_registry import LIVE_BROKERS_PATH, ClusterLayout, endpoint_to_bytes
-from gateway.cluster.ownership import bundle_of
+from gateway.cluster.bundle_placement import bundle_of
 from gateway.config.settings import RocketMQConfig
 from gateway.rocketmq.cluster import ClusterRocketMQ
 from gateway.topics.topic_service import TopicService, TopicServiceConfig

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.cluster.ownership import bundle_of
+from gateway.cluster.bundle_placement import bundle_of
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.rocketmq.remoting_client import RawClient
