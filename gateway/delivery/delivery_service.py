@@ -252,6 +252,21 @@ class DeliveryService:
         except KeyError:
             return AckResult(AckError.INVALID_RECORD_STATE, "nothing is in flight here")
 
+    async def give_back(
+        self, group: str, topic: str, partition: int, holder: str,
+        ranges: Iterable[AcquiredRange],
+    ) -> int:
+        """Undo, durably, an acquisition that never reached `holder`
+        (DeliveryPartition.give_back); how many records are available again."""
+        ranges = list(ranges)
+        try:
+            returned = await self._run(
+                group, topic, partition, None, lambda p: p.give_back(holder, ranges))
+        except KeyError:
+            return 0
+        (await self._state(topic, partition)).notify()
+        return len(returned)
+
     async def release_holder(self, group: str, holder: str) -> int:
         """Everything `holder` acquired in `group`, on every loaded partition, is available
         again (its session closed or it left the group); how many records."""

@@ -315,6 +315,35 @@ class DeliveryPartition:
             self._advance_start()
         return offsets
 
+    def give_back(self, holder: str, ranges: Iterable[AcquiredRange]) -> list[int]:
+        """Undo an acquisition that never reached `holder` (its records could not be read, or
+        not copied to the dead-letter topic): each record of `ranges` that `holder` still holds
+        at the range's delivery count is available again at once, with that delivery not
+        counted.  Kafka acquires only records it has already read, so a failed read costs no
+        delivery there either; and a record past the limit that goes back uncounted is copied
+        on its next acquisition instead of archived uncopied.  Never-delivered records at the
+        end are handed back whole: the end offset moves back over them.  The offsets."""
+        returned: list[int] = []
+        for r in ranges:
+            for offset in range(r.first, r.last + 1):
+                record = self.records.get(offset)
+                if (record is None or record.state != RecordState.ACQUIRED
+                        or record.holder != holder or record.delivery_count != r.delivery_count):
+                    continue  # acknowledged, expired or taken again meanwhile: leave it
+                record.state, record.holder, record.deadline_ms = RecordState.AVAILABLE, None, 0
+                record.delivery_count -= 1
+                self._dirty.add(offset)
+                returned.append(offset)
+        while self.end_offset > self.start_offset:
+            last = self.records[self.end_offset - 1]
+            if last.state != RecordState.AVAILABLE or last.delivery_count:
+                break
+            del self.records[self.end_offset - 1]
+            self.end_offset -= 1
+            self._bounds_dirty = True
+        self.stats.acquired -= len(returned)
+        return returned
+
     def reset_start(self, offset: int) -> None:
         """Start over at `offset` with nothing in flight (AlterShareGroupOffsets; also a log
         start moving past records that were never done)."""

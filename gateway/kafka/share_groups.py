@@ -37,7 +37,7 @@ from typing import Any
 import trio
 
 from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
-from gateway.delivery.delivery_state import AckBatch, AckError, DeliverySettings
+from gateway.delivery.delivery_state import AckBatch, AckError, AcquiredRange, DeliverySettings
 from gateway.delivery.group_configs import ShareGroupConfigs
 from gateway.kafka.share_dead_letters import DeadLetterSink
 from protocols.kafka.errors import (
@@ -165,6 +165,13 @@ class ShareGroups:
                 group_id, topic, partition, member_id,
                 [AckBatch(first, last, types) for first, last, types in batches])
         return int(_ACK_CODES[result.error]), result.message
+
+    async def give_back(self, group_id: str, topic: str, partition: int, member_id: str,
+                        ranges: Sequence[tuple[int, int, int]]) -> int:
+        async with _owned():
+            return await self.delivery.give_back(
+                group_id, topic, partition, member_id,
+                [AcquiredRange(first, last, count) for first, last, count in ranges])
 
     async def end_offset(self, group_id: str, topic: str, partition: int) -> int | None:
         async with _owned():

@@ -99,6 +99,13 @@ class ShareGroupsApi(Protocol):
         `batches` to the group's dead-letter topic, durably; control records are skipped."""
         ...
 
+    async def give_back(self, group_id: str, topic: str, partition: int, member_id: str,
+                        ranges: Sequence[tuple[int, int, int]]) -> int:
+        """Make records the member acquired but never got ((first, last, delivery count) as
+        acquired) available again at once, durably, with that delivery not counted; how many
+        (records acknowledged or expired meanwhile are left alone)."""
+        ...
+
     async def release_member(self, group_id: str, member_id: str) -> None: ...
 
     async def state(self, group_id: str, topic: str,

@@ -61,6 +61,31 @@ def test_released_record_comes_back_with_delivery_count_two_and_rejected_never()
     assert p.stats.rejected == 1 and p.stats.redelivered == 1
 
 
+def test_an_acquisition_given_back_is_available_at_once_uncounted_and_persists() -> None:
+    """give_back (a read or dead-letter copy failed): the holder's records are available to
+    another holder at once with the delivery not counted; never-delivered ones at the end move
+    the end offset back; records acknowledged or taken again meanwhile are left alone; the
+    delta a state log persists carries all of it."""
+    p = DeliveryPartition(0, DeliverySettings(delivery_count_limit=2))
+    p.acquire("a", 2, now_ms=0, fetchable_end=6)
+    assert p.acknowledge("a", [ack(0, 1, RELEASE)], now_ms=1).error == 0
+    taken = p.acquire("a", 6, now_ms=2, fetchable_end=6)
+    assert taken == [AcquiredRange(0, 1, 2), AcquiredRange(2, 5, 1)]
+    assert p.acknowledge("a", [ack(3, 3, ACCEPT)], now_ms=3).error == 0
+    durable = DeliveryPartition.from_snapshot(p.snapshot())
+    p.take_delta()
+    assert p.give_back("a", taken) == [0, 1, 2, 4, 5]
+    durable.apply_delta(p.take_delta() or {})
+    for state in (p, durable):
+        assert state.end_offset == 6 - 2 and state.state_of(2).delivery_count == 0
+        assert [state.state_of(o).state for o in (0, 1, 2, 3)] == [
+            RecordState.AVAILABLE, RecordState.AVAILABLE, RecordState.AVAILABLE,
+            RecordState.ACKNOWLEDGED]
+        assert state.acquire("b", 10, now_ms=4, fetchable_end=6) == [
+            AcquiredRange(0, 1, 2), AcquiredRange(2, 2, 1), AcquiredRange(4, 5, 1)]
+    assert p.give_back("a", taken) == []  # b holds them now
+
+
 def test_lock_expiry_makes_records_available_to_others() -> None:
     p = DeliveryPartition(0, DeliverySettings(lock_duration_ms=100))
     p.acquire("dead", 5, now_ms=0, fetchable_end=5)

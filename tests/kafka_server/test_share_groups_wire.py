@@ -5,15 +5,19 @@ admin APIs, group configs, and bad acknowledgements answered with error codes (h
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
 
+import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import protocols.kafka.handlers.share_fetch as share_fetch
 from gateway.delivery.group_configs import ShareGroupConfigs
+from ledger_backend.client.errors import BookieUnavailableError
 from protocols.kafka.errors import ErrorCode
 from protocols.kafka.record_batch import build_batch, decode_records
 from protocols.kafka.share_api import by_duration_ms
@@ -212,6 +216,74 @@ async def test_records_past_the_limit_go_to_the_dead_letter_topic(stack: KafkaSt
                     {"name": "share.dead.letter.topic", "config_operation": 0,
                      "value": bad}]}], "validate_only": False})
             assert answer["responses"][0]["error_code"] == ErrorCode.INVALID_CONFIG
+
+
+async def test_records_whose_read_fails_go_back_at_once_uncounted(
+        stack: KafkaStack, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A ShareFetch whose read of the acquired records fails (a bookie down) answers the
+    partition's retriable error and gives the records back at once, durably: another member
+    gets them at once, at delivery 1 (Kafka acquires only what it has read, so the failed read
+    costs no delivery).  Before, they stayed acquired by the first member until the lock
+    (30 s) expired; one WARNING line, no traceback."""
+    real_read = share_fetch._read_ranges
+    failures = [BookieUnavailableError("bookies down")]
+
+    async def failing_read(plog: Any, ranges: Any) -> list[bytes]:
+        if failures:
+            raise failures.pop()
+        return await real_read(plog, ranges)
+
+    monkeypatch.setattr(share_fetch, "_read_ranges", failing_read)
+    async with await stack.client() as client:
+        topic_id = await ready_topic(stack, client, "rf", "rfg", 4)
+        with caplog.at_level(logging.INFO):
+            failed = await client.request(FETCH, 1, fetch_body("rfg", "m1", 0, topic_id))
+        partition = failed["responses"][0]["partitions"][0]
+        assert partition["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR, failed
+        assert partition["acquired_records"] == []
+        got = await client.request(FETCH, 1, fetch_body("rfg", "m2", 0, topic_id))
+        assert acquired(got) == [(0, 3, 1)], "given back at once, the delivery uncounted"
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and warned[0].exc_info is None, warned
+    assert any("given back uncounted" in r.getMessage() for r in caplog.records)
+
+
+async def test_records_whose_dead_letter_copy_fails_are_copied_on_the_next_fetch(
+        stack: KafkaStack, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A dead-letter copy that fails gives the records back uncounted at once: the next
+    ShareFetch copies them (they are neither held until the lock expires nor archived
+    uncopied, as they were when the lock ran out at the limit); one WARNING line."""
+    share_groups = stack.broker.share_groups
+    real_copy = share_groups.dead_letter
+    failures = [BookieUnavailableError("bookies down")]
+
+    async def failing_copy(*args: Any) -> None:
+        if failures:
+            raise failures.pop()
+        await real_copy(*args)
+
+    monkeypatch.setattr(share_groups, "dead_letter", failing_copy)
+    async with await stack.client() as client:
+        topic_id = await ready_topic(stack, client, "df", "dfg", 2)  # limit 2
+        await set_configs(client, "dfg", share_dead_letter_topic="df-dead")
+        assert acquired(await client.request(FETCH, 1, fetch_body(
+            "dfg", "m", 0, topic_id))) == [(0, 1, 1)]
+        assert acquired(await client.request(FETCH, 1, fetch_body(
+            "dfg", "m", 1, topic_id, acks=[(0, 1, [RELEASE])]))) == [(0, 1, 2)]
+        with caplog.at_level(logging.WARNING):
+            got = await client.request(FETCH, 1, fetch_body(
+                "dfg", "m", 2, topic_id, acks=[(0, 1, [RELEASE])]))
+        assert acquired(got) == [] and failures == []  # the copy failed
+        got = await client.request(FETCH, 1, fetch_body("dfg", "other", 0, topic_id))
+        assert acquired(got) == []  # copied now, archived, not handed out
+        dead = await stack.topics.partition("df-dead", 0)
+        copied = [r for b in await dead.read(0, 1 << 20) for r in decode_records(b)]
+        assert [r.value for r in copied] == [b"df-v0", b"df-v1"]
+        assert dict(copied[0].headers)["dlq.delivery.count"] == b"3"
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.exc_info for r in warned] == [None], warned
 
 
 async def test_a_broker_that_owns_neither_group_nor_partition_says_so(

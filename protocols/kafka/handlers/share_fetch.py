@@ -18,7 +18,10 @@ GAP.
 
 With a dead-letter topic (share.dead.letter.topic) a record acquired past the group's delivery
 count limit is not handed out: it is copied to that topic first (the broker's share groups do
-it, durably) and then archived; if the copy fails it comes back when its lock expires.
+it, durably) and then archived.  Acquired records that do not reach the member (their read, or
+their dead-letter copy, failed) are given back at once with that delivery not counted
+(gateway/delivery's `give_back`: Kafka acquires only what it has read), so another consumer
+gets them (and a failed copy is tried again) without waiting for the lock to expire.
 
 ACLs: READ on the group, READ on each topic.  This module must never reveal a record whose
 acquisition is not durable (the delivery engine persists before it answers) and never decode
@@ -255,8 +258,15 @@ async def _acquire_partition(ctx: RequestContext, share: ShareGroupsApi, group_i
                                  start_at=start_at)
     if not ranges:
         return 0
-    batches = await _read_ranges(plog, ranges)
-    holes = _aborted_offsets(plog, batches) if read_committed else []
+    try:
+        batches = await _read_ranges(plog, ranges)
+        holes = _aborted_offsets(plog, batches) if read_committed else []
+    except Exception as exc:
+        # the partition answers with its error; the records go back now, not at lock expiry
+        await _give_back(share, group_id, member_id, name, partition,
+                         [(r.first, r.last, r.delivery_count) for r in ranges],
+                         f"reading them failed ({exc!r})", logging.INFO)
+        raise
     archive = [(max(lo, r.first), min(hi, r.last)) for lo, hi in holes for r in ranges
                if lo <= r.last and hi >= r.first]
     if settings.dead_letter_topic:
@@ -270,9 +280,13 @@ async def _acquire_partition(ctx: RequestContext, share: ShareGroupsApi, group_i
             try:
                 await share.dead_letter(group_id, name, partition, batches, exhausted)
                 archive += runs
-            except Exception as exc:  # noqa: BLE001 - they come back when the lock expires
-                log.warning("share group %s: dead-lettering %d records of %s-%d failed: %s",
-                            group_id, len(exhausted), name, partition, exc)
+            except Exception as exc:  # noqa: BLE001 - given back: copied on a later fetch
+                await _give_back(share, group_id, member_id, name, partition,
+                                 [(max(lo, r.first), min(hi, r.last), r.delivery_count)
+                                  for lo, hi in runs for r in ranges
+                                  if lo <= r.last and hi >= r.first],
+                                 f"copying them to the dead-letter topic failed ({exc!r})",
+                                 logging.WARNING)
     if archive:
         await share.acknowledge(group_id, name, partition, member_id,
                                 [(lo, hi, (ACK_GAP,)) for lo, hi in sorted(archive)])
@@ -280,6 +294,24 @@ async def _acquire_partition(ctx: RequestContext, share: ShareGroupsApi, group_i
     answer["records"] = batches
     answer["acquired_records"] = acquired
     return sum(a["last_offset"] - a["first_offset"] + 1 for a in acquired)
+
+
+async def _give_back(share: ShareGroupsApi, group_id: str, member_id: str, name: str,
+                     partition: int, ranges: list[tuple[int, int, int]], why: str,
+                     level: int) -> None:
+    """Hand acquired records that never reach the member back at once: another consumer gets
+    them without waiting for the acquisition lock to expire.  One line at `level` (INFO when
+    the fault itself is logged as the partition's error code is chosen)."""
+    count = sum(last - first + 1 for first, last, _ in ranges)
+    try:
+        back = await share.give_back(group_id, name, partition, member_id, ranges)
+    except Exception as exc:  # noqa: BLE001 - moved away: the lock's expiry returns them
+        log.warning("share group %s: %d records of %s-%d not handed out, %s; giving them back "
+                    "failed too (%r): they come back when their lock expires", group_id, count,
+                    name, partition, why, exc)
+        return
+    log.log(level, "share group %s: %d records of %s-%d not handed out, %s; %d given back "
+            "uncounted", group_id, count, name, partition, why, back)
 
 
 async def _wait_for_any(ctx: RequestContext, share: ShareGroupsApi, group_id: str,
