@@ -135,7 +135,17 @@ def test_only_the_owner_offloads_and_a_deposed_owner_cannot(tmp_path: Path) -> N
         assert len(offloads_by_broker(cluster)[2]) == by_2, "a drained broker offloaded"
         assert writer.errors == []
 
-        # every ledger offloaded once, by one broker; one object each, none unreferenced
+        # every ledger offloaded once, by one broker; one object each, none unreferenced.  A
+        # pass may still be between writing an object and logging it: wait (2 min at most) until
+        # the objects and the logged offloads name the same ledgers, then check
+        def logged_ledgers() -> list[tuple[str, int]]:
+            return sorted((ml, ledger) for done in offloads_by_broker(cluster).values()
+                          for ml, ledger, _ in done if ml in names)
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and sorted(
+                (ml, ledger) for ml, ledger, _ in objects(tier) if ml in names) != logged_ledgers():
+            time.sleep(0.3)
         logged = [(ml, ledger, key) for done in offloads_by_broker(cluster).values()
                   for ml, ledger, key in done if ml in names]
         per_ledger: dict[tuple[str, int], list[str]] = defaultdict(list)
