@@ -16,7 +16,9 @@ same suite on a standalone from another checkout (a change's parent) in the same
 
 With --repeat N every throughput figure is the median of N runs (the machine may be shared:
 single runs are noisy), and each broker's CPU time per message (user + system, all threads,
-from /proc on Linux) is printed too, which load on the machine disturbs far less; with Linux
+from /proc on Linux) is printed too, which load on the machine disturbs far less, with its
+system part and a line splitting it between the first thread (ledgerwire's Trio event loop)
+and the others (its journal and entry-log writes and fsyncs); with Linux
 `perf`, so are its user-space instructions per message (hardly disturbed at all).
 """
 
@@ -43,7 +45,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from common import cpu_seconds, throwaway_standalone  # noqa: E402
+from common import cpu_split, throwaway_standalone  # noqa: E402
 
 from tests.support.standalone import Standalone, free_port  # noqa: E402
 
@@ -241,23 +243,36 @@ def measured(
     pid: int, results: dict[str, float], metric: str, count: int, run: Callable[[], float],
     repeat: int,
 ) -> None:
-    """Median msg/s of `repeat` runs into results[metric], and the broker's CPU us/msg."""
+    """Median msg/s of `repeat` runs into results[metric], the broker's CPU us/msg (all
+    threads) and the system part of it; and a printed line splitting it between the first
+    thread (ledgerwire's Trio event loop) and the others (its journal and entry-log writes)."""
     rates: list[float] = []
-    cpu: list[float] = []
+    splits: list[list[float]] = []
     instructions: list[float] = []
     for _ in range(repeat):
         counter = start_instruction_count(pid)
-        before = cpu_seconds(pid)
+        before = cpu_split(pid)
         rates.append(run())
-        after = cpu_seconds(pid)
+        after = cpu_split(pid)
         counted = stop_instruction_count(counter)
         if before is not None and after is not None:
-            cpu.append((after - before) * 1e6 / count)
+            # us/msg: first thread user, system; other threads user, system
+            main_user, main_sys, user, sys_ = (
+                (a - b) * 1e6 / count for a, b in zip(after, before, strict=True))
+            splits.append([main_user, main_sys, user - main_user, sys_ - main_sys])
         if counted is not None:
             instructions.append(counted / count / 1e3)
     results[metric] = statistics.median(rates)
-    if cpu:
-        results[metric.replace("msg/s", "cpu us/msg")] = statistics.median(cpu)
+    if splits:
+        results[metric.replace("msg/s", "cpu us/msg")] = statistics.median(
+            sum(split) for split in splits)
+        results[metric.replace("msg/s", "sys cpu us/msg")] = statistics.median(
+            split[1] + split[3] for split in splits)
+        main_user, main_sys, other_user, other_sys = (
+            statistics.median(column) for column in zip(*splits, strict=True))
+        print(f"    {metric.replace(' msg/s', '')}: CPU us/msg, first thread user {main_user:.2f} "
+              f"sys {main_sys:.2f}; other threads user {other_user:.2f} sys {other_sys:.2f}",
+              flush=True)
     if instructions:
         results[metric.replace("msg/s", "k instr/msg")] = statistics.median(instructions)
 

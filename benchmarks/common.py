@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.support.standalone import Standalone, running_standalone
 
-__all__ = ["cpu_seconds", "throwaway_standalone"]
+__all__ = ["cpu_seconds", "cpu_split", "throwaway_standalone"]
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -26,6 +26,27 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _user_system(stat_path: str) -> tuple[float, float] | None:
+    try:
+        fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_split(pid: int) -> tuple[float, float, float, float] | None:
+    """CPU seconds of process `pid` so far as (its first thread's user, system; the whole
+    process's user, system), or None without /proc.  For a ledgerwire broker the first thread
+    runs the Trio event loop, the others are worker threads (journal and entry-log writes and
+    fsyncs); the process figures count threads that have exited too."""
+    main = _user_system(f"/proc/{pid}/task/{pid}/stat")
+    whole = _user_system(f"/proc/{pid}/stat")
+    if main is None or whole is None:
+        return None
+    return main[0], main[1], whole[0], whole[1]
 
 
 @contextmanager
