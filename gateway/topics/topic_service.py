@@ -49,7 +49,7 @@ from gateway.topics.topic_configs import (
     partition_configs,
     validate_topic_configs,
 )
-from gateway.topics.topic_node import TopicInfo, decode_topic, encode_topic, validate_topic_name
+from gateway.topics.topic_node import TopicInfo, decode_topic, encode_topic
 from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from ledger_backend.metadata.store import (
@@ -66,6 +66,7 @@ from protocols.kafka.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from protocols.kafka.topic_names import validate_topic_name
 from protocols.rocketmq.topic_names import is_internal_topic
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,6 @@ This module must never reach broker state: it only renders what handlers pass in
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 from importlib import metadata
 from typing import Any
@@ -22,8 +21,9 @@ from typing import Any
 import jinja2
 
 from gateway.admin.http_server import HttpError, HttpRequest, HttpResponse
+from protocols.kafka.errors import InvalidTopicError
+from protocols.kafka.topic_names import validate_topic_name
 
-TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _REASONS = {400: "Bad request", 401: "Log in first", 403: "Not allowed", 404: "Not found",
             405: "Method not allowed", 409: "Conflict", 413: "Too large", 500: "Internal error",
             503: "Unavailable"}
@@ -114,9 +114,10 @@ class Pages:
 # --- validation -----------------------------------------------------------------------------
 
 def topic_name(value: str | None) -> str:
-    if value is None or not TOPIC_RE.match(value):
-        raise HttpError(400, "a topic name is 1-249 letters, digits, '.', '_' or '-'")
-    return value
+    try:
+        return validate_topic_name(value)
+    except InvalidTopicError:
+        raise HttpError(400, "a topic name is 1-249 letters, digits, '.', '_' or '-'") from None
 
 
 def group_name(value: str | None) -> str:

@@ -58,8 +58,9 @@ from protocols.kafka.handlers.authorization import (
     topic_authorized_operations,
 )
 from protocols.kafka.handlers.error_responses import ZERO_UUID, ApiKey, error_code_of
-from protocols.kafka.handlers.topic_lookup import topic_by_id, validate_topic_name
+from protocols.kafka.handlers.topic_lookup import topic_by_id
 from protocols.kafka.schema_compiler import PreEncoded
+from protocols.kafka.topic_names import validate_topic_name
 
 log = logging.getLogger("ledgerwire.kafka.metadata")
 

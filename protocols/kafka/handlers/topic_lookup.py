@@ -16,7 +16,6 @@ This module must never create or change topics: it only looks them up and valida
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -29,33 +28,12 @@ from protocols.kafka.broker_api import (
     ownership_of,
 )
 from protocols.kafka.errors import (
-    InvalidTopicError,
     NotLeaderOrFollowerError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 
-MAX_TOPIC_NAME_LENGTH = 249
 LOADING_WAIT_S = 2.5  # a request for a partition whose bundle this broker still loads waits
-_LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-def validate_topic_name(name: str | None) -> str:
-    """Kafka's topic name rules (Topic.validate); returns the name or raises InvalidTopicError."""
-    if not name:
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError("Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters"
-        )
-    if not _LEGAL_TOPIC_NAME.match(name):
-        raise InvalidTopicError(
-            f"Topic name \"{name}\" is illegal, it contains a character other than "
-            "ASCII alphanumerics, '.', '_' and '-'"
-        )
-    return name
 
 
 def topic_info(ctx: RequestContext, name: str | None) -> Any | None:

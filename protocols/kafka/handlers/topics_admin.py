@@ -54,7 +54,8 @@ from protocols.kafka.errors import (
 from protocols.kafka.handlers.configs import topic_config_values, validate_topic_configs
 from protocols.kafka.handlers.error_responses import ZERO_UUID, error_code_of, error_message_of
 from protocols.kafka.handlers.mutation_quota import admit_mutation
-from protocols.kafka.handlers.topic_lookup import topic_by_id, validate_topic_name
+from protocols.kafka.handlers.topic_lookup import topic_by_id
+from protocols.kafka.topic_names import validate_topic_name
 
 REPLICATION_FACTOR_SHOWN = 1
 # Each partition is a managed ledger with its own metadata: refuse absurd counts up front.
