@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ssl
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -51,13 +52,20 @@ def produce(config: dict[str, Any], topic: str, count: int) -> list[KafkaError |
     return errors
 
 
-def failed_login(config: dict[str, Any]) -> list[KafkaError]:
+def failed_login(config: dict[str, Any], timeout_s: float = 30.0) -> list[KafkaError]:
+    """The client errors of a login that must fail: every metadata request fails, asked again
+    until the broker's authentication error has come (or `timeout_s`), since on a loaded machine
+    the TLS and SASL round trips can outlast one 3 s request."""
     seen: list[KafkaError] = []
     admin = AdminClient({**config, "error_cb": seen.append})  # type: ignore[dict-item]
-    with pytest.raises(KafkaException):
-        admin.list_topics(timeout=3)
-    admin.poll(1)  # error_cb is served from poll()
-    return seen
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=3)
+        admin.poll(1)  # error_cb is served from poll()
+        if (any(e.code() == KafkaError._AUTHENTICATION for e in seen)
+                or time.monotonic() > deadline):
+            return seen
 
 
 def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
