@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from protocols.kafka.ssl_principal import BadMappingRuleError, parse_rules
 
 
@@ -93,17 +94,17 @@ class StorageConfig:
     worker_bookies: bool = True
     # what the bookies register for readers on other hosts (Spark executors); "": bookie_host
     bookie_advertised_host: str = ""
-    ensemble_size: int = 1
-    write_quorum: int = 1
-    ack_quorum: int = 1
+    ensemble_size: int = ManagedLedgerConfig.ensemble_size
+    write_quorum: int = ManagedLedgerConfig.write_quorum
+    ack_quorum: int = ManagedLedgerConfig.ack_quorum
     fsync: bool = True
     journal_max_group_wait_ms: float = 2.0
     journal_writes_in_flight: int = 1  # overlapping journal group writes (1: one at a time)
     write_cache_mb: int = 256  # 64 stalled bookie adds on flushes at 150+ MB/s of produce
     read_cache_mb: int = 64
-    max_entries_per_ledger: int = 50_000
-    max_ledger_mb: int = 256
-    max_ledger_age_s: float = 4 * 3600
+    max_entries_per_ledger: int = ManagedLedgerConfig.max_entries_per_ledger
+    max_ledger_mb: int = ManagedLedgerConfig.max_ledger_bytes >> 20
+    max_ledger_age_s: float = ManagedLedgerConfig.max_ledger_age_s
     # a partition log nobody used this long is closed (its data stays; the next request opens
     # it again, as Pulsar unloads bundles); <= 0: never
     partition_idle_unload_s: float = 600.0

@@ -34,12 +34,13 @@ class TopicServiceConfig:
     retention_bytes: int = -1
     max_message_bytes: int = 1048588
     tail_cache_bytes: int = 16 << 20  # per open partition
-    ensemble_size: int = 1
-    write_quorum: int = 1
-    ack_quorum: int = 1
-    max_entries_per_ledger: int = 50_000
-    max_ledger_bytes: int = 256 << 20
-    max_ledger_age_s: float = 4 * 3600
+    # how a partition's managed ledger writes and rolls over: ManagedLedgerConfig's defaults
+    ensemble_size: int = ManagedLedgerConfig.ensemble_size
+    write_quorum: int = ManagedLedgerConfig.write_quorum
+    ack_quorum: int = ManagedLedgerConfig.ack_quorum
+    max_entries_per_ledger: int = ManagedLedgerConfig.max_entries_per_ledger
+    max_ledger_bytes: int = ManagedLedgerConfig.max_ledger_bytes
+    max_ledger_age_s: float = ManagedLedgerConfig.max_ledger_age_s
     snapshot_interval_batches: int = 1000
     namespace: str = "public/default"
     compaction_interval_s: float = 30.0  # background compaction passes (compacted topics)
