@@ -11,7 +11,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -124,10 +124,15 @@ def read_all(server: Bootstrapped, topic: str = TOPIC, partitions: int = PARTITI
         while len(done) < partitions and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
                 assert msg.error() is None, msg.error()
-                got.append(Message(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                   tuple(msg.headers() or ()), msg.timestamp()[1]))
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    done.add(msg.partition())
+                partition, offset = msg.partition(), msg.offset()
+                assert partition is not None and offset is not None  # a record has both
+                # a consumed record's headers are a list of (key, bytes) (the stubs allow a
+                # dict and str values, which only a produce call takes)
+                headers = cast(list[tuple[str, bytes]], msg.headers() or [])
+                got.append(Message(partition, offset, msg.key(), msg.value(),
+                                   tuple(headers), msg.timestamp()[1]))
+                if offset + 1 >= ends[partition]:
+                    done.add(partition)
             # an aborted tail or markers: the position reaches the end without a message
             for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)]):
                 if tp.offset >= ends[tp.partition]:

@@ -63,7 +63,7 @@ def test_both_ways_once_in_order_no_loops_and_a_group_moves(tmp_path: Path) -> N
                  "enable.auto.commit": False, "auto.offset.reset": "earliest"}
         consumer = Consumer(group)
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        seen_east: list[bytes] = []
+        seen_east: list[bytes | None] = []  # (a record's value may be null)
         while len(seen_east) < 650:
             seen_east += [m.value() for m in consumer.consume(1000, 1.0) if m.error() is None]
         consumer.commit(asynchronous=False)
@@ -75,7 +75,7 @@ def test_both_ways_once_in_order_no_loops_and_a_group_moves(tmp_path: Path) -> N
         wait_for(lambda: all(tp.offset >= 0 for tp in moved.committed(wanted, timeout=10)),
                  "the group's offsets to be pushed to west")
         moved.assign(moved.committed(wanted, timeout=10))
-        seen_west: list[bytes] = []
+        seen_west: list[bytes | None] = []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             seen_west += [m.value() for m in moved.consume(1000, 1.0) if m.error() is None]
