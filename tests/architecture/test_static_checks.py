@@ -1,7 +1,7 @@
 """The source passes its static checks: mypy and ruff, both configured in pyproject.toml, find
-nothing in the server's packages (ruff also in tests and benchmarks).  The code was clean under
-both; this keeps it so (a file split moved a call whose argument type no longer matched, and
-nothing ran mypy to say so)."""
+nothing in the server's packages (mypy also in the test folders already clean, ruff in all of
+tests and benchmarks).  The code was clean under both; this keeps it so (a file split moved a
+call whose argument type no longer matched, and nothing ran mypy to say so)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("gateway", "protocols", "ledger_backend", "spark_bridge")
+# Test folders mypy checks too (with the packages: ~1.5 s more on a cold cache, 6.3 -> 7.8 s).
+# The others still have type errors (about 90, mostly confluent_kafka's Optional returns and
+# test twins standing in for a typed interface); a folder joins once it is clean.
+TYPED_TESTS = ("tests/architecture", "tests/delivery", "tests/gateway", "tests/kafka_admin",
+               "tests/kafka_groups", "tests/kafka_server", "tests/ledger_client",
+               "tests/replication", "tests/support", "tests/transactions")
 
 
 def _run(module: str, *args: str) -> None:
@@ -25,7 +31,7 @@ def _run(module: str, *args: str) -> None:
 
 
 def test_mypy_finds_no_error(tmp_path: Path) -> None:
-    _run("mypy", "--cache-dir", str(tmp_path / "cache"), *PACKAGES)
+    _run("mypy", "--cache-dir", str(tmp_path / "cache"), *PACKAGES, *TYPED_TESTS)
 
 
 def test_ruff_finds_nothing() -> None:
