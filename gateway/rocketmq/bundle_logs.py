@@ -49,7 +49,12 @@ class BundleOwnedLog:
         return getattr(self._inner, name)
 
     async def append(self, *args: Any, **kwargs: Any) -> Any:
-        result = await self._inner.append(*args, **kwargs)
+        return self._acknowledged(await self._inner.append(*args, **kwargs))
+
+    async def append_built(self, batch: Any) -> Any:
+        return self._acknowledged(await self._inner.append_built(batch))
+
+    def _acknowledged(self, result: Any) -> Any:
         if not self._owned():
             raise BundleNotServedError(f"{self._what} was released while the message was "
                                        "stored; not acknowledged here, refresh the topic route")

@@ -14,11 +14,14 @@ This module must never decode records to re-encode them, nor keep any state.
 
 from __future__ import annotations
 
+from gateway.topics.partition_log_config import PartitionLogConfig
 from protocols.kafka.batch_compaction import keyless_record_indexes
+from protocols.kafka.built_batch import BuiltBatch
 from protocols.kafka.errors import InvalidRecordError, MessageTooLargeError
 from protocols.kafka.legacy_message_set import convert_legacy_to_batch
 from protocols.kafka.record_batch import (
     BatchHeader,
+    check_timestamps,
     iter_batches,
     records_magic,
     validate_batch,
@@ -47,6 +50,25 @@ def checked_batch(
         )
     validate_batch(header, view, now_ms=now_ms, max_timestamp_diff_ms=max_timestamp_diff_ms)
     if compacted:
+        _refuse_keyless(header, view, log_name)
+    return header, view
+
+
+def checked_built(batch: BuiltBatch, limits: PartitionLogConfig, *, log_name: str,
+                  now_ms: int) -> tuple[BatchHeader, memoryview]:
+    """checked_batch for a batch this broker encoded (built_batch.py): its framing, counts and
+    CRC are its encoder's and not checked again; the topic's `limits` still are."""
+    if type(batch) is not BuiltBatch:  # client bytes never take this path
+        raise TypeError(f"a BuiltBatch is needed here, not {type(batch).__name__}")
+    header = batch.header
+    if header.size > limits.max_message_bytes:
+        raise MessageTooLargeError(
+            f"batch of {header.size} bytes exceeds max.message.bytes {limits.max_message_bytes}"
+        )
+    if limits.max_timestamp_diff_ms is not None:
+        check_timestamps(header, now_ms, limits.max_timestamp_diff_ms)
+    view = memoryview(batch.data)
+    if limits.compacted:
         _refuse_keyless(header, view, log_name)
     return header, view
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import trio
 
-from gateway.topics.batch_checks import checked_batch
+from gateway.topics.batch_checks import checked_batch, checked_built
 from gateway.topics.offset_index import OffsetIndex
 from gateway.topics.partition_log_config import PartitionLogConfig
 from gateway.topics.partition_reads import read_stored
@@ -60,6 +60,7 @@ from ledger_backend.managed_ledger.types import (
     Position,
 )
 from ledger_backend.metadata.store import BadVersionError, MetadataError, MetadataStore, NoNodeError
+from protocols.kafka.built_batch import BuiltBatch
 from protocols.kafka.errors import (
     KafkaProtocolError,
     KafkaStorageError,
@@ -218,6 +219,18 @@ class PartitionLog:
         header, view = checked_batch(
             records, log_name=self.name, now_ms=now, max_message_bytes=config.max_message_bytes,
             max_timestamp_diff_ms=config.max_timestamp_diff_ms, compacted=config.compacted)
+        return await self._append_checked(header, view, now, timestamp_type_log_append)
+
+    async def append_built(self, batch: BuiltBatch) -> AppendResult:
+        """Append a batch this broker encoded (protocols/kafka/built_batch.py): the topic's
+        limits are checked, its framing and CRC are not again (client bytes take `append`)."""
+        self._check_usable()
+        now = _now_ms()
+        header, view = checked_built(batch, self.config, log_name=self.name, now_ms=now)
+        return await self._append_checked(header, view, now, False)
+
+    async def _append_checked(self, header: BatchHeader, view: memoryview, now: int,
+                              timestamp_type_log_append: bool) -> AppendResult:
         log_append = timestamp_type_log_append or self.config.log_append_time
         if self._producers.awaits_earlier_batches(header):
             await self._wait_for_earlier_batches(header)

@@ -197,13 +197,20 @@ def validate_batch(
         raise InvalidTimestampError(
             f"maxTimestamp {header.max_timestamp} is before baseTimestamp {header.base_timestamp}"
         )
-    if max_timestamp_diff_ms is not None and header.timestamp_type == 0:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+    if max_timestamp_diff_ms is not None:
+        check_timestamps(header, int(time.time() * 1000) if now_ms is None else now_ms,
+                         max_timestamp_diff_ms)
+
+
+def check_timestamps(header: BatchHeader, now_ms: int, max_timestamp_diff_ms: int) -> None:
+    """A CreateTime batch's header timestamps within `max_timestamp_diff_ms` of `now_ms`
+    (message.timestamp.difference.max.ms)."""
+    if header.timestamp_type == 0:
         for ts in (header.base_timestamp, header.max_timestamp):
-            if ts != NO_TIMESTAMP and abs(ts - now) > max_timestamp_diff_ms:
+            if ts != NO_TIMESTAMP and abs(ts - now_ms) > max_timestamp_diff_ms:
                 raise InvalidTimestampError(
-                    f"timestamp {ts} is out of range [{now - max_timestamp_diff_ms}, "
-                    f"{now + max_timestamp_diff_ms}]"
+                    f"timestamp {ts} is out of range [{now_ms - max_timestamp_diff_ms}, "
+                    f"{now_ms + max_timestamp_diff_ms}]"
                 )
 
 
@@ -457,7 +464,7 @@ def build_control_batch(
 
 __all__ = [
     "BatchHeader", "ControlRecord", "Record", "build_batch", "build_control_batch",
-    "decode_records", "iter_batches", "parse_control_record", "parse_header", "patch_base_offset",
-    "read_bytes", "read_varint", "records_magic", "set_log_append_time", "validate_batch",
-    "write_varint",
+    "check_timestamps", "decode_records", "iter_batches", "parse_control_record", "parse_header",
+    "patch_base_offset", "read_bytes", "read_varint", "records_magic", "set_log_append_time",
+    "validate_batch", "write_varint",
 ]

@@ -20,12 +20,14 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from protocols.kafka.built_batch import BuiltBatch
 from protocols.kafka.record_batch import (
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    BatchHeader,
     Record,
     compute_crc,
     write_varint,
@@ -174,9 +176,9 @@ _LENGTHS = tuple(_varint_bytes(n) for n in range(8192))
 
 
 def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
-                  timestamp: int) -> bytes:
-    """The stored batch of one message, built in one pass: the same bytes as
-    build_batch([to_record(body, properties, meta, timestamp)]) (a send's hot path)."""
+                  timestamp: int) -> BuiltBatch:
+    """The stored batch of one message, built in one pass: the same bytes and header as
+    built_batch([to_record(body, properties, meta, timestamp)]) (a send's hot path)."""
     ip = int.from_bytes(ipv4(meta.born_host[0]), "big")
     record = bytearray(b"\x00\x00\x00")  # attributes, timestamp delta 0, offset delta 0
     keys = properties.get(PROPERTY_KEYS)
@@ -184,19 +186,23 @@ def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
         record.append(1)  # varint -1: no key
     else:
         key = keys.encode("utf-8")
-        record += _LENGTHS[len(key)] if len(key) < 8192 else _varint_bytes(len(key))
+        n = len(key)
+        record += _LENGTHS[n] if n < 8192 else _varint_bytes(n)
         record += key
-    record += _LENGTHS[len(body)] if len(body) < 8192 else _varint_bytes(len(body))
+    n = len(body)
+    record += _LENGTHS[n] if n < 8192 else _varint_bytes(n)
     record += body
     count = len(properties) + 1
     record += _LENGTHS[count] if count < 8192 else _varint_bytes(count)
     for name, value in properties.items():
-        for part in (name.encode("utf-8"), value.encode("utf-8")):
-            if len(part) < 64:  # a one-byte varint, without the call
-                record.append(len(part) << 1)
-            else:
-                write_varint(record, len(part))
-            record += part
+        part = name.encode("utf-8")
+        n = len(part)
+        record += _LENGTHS[n] if n < 8192 else _varint_bytes(n)
+        record += part
+        part = value.encode("utf-8")
+        n = len(part)
+        record += _LENGTHS[n] if n < 8192 else _varint_bytes(n)
+        record += part
     record += _META_HEADER_NAME
     record += _META_VALUE_LENGTH
     record += _META.pack(_META_VERSION, meta.flag, meta.sys_flag, ip, meta.born_host[1],
@@ -204,10 +210,13 @@ def message_batch(body: bytes, properties: dict[str, str], meta: MessageMeta,
     batch = bytearray(HEADER_SIZE)
     batch += _LENGTHS[len(record)] if len(record) < 8192 else _varint_bytes(len(record))
     batch += record
-    HEADER.pack_into(batch, 0, 0, len(batch) - LOG_OVERHEAD, -1, 2, 0, 0, 0, timestamp,
-                     timestamp, NO_PRODUCER_ID, -1, NO_SEQUENCE, 1)
-    _CRC.pack_into(batch, 17, compute_crc(batch))
-    return bytes(batch)
+    size = len(batch) - LOG_OVERHEAD
+    HEADER.pack_into(batch, 0, 0, size, -1, 2, 0, 0, 0, timestamp, timestamp, NO_PRODUCER_ID,
+                     -1, NO_SEQUENCE, 1)
+    crc = compute_crc(batch)
+    _CRC.pack_into(batch, 17, crc)
+    return BuiltBatch(bytes(batch), BatchHeader(0, size, -1, 2, crc, 0, 0, timestamp, timestamp,
+                                                NO_PRODUCER_ID, -1, NO_SEQUENCE, 1))
 
 
 def from_record(record: Record) -> tuple[bytes, dict[str, str], MessageMeta]:

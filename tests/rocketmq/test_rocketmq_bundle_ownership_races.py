@@ -81,14 +81,14 @@ async def test_an_append_that_outlives_the_bundle_is_not_acknowledged(
     await side.topics.create_topic("orders", 8)
     partition = _queue_partition(side, "orders")
     plog: Any = await side.topics.partition("orders", partition)
-    real_append = plog.append
+    real_append = plog.append_built  # a send's batch is built here: the trusted path
 
     async def append_then_lose(*args: Any, **kwargs: Any) -> Any:
         result = await real_append(*args, **kwargs)
         owned.discard(BUNDLE)  # the session expired while the entry was being stored
         return result
 
-    plog.append = append_then_lose
+    plog.append_built = append_then_lose
     client = await RawClient.connect(side.addr(BUNDLE))
     try:
         r = await client.call(RC.SEND_MESSAGE_V2, send_ext("orders", {}, queue_id=0), b"x")

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocols.kafka.record_batch import Record, build_batch
+from protocols.kafka.built_batch import built_batch
+from protocols.kafka.record_batch import Record, build_batch, parse_header
 from protocols.rocketmq.codec import (
     SERIALIZE_JSON,
     SERIALIZE_ROCKETMQ,
@@ -171,15 +172,17 @@ def test_record_mapping() -> None:
                  st.sampled_from([30, 31, 63, 64, 8000, 8191, 8192, 20000]).map(bytes)),
        st.one_of(st.dictionaries(text, text, max_size=5),
                  st.just({f"p{i}": "v" * i for i in range(70)}),  # 71 headers, a long key
-                 st.just({"KEYS": "k" * 100})), st.builds(
+                 st.just({"KEYS": "k" * 100, "big": "\u00e9" * 5000})), st.builds(
     MessageMeta, flag=st.integers(-(2**31), 2**31 - 1), sys_flag=st.integers(0, 2**31 - 1),
     born_host=st.tuples(st.sampled_from(["10.0.0.9", "not an address"]), st.integers(0, 65535)),
     store_timestamp=st.integers(0, 2**41), reconsume_times=st.integers(0, 16)),
     st.integers(0, 2**41))
 def test_one_message_batch_is_the_generic_batch(body: bytes, props: dict[str, str],
                                                 meta: MessageMeta, born: int) -> None:
-    assert message_batch(body, props, meta, born) == build_batch([to_record(body, props, meta,
-                                                                            born)])
+    built = message_batch(body, props, meta, born)
+    generic = built_batch([to_record(body, props, meta, born)])
+    assert built.data == generic.data == build_batch([to_record(body, props, meta, born)])
+    assert built.header == generic.header == parse_header(built.data)
 
 
 @given(st.text(alphabet="abcXYZ_-%", min_size=1, max_size=30), st.integers(0, 4095),

@@ -16,8 +16,9 @@ from __future__ import annotations
 import itertools
 import time
 
+from protocols.kafka.built_batch import BuiltBatch, built_batch
 from protocols.kafka.errors import KafkaProtocolError
-from protocols.kafka.record_batch import Record, build_batch
+from protocols.kafka.record_batch import Record
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike, TopicInfoLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
 from protocols.rocketmq.delay_levels import TIMER_PROPERTIES, timer_deliver_at
@@ -97,19 +98,19 @@ def _message_meta(header: SendHeader, flag: int, conn: ConnectionLike, now: int)
 async def append_records(broker: BrokerLike, topic: str, queue_id: int,
                          records: list[Record]) -> int:
     """Append records as one batch to (RocketMQ) topic/queue; returns the first offset."""
-    return await append_batch(broker, topic, queue_id, build_batch(records))
+    return await append_batch(broker, topic, queue_id, built_batch(records))
 
 
-async def append_batch(broker: BrokerLike, topic: str, queue_id: int, batch: bytes,
+async def append_batch(broker: BrokerLike, topic: str, queue_id: int, batch: BuiltBatch,
                        info: TopicInfoLike | None = None) -> int:
-    """Append one built batch to (RocketMQ) topic/queue (`info`: the topic, when the caller
-    already looked it up); returns its first offset."""
+    """Append one batch built here to (RocketMQ) topic/queue (`info`: the topic, when the
+    caller already looked it up); returns its first offset."""
     if info is None:
         plog = await get_queue(broker, topic, queue_id)
     else:
         plog = await queue_of(broker, info, topic, queue_id)
     try:
-        result = await plog.append(batch)
+        result = await plog.append_built(batch)
     except KafkaProtocolError as exc:
         raise StorageError(f"append to {topic}-{queue_id} failed: {exc}") from exc
     return result.base_offset
