@@ -69,14 +69,17 @@ class BatchTailCache:
         i = bisect.bisect_left(self._last_offsets, offset, self._head)
         out: list[bytes] = []
         total = 0
-        while i < len(self._batches):
-            batch = self._batches[i]
+        batches = self._batches
+        end = len(batches)
+        while i < end:
+            batch = batches[i]
             if batch.last_offset >= high_watermark:
                 break
-            if out and total + len(batch.data) > max_bytes:
+            data = batch.data
+            total += len(data)
+            if out and total > max_bytes:
                 break
-            out.append(batch.data)
-            total += len(batch.data)
+            out.append(data)
             i += 1
         return out
 

@@ -111,36 +111,38 @@ async def scan_queue(
         if not batches:
             break
         before = offset
-        for record_offset, converted in _converted(batches, offset, convert, encode_batch):
-            scanned += 1
-            offset = record_offset + 1
-            if converted is None:
-                continue
-            message, message_size = converted
-            out.append(message)
-            size += message_size
-            if len(out) >= max_messages or scanned >= max_records or size >= max_bytes:
+        full = False
+        for batch in batches:
+            encoded = encode_batch(batch, before) if encode_batch is not None else None
+            # a list from encode_batch (never for a control batch), else decoded lazily
+            for record_offset, converted in (encoded if encoded is not None
+                                             else _converted(batch, before, convert)):
+                scanned += 1
+                offset = record_offset + 1
+                if converted is None:
+                    continue
+                message, message_size = converted
+                out.append(message)
+                size += message_size
+                if len(out) >= max_messages or scanned >= max_records or size >= max_bytes:
+                    full = True
+                    break
+            if full:
                 break
         if offset == before:  # only control batches: step past them
             offset = max(offset, parse_header(batches[-1]).last_offset + 1)
     return out, offset
 
 
-def _converted(
-    batches: list[bytes], first_offset: int, convert: Callable[[Record], tuple[T, int] | None],
-    encode_batch: Callable[[bytes, int], list[tuple[int, tuple[T, int] | None]] | None] | None,
-) -> Iterator[tuple[int, tuple[T, int] | None]]:
-    """(offset, converted) of the data records at or after `first_offset`, batch by batch."""
-    for batch in batches:
-        encoded = encode_batch(batch, first_offset) if encode_batch is not None else None
-        if encoded is not None:  # never for a control batch
-            yield from encoded
-            continue
-        if parse_header(batch).is_control:
-            continue
-        for record in decode_records(batch):
-            if record.offset >= first_offset:
-                yield record.offset, convert(record)
+def _converted(batch: bytes, first_offset: int,
+               convert: Callable[[Record], tuple[T, int] | None],
+               ) -> Iterator[tuple[int, tuple[T, int] | None]]:  # fmt: skip
+    """(offset, converted) of the batch's data records at or after `first_offset`."""
+    if parse_header(batch).is_control:
+        return
+    for record in decode_records(batch):
+        if record.offset >= first_offset:
+            yield record.offset, convert(record)
 
 
 def stored_message(broker: BrokerLike, storage_topic: str, queue_id: int,
