@@ -77,7 +77,8 @@ from gateway.rocketmq.cluster_grpc import ClusterGrpc
 from gateway.security.quota_store import QuotaStore
 from gateway.topics.offload_service import offloader_from_config
 from gateway.topics.quorums import QuorumPolicyFactory
-from gateway.topics.topic_service import TOPICS_PATH, TopicService
+from gateway.topics.topic_service import TopicService
+from gateway.topics.topic_store import TOPICS_PATH
 from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookkeeper import BookKeeper

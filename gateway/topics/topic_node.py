@@ -1,10 +1,10 @@
 """A topic's metadata node: the JSON record it holds.
 
-A topic is one node, /ledgerwire/topics/<name> (topic_service.TOPICS_PATH), holding JSON
+A topic is one node, /ledgerwire/topics/<name> (topic_store.TOPICS_PATH), holding JSON
 {"format", "topic_id", "partitions", "configs"} and, while a deletion is under way,
 "deleting": true.  `TopicInfo` is what the record says; `encode_topic` and `decode_topic` turn
 one into the other (an unknown format is refused, never guessed at).  Reading and writing the
-node, always by compare-and-set on its version, is topic_service.py's; the rule for its name is
+node, always by compare-and-set on its version, is topic_store.py's; the rule for its name is
 Kafka's, in protocols/kafka/topic_names.py.
 """
 

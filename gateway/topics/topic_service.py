@@ -1,7 +1,8 @@
 """Topics and their partition logs: what exists (metadata store) and what is open (this broker).
 
 A topic is one node, /ledgerwire/topics/<name>, holding its JSON record (topic_node.py) and
-changed only by compare-and-set on its version.  Partition p of topic t is the managed ledger
+changed only by compare-and-set on its version (every read and write of it: topic_store.py).
+Partition p of topic t is the managed ledger
 "<namespace>/t-p" (config.namespace, "public/default", unless a
 gateway.topics.namespaces.NamespaceRegistry set as `namespaces` maps the topic elsewhere and gives
 its namespace's quorum/retention/max-topics policies) plus a small state node under
@@ -49,7 +50,8 @@ from gateway.topics.topic_configs import (
     partition_configs,
     validate_topic_configs,
 )
-from gateway.topics.topic_node import TopicInfo, decode_topic, encode_topic
+from gateway.topics.topic_node import TopicInfo
+from gateway.topics.topic_store import TopicStore
 from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from ledger_backend.metadata.store import (
@@ -57,7 +59,6 @@ from ledger_backend.metadata.store import (
     CreateOp,
     MetadataStore,
     NodeExistsError,
-    NoNodeError,
 )
 from protocols.kafka.errors import (
     InvalidPartitionsError,
@@ -71,8 +72,6 @@ from protocols.rocketmq.topic_names import is_internal_topic
 
 log = logging.getLogger(__name__)
 
-TOPICS_PATH = "/ledgerwire/topics"
-PARTITION_STATE_PATH = "/ledgerwire/partition-state"
 PRODUCER_ID_COUNTER_PATH = "/ledgerwire/producer-id"
 
 
@@ -92,9 +91,7 @@ class TopicService:
         # the managed ledger under each open partition log, to apply config changes to it
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
-        self._state_dirs: set[str] = set()  # topics whose partition-state parent exists
-        self._roots_exist = False  # the parents of topic nodes and partition-state parents
-        self._state_dir_locks: dict[str, trio.Lock] = {}
+        self.topic_store = TopicStore(store)  # the topic nodes and partition-state parents
         self._closed = False
         # advanced by the unloader every tick; partition() stamps the log it hands out with it
         self.use_tick = 0
@@ -129,13 +126,9 @@ class TopicService:
 
     async def load(self) -> None:
         """Read every topic from the store (and finish interrupted deletions)."""
-        try:
-            names = await self._store.children(TOPICS_PATH)
-        except NoNodeError:
-            names = []
         topics: dict[str, TopicInfo] = {}
-        for name in names:
-            loaded = await self._read_topic(name)
+        for name in await self.topic_store.names():
+            loaded = await self.topic_store.read(name)
             if loaded is None:
                 continue
             info, deleting, version = loaded
@@ -145,14 +138,6 @@ class TopicService:
                 topics[name] = info
         self._topics = topics
         self._snapshot = None
-
-    async def _read_topic(self, name: str) -> tuple[TopicInfo, bool, int] | None:
-        try:
-            data, stat = await self._store.get(f"{TOPICS_PATH}/{name}")
-        except NoNodeError:
-            return None
-        info, deleting = decode_topic(name, data)
-        return info, deleting, stat.version
 
     def topics(self) -> Mapping[str, TopicInfo]:
         """Every topic by name: a read-only snapshot that later changes do not touch."""
@@ -171,7 +156,7 @@ class TopicService:
 
     async def refresh_topic(self, name: str) -> TopicInfo | None:
         """Re-read one topic (another broker may have created or changed it)."""
-        loaded = await self._read_topic(name)
+        loaded = await self.topic_store.read(name)
         if loaded is None or loaded[1]:
             self._drop_topic(name)
             return None
@@ -197,7 +182,7 @@ class TopicService:
         info = TopicInfo(name, uuid.uuid4(), partitions, configs)
         self._creating.add(name)
         try:
-            await self._create_topic_nodes(info)
+            await self.topic_store.create(info)
         except NodeExistsError as exc:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists") from exc
         finally:
@@ -205,41 +190,15 @@ class TopicService:
         self._put_topic(info)
         log.info("created topic %s with %d partitions", name, partitions)
 
-    async def _create_topic_nodes(self, info: TopicInfo) -> None:
-        """The topic's node and the parent of its partition state nodes, in one multi: the
-        first open of each partition then writes only its own nodes (the parent was checked,
-        and created, by the first partition of the topic to open: a write, and its
-        partitions queued behind it, per topic).  NodeExistsError if the topic exists."""
-        name = info.name
-        if not self._roots_exist:
-            for root in (TOPICS_PATH, PARTITION_STATE_PATH):
-                if await self._store.exists(root) is None:
-                    try:
-                        await self._store.create(root, b"", make_parents=True)
-                    except NodeExistsError:
-                        pass
-            self._roots_exist = True  # (never deleted; a refused multi looks again)
-        try:
-            await self._store.multi([CreateOp(f"{TOPICS_PATH}/{name}", encode_topic(info)),
-                                     CreateOp(f"{PARTITION_STATE_PATH}/{name}", b"")])
-        except (NodeExistsError, NoNodeError):
-            # the topic exists, a root went (tests), or a parent was left by an earlier topic
-            # of the name: the topic's node alone, as before (its first open checks the parent)
-            self._roots_exist = False
-            await self._store.create(f"{TOPICS_PATH}/{name}", encode_topic(info),
-                                     make_parents=True)
-            return
-        self._state_dirs.add(name)
-
     async def delete_topic(self, name: str) -> None:
-        loaded = await self._read_topic(name)
+        loaded = await self.topic_store.read(name)
         if loaded is None or loaded[1]:
             self._drop_topic(name)
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         info, _, version = loaded
-        stat = await self._store.set(f"{TOPICS_PATH}/{name}", encode_topic(info, True), version)
+        version = await self.topic_store.write(info, version, deleting=True)
         self._drop_topic(name)
-        await self._finish_delete(info, stat.version)
+        await self._finish_delete(info, version)
         log.info("deleted topic %s", name)
 
     async def _finish_delete(self, info: TopicInfo, version: int) -> None:
@@ -252,18 +211,10 @@ class TopicService:
             ml_name = self.managed_ledger_name(info.name, p)
             if await self._factory.exists(ml_name):
                 await self._factory.delete(ml_name)
-        self._state_dirs.discard(info.name)
-        try:
-            await self._store.delete(f"{PARTITION_STATE_PATH}/{info.name}", recursive=True)
-        except NoNodeError:
-            pass
-        try:
-            await self._store.delete(f"{TOPICS_PATH}/{info.name}", version)
-        except NoNodeError:
-            pass
+        await self.topic_store.delete(info.name, version)
 
     async def create_partitions(self, name: str, total: int) -> None:
-        loaded = await self._read_topic(name)
+        loaded = await self.topic_store.read(name)
         if loaded is None or loaded[1]:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         info, _, version = loaded
@@ -273,7 +224,7 @@ class TopicService:
                 f"got {total}"
             )
         new = TopicInfo(name, info.topic_id, total, info.configs)
-        await self._store.set(f"{TOPICS_PATH}/{name}", encode_topic(new), version)
+        await self.topic_store.write(new, version)
         self._put_topic(new)
 
     async def alter_topic_configs(
@@ -287,7 +238,7 @@ class TopicService:
         `validate_only` nothing is written.  Returns the topic as it now is.
         """
         for _ in range(attempts):
-            loaded = await self._read_topic(name)
+            loaded = await self.topic_store.read(name)
             if loaded is None or loaded[1]:
                 self._drop_topic(name)
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -298,7 +249,7 @@ class TopicService:
             if validate_only:
                 return new
             try:
-                await self._store.set(f"{TOPICS_PATH}/{name}", encode_topic(new), version)
+                await self.topic_store.write(new, version)
             except BadVersionError:
                 continue
             self._put_topic(new)
@@ -442,14 +393,14 @@ class TopicService:
     async def _open_partition(self, info: TopicInfo, partition: int) -> PartitionLog:
         ml_config, plog_config = self._partition_configs(info)
         name = self.managed_ledger_name(info.name, partition)
-        state_path = f"{PARTITION_STATE_PATH}/{info.name}/{partition}"
+        state_path = self.topic_store.state_path(info.name, partition)
         # A partition never opened before is created in one metadata write: its managed
         # ledger, first ledger and state node together (factory.py).
-        await self._ensure_state_dir(info.name)
+        await self.topic_store.ensure_state_dir(info.name)
         state = CreateOp(state_path, json.dumps(PartitionStateNode.initial()).encode())
         ml = await self._factory.open(name, ml_config, create_with=[state])
         if not ml.created_with:
-            self._state_dirs.discard(info.name)  # (it may have been deleted meanwhile)
+            self.topic_store.forget_state_dir(info.name)  # (it may have been deleted meanwhile)
         try:
             plog = await PartitionLog.open(name, ml, self._store, state_path, plog_config,
                                            state_created=ml.created_with)
@@ -459,28 +410,6 @@ class TopicService:
             with trio.CancelScope(shield=True):
                 await ml.close()
             raise
-
-    async def _ensure_state_dir(self, topic: str) -> None:
-        """The parent of the topic's partition state nodes exists (checked once a topic)."""
-        if topic in self._state_dirs:
-            return
-        # one check for the partitions of a topic opening together (a produce request to all
-        # of a new topic's partitions checked and created it once per partition)
-        lock = self._state_dir_locks.setdefault(topic, trio.Lock())
-        try:
-            async with lock:
-                if topic in self._state_dirs:
-                    return
-                parent = f"{PARTITION_STATE_PATH}/{topic}"
-                if await self._store.exists(parent) is None:
-                    try:
-                        await self._store.create(parent, b"", make_parents=True)
-                    except NodeExistsError:
-                        pass
-                self._state_dirs.add(topic)
-        finally:
-            if not lock.locked() and not lock.statistics().tasks_waiting:
-                self._state_dir_locks.pop(topic, None)
 
     async def apply_retention(self) -> int:
         """Apply retention.ms/bytes to every open partition; returns how many ledgers went."""

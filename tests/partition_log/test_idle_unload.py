@@ -157,8 +157,8 @@ async def test_deleted_and_unloaded_partitions_leave_no_per_name_state(make_brok
     assert await topics.unload_partition(("kept", 0), plog, topics.use_tick - 1)
     assert not topics.open_partitions()
     assert not factory._name_locks and not factory._open
-    assert not topics._open_locks and not topics._state_dir_locks
-    assert topics._state_dirs <= {"kept"}
+    assert not topics._open_locks and not topics.topic_store._state_dir_locks
+    assert topics.topic_store._state_dirs <= {"kept"}
 
 
 async def test_a_retention_pass_keeps_its_log_open_and_skips_closed_ones(

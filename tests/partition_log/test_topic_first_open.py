@@ -1,5 +1,5 @@
 """A new topic's partitions open in one metadata write each (issue 16): creating the topic
-also creates the parent of its partition state nodes (topic_service._create_topic_nodes), so
+also creates the parent of its partition state nodes (topic_store.TopicStore.create), so
 a first open writes only its own managed ledger, first ledger and state node, in one multi.
 Before, the first partition of a topic to open checked and created that parent (a write) while
 its siblings queued behind it."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import trio
 
-from gateway.topics.topic_service import PARTITION_STATE_PATH, TopicService, TopicServiceConfig
+from gateway.topics.topic_service import TopicService, TopicServiceConfig
+from gateway.topics.topic_store import PARTITION_STATE_PATH
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerFactory
 from ledger_backend.metadata import MetadataStore
