@@ -50,7 +50,7 @@ def grpc_route(endpoint: str) -> set[tuple[str, int, int]]:
 
 
 def wait_grpc_routes(cluster: Cluster, owners: dict[int, int],
-                     timeout_s: float = 30.0) -> set[tuple[str, int, int]]:
+                     timeout_s: float = 90.0) -> set[tuple[str, int, int]]:
     """The route every live broker's gRPC endpoint gives, once it matches bundle `owners`
     (one queue per bundle: 4 partitions over 4 bundles)."""
     want = {(f"{CLUSTER_NAME}-b{b}", cluster.grpc_base_ports[o] + b, 0)
@@ -202,7 +202,7 @@ async def test_forwarding_across_a_drain_and_recall_at_the_access_point(
     # through broker 1 (their bundles' owners: half of them broker 2)
     out = await trio.to_thread.run_sync(lambda: run5(
         "recall", cluster.grpc_endpoint(1), "rmq5_recall", "--count", "16", "--delay-ms",
-        "4000", "--prefix", "rc", timeout_s=120))
+        "10000", "--prefix", "rc", timeout_s=120))  # each send and its recall within 10 s
     assert len([line for line in out if "recalled" in line]) == 8, out
     kept = await trio.to_thread.run_sync(lambda: run5(
         "receive-tolerant", cluster.grpc_endpoint(1), "rmq5_recall", "--consumer-group",

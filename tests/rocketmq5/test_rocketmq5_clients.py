@@ -181,13 +181,14 @@ def test_delivery_timestamp_delays_the_message(module_standalone: Standalone) ->
 
 def test_recall_drops_a_timed_message_before_its_delivery(module_standalone: Standalone) -> None:
     ep = endpoint(module_standalone)
-    out = run5("recall", ep, "r5-recall", "--count", "4", "--delay-ms", "3000", "--prefix", "rc")
+    # each send and its recall must land within the delay: 10 s, for a loaded machine
+    out = run5("recall", ep, "r5-recall", "--count", "4", "--delay-ms", "10000", "--prefix", "rc")
     sent = {line["sent"]: line for line in out if "sent" in line}
     recalled = [sent["rc-0"]["message_id"], sent["rc-2"]["message_id"]]
     assert [line["recalled"] for line in out if "recalled" in line] == recalled
     assert [line["again"] for line in out if "again" in line] == recalled  # the same answer
     got = received(run5("receive", ep, "r5-recall", "--consumer-group", "recall", "--expect",
-                        "2", "--max-seconds", "30"))
+                        "2", "--max-seconds", "60"))
     assert sorted(m["body"] for m in got) == ["rc-1", "rc-3"]
     # rc-0 and rc-2 were due before rc-3 (sent before it, the same delay): had the timer
     # delivered them, they would be here by now
@@ -203,13 +204,13 @@ def test_recall_drops_a_timed_message_before_its_delivery(module_standalone: Sta
 
 def test_a_recall_survives_sigkill(dlq_standalone: Standalone) -> None:
     ep = endpoint(dlq_standalone)
-    out = run5("recall", ep, "r5-recall-kill", "--count", "2", "--delay-ms", "6000",
+    out = run5("recall", ep, "r5-recall-kill", "--count", "2", "--delay-ms", "10000",
                "--prefix", "rk")
     assert len([line for line in out if "recalled" in line]) == 1  # rk-0
     dlq_standalone.kill()  # SIGKILL: the recall marker must already be durable
     dlq_standalone.start()
     got = received(run5("receive", ep, "r5-recall-kill", "--consumer-group", "recall",
-                        "--expect", "1", "--max-seconds", "30"))
+                        "--expect", "1", "--max-seconds", "60"))
     assert [m["body"] for m in got] == ["rk-1"]
     # rk-0 was due before rk-1: had the recall been lost, it would be here by now
     assert received(run5("receive", ep, "r5-recall-kill", "--consumer-group", "recall",
