@@ -127,6 +127,18 @@ def send_async(p: Producer, m: Message, timeout: float = 10.0) -> str:
     return outcome[0]
 
 
+def send_async_patiently(p: Producer, m: Message) -> str:
+    """send_async, patiently (above): an outcome the client gave up on before asking the
+    broker ("No route info") is sent again; any other outcome is returned as it is."""
+    def once() -> str:
+        outcome = send_async(p, m)
+        if "No route info" in outcome:
+            raise RuntimeError(outcome)
+        return outcome
+
+    return patiently(once)
+
+
 @dataclass
 class Received:
     topic: str

@@ -12,7 +12,7 @@ from tests.rocketmq.cpp_client import (
     message,
     patiently,
     producer,
-    send_async,
+    send_async_patiently,
     send_sync_patiently,
 )
 
@@ -29,7 +29,8 @@ async def test_sync_async_oneway_sends_and_tag_subscription(stack: RocketMQStack
             for i, tag in enumerate(["TagA", "TagB", "TagC", "TagA"]):
                 m = message("cpp_sends", f"sync-{i}".encode(), tag, f"key-{i}")
                 statuses.append(send_sync_patiently(p, m))
-            outcome = send_async(p, message("cpp_sends", b"async-0", "TagC", "key-async"))
+            outcome = send_async_patiently(p, message("cpp_sends", b"async-0", "TagC",
+                                                      "key-async"))
             assert outcome.startswith("ok:"), outcome
             for body, tag in ((b"oneway-0", "TagA"), (b"oneway-1", "TagB")):
                 m = message("cpp_sends", body, tag, "key-oneway")
