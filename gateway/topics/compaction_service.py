@@ -30,7 +30,7 @@ from gateway.topics.compactor import (
 from ledger_backend.client.errors import LedgerError
 from ledger_backend.managed_ledger import ManagedLedgerError
 from ledger_backend.metadata.store import MetadataError
-from protocols.kafka.errors import KafkaProtocolError, UnknownTopicOrPartitionError
+from protocols.kafka.errors import KafkaProtocolError
 
 log = logging.getLogger("ledgerwire.compaction")
 
@@ -93,16 +93,12 @@ class CompactionService:
 
     async def compact_topic(self, topic: str) -> list[dict[str, Any]]:
         """Force a pass on every partition of `topic` open here; each one's result."""
-        info = self._topics.topics().get(topic) or await self._topics.refresh_topic(topic)
-        if info is None:
-            raise UnknownTopicOrPartitionError(f"topic {topic} does not exist")
+        logs = await self._topics.logs_here(topic)
         if not self.settings(topic).compact:
             raise KafkaProtocolError(f"topic {topic} is not compacted (cleanup.policy)")
         out: list[dict[str, Any]] = []
-        open_here = self._topics.open_partitions()
-        for p in range(info.partitions):
-            plog = open_here.get((topic, p))
-            if plog is None or plog.failed or plog.closed:
+        for p, plog in logs:
+            if plog is None:
                 out.append({"partition": p, "skipped": "not open on this broker"})
                 continue
             result = await self._pass(topic, p, plog, force=True)

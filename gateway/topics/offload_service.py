@@ -33,7 +33,6 @@ from ledger_backend.managed_ledger import ManagedLedgerError
 from ledger_backend.managed_ledger.offloading import offload_lag
 from ledger_backend.metadata.store import MetadataError
 from ledger_backend.offload import FilesystemOffloader, Offloader, OffloadError
-from protocols.kafka.errors import UnknownTopicOrPartitionError
 
 log = logging.getLogger("ledgerwire.offload")
 
@@ -230,14 +229,9 @@ class OffloadService:
     async def offload_topic(self, topic: str) -> list[dict[str, Any]]:
         """Offload every closed ledger of each partition of `topic` open here, then delete
         bookie copies that are past the deletion lag; each partition's status after."""
-        info = self._topics.topics().get(topic) or await self._topics.refresh_topic(topic)
-        if info is None:
-            raise UnknownTopicOrPartitionError(f"topic {topic} does not exist")
         out: list[dict[str, Any]] = []
-        open_here = self._topics.open_partitions()
-        for p in range(info.partitions):
-            plog = open_here.get((topic, p))
-            if plog is None or plog.failed or plog.closed:
+        for p, plog in await self._topics.logs_here(topic):
+            if plog is None:
                 out.append({"partition": p, "skipped": "not open on this broker"})
                 continue
             if getattr(plog.ledger, "offloader", None) is None:

@@ -433,6 +433,18 @@ class TopicService:
     def open_partitions(self) -> dict[tuple[str, int], PartitionLog]:
         return dict(self._logs)
 
+    async def logs_here(self, topic: str) -> list[tuple[int, PartitionLog | None]]:
+        """Each partition of `topic` with its log if it is open and usable here (None if
+        not): what an admin action on a whole topic (compact, offload) goes through.  The
+        topic is read again if this broker does not know it; UnknownTopicOrPartitionError
+        if it does not exist."""
+        info = self._topics.get(topic) or await self.refresh_topic(topic)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic} does not exist")
+        logs = [self._logs.get((topic, p)) for p in range(info.partitions)]
+        return [(p, plog if plog is not None and not plog.failed and not plog.closed else None)
+                for p, plog in enumerate(logs)]
+
     def unloading_partitions(self) -> dict[tuple[str, int], PartitionLog]:
         """The logs the idle unloader is closing now (no longer open; a second close() of one
         returns once its close is done)."""
