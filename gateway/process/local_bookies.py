@@ -43,6 +43,7 @@ def bookie_storage_config(config: Config, index: int) -> BookieStorageConfig:
         read_cache_bytes=s.read_cache_mb << 20,
         entry_log_max_bytes=s.entry_log_max_mb << 20,
         journal_max_file_bytes=s.journal_max_file_mb << 20,
+        journal_preallocate_bytes=s.journal_preallocate_mb << 20,
     )
 
 

@@ -8,6 +8,8 @@ engine must survive a death at any of these steps.  This module must never do an
 
 Names used by the engine:
   journal.after_write_before_fsync, journal.after_fsync_before_ack,
+  journal.after_preallocate (a zero fill fsynced, before a group writes into it),
+  journal.mid_write (the first half of a group written and fsynced, then death),
   checkpoint.after_entrylog_fsync, checkpoint.after_index_flush, checkpoint.after_mark,
   compaction.after_copy, compaction.after_index_update
 The managed ledger's rewrite (ledger_swap.py) has its own: managed_ledger.rewrite.*
@@ -25,6 +27,8 @@ import threading
 CRASH_POINT_NAMES = (
     "journal.after_write_before_fsync",
     "journal.after_fsync_before_ack",
+    "journal.after_preallocate",
+    "journal.mid_write",
     "checkpoint.after_entrylog_fsync",
     "checkpoint.after_index_flush",
     "checkpoint.after_mark",
@@ -43,6 +47,12 @@ def configure(name: str | None, after: int = 1) -> None:
     global _crash_at, _crash_after, _hits
     with _lock:
         _crash_at, _crash_after, _hits = name, after, 0
+
+
+def crash_point_armed(name: str) -> bool:
+    """Whether `name` is the configured crash point (for a step that must be set up to crash
+    mid-way, such as a torn write); false at once when no crash is configured."""
+    return _crash_at is not None and name == _crash_at
 
 
 def crash_point(name: str) -> None:

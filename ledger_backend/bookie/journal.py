@@ -31,6 +31,19 @@ only after its record is on disk.  ``append_soon`` journals a record without a w
 callback runs in the Trio thread when the group is released (fsynced, or failed).  Files roll
 over at journal_max_file_bytes; a restarted bookie never appends to an old file.
 
+Preallocation (``preallocate_bytes`` > 0, as BookKeeper's journalPreAllocSizeMB): a group write
+that grows the file makes its fdatasync flush the new file size too.  So the file is filled
+with zeroes ahead of the write position, a chunk at a time, by a thread of its own with its own
+fdatasync, started when less than half a chunk is left ahead; group writes then overwrite
+blocks that exist (a 128 KiB write + fdatasync: ~0.36-0.5 ms instead of ~0.5-0.8 ms appending,
+posix_fallocate's unwritten extents in between; ext4, this machine).  A zero fill starts
+beyond every placed group; a group placed over a fill in flight stops it (the fill writes a
+MiB step at a time under a lock, below a limit the group lowers, and the group's thread takes
+that lock before writing), so zeroes never land after a record.  A rollover waits for a fill
+in flight and cuts the old file back to its last record; so does a clean close.  The scanner
+reads a zero-filled tail as the end of the file.
+
+
 Replay reads the files with ``journal_scanner.JournalScanner``.
 
 This module must never acknowledge a record before its fsync, and never accept a torn record.
@@ -44,6 +57,7 @@ import functools
 import logging
 import os
 import struct
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -55,7 +69,7 @@ import crc32c
 import outcome
 import trio
 
-from .crash_points import crash_point
+from .crash_points import crash_point, crash_point_armed
 from .file_format import (
     FILE_HEADER_SIZE,
     create_file_with_header,
@@ -78,6 +92,8 @@ TYPE_ADD = 1
 TYPE_FENCE = 2
 TYPE_DELETE = 3
 RECORD_TYPES = (TYPE_ADD, TYPE_FENCE, TYPE_DELETE)
+
+_ZEROS = bytes(1 << 20)  # what a preallocating zero fill writes, a MiB per call
 
 
 class LogMark(NamedTuple):
@@ -168,6 +184,7 @@ class Journal:
         max_file_bytes: int = 512 << 20,
         flush_when_queue_empty: bool = False,
         max_writes_in_flight: int = 1,
+        preallocate_bytes: int = 0,
     ) -> None:
         self._dir = directory
         self._fsync = fsync
@@ -176,6 +193,14 @@ class Journal:
         self._max_file_bytes = max_file_bytes
         self._flush_when_queue_empty = flush_when_queue_empty
         self._max_writes = max(1, max_writes_in_flight)
+        self._preallocate = max(0, preallocate_bytes)
+        self._zeroed_end = 0  # the current file is zero-filled (and fsynced) up to here
+        self._zeroing: tuple[int, int] | None = None  # a zero fill in flight: [start, end)
+        # A zero fill writes a step at a time holding this lock, and only below _fill_limit:
+        # a group placed over the fill lowers the limit, then takes the lock once before its
+        # write (a step under way ends first; no later step reaches its bytes).
+        self._fill_lock = threading.Lock()
+        self._fill_limit = 0
         self._next_file_id = first_file_id
         self._fd = -1  # the worker threads' file; replaced only by a write running alone
         self._file_id = -1
@@ -200,6 +225,7 @@ class Journal:
         self._next_file_id += 1
         await trio.to_thread.run_sync(self._start_file, file_id)
         self._file_id, self._file_size = file_id, FILE_HEADER_SIZE
+        self._zeroed_end = FILE_HEADER_SIZE
         self.written_mark = LogMark(self._file_id, self._file_size)
 
     @property
@@ -211,10 +237,13 @@ class Journal:
         """A write failed: no further record can be acknowledged."""
         return self._failed is not None
 
-    def _start_file(self, file_id: int) -> None:
-        """Blocking: fsync and close the current file, start file `file_id` (header + dir
-        fsync).  Runs while no other write is in flight."""
+    def _start_file(self, file_id: int, truncate_to: int | None = None) -> None:
+        """Blocking: fsync and close the current file (cut back to `truncate_to` first, when
+        given: the end of its last record, before a zero-filled tail), start file `file_id`
+        (header + dir fsync).  Runs while no other write or zero fill is in flight."""
         if self._fd >= 0:
+            if truncate_to is not None:
+                os.ftruncate(self._fd, truncate_to)
             if self._fsync:
                 os.fdatasync(self._fd)
             os.close(self._fd)
@@ -231,20 +260,26 @@ class Journal:
         """Whether `group` may be handed to a worker now (a free slot; a rollover alone)."""
         if self._rolling or len(self._writing) >= self._max_writes:
             return False
+        if self._zeroing is not None and self._needs_roll(group):
+            return False  # the file it closes is being zero-filled
         return not self._writing or not self._needs_roll(group)
 
-    def _place(self, group: _Group) -> tuple[int, int | None]:
-        """In the Trio thread: the offset `group` is written at and the file it starts first
-        (None: the current one); its end becomes its log mark."""
-        roll_to = None
+    def _place(self, group: _Group) -> tuple[int, int | None, int | None]:
+        """In the Trio thread: the offset `group` is written at, the file it starts first
+        (None: the current one) and what the file it closes is cut back to (None: nothing);
+        its end becomes its log mark."""
+        roll_to = truncate_to = None
         if self._needs_roll(group):
             roll_to = self._next_file_id
             self._next_file_id += 1
+            if self._zeroed_end > self._file_size:
+                truncate_to = self._file_size
             self._file_id, self._file_size = roll_to, FILE_HEADER_SIZE
+            self._zeroed_end = FILE_HEADER_SIZE
         offset = self._file_size
         self._file_size += group.nbytes
         group.end_mark = LogMark(self._file_id, self._file_size)
-        return offset, roll_to
+        return offset, roll_to, truncate_to
 
     async def append(
         self, rec_type: int, ledger_id: int, entry_id: int, lac: int, payload: bytes = b""
@@ -300,6 +335,7 @@ class Journal:
         one another are chained by the completions); raises what failed a write."""
         self._token = trio.lowlevel.current_trio_token()
         task_status.started()
+        self._maybe_preallocate()  # the first chunk, before the first group needs it
         try:
             while True:
                 if self._write_error is not None:
@@ -316,7 +352,7 @@ class Journal:
         finally:
             self._stopping = True
             with trio.CancelScope(shield=True):
-                while self._writing:  # worker threads still write to the file
+                while self._writing or self._zeroing is not None:  # threads still use the file
                     self._wake = trio.Event()
                     await self._wake.wait()
                 await self._shutdown()
@@ -352,8 +388,11 @@ class Journal:
         if self._failed is not None:
             self._write_finished(group, 0.0, outcome.Error(self._failed))
             return
-        offset, roll_to = self._place(group)
+        offset, roll_to, truncate_to = self._place(group)
         group.starts_file = self._rolling = roll_to is not None
+        over_fill = self._zeroing is not None and self._file_size > self._zeroing[0]
+        if over_fill:
+            self._fill_limit = min(self._fill_limit, offset)
         token = self._token
         finished = functools.partial(self._write_finished, group, time.perf_counter())
 
@@ -362,8 +401,66 @@ class Journal:
                 token.run_sync_soon(finished, result)
 
         # No thread name: Trio would set it and set it back with two prctl calls per group.
-        trio.lowlevel.start_thread_soon(
-            functools.partial(self._write_and_sync, group.buffers, offset, roll_to), deliver)
+        trio.lowlevel.start_thread_soon(functools.partial(
+            self._write_and_sync, group.buffers, offset, roll_to, truncate_to, over_fill),
+            deliver)
+        self._maybe_preallocate()
+
+    def _maybe_preallocate(self) -> None:
+        """In the Trio thread: start zero-filling the next chunk of the current file when less
+        than half a chunk is left ahead of the placed groups (and nothing else forbids it)."""
+        chunk = self._preallocate
+        if chunk <= 0 or self._zeroing is not None or self._rolling or self._stopping \
+                or self._failed is not None or self._token is None or self._fd < 0:  # fmt: skip
+            return
+        if self._zeroed_end - self._file_size > chunk // 2:
+            return
+        start = max(self._zeroed_end, self._file_size)  # never below a placed group's bytes
+        end = min(start + chunk, self._max_file_bytes)
+        if end <= start:
+            return
+        self._zeroing = (start, end)
+        self._fill_limit = end
+        token = self._token
+        finished = self._zero_fill_finished
+
+        def deliver(result: outcome.Outcome[int]) -> None:  # in the worker thread
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(finished, result)
+
+        trio.lowlevel.start_thread_soon(functools.partial(self._zero_fill, start, end), deliver)
+
+    def _zero_fill(self, start: int, end: int) -> int:
+        """In a worker thread: zeroes over [start, end) of the current file, or up to where a
+        group was placed, a MiB at a time, each fdatasynced (a long writeback would hold up
+        the groups' fdatasyncs); returns where the zeroes end."""
+        zeros = memoryview(_ZEROS)
+        position = start
+        while position < end:
+            with self._fill_lock:
+                stop = min(end, self._fill_limit, position + len(zeros))
+                if stop <= position:
+                    break
+                position += os.pwrite(self._fd, zeros[: stop - position], position)
+            if self._fsync:
+                os.fdatasync(self._fd)
+        crash_point("journal.after_preallocate")
+        return position
+
+    def _zero_fill_finished(self, result: outcome.Outcome[int]) -> None:
+        """In the Trio thread: the fill ended; a rollover or the shutdown may have waited."""
+        self._zeroing = None
+        if isinstance(result, outcome.Error):
+            # nothing was placed there, so nothing is lost: groups simply grow the file
+            log.warning("journal preallocation failed, going on without it: %r", result.error)
+            self._preallocate = 0
+        else:
+            self._zeroed_end = max(self._zeroed_end, result.unwrap())
+        if self._write_error is None:
+            self._start_following()
+        else:
+            self._wake.set()
+        self._maybe_preallocate()
 
     def _write_finished(self, group: _Group, started: float, result: outcome.Outcome[None]
                         ) -> None:  # fmt: skip
@@ -380,6 +477,13 @@ class Journal:
         if self._write_error is not None:
             self._wake.set()  # the journal task raises it (or finishes its shutdown)
             return
+        self._start_following()
+        if group.starts_file:
+            self._maybe_preallocate()
+
+    def _start_following(self) -> None:
+        """Start the open group at once if its adds already waited through a write (or a zero
+        fill); else wake the journal task to time it."""
         following = self._open
         full = following.nbytes >= self._group_bytes
         if following.buffers and (self._flush_when_queue_empty or full) \
@@ -415,16 +519,27 @@ class Journal:
         group.release()
 
     def _write_and_sync(self, records: list[tuple[int, int, int, int, bytes]], offset: int,
-                        roll_to: int | None) -> None:
+                        roll_to: int | None, truncate_to: int | None = None,
+                        over_fill: bool = False) -> None:
         """In a worker thread: the group's records at `offset` (of file `roll_to`, started
-        first, when not None), then fdatasync."""
+        first, when not None; the old file cut back to `truncate_to`), then fdatasync.
+        `over_fill`: placed over a zero fill in flight, which must not write after it."""
         buffers: list[bytes] = []
         for rec_type, ledger_id, entry_id, lac, payload in records:
             buffers.append(encode_record(rec_type, ledger_id, entry_id, lac, payload))
             if payload:
                 buffers.append(payload)
         if roll_to is not None:
-            self._start_file(roll_to)
+            self._start_file(roll_to, truncate_to)
+        if over_fill:
+            with self._fill_lock:  # the fill's step under way ends; its limit stops the rest
+                pass
+        if crash_point_armed("journal.mid_write"):  # a torn group: its first half, then death
+            head = b"".join(buffers)
+            write_all(self._fd, [head[: len(head) // 2]], offset)
+            if self._fsync:
+                os.fdatasync(self._fd)
+            crash_point("journal.mid_write")
         write_all(self._fd, buffers, offset)
         crash_point("journal.after_write_before_fsync")
         if self._fsync:
@@ -435,9 +550,9 @@ class Journal:
         pending = self._open
         if pending.buffers and self._failed is None:
             try:
-                offset, roll_to = self._place(pending)
+                offset, roll_to, truncate_to = self._place(pending)
                 await trio.to_thread.run_sync(self._write_and_sync, pending.buffers, offset,
-                                              roll_to)
+                                              roll_to, truncate_to)
                 self.written_mark = pending.end_mark
             except OSError as exc:
                 pending.error = exc
@@ -447,7 +562,21 @@ class Journal:
         self._open = _Group()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            await trio.to_thread.run_sync(os.close, fd)
+            cut = self._file_size if self._zeroed_end > self._file_size \
+                and self._failed is None and pending.error is None else None  # fmt: skip
+            await trio.to_thread.run_sync(self._close_file, fd, cut)
+
+    def _close_file(self, fd: int, truncate_to: int | None) -> None:
+        """Blocking: a clean close leaves no zero-filled tail behind its last record."""
+        try:
+            if truncate_to is not None:
+                os.ftruncate(fd, truncate_to)
+                if self._fsync:
+                    os.fdatasync(fd)
+        except OSError as exc:  # the scanner reads a zero tail as the end anyway
+            log.warning("journal: could not cut the preallocated tail: %r", exc)
+        finally:
+            os.close(fd)
 
     async def trim_before(self, file_id: int) -> list[int]:
         """Delete journal files older than ``file_id`` (never the current one)."""

@@ -6,6 +6,17 @@ ends exactly on a record boundary continues into the next file.  Bytes after a s
 tail, or the records of a later group written beside an earlier one that never reached the
 disk) are never returned: none of them was acknowledged.
 
+Zeroes: a preallocated file (journal.py) has zeroes after its last record, and a record is never
+all zero (its version and type are not), so a zero record header whose bytes up to the end of
+the file are all zero ends the file cleanly, exactly like the file's end would (the next file
+follows, if any).  A zero header with any non-zero byte after it is a gap: a group that never
+reached the disk while a later one did.  That later group was never acknowledged either (groups
+are released strictly in start order, each only after every earlier one is fsynced), so the
+scan stops there as at any bad record.  A torn record (its header or payload partly written,
+then zeroes) fails its length or CRC check and stops the scan as before; one torn so early that
+only zero bytes of it reached the disk is indistinguishable from, and as harmless as, the
+preallocated tail.
+
 This module must never write a journal file, and never return a record it has not checked.
 """
 
@@ -104,6 +115,15 @@ class JournalScanner:
             self._handle = None
             return None
         raw = h.file.read(RECORD_HEADER_SIZE)
+        if not any(raw):
+            nonzero = _first_nonzero(h.file, h.offset + len(raw))
+            if nonzero is None:  # a zero-filled (preallocated) tail: the end of this file
+                h.file.close()
+                self._handle = None
+                return None
+            self._finish(h.file_id, h.offset,
+                         f"zero gap before non-zero bytes at offset {nonzero}")
+            return None
         if len(raw) < RECORD_HEADER_SIZE:
             self._finish(h.file_id, h.offset, f"torn record header ({len(raw)} bytes)")
             return None
@@ -132,6 +152,16 @@ class JournalScanner:
         if self._handle is not None:
             self._handle.file.close()
             self._handle = None
+
+
+def _first_nonzero(file: BinaryIO, offset: int) -> int | None:
+    """The offset of the first non-zero byte from the file's position (at `offset`) on."""
+    while chunk := file.read(1 << 20):
+        stripped = chunk.lstrip(b"\0")
+        if stripped:
+            return offset + len(chunk) - len(stripped)
+        offset += len(chunk)
+    return None
 
 
 @dataclass

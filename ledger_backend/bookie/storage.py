@@ -148,6 +148,7 @@ class DurableBookieStorage(BookieStorage):
             max_file_bytes=self.config.journal_max_file_bytes,
             flush_when_queue_empty=self.config.journal_flush_when_queue_empty,
             max_writes_in_flight=self.config.journal_writes_in_flight,
+            preallocate_bytes=self.config.journal_preallocate_bytes,
         )
         await replay_journal(self, mark)
         replayed = time.perf_counter()

@@ -86,6 +86,9 @@ class BookieStorageConfig:
     # write plus its own (journal.py); 1 is classic one-at-a-time group commit.  1 by default:
     # on this project's shared disk the benchmarks could not show a gain (README, issue 15).
     journal_writes_in_flight: int = 1
+    # zero-fill the journal file this far ahead of its writes (journal.py), so a group's
+    # fdatasync need not flush a grown file size too; 0: off
+    journal_preallocate_bytes: int = 4 << 20
     # tests inject a fake; None means shutil.disk_usage of data_dir
     disk_usage_function: DiskUsageFunction | None = None
     # rewrite the index log as a snapshot once it is this much bigger than its live content

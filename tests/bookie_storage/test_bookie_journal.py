@@ -223,7 +223,9 @@ def test_replay_returns_exactly_a_prefix_of_good_records(
     limit = length if damaged_at is None else min(length, damaged_at)
     intact = [i for i in range(len(records)) if boundaries[i + 1] <= limit]
     assert replayed == records[: len(intact)]
-    assert stop.clean == (length in boundaries and damaged_at is None)
+    # the end is clean when nothing but zeroes follows the last whole record (a cut so early
+    # that only zero bytes of the torn record remain is indistinguishable from preallocation)
+    assert stop.clean == (not any(data[boundaries[len(intact)] :]))
     if not stop.clean:
         assert stop.offset == boundaries[len(intact)]
 

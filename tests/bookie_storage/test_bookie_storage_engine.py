@@ -11,7 +11,8 @@ from collections.abc import Callable
 import pytest
 import trio
 
-from ledger_backend.bookie.journal import list_journal_files
+from ledger_backend.bookie.journal import LogMark, list_journal_files
+from ledger_backend.bookie.journal_scanner import JournalScanner
 from ledger_backend.bookie.storage import DurableBookieStorage, open_bookie_storage
 from ledger_backend.bookie.storage_api import (
     BookieReadOnlyError,
@@ -150,8 +151,13 @@ async def test_replay_logs_where_it_stopped_and_keeps_acknowledged(
         shutil.copytree(bookie_config.data_dir, crash_image)
     journal_dir = crash_image / "journal"
     newest = journal_dir / f"{list_journal_files(journal_dir)[-1]:016x}.jnl"
-    good_size = newest.stat().st_size
-    with newest.open("ab") as f:
+    scanner = JournalScanner(journal_dir, LogMark(0, 0))
+    while scanner.next_batch():
+        pass
+    assert scanner.stop is not None and scanner.stop.clean
+    good_size = scanner.stop.offset  # the records' end (a preallocated zero tail may follow)
+    with newest.open("r+b") as f:  # a torn write after it, as into a preallocated region
+        f.seek(good_size)
         f.write(b"\x00\x00\x10\x00garbage-of-a-torn-write")
     config = dataclasses.replace(bookie_config, data_dir=crash_image)
     with caplog.at_level(logging.INFO, logger="ledger_backend.bookie.storage"):
