@@ -47,11 +47,14 @@ async def bench_adds(
     seconds: float,
     ledgers: int,
     queue_empty: bool = True,
+    preallocate_bytes: int | None = None,
 ) -> dict[str, float]:
     shutil.rmtree(directory, ignore_errors=True)
     config = BookieStorageConfig(
         data_dir=directory, fsync=True, journal_flush_when_queue_empty=queue_empty
     )
+    if preallocate_bytes is not None:
+        config.journal_preallocate_bytes = preallocate_bytes
     payload = os.urandom(entry_size)
     latencies: list[float] = []
     count = 0
@@ -125,28 +128,43 @@ def main() -> None:
         action="store_true",
         help="journal_flush_when_queue_empty=False: groups by max wait / bytes only",
     )
+    parser.add_argument(
+        "--preallocate-bytes", type=int, action="append", metavar="N",
+        help="journal_preallocate_bytes (repeat it to alternate settings in one run, e.g. "
+             "--preallocate-bytes 0 --preallocate-bytes 4194304)",
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 64 * 1024])
     args = parser.parse_args()
-    for size in (1024, 64 * 1024):
-        r = trio.run(
-            bench_adds,
-            args.dir,
-            size,
-            args.concurrency,
-            args.seconds,
-            args.ledgers,
-            not args.max_wait_only,
-        )
-        print(
-            f"add {size // 1024:>3} KB x{args.concurrency}: {r['entries_s']:>9.0f} entries/s "
-            f"{r['mb_s']:>7.1f} MB/s  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  "
-            f"groups {r['groups']} triggers {r['triggers']}"
-        )
-        print(
-            f"read {size // 1024:>2} KB: cache {r['read_hot_entries_s']:>9.0f} entries/s "
-            f"{r['read_hot_mb_s']:>7.1f} MB/s | disk {r['read_disk_entries_s']:>9.0f} entries/s "
-            f"{r['read_disk_mb_s']:>7.1f} MB/s"
-        )
+    settings: list[int | None] = args.preallocate_bytes or [None]
+    for size in args.sizes:
+        for preallocate in settings:
+            report_adds(args, size, preallocate)
     shutil.rmtree(args.dir, ignore_errors=True)
+
+
+def report_adds(args: argparse.Namespace, size: int, preallocate: int | None) -> None:
+    r = trio.run(
+        bench_adds,
+        args.dir,
+        size,
+        args.concurrency,
+        args.seconds,
+        args.ledgers,
+        not args.max_wait_only,
+        preallocate,
+    )
+    setting = "" if preallocate is None else f" prealloc {preallocate >> 10} KiB"
+    print(
+        f"add {size // 1024:>3} KB x{args.concurrency}{setting}: "
+        f"{r['entries_s']:>9.0f} entries/s "
+        f"{r['mb_s']:>7.1f} MB/s  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  "
+        f"groups {r['groups']} triggers {r['triggers']}"
+    )
+    print(
+        f"read {size // 1024:>2} KB: cache {r['read_hot_entries_s']:>9.0f} entries/s "
+        f"{r['read_hot_mb_s']:>7.1f} MB/s | disk {r['read_disk_entries_s']:>9.0f} entries/s "
+        f"{r['read_disk_mb_s']:>7.1f} MB/s"
+    )
 
 
 if __name__ == "__main__":
