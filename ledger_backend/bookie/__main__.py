@@ -171,19 +171,27 @@ async def run_bookie(args: argparse.Namespace) -> None:
             await store.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_process(serve: Callable[[argparse.Namespace], Awaitable[None]],
+                args: argparse.Namespace) -> int:
+    """Log at --log-level and run `serve(args)` (a bookie, alone or with auto-recovery:
+    `ledgerwire bookie`) until it stops; the process's exit status.  A bookie that refuses to
+    start (a cookie that does not match, its port taken, an unreadable or short secret) says
+    why in one line and exits 2, without a traceback; Ctrl-C exits 130."""
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        trio.run(run_bookie, args)
+        trio.run(serve, args)
     except (CookieError, OSError, ValueError) as exc:  # also an unreadable or short secret
         print(f"bookie refused to start: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_process(run_bookie, parse_args(argv))
 
 
 if __name__ == "__main__":

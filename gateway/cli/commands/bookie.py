@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -87,7 +86,7 @@ async def run_autorecovery_process(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ledger_backend.bookie.cookie import CookieError
+    from ledger_backend.bookie.__main__ import run_process
     from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
 
     if args.storage == "disk" and args.data_dir is None:
@@ -99,13 +98,4 @@ def run(args: argparse.Namespace) -> int:
     args.metadata = metadata_url_with_session_timeout(args.metadata, args.zk_session_timeout)
     if args.max_frame_bytes is None:
         args.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        trio.run(run_bookie_process, args)
-    except (CookieError, OSError, ValueError) as exc:  # also an unreadable or short secret
-        print(f"bookie refused to start: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run_process(run_bookie_process, args)
