@@ -137,6 +137,7 @@ class ManagedLedger:
         self._pending: list[int] = list(node.pending)  # rewrite outputs not listed yet
         self._garbage: list[int] = list(node.garbage)  # unlisted by a swap, to delete
         self._offload_pending: list[str] = list(node.offload_pending)  # uploads not recorded
+        self._offload_pending_at = dict(node.offload_pending_at)  # ...and where they went
         self._relocations: dict[int, Relocation] = {}  # swapped-out ledger -> its survivors
         self._version = version
         self._readers = readers
@@ -428,10 +429,13 @@ class ManagedLedger:
     # ----------------------------------------------------------------- metadata
 
     def _node_bytes(self, records: list[LedgerRecord], pending: list[int],
-                    garbage: list[int], uploads: list[str]) -> bytes:
+                    garbage: list[int], uploads: list[str],
+                    places: dict[str, dict[str, str]] | None = None) -> bytes:
+        places = self._offload_pending_at if places is None else places
         return encode_managed_ledger(ManagedLedgerNode(
             self.name, self._created_ms, records, pending=pending, garbage=garbage,
             offload_pending=uploads,
+            offload_pending_at={k: places[k] for k in uploads if k in places},
         ))
 
     async def _write_metadata(
@@ -441,13 +445,17 @@ class ManagedLedger:
         pending: list[int] | None = None,
         garbage: list[int] | None = None,
         offload_pending: list[str] | None = None,
+        offload_places: dict[str, dict[str, str]] | None = None,
     ) -> None:
         """CAS the node to `records` (and the rewrite and offload lists, unchanged unless
-        given); the caller holds _meta_lock. Never overwrites blindly."""
+        given; `offload_places`: where new pending keys' objects go, when not the configured
+        store); the caller holds _meta_lock. Never overwrites blindly."""
         new_pending = list(self._pending if pending is None else pending)
         new_garbage = list(self._garbage if garbage is None else garbage)
         new_uploads = list(self._offload_pending if offload_pending is None else offload_pending)
-        node = self._node_bytes(records, new_pending, new_garbage, new_uploads)
+        places = {**self._offload_pending_at, **(offload_places or {})}
+        new_places = {k: places[k] for k in new_uploads if k in places}
+        node = self._node_bytes(records, new_pending, new_garbage, new_uploads, new_places)
         try:
             stat = await self._store.set(self._path, node, self._version)
         except (BadVersionError, NoNodeError) as exc:
@@ -460,7 +468,7 @@ class ManagedLedger:
             ) from exc
         self._version = stat.version
         self._pending, self._garbage = new_pending, new_garbage
-        self._offload_pending = new_uploads
+        self._offload_pending, self._offload_pending_at = new_uploads, new_places
 
     async def _delete_ledger_quietly(self, ledger_id: int) -> None:
         try:

@@ -37,7 +37,9 @@ Version 4 (written once a ledger's offload record carries its location) adds to 
 for the filesystem driver, {"bucket", "prefix", "region", "endpoint"} for S3, never a
 credential -- so a ledger offloaded before [offload] was pointed elsewhere is still read from
 where it is. A version-3 record has no location (readers use the configured store) and still
-loads; a version-3 reader refuses version 4 rather than read from the wrong store.
+loads; a version-3 reader refuses version 4 rather than read from the wrong store. Version 4
+also carries "offload_pending_at" (pending key -> location) for keys whose object goes
+elsewhere than the configured store (a namespace's own), so the sweep deletes it there.
 """
 
 from __future__ import annotations
@@ -151,6 +153,9 @@ class ManagedLedgerNode:
     pending: list[int] = field(default_factory=list)
     garbage: list[int] = field(default_factory=list)
     offload_pending: list[str] = field(default_factory=list)
+    # pending key -> where its object is being put (the driver's location fields), for a key
+    # whose place is not simply the configured store's: the sweep must delete it there
+    offload_pending_at: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def offloaded(self) -> bool:
@@ -158,7 +163,8 @@ class ManagedLedgerNode:
 
     @property
     def located(self) -> bool:
-        return any(r.offload is not None and r.offload.location for r in self.ledgers)
+        return bool(self.offload_pending_at) or any(
+            r.offload is not None and r.offload.location for r in self.ledgers)
 
     @property
     def rewritten(self) -> bool:
@@ -233,6 +239,8 @@ def encode_managed_ledger(node: ManagedLedgerNode) -> bytes:
         obj["garbage"] = list(node.garbage)
     if version >= OFFLOAD_FORMAT_VERSION:
         obj["offload_pending"] = list(node.offload_pending)
+    if node.offload_pending_at:
+        obj["offload_pending_at"] = {k: dict(v) for k, v in node.offload_pending_at.items()}
     return json.dumps(obj, separators=(",", ":")).encode("utf-8")
 
 
@@ -283,6 +291,8 @@ def decode_managed_ledger(data: bytes, path: str) -> ManagedLedgerNode:
             pending=[int(i) for i in obj.get("pending", [])],
             garbage=[int(i) for i in obj.get("garbage", [])],
             offload_pending=[str(k) for k in obj.get("offload_pending", [])],
+            offload_pending_at={str(k): {str(f): str(v) for f, v in place.items()}
+                                for k, place in obj.get("offload_pending_at", {}).items()},
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise MetadataFormatError(f"managed ledger node {path}: bad field: {exc!r}") from exc

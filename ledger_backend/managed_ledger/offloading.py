@@ -33,6 +33,10 @@ the upload check live in offload_uploads.py. This module is the managed ledger's
 (like ledger_swap.py): it changes `_records` only under `_meta_lock` and through
 `_write_metadata`.
 
+A pending key whose object goes elsewhere than the configured store (a namespace's own
+directory or bucket: `offload(to=...)`) carries that place ("offload_pending_at"), so the
+sweep deletes the object where it went.
+
 Trimming, deleting the managed ledger and a compaction that swaps an offloaded ledger out
 delete its object after the list has lost it. Not yet: an object orphaned by a crash
 between such an unlisting and the object's deletion is not swept.
@@ -66,7 +70,7 @@ from ledger_backend.offload.object_format import (
     ObjectEncoder,
     encode_object_parts,
 )
-from ledger_backend.offload.offloader import Offloader
+from ledger_backend.offload.offloader import Offloader, at_recorded
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,7 @@ class ManagedLedger(Protocol):
     _meta_lock: trio.Lock
     _records: list[LedgerRecord]
     _offload_pending: list[str]
+    _offload_pending_at: dict[str, dict[str, str]]
     _readers: Any  # LedgerReaders
     offloader: Offloader | None
 
@@ -120,7 +125,8 @@ class ManagedLedger(Protocol):
     def _clock_ms(self) -> int: ...
 
     async def _write_metadata(
-        self, records: list[LedgerRecord], *, offload_pending: list[str] | None = None
+        self, records: list[LedgerRecord], *, offload_pending: list[str] | None = None,
+        offload_places: dict[str, dict[str, str]] | None = None,
     ) -> None: ...
 
     async def _delete_ledger_quietly(self, ledger_id: int) -> None: ...
@@ -361,9 +367,12 @@ async def _store_group(ml: ManagedLedger, offloader: Offloader, group: list[_Enc
     later ones are dropped and OffloadConflictError raised after the earlier are recorded."""
     keys = [e.staged.key if e.staged is not None else _new_key(ml, e.record.ledger_id)
             for e in group]  # fmt: skip
+    place = offloader.location_fields  # recorded unless it is the configured store's own
+    own = ml.offloader is not None and place == ml.offloader.location_fields
     async with ml._meta_lock:
         ml._check_writable()
-        await ml._write_metadata(list(ml._records), offload_pending=[*ml._offload_pending, *keys])
+        await ml._write_metadata(list(ml._records), offload_pending=[*ml._offload_pending, *keys],
+                                 offload_places=None if own else {k: dict(place) for k in keys})
     crash_point("managed_ledger.offload.after_intent")
 
     uploads = trio.CapacityLimiter(_UPLOADS_IN_FLIGHT)
@@ -487,7 +496,8 @@ async def sweep_pending_uploads(ml: ManagedLedger) -> None:
                     "configured", ml.name, keys)
         return
     for key in keys:
-        await _delete_object_quietly(ml.offloader, key)
+        place = tuple(sorted(ml._offload_pending_at.get(key, {}).items()))
+        await _delete_object_quietly(at_recorded(ml.offloader, place), key)
     async with ml._meta_lock:
         ml._check_writable()
         await ml._write_metadata(

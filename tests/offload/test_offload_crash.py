@@ -26,6 +26,21 @@ def run(data_dir: Path, port: int, phase: str, crash_at: str | None = None
     return run_driver("tests.offload.offload_crash_driver", data_dir, port, phase, crash_at)
 
 
+def crash_and_reopen(tmp_path: Path, place: str, crash_at: str | None
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write, offload (killed at `crash_at`; `place` "-own": to the ledger's own directory),
+    reopen as a new owner: its reports after the crash and after finishing the job."""
+    port = free_port()
+    written = run(tmp_path, port, "write")
+    assert written.returncode == 0, written.stderr[-3000:]
+    offloaded = run(tmp_path, port, "offload" + place, crash_at)
+    assert_stopped(offloaded, crash_at)
+    verified = run(tmp_path, port, "verify" + place)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    after_crash, finished = (json.loads(line) for line in verified.stdout.strip().splitlines())
+    return after_crash, finished
+
+
 def check(state: dict[str, Any]) -> None:
     assert state["entries"] == [f"entry-{i}" for i in range(ENTRIES)]
     # the reopen swept unfinished uploads: exactly the recorded objects remain
@@ -40,14 +55,7 @@ def check(state: dict[str, Any]) -> None:
 @pytest.mark.parametrize("crash_at", [*OFFLOAD_CRASH_POINTS, None])
 def test_an_offload_killed_at_any_step_loses_nothing(tmp_path: Path, crash_at: str | None
                                                      ) -> None:
-    port = free_port()
-    written = run(tmp_path, port, "write")
-    assert written.returncode == 0, written.stderr[-3000:]
-    offloaded = run(tmp_path, port, "offload", crash_at)
-    assert_stopped(offloaded, crash_at)
-    verified = run(tmp_path, port, "verify")
-    assert verified.returncode == 0, verified.stderr[-3000:]
-    after_crash, finished = (json.loads(line) for line in verified.stdout.strip().splitlines())
+    after_crash, finished = crash_and_reopen(tmp_path, "", crash_at)
     check(after_crash)
     if crash_at in ("managed_ledger.offload.after_intent", "managed_ledger.offload.after_put",
                     "managed_ledger.offload.after_verify"):
@@ -58,3 +66,21 @@ def test_an_offload_killed_at_any_step_loses_nothing(tmp_path: Path, crash_at: s
     check(finished)
     assert len(finished["offloaded"]) == finished["ledgers"] - 1
     assert all(i["bookie_deleted"] and not i["on_bookies"] for i in finished["offloaded"])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("crash_at", ["managed_ledger.offload.after_intent",
+                                      "managed_ledger.offload.after_put",
+                                      "managed_ledger.offload.after_verify"])
+def test_an_offload_to_a_place_of_its_own_killed_before_recording_leaves_no_orphan(
+        tmp_path: Path, crash_at: str) -> None:
+    """The offload goes to a directory of the managed ledger's own (a namespace's
+    offload_directory), not the configured one, and is killed after storing its object but
+    before recording it: the pending key carries where the object went, so the next owner's
+    sweep deletes it there.  Without the place, the sweep looked in the configured directory
+    and the object stayed, named by nothing."""
+    after_crash, finished = crash_and_reopen(tmp_path, "-own", crash_at)
+    assert after_crash["offloaded"] == []
+    check(after_crash)  # no object is left that the metadata does not name
+    check(finished)
+    assert len(finished["offloaded"]) == finished["ledgers"] - 1
