@@ -182,12 +182,24 @@ def run_process(serve: Callable[[argparse.Namespace], Awaitable[None]],
     )
     try:
         trio.run(serve, args)
-    except (CookieError, OSError, ValueError) as exc:  # also an unreadable or short secret
-        print(f"bookie refused to start: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        refusal = _refusal(exc)
+        if refusal is None:
+            raise
+        print(f"bookie refused to start: {refusal}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _refusal(exc: BaseException) -> BaseException | None:
+    """Why the bookie refused to start, if `exc` is such a reason: a cookie that does not
+    match, an address it cannot bind, an unreadable or short secret; also when it comes out
+    of a nursery (the listener's) as the only exception of a group."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, (CookieError, OSError, ValueError)) else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,3 +76,21 @@ async def test_disk_bookie_process_keeps_its_identity(tmp_path: Path) -> None:
     )
     assert refused.returncode == 2
     assert b"belongs to bookie 'bk-1'" in refused.stderr
+
+
+@pytest.mark.parametrize("entry", [["-m", "ledger_backend.bookie"],
+                                   ["-m", "gateway", "bookie", "--no-autorecovery"]])
+async def test_a_taken_port_is_refused_in_one_line(tmp_path: Path, entry: list[str]) -> None:
+    """Both bookie entry points (ledger_backend.bookie.__main__.run_process): the bind error
+    comes out of the server's nursery inside an exception group, and was a traceback, exit 1."""
+    with trio.socket.socket() as taken:
+        await taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = await trio.run_process(
+            [sys.executable, *entry, "--storage", "memory", "--metadata",
+             f"embedded:{tmp_path / 'm'}", "--host", "127.0.0.1", "--port", str(port)],
+            capture_stderr=True, check=False)
+    assert refused.returncode == 2, refused.stderr.decode()[-2000:]
+    assert b"bookie refused to start" in refused.stderr
+    assert b"Traceback" not in refused.stderr
