@@ -57,7 +57,6 @@ import functools
 import logging
 import os
 import struct
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -77,6 +76,7 @@ from .file_format import (
     pack_file_header,
     write_all,
 )
+from .journal_preallocation import ZeroFill
 from .storage_api import BookieError
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,6 @@ TYPE_ADD = 1
 TYPE_FENCE = 2
 TYPE_DELETE = 3
 RECORD_TYPES = (TYPE_ADD, TYPE_FENCE, TYPE_DELETE)
-
-_ZEROS = bytes(1 << 20)  # what a preallocating zero fill writes, a MiB per call
 
 
 class LogMark(NamedTuple):
@@ -193,14 +191,7 @@ class Journal:
         self._max_file_bytes = max_file_bytes
         self._flush_when_queue_empty = flush_when_queue_empty
         self._max_writes = max(1, max_writes_in_flight)
-        self._preallocate = max(0, preallocate_bytes)
-        self._zeroed_end = 0  # the current file is zero-filled (and fsynced) up to here
-        self._zeroing: tuple[int, int] | None = None  # a zero fill in flight: [start, end)
-        # A zero fill writes a step at a time holding this lock, and only below _fill_limit:
-        # a group placed over the fill lowers the limit, then takes the lock once before its
-        # write (a step under way ends first; no later step reaches its bytes).
-        self._fill_lock = threading.Lock()
-        self._fill_limit = 0
+        self._zero_fill = ZeroFill(preallocate_bytes)  # the current file's (preallocation)
         self._next_file_id = first_file_id
         self._fd = -1  # the worker threads' file; replaced only by a write running alone
         self._file_id = -1
@@ -225,7 +216,7 @@ class Journal:
         self._next_file_id += 1
         await trio.to_thread.run_sync(self._start_file, file_id)
         self._file_id, self._file_size = file_id, FILE_HEADER_SIZE
-        self._zeroed_end = FILE_HEADER_SIZE
+        self._zero_fill.zeroed_end = FILE_HEADER_SIZE
         self.written_mark = LogMark(self._file_id, self._file_size)
 
     @property
@@ -260,7 +251,7 @@ class Journal:
         """Whether `group` may be handed to a worker now (a free slot; a rollover alone)."""
         if self._rolling or len(self._writing) >= self._max_writes:
             return False
-        if self._zeroing is not None and self._needs_roll(group):
+        if self._zero_fill.in_flight is not None and self._needs_roll(group):
             return False  # the file it closes is being zero-filled
         return not self._writing or not self._needs_roll(group)
 
@@ -272,10 +263,10 @@ class Journal:
         if self._needs_roll(group):
             roll_to = self._next_file_id
             self._next_file_id += 1
-            if self._zeroed_end > self._file_size:
+            if self._zero_fill.zeroed_end > self._file_size:
                 truncate_to = self._file_size
             self._file_id, self._file_size = roll_to, FILE_HEADER_SIZE
-            self._zeroed_end = FILE_HEADER_SIZE
+            self._zero_fill.zeroed_end = FILE_HEADER_SIZE
         offset = self._file_size
         self._file_size += group.nbytes
         group.end_mark = LogMark(self._file_id, self._file_size)
@@ -352,7 +343,7 @@ class Journal:
         finally:
             self._stopping = True
             with trio.CancelScope(shield=True):
-                while self._writing or self._zeroing is not None:  # threads still use the file
+                while self._writing or self._zero_fill.in_flight is not None:  # threads use it
                     self._wake = trio.Event()
                     await self._wake.wait()
                 await self._shutdown()
@@ -390,9 +381,7 @@ class Journal:
             return
         offset, roll_to, truncate_to = self._place(group)
         group.starts_file = self._rolling = roll_to is not None
-        over_fill = self._zeroing is not None and self._file_size > self._zeroing[0]
-        if over_fill:
-            self._fill_limit = min(self._fill_limit, offset)
+        over_fill = self._zero_fill.placed(offset, self._file_size)
         token = self._token
         finished = functools.partial(self._write_finished, group, time.perf_counter())
 
@@ -409,18 +398,12 @@ class Journal:
     def _maybe_preallocate(self) -> None:
         """In the Trio thread: start zero-filling the next chunk of the current file when less
         than half a chunk is left ahead of the placed groups (and nothing else forbids it)."""
-        chunk = self._preallocate
-        if chunk <= 0 or self._zeroing is not None or self._rolling or self._stopping \
-                or self._failed is not None or self._token is None or self._fd < 0:  # fmt: skip
+        if self._rolling or self._stopping or self._failed is not None or self._token is None \
+                or self._fd < 0:  # fmt: skip
             return
-        if self._zeroed_end - self._file_size > chunk // 2:
+        fill = self._zero_fill.next_range(self._file_size, self._max_file_bytes)
+        if fill is None:
             return
-        start = max(self._zeroed_end, self._file_size)  # never below a placed group's bytes
-        end = min(start + chunk, self._max_file_bytes)
-        if end <= start:
-            return
-        self._zeroing = (start, end)
-        self._fill_limit = end
         token = self._token
         finished = self._zero_fill_finished
 
@@ -428,34 +411,12 @@ class Journal:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(finished, result)
 
-        trio.lowlevel.start_thread_soon(functools.partial(self._zero_fill, start, end), deliver)
-
-    def _zero_fill(self, start: int, end: int) -> int:
-        """In a worker thread: zeroes over [start, end) of the current file, or up to where a
-        group was placed, a MiB at a time, each fdatasynced (a long writeback would hold up
-        the groups' fdatasyncs); returns where the zeroes end."""
-        zeros = memoryview(_ZEROS)
-        position = start
-        while position < end:
-            with self._fill_lock:
-                stop = min(end, self._fill_limit, position + len(zeros))
-                if stop <= position:
-                    break
-                position += os.pwrite(self._fd, zeros[: stop - position], position)
-            if self._fsync:
-                os.fdatasync(self._fd)
-        crash_point("journal.after_preallocate")
-        return position
+        trio.lowlevel.start_thread_soon(
+            functools.partial(self._zero_fill.fill, self._fd, *fill, self._fsync), deliver)
 
     def _zero_fill_finished(self, result: outcome.Outcome[int]) -> None:
         """In the Trio thread: the fill ended; a rollover or the shutdown may have waited."""
-        self._zeroing = None
-        if isinstance(result, outcome.Error):
-            # nothing was placed there, so nothing is lost: groups simply grow the file
-            log.warning("journal preallocation failed, going on without it: %r", result.error)
-            self._preallocate = 0
-        else:
-            self._zeroed_end = max(self._zeroed_end, result.unwrap())
+        self._zero_fill.finished(result)
         if self._write_error is None:
             self._start_following()
         else:
@@ -532,8 +493,7 @@ class Journal:
         if roll_to is not None:
             self._start_file(roll_to, truncate_to)
         if over_fill:
-            with self._fill_lock:  # the fill's step under way ends; its limit stops the rest
-                pass
+            self._zero_fill.wait_for_step()
         if crash_point_armed("journal.mid_write"):  # a torn group: its first half, then death
             head = b"".join(buffers)
             write_all(self._fd, [head[: len(head) // 2]], offset)
@@ -562,7 +522,7 @@ class Journal:
         self._open = _Group()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            cut = self._file_size if self._zeroed_end > self._file_size \
+            cut = self._file_size if self._zero_fill.zeroed_end > self._file_size \
                 and self._failed is None and pending.error is None else None  # fmt: skip
             await trio.to_thread.run_sync(self._close_file, fd, cut)
 
