@@ -62,6 +62,7 @@ def test_share_group_session_flags() -> None:
         '[kafka]\nssl_client_auth = "sometimes"\n',
         '[kafka]\nssl_client_auth = "required"\n',  # without ssl_cafile
         '[kafka]\nssl_principal_mapping_rules = ["RULE:no-slashes"]\n',
+        "[storage]\njournal_preallocate_mb = -1\n",
     ],
 )
 def test_bad_configuration_is_refused(tmp_path: Path, text: str) -> None:
@@ -106,3 +107,14 @@ def test_a_named_command_imports_only_its_own_module() -> None:
     assert done.stdout.strip() == "['gateway.cli.commands.standalone']"
     offered = build_parser([]).format_help()
     assert all(name in offered for name in ("standalone", "backfill", "replay", "broker"))
+
+
+def test_journal_preallocation_reaches_the_bookies(tmp_path: Path) -> None:
+    """storage.journal_preallocate_mb (default 4, 0 = off) becomes each local bookie's
+    journal_preallocate_bytes."""
+    from gateway.process.local_bookies import bookie_storage_config
+
+    assert bookie_storage_config(load_config(None), 0).journal_preallocate_bytes == 4 << 20
+    toml = tmp_path / "lw.toml"
+    toml.write_text("[storage]\njournal_preallocate_mb = 0\n")
+    assert bookie_storage_config(load_config(toml), 0).journal_preallocate_bytes == 0
