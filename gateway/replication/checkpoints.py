@@ -39,6 +39,7 @@ position any more.  This module must never write without that check.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 
 from ledger_backend.metadata.store import (
@@ -47,6 +48,8 @@ from ledger_backend.metadata.store import (
     NodeExistsError,
     NoNodeError,
 )
+
+log = logging.getLogger(__name__)
 
 REPLICATION_PATH = "/ledgerwire/replication"
 CHECKPOINT_FORMAT_VERSION = 1
@@ -68,13 +71,15 @@ class Checkpoint:
     settled: bool = False
     producer: tuple[int, int] | None = None  # (id, epoch) there; None: not taken yet
     sequence: int = 0  # of the record at source_next
+    topic_id: str | None = None  # the local topic's id; None: written before the field
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": CHECKPOINT_FORMAT_VERSION, "source_next": self.source_next,
                            "remote_next": self.remote_next, "syncs": self.syncs,
                            "inbound": self.inbound, "unnoted": self.unnoted,
                            "foreign_from": self.foreign_from, "settled": self.settled,
-                           "producer": self.producer, "sequence": self.sequence}).encode()
+                           "producer": self.producer, "sequence": self.sequence,
+                           "topic_id": self.topic_id}).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Checkpoint:
@@ -87,7 +92,8 @@ class Checkpoint:
                    int(doc.get("unnoted", doc["source_next"])),
                    int(doc.get("foreign_from", -1)), bool(doc.get("settled", False)),
                    tuple(int(x) for x in doc["producer"])  # type: ignore[arg-type]
-                   if doc.get("producer") else None, int(doc.get("sequence", 0)))
+                   if doc.get("producer") else None, int(doc.get("sequence", 0)),
+                   doc.get("topic_id"))
 
     def add_sync(self, source: int, remote: int) -> None:
         if not self.syncs or self.syncs[-1] != (source, remote):
@@ -117,21 +123,32 @@ class CheckpointStore:
         self.path = checkpoint_path(remote, topic, partition)
         self._version = -1
 
-    async def claim(self) -> Checkpoint:
+    async def claim(self, topic_id: str | None = None) -> Checkpoint:
         """Read the checkpoint (a fresh one if none) and make it ours by a version bump, which
-        stores it unsettled (this session may send); the checkpoint is returned as read."""
+        stores it unsettled (this session may send); the checkpoint is returned as read.
+
+        `topic_id`: the local topic's id.  A checkpoint kept for another topic of the same
+        name (deleted, then created again) is replaced by a fresh one: resuming its position
+        would skip the new topic's records below it, and its producer's sequence would not
+        follow.  A node written before ids were kept is taken as this topic's."""
         while True:
             try:
                 data, stat = await self._store.get(self.path)
             except NoNodeError:
                 try:
-                    await self._store.create(self.path, Checkpoint().to_bytes(),
+                    await self._store.create(self.path, Checkpoint(topic_id=topic_id).to_bytes(),
                                              make_parents=True)
                 except NodeExistsError:
                     pass
                 continue
             checkpoint = Checkpoint.from_bytes(data)
-            claimed = Checkpoint.from_bytes(data)
+            if topic_id is not None and checkpoint.topic_id not in (None, topic_id):
+                log.warning("replication checkpoint %s was kept for an earlier topic of that "
+                            "name (id %s); the topic now there (id %s) replicates from its "
+                            "start", self.path, checkpoint.topic_id, topic_id)
+                checkpoint = Checkpoint()
+            checkpoint.topic_id = topic_id if topic_id is not None else checkpoint.topic_id
+            claimed = Checkpoint.from_bytes(checkpoint.to_bytes())
             claimed.settled = False
             try:
                 stat = await self._store.set(self.path, claimed.to_bytes(), stat.version)

@@ -225,7 +225,7 @@ class PartitionReplicator:
         if self.partition >= count:
             raise RemoteError(f"{self.topic} has {count} partitions there, {info.partitions} "
                               f"here, and adding partitions there did not take")
-        checkpoint = self.checkpoint = await self.checkpoints.claim()
+        checkpoint = self.checkpoint = await self.checkpoints.claim(str(info.topic_id))
         sequence: int | None
         if checkpoint.settled or checkpoint.producer is None:
             # nothing can be in doubt (a producer id is stored before its first send): no scan

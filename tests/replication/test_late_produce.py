@@ -18,6 +18,7 @@ producer id per session, the late batches were appended again: duplicates.)
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -50,14 +51,13 @@ class Local:
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.log = LocalLog()
+        self.topic_id = uuid.uuid4()  # one topic: the same id every time it is looked up
 
     async def partition(self, topic: str, partition: int) -> LocalLog:
         return self.log
 
     def topics(self) -> dict[str, TopicInfo]:
-        import uuid
-
-        return {self.topic: TopicInfo(self.topic, uuid.uuid4(), 1, {})}
+        return {self.topic: TopicInfo(self.topic, self.topic_id, 1, {})}
 
     def open_partitions(self) -> dict[tuple[str, int], LocalLog]:
         return {(self.topic, 0): self.log}

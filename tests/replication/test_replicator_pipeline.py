@@ -64,12 +64,13 @@ class LocalLog:
 class LocalTopics:
     def __init__(self) -> None:
         self.log = LocalLog()
+        self.topic_id = uuid.uuid4()  # one topic: the same id every time it is looked up
 
     async def partition(self, topic: str, partition: int) -> LocalLog:
         return self.log
 
     def topics(self) -> dict[str, TopicInfo]:
-        return {TOPIC: TopicInfo(TOPIC, uuid.uuid4(), 1, {})}
+        return {TOPIC: TopicInfo(TOPIC, self.topic_id, 1, {})}
 
     def open_partitions(self) -> dict[tuple[str, int], LocalLog]:
         return {(TOPIC, 0): self.log}
