@@ -8,7 +8,7 @@ changed owner or partition count is listed anew."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from gateway.cluster.broker_registry import ClusterLayout
 from gateway.cluster.bundle_placement import BUNDLE_PINNED_PREFIXES
 from gateway.cluster.ownership import OwnershipService
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+from gateway.topics.topic_node import TopicInfo
 from protocols.kafka.broker_api import BrokerEndpoint, RequestContext
 from protocols.kafka.codec import RequestHeader, decode_response, encode_response
 from protocols.kafka.errors import ErrorCode, NotLeaderOrFollowerError
@@ -29,14 +30,6 @@ from protocols.kafka.handlers.topic_lookup import open_partition
 
 ME = BrokerEndpoint(1, "10.0.0.1", 9092)
 OTHER = BrokerEndpoint(2, "10.0.0.2", 9092)
-
-
-@dataclass(frozen=True)
-class Info:
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
 
 
 class FakeLog:
@@ -56,10 +49,10 @@ class FakeLog:
 
 class FakeTopics:
     def __init__(self) -> None:
-        self.info = Info("t", uuid.uuid4(), 4)
+        self.info = TopicInfo("t", uuid.uuid4(), 4)
         self.log = FakeLog()
 
-    def topics(self) -> dict[str, Info]:
+    def topics(self) -> dict[str, TopicInfo]:
         return {"t": self.info}
 
     async def partition(self, topic: str, partition: int) -> FakeLog:
@@ -180,7 +173,7 @@ async def test_listed_topics_are_listed_anew_when_owners_or_partitions_change(
     broker.ownership.lost = True  # every partition moved to broker 2
     assert leaders_of(await metadata(ctx, version)) == {0: 2, 1: 2, 2: 2, 3: 2}
     info = broker.topic_service.info
-    broker.topic_service.info = Info("t", info.topic_id, 6)
+    broker.topic_service.info = TopicInfo("t", info.topic_id, 6)
     assert leaders_of(await metadata(ctx, version)) == {p: 2 for p in range(6)}
     broker.ownership.gone = True
     orphaned = (await metadata(ctx, version))["topics"][0]["partitions"]
@@ -355,7 +348,7 @@ class OpeningTopics:
     """Partitions whose open takes 1 s (virtual time): a fence and a recovery."""
 
     def __init__(self, partitions: int) -> None:
-        self.info = Info("t", uuid.uuid4(), partitions)
+        self.info = TopicInfo("t", uuid.uuid4(), partitions)
         self.opening = 0
         self.most_at_once = 0
         self.opened: set[int] = set()
@@ -500,7 +493,7 @@ class TwoTopics(OpeningTopics):
 
     def __init__(self, partitions: int) -> None:
         super().__init__(partitions)
-        self.other = Info("u", uuid.uuid4(), partitions)
+        self.other = TopicInfo("u", uuid.uuid4(), partitions)
         self.order: list[tuple[str, int]] = []
 
     def topics(self) -> dict[str, Any]:
