@@ -116,3 +116,30 @@ async def test_a_silent_worker_is_not_ready_and_is_asked_last(
         assert silent.accepted == asked + 1
 
     await with_workers(tmp_path, workers, test)
+
+
+async def test_a_worker_refusing_before_reading_the_body_is_answered_not_a_500(
+        tmp_path: Path) -> None:
+    """A worker answers 401 from the headers alone and closes: the body the supervisor was
+    still sending meets a broken pipe, and the worker's answer is what the client gets."""
+    path = str(tmp_path / "w.sock")
+    listener = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await listener.bind(path)
+    listener.listen(1)
+
+    async def refuse() -> None:
+        sock, _ = await listener.accept()
+        with sock:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await sock.recv(65536)
+            await sock.send(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 6\r\n"
+                            b"connection: close\r\n\r\ndenied")
+        listener.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(refuse)
+        status, _headers, body = await node_admin.call_worker(
+            path, b"PUT", b"/admin/v1/topics/x", [(b"host", b"h")], b"x" * (16 << 20),
+            timeout_s=30)
+    assert (status, body) == (401, b"denied")
