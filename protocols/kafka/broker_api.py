@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from protocols.kafka.built_batch import BuiltBatch
+
 
 class AppendResultView(Protocol):
     """What a PartitionLog append reports back (gateway.topics.partition_log.AppendResult)."""
@@ -45,6 +47,10 @@ class PartitionLogApi(Protocol):
     async def append(
         self, records: bytes | memoryview, *, timestamp_type_log_append: bool = False
     ) -> AppendResultView: ...
+
+    async def append_built(self, batch: BuiltBatch) -> AppendResultView:
+        """Append a batch this broker encoded (no second framing/CRC check; built_batch.py)."""
+        ...
 
     async def read(self, offset: int, max_bytes: int) -> list[bytes]: ...
 

@@ -21,6 +21,7 @@ from gateway.cluster.ownership import OwnershipService
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from gateway.topics.topic_node import TopicInfo
 from protocols.kafka.broker_api import BrokerEndpoint, RequestContext
+from protocols.kafka.built_batch import built_batch
 from protocols.kafka.codec import RequestHeader, decode_response, encode_response
 from protocols.kafka.errors import ErrorCode, NotLeaderOrFollowerError
 from protocols.kafka.group_coordinator import GroupError
@@ -45,6 +46,9 @@ class FakeLog:
         if self.during_append is not None:
             self.during_append()
         return object()
+
+    async def append_built(self, batch: Any) -> Any:  # a batch the broker encoded itself
+        return await self.append(batch)
 
 
 class FakeTopics:
@@ -228,6 +232,24 @@ async def test_non_owner_refuses_and_lost_ownership_is_never_acknowledged() -> N
     with pytest.raises(NotLeaderOrFollowerError):
         await plog.append(b"y")
     assert broker.topic_service.log.appended == 2
+
+
+async def test_a_built_batch_that_outlives_ownership_is_never_acknowledged() -> None:
+    """append_built (the trusted path for batches the broker encoded) is checked like append:
+    the wrapper's __getattr__ must not hand it to the log unchecked."""
+    broker = FakeBroker()
+    ctx = RequestContext(broker=broker)  # type: ignore[arg-type]
+    plog = await open_partition(ctx, "t", 2)
+    batch = built_batch([(b"k", b"v")])
+    await plog.append_built(batch)
+
+    def lose() -> None:
+        broker.ownership.lost = True
+
+    broker.topic_service.log.during_append = lose
+    with pytest.raises(NotLeaderOrFollowerError):
+        await plog.append_built(batch)
+    assert broker.topic_service.log.appended == 2  # stored (the new owner recovers it)
 
 
 async def test_a_partition_opened_before_its_bundle_is_loaded_serves_produce_and_fetch() -> None:

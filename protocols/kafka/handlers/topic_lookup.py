@@ -27,6 +27,7 @@ from protocols.kafka.broker_api import (
     RequestContext,
     ownership_of,
 )
+from protocols.kafka.built_batch import BuiltBatch
 from protocols.kafka.errors import (
     NotLeaderOrFollowerError,
     UnknownTopicIdError,
@@ -100,7 +101,10 @@ def require_local(ownership: OwnershipApi, topic: str, partition: int,
 
 
 class OwnedPartitionLog:
-    """A partition log that acknowledges an append only if this broker still owns it."""
+    """A partition log that acknowledges an append only if this broker still owns it: both
+    `append` (client bytes) and `append_built` (a batch the broker encoded; without its own
+    method here `__getattr__` would hand it over unchecked).  WriteTxnMarkers checks after
+    `write_txn_marker` itself (txn_inter_broker.py)."""
 
     def __init__(self, inner: PartitionLogApi, ownership: OwnershipApi, topic: str,
                  partition: int, local: Callable[[str, int], bool] | None = None) -> None:
@@ -117,5 +121,10 @@ class OwnedPartitionLog:
                      timestamp_type_log_append: bool = False) -> AppendResultView:
         result = await self._inner.append(records,
                                           timestamp_type_log_append=timestamp_type_log_append)
+        require_local(self._ownership, self._topic, self._partition, self._local)
+        return result
+
+    async def append_built(self, batch: BuiltBatch) -> AppendResultView:
+        result = await self._inner.append_built(batch)
         require_local(self._ownership, self._topic, self._partition, self._local)
         return result
