@@ -202,6 +202,7 @@ class Journal:
         self._failed: BaseException | None = None
         self._write_error: BaseException | None = None  # the journal task raises it
         self._stopping = False
+        self._closed = False  # the journal task closed the file: no further add is taken
         self.written_mark = LogMark(first_file_id, FILE_HEADER_SIZE)
         # groups handed to worker threads, in the order they started (and are released)
         self._writing: collections.deque[_Group] = collections.deque()
@@ -310,6 +311,8 @@ class Journal:
         group, which nobody else will start)."""
         if self._failed is not None:
             raise JournalFailedError(f"journal failed: {self._failed!r}")
+        if self._closed:
+            raise JournalFailedError("journal closed")
         group = self._open
         opens_idle_group = not group.buffers and self._can_start(group)
         if not group.buffers:
@@ -507,7 +510,11 @@ class Journal:
         crash_point("journal.after_fsync_before_ack")
 
     async def _shutdown(self) -> None:
-        pending = self._open
+        # The closing write takes the open group away first: an add from now on is refused
+        # (_enqueue), not put into a group whose records the write thread already encoded,
+        # which would release it as fsynced without it being on disk.
+        pending, self._open = self._open, _Group()
+        self._closed = True
         if pending.buffers and self._failed is None:
             try:
                 offset, roll_to, truncate_to = self._place(pending)
@@ -519,7 +526,6 @@ class Journal:
         elif pending.buffers:
             pending.error = JournalFailedError("journal failed")
         pending.release()
-        self._open = _Group()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             cut = self._file_size if self._zero_fill.zeroed_end > self._file_size \
