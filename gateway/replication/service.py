@@ -17,7 +17,8 @@ from its admin API each round (gateway/replication/remote_admin.py; `inbound` se
 side's).  A translation found for a committed offset is never pushed lower while the group's
 offset here does not go back: what the group read below it stays read, and a later round may
 know less (a third cluster's records arrived there since).  That memory (per process) goes
-when the topic is deleted or the remote taken off its clusters (the next scan).  A remote
+when the topic is deleted here (at once) or elsewhere, or the remote is taken off its clusters
+(the next scan).  A remote
 without a reachable admin API gets no offsets for such a topic: a third cluster's records
 there could be skipped.
 
@@ -29,6 +30,10 @@ is added there when its replicator starts (remote.py's ensure_topic).
 A topic paused by an operator (gateway/replication/paused_topics.py) has its replicators
 stopped; its rows stay in the status as "paused", with the backlog counted from the log, until
 it is resumed and they start again from their checkpoints.
+
+What replication keeps in the store per topic (checkpoints, agreed configs, the paused mark)
+goes with the topic: while the service runs it is a deletion hook of the topic service, and at
+its start it collects what topics deleted meanwhile left (gateway/replication/deleted_topics.py).
 
 A process that owns every partition (a standalone) replicates them all.  In a cluster (`owns`
 given: the ownership lease of gateway/cluster/ownership.py) a broker replicates only the
@@ -54,6 +59,7 @@ import trio
 from gateway.config.settings import ReplicationConfig
 from gateway.replication.checkpoints import Checkpoint, CheckpointStore, read_checkpoint
 from gateway.replication.clusters import ClusterError, ClusterRegistry
+from gateway.replication.deleted_topics import collect_orphans, collect_topic
 from gateway.replication.offset_translation import LinkView, translate, translate_among
 from gateway.replication.paused_topics import paused_topics, write_paused
 from gateway.replication.remote import PUSHED_METADATA, RemoteError, RemoteKafka
@@ -66,6 +72,7 @@ from gateway.replication.remote_admin import (
 from gateway.replication.replicator import PartitionReplicator
 from gateway.replication.topic_configs import config_changes, read_agreed, save_agreed
 from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.topic_node import TopicInfo
 from ledger_backend.metadata.store import MetadataError, MetadataStore
 
 log = logging.getLogger("ledgerwire.replication")
@@ -147,6 +154,10 @@ class ReplicationService:
             entry = replicated.get(topic)
             return entry is None or remote not in entry[0] or partition >= entry[1]
 
+        self._forget(gone)
+
+    def _forget(self, gone: Callable[..., bool]) -> None:
+        """Drop the memory of each (remote, topic[, partition]) that `gone` picks."""
         for floor in [f for f in self._floors if gone(*f[0])]:
             del self._floors[floor]
         for key in [k for k in self._pushed_elsewhere if gone(*k)]:
@@ -172,10 +183,25 @@ class ReplicationService:
         for key in [k for k in self._paused if match(k[1], k[2])]:
             del self._paused[key]
 
+    async def topic_deleted(self, info: TopicInfo) -> None:
+        """The topic service's deletion hook: stop the topic's replicators here, forget what
+        is kept in memory for it, and remove its records from the store."""
+        await self.stop_where(lambda topic, _: topic == info.name)
+        self._forget(lambda _, topic, partition=0: topic == info.name)
+        await collect_topic(self.store, info.name, str(info.topic_id))
+
+    async def _collect_orphans(self) -> None:
+        try:
+            await collect_orphans(self.store)
+        except MetadataError as exc:
+            log.warning("replication: records of deleted topics not collected: %r", exc)
+
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        self.topics.deletion_hooks.append(self.topic_deleted)
         try:
             async with trio.open_nursery() as nursery:
                 task_status.started()
+                nursery.start_soon(self._collect_orphans)
                 nursery.start_soon(self._push_offsets_forever)
                 nursery.start_soon(self._follow_configs_forever)
                 while True:
@@ -185,6 +211,7 @@ class ReplicationService:
                         log.warning("replication: %s", exc)
                     await trio.sleep(SCAN_INTERVAL_S)
         finally:
+            self.topics.deletion_hooks.remove(self.topic_deleted)
             with trio.CancelScope(shield=True):
                 for remote in self._remotes.values():
                     await remote.aclose()

@@ -21,8 +21,10 @@ and retention runs at once on that topic, so a shorter retention.ms trims old le
 What the configs mean for a partition is worked out in topic_configs.py.
 
 Deleting a topic first marks its node "deleting" (CAS), then closes and deletes the partitions'
-managed ledgers and state, then deletes the node; a topic found half-deleted at `load()` is
-finished off and is never listed.
+managed ledgers and state, then runs the deletion hooks (the records other rooms keep per
+topic: replication's checkpoints, group offsets, share-group state), then deletes the node; a
+topic found half-deleted at `load()` is finished off and is never listed (hooks registered by
+then run for it; each room also collects what a crash left behind when it starts).
 
 This module must never bypass PartitionLog to write a partition, nor change a topic node
 without a version check.
@@ -33,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -57,6 +59,7 @@ from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from ledger_backend.metadata.store import (
     BadVersionError,
     CreateOp,
+    MetadataError,
     MetadataStore,
     NodeExistsError,
 )
@@ -92,6 +95,9 @@ class TopicService:
         self._partition_ledgers: dict[tuple[str, int], Any] = {}
         self._open_locks: dict[tuple[str, int], trio.Lock] = {}
         self.topic_store = TopicStore(store)  # the topic nodes and partition-state parents
+        # run with each topic being deleted, after its partitions and before its node go: the
+        # rooms above register what they keep per topic (see the module docstring)
+        self.deletion_hooks: list[Callable[[TopicInfo], Awaitable[None]]] = []
         self._closed = False
         # advanced by the unloader every tick; partition() stamps the log it hands out with it
         self.use_tick = 0
@@ -211,6 +217,11 @@ class TopicService:
             ml_name = self.managed_ledger_name(info.name, p)
             if await self._factory.exists(ml_name):
                 await self._factory.delete(ml_name)
+        for hook in list(self.deletion_hooks):
+            try:
+                await hook(info)
+            except MetadataError as exc:  # the hook's room collects it when it next starts
+                log.warning("records of deleted topic %s not all collected: %r", info.name, exc)
         await self.topic_store.delete(info.name, version)
 
     async def create_partitions(self, name: str, total: int) -> None:

@@ -1,0 +1,163 @@
+"""A deleted topic leaves nothing of replication's behind: its checkpoints, the configs agreed
+with each remote and its paused mark go from the metadata store with it (the embedded store
+and ZooKeeper alike), and the service's per-topic memory goes at once.  Records a deletion
+left (a crash, or code from before) are collected when the service starts; a live topic's
+are kept.  Before, every one of them stayed for good: a client suite creating and deleting
+thousands of topics grew the store and the maps without bound."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from gateway.config.settings import ReplicationConfig
+from gateway.replication.checkpoints import REPLICATION_PATH, CheckpointStore
+from gateway.replication.paused_topics import paused_topics, write_paused
+from gateway.replication.service import ReplicationService
+from gateway.replication.topic_configs import agreed_path, read_agreed, save_agreed
+from gateway.topics.namespaces import NamespaceRegistry
+from gateway.topics.topic_service import TopicService
+from ledger_backend.client.memory import MemoryBookKeeper
+from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
+from ledger_backend.metadata import MetadataStore, open_store
+from protocols.kafka.record_batch import build_batch
+from tests.support.zookeeper import ZooKeeperServer
+
+TOPIC = "acme.geo.orders"  # in namespace acme/geo, replicated to west and north
+KEPT = "acme.geo.kept"
+
+
+@pytest.fixture(scope="module")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
+        yield server
+
+
+@pytest.fixture(params=["embedded", pytest.param("zookeeper", marks=pytest.mark.integration)])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MetadataStore]:
+    if request.param == "embedded":
+        url = f"embedded:{tmp_path / 'metadata'}"
+    else:
+        server = request.getfixturevalue("zk_server")
+        url = str(server.store_url(f"/t-{uuid.uuid4().hex[:12]}"))
+    opened = await open_store(url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def every_path(store: MetadataStore, path: str = "/") -> list[str]:
+    out = []
+    for child in await store.children(path):
+        below = f"{path.rstrip('/')}/{child}"
+        out += [below, *await every_path(store, below)]
+    return out
+
+
+async def leave_replication_records(store: MetadataStore, topic: str, topic_id: str) -> None:
+    """What replicators to west and north and the config follower leave for a topic."""
+    for remote in ("west", "north"):
+        for partition in (0, 1):
+            checkpoint = CheckpointStore(store, remote, topic, partition)
+            claimed = await checkpoint.claim(topic_id)
+            claimed.source_next, claimed.remote_next = 10, 12
+            await checkpoint.save(claimed)
+        await save_agreed(store, remote, topic, {"retention.ms": "1000"})
+    await write_paused(store, topic, True)
+
+
+def memory_keys(service: ReplicationService) -> set[str]:
+    """The topics named by any key of the service's per-topic memory."""
+    keys = [*service._floors, *service._pushed_elsewhere, *service._agreed,
+            *service._stuck_configs, *service._config_looks, *service._oversized]
+    return {k[0][1] if isinstance(k[0], tuple) else k[1] for k in keys}
+
+
+async def test_a_deleted_topic_leaves_no_replication_record(store: MetadataStore) -> None:
+    async with MemoryBookKeeper(store) as bk:
+        topics = TopicService(store, ManagedLedgerFactory(store, bk))
+        namespaces = NamespaceRegistry(store)
+        await namespaces.load()
+        await namespaces.create_tenant("acme")
+        await namespaces.create_namespace(
+            "acme/geo", {"replication_clusters": ["east", "west", "north"]})
+        topics.namespaces = namespaces
+        service = ReplicationService(store, topics, namespaces,
+                                     ReplicationConfig(cluster_name="east"))
+        before = set(await every_path(store))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            for name in (TOPIC, KEPT):
+                await topics.create_topic(name, 2)
+                for partition in (0, 1):  # used: opened and written
+                    plog = await topics.partition(name, partition)
+                    await plog.append(build_batch([(b"k", b"v")], timestamp_ms=1))
+                await leave_replication_records(store, name, str(topics.topics()[name].topic_id))
+                for remote in ("west", "north"):
+                    key = (remote, name)
+                    service._agreed[key] = {"retention.ms": "1000"}
+                    service._stuck_configs[key], service._config_looks[key] = {}, 3
+                    service._oversized.add(key)
+                    service._floors[((remote, name, 0), "g")] = (5, 7)
+                    service._pushed_elsewhere[(remote, name, 1)] = {"g": 7}
+            assert any(TOPIC in p for p in await every_path(store))
+
+            await topics.delete_topic(TOPIC)
+
+            left = [p for p in await every_path(store) if TOPIC in p]
+            assert left == []
+            assert await paused_topics(store) == {KEPT}
+            assert memory_keys(service) == {KEPT}
+            # the other topic keeps everything it had
+            assert await read_agreed(store, "west", KEPT) == {"retention.ms": "1000"}
+            assert len([p for p in await every_path(store) if KEPT in p]) > 8
+
+            # created again under the name: it starts afresh, and goes again as cleanly
+            await topics.create_topic(TOPIC, 1)
+            claimed = await CheckpointStore(store, "west", TOPIC, 0).claim(
+                str(topics.topics()[TOPIC].topic_id))
+            assert (claimed.source_next, claimed.remote_next) == (0, -1)
+            await topics.delete_topic(TOPIC)
+            await topics.delete_topic(KEPT)
+            nursery.cancel_scope.cancel()
+        await topics.close()
+        # nothing of either topic is left (the replication roots and the parents each
+        # remote's records hang from may stay: one node per remote, not per topic)
+        left = set(await every_path(store)) - before
+        assert {p for p in left if TOPIC in p or KEPT in p} == set()
+
+
+async def test_records_a_deletion_left_are_collected_at_start(store: MetadataStore) -> None:
+    """Records of topics that have no node (a deletion interrupted by a crash, or made while
+    no replication service ran) go when the service starts; a live topic's stay, and so do
+    the paused marks of live topics."""
+    async with MemoryBookKeeper(store) as bk:
+        topics = TopicService(store, ManagedLedgerFactory(store, bk))
+        namespaces = NamespaceRegistry(store)
+        await namespaces.load()
+        topics.namespaces = namespaces
+        await topics.create_topic(KEPT, 2)
+        kept_id = str(topics.topics()[KEPT].topic_id)
+        await leave_replication_records(store, KEPT, kept_id)
+        await leave_replication_records(store, TOPIC, str(uuid.uuid4()))  # no such topic
+        service = ReplicationService(store, topics, namespaces,
+                                     ReplicationConfig(cluster_name="east"))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            with trio.fail_after(30):  # generous: the sweep runs beside the first scan
+                while True:
+                    left = [p for p in await every_path(store) if TOPIC in p]
+                    if not left and await paused_topics(store) == {KEPT}:
+                        break
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        assert await store.exists(agreed_path("west", KEPT)) is not None
+        for remote in ("west", "north"):
+            assert sorted(await store.children(f"{REPLICATION_PATH}/{remote}/{KEPT}")) == [
+                "0", "1"]
+        await topics.close()
