@@ -10,6 +10,10 @@ Names used by the engine:
   journal.after_write_before_fsync, journal.after_fsync_before_ack,
   journal.after_preallocate (a zero fill fsynced, before a group writes into it),
   journal.mid_write (the first half of a group written and fsynced, then death),
+  journal.mid_preallocate (a zero fill's step written, not yet fsynced),
+  journal.mid_rollover (the old file cut back, fsynced and closed; the next not created yet),
+  checkpoint.between_entrylog_steps (one step of the entry log written and fdatasynced, more
+  to come: entries in the log that no index names yet),
   checkpoint.after_entrylog_fsync, checkpoint.after_index_flush, checkpoint.after_mark,
   compaction.after_copy, compaction.after_index_update
 The managed ledger's rewrite (ledger_swap.py) has its own: managed_ledger.rewrite.*
@@ -29,6 +33,9 @@ CRASH_POINT_NAMES = (
     "journal.after_fsync_before_ack",
     "journal.after_preallocate",
     "journal.mid_write",
+    "journal.mid_preallocate",
+    "journal.mid_rollover",
+    "checkpoint.between_entrylog_steps",
     "checkpoint.after_entrylog_fsync",
     "checkpoint.after_index_flush",
     "checkpoint.after_mark",

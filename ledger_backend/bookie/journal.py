@@ -240,6 +240,7 @@ class Journal:
                 os.fdatasync(self._fd)
             os.close(self._fd)
             self._fd = -1
+            crash_point("journal.mid_rollover")
         path = self._dir / journal_file_name(file_id)
         header = pack_file_header(JOURNAL_MAGIC, JOURNAL_FILE_VERSION, file_id)
         self._fd = create_file_with_header(path, header, fsync=self._fsync)

@@ -72,6 +72,7 @@ class ZeroFill:
                 if stop <= position:
                     break
                 position += os.pwrite(fd, zeros[: stop - position], position)
+            crash_point("journal.mid_preallocate")
             if fsync:
                 os.fdatasync(fd)
         crash_point("journal.after_preallocate")

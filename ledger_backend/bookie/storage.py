@@ -459,6 +459,8 @@ class DurableBookieStorage(BookieStorage):
                 locations += self.writer.write(entries[start:i + 1])
                 self.writer.sync()
                 start, size = i + 1, 0
+                if start < len(entries):
+                    crash_point("checkpoint.between_entrylog_steps")
         if start < len(entries):
             locations += self.writer.write(entries[start:])
             self.writer.sync()

@@ -39,6 +39,11 @@ def crash_config(data_dir: Path) -> BookieStorageConfig:
         flush_interval_s=0.05,
         gc_interval_s=0,
         disk_check_interval_s=3600.0,
+        # overlapping group writes, zero fills several times a file and checkpoints in steps,
+        # so the crash points of each are hit among the others
+        journal_writes_in_flight=2,
+        journal_preallocate_bytes=64 * 1024,
+        entry_log_sync_bytes=16 * 1024,
     )
 
 
