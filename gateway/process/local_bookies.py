@@ -21,6 +21,7 @@ from functools import partial
 import trio
 
 from gateway.admin.api import LocalBookie, watch_bookie
+from gateway.config.bookie_storage import bookie_engine_config
 from gateway.config.listen_errors import naming_listener
 from gateway.config.settings import Config
 from ledger_backend.bookie.auth import BookieSecret
@@ -33,18 +34,7 @@ from ledger_backend.metadata import MetadataStore
 
 
 def bookie_storage_config(config: Config, index: int) -> BookieStorageConfig:
-    s = config.storage
-    return BookieStorageConfig(
-        data_dir=config.data_dir / "bookies" / str(index),
-        fsync=s.fsync,
-        journal_max_group_wait_s=s.journal_max_group_wait_ms / 1000.0,
-        journal_writes_in_flight=s.journal_writes_in_flight,
-        write_cache_bytes=s.write_cache_mb << 20,
-        read_cache_bytes=s.read_cache_mb << 20,
-        entry_log_max_bytes=s.entry_log_max_mb << 20,
-        journal_max_file_bytes=s.journal_max_file_mb << 20,
-        journal_preallocate_bytes=s.journal_preallocate_mb << 20,
-    )
+    return bookie_engine_config(config.storage, config.data_dir / "bookies" / str(index))
 
 
 def _bookies_on_disk(config: Config) -> int:

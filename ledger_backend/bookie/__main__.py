@@ -65,6 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--drain-timeout", type=float, default=5.0, help="seconds")
     parser.add_argument("--log-level", default="INFO")
     add_bookie_security_arguments(parser)
+    parser.set_defaults(storage_config=None, bookie_secret=None)
     args = parser.parse_args(argv)
     if args.storage == "disk" and args.data_dir is None:
         parser.error("--data-dir is required with --storage disk")
@@ -122,7 +123,9 @@ async def _open_storage(
         return
     from ledger_backend.bookie.storage import open_bookie_storage
 
-    config = BookieStorageConfig(data_dir=args.data_dir, fsync=not args.unsafe_no_fsync)
+    # `ledgerwire bookie` gives the engine's settings ([storage]: gateway/config/bookie_storage.py)
+    config = args.storage_config or BookieStorageConfig(data_dir=args.data_dir,
+                                                        fsync=not args.unsafe_no_fsync)
     async with open_bookie_storage(config, _active_ledgers(store)) as storage:
         yield storage
 
@@ -130,7 +133,7 @@ async def _open_storage(
 async def run_bookie(args: argparse.Namespace) -> None:
     advertised_host = args.advertised_host or args.host
     bookie_id = args.bookie_id or str(BookieAddress(advertised_host, args.port))
-    secret = BookieSecret.load(file=args.bookie_secret_file)
+    secret = BookieSecret.load(args.bookie_secret, args.bookie_secret_file)
     tls = BookieTls.from_args(args)
     if secret is None:
         logger.warning("bookie %s: no --bookie-secret-file: any client that reaches this bookie "

@@ -1,5 +1,10 @@
 """`ledgerwire bookie`: one bookie process (ledger_backend/bookie), optionally with auto-recovery
-(an auditor candidate and a replication worker) in the same process."""
+(an auditor candidate and a replication worker) in the same process.
+
+Its storage engine takes the [storage] settings a standalone's bookies take
+(gateway/config/bookie_storage.py): from `--config` (the same TOML file; only [storage] is
+used), each overridden by its flag.  The bookie secret, TLS files and ledger password come
+from their flags, else from that [storage] table."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from pathlib import Path
 
 import trio
 
-from gateway.config.settings import metadata_url_with_session_timeout
+from gateway.config.bookie_storage import ENGINE_SETTINGS, bookie_engine_config
+from gateway.config.settings import Config, load_config, metadata_url_with_session_timeout
 
 NAME = "bookie"
 HELP = "one bookie: journal, entry logs and index, registered in the metadata store"
@@ -21,6 +27,16 @@ def add_autorecovery_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--open-ledger-grace", type=float, default=30.0, metavar="S",
                    help="seconds before an open ledger on a lost bookie is fenced")
     p.add_argument("--audit-interval", type=float, default=10.0, metavar="S")
+
+
+def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
+    """--config and a flag per storage-engine setting (dest "storage.<setting>")."""
+    parser.add_argument("--config", type=Path, metavar="TOML",
+                        help="configuration file: its [storage] settings (flags override them)")
+    for setting, text in ENGINE_SETTINGS.items():
+        parser.add_argument(f"--{setting.replace('_', '-')}", dest=f"storage.{setting}",
+                            type=float if setting.endswith("_ms") else int, metavar="N",
+                            help=f"{text} ([storage] {setting})")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +58,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run an auditor candidate and a replication worker (default on)")
     add_autorecovery_arguments(parser)
     add_bookie_security_arguments(parser)
+    add_storage_arguments(parser)
+
+
+def apply_storage_config(args: argparse.Namespace) -> Config:
+    """Read --config and the storage flags into `args`: the engine's settings
+    (args.storage_config) and, where their flags were not given, the [storage] table's secret,
+    TLS files and ledger password.  ConfigError for a bad file or value."""
+    config = load_config(args.config, {k: v for k, v in vars(args).items()
+                                       if k.startswith("storage.")})
+    storage = config.storage
+    if args.unsafe_no_fsync:
+        storage.fsync = False
+    args.storage_config = (bookie_engine_config(storage, args.data_dir)
+                           if args.data_dir is not None else None)
+    # a secret file named by its flag wins over a secret written in the file
+    args.bookie_secret = None if args.bookie_secret_file else (storage.bookie_secret or None)
+    for flag, value in (("bookie_secret_file", storage.bookie_secret_file),
+                        ("bookie_tls_certfile", storage.bookie_tls_certfile),
+                        ("bookie_tls_keyfile", storage.bookie_tls_keyfile),
+                        ("bookie_tls_cafile", storage.bookie_tls_cafile),
+                        ("ledger_password_file", storage.ledger_password_file)):
+        if not getattr(args, flag) and value:
+            setattr(args, flag, value)
+    return config
 
 
 def add_bookie_security_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +109,7 @@ async def run_autorecovery_process(args: argparse.Namespace) -> None:
     from ledger_backend.client.bookkeeper import BookKeeper
     from ledger_backend.metadata import open_store
 
-    secret = BookieSecret.load(file=args.bookie_secret_file)
+    secret = BookieSecret.load(getattr(args, "bookie_secret", None), args.bookie_secret_file)
     store = await open_store(args.metadata)
     try:
         async with BookKeeper(store, bookie_secret=secret, bookie_tls=BookieTls.from_args(args),
@@ -95,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     # A bookie is known by its advertised address: ledger ensembles name it so, and its
     # cookie binds the data directory to it (there is no separate --bookie-id).
     args.bookie_id = None
+    apply_storage_config(args)
     args.metadata = metadata_url_with_session_timeout(args.metadata, args.zk_session_timeout)
     if args.max_frame_bytes is None:
         args.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
