@@ -571,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the Java kafka-clients producer (its defaults) in every trial")
     parser.add_argument("--zk-tick-ms", type=int, default=200,
                         help="ZooKeeper tickTime: a session ends at the first tick past its "
-                        "timeout (README, cluster mode); 500 was used up to session 8")
+                        "timeout (docs/cluster.md); 500 was used up to session 8")
     parser.add_argument("--rocketmq", action="store_true",
                         help="also a RocketMQ C++ producer in every trial")
     args = parser.parse_args(argv)

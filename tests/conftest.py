@@ -36,7 +36,7 @@ SLOW_FILES_FIRST = (
     "tests/cluster/test_cluster_rocketmq.py",  # 57
     "tests/cluster/test_bookie_recovery.py",  # 54
     "tests/integration/test_transactions.py",  # 53
-    "tests/cluster/test_readme_walkthrough.py",  # 53
+    "tests/cluster/test_cluster_walkthrough.py",  # 53
     "tests/integration/test_standalone_workers.py",  # 39
     "tests/integration/test_log_compaction_clients.py",  # 37
     "tests/replication/test_geo_follow.py",  # 36

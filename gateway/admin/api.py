@@ -2,7 +2,7 @@
 
 `AdminContext` holds the components a process has (metadata store, topic service, namespace
 registry, group coordinator, bookie storages, broker metrics); gateway/admin/routes.py maps the
-HTTP endpoints (listed in README, "Admin HTTP API") onto the operations here and in
+HTTP endpoints (listed in docs/admin.md, "Admin HTTP API") onto the operations here and in
 gateway/admin/groups.py, and the console (gateway/admin/console/) shows them.  The CLI
 (`ledgerwire admin ...`, gateway/cli/admin/) calls these endpoints; nothing else changes
 cluster state behind the topic service's or the namespace registry's back.

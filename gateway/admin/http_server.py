@@ -6,7 +6,7 @@ HTTP/1.1 (h11) and HTTP/2 (h2) with their header-size limits and keep-alive hand
 comes from the same `ssl.SSLContext` the Kafka listener uses.  The application is Starlette
 (gateway/admin/app.py), which runs on Trio through anyio.  Nothing here parses HTTP by hand.
 
-Limits (README, "Admin HTTP API"): a request head over MAX_HEAD_BYTES is answered 431 (h11's
+Limits (docs/admin.md, "Admin HTTP API"): a request head over MAX_HEAD_BYTES is answered 431 (h11's
 incomplete-event limit); a body over MAX_BODY_BYTES 413 -- from Content-Length before reading,
 or while reading an HTTP/2 body; a chunked HTTP/1.1 body 411; a malformed request 400 (h11).
 A head must arrive within REQUEST_TIMEOUT_S of connecting or of the previous answer (also the

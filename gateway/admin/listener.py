@@ -2,7 +2,7 @@
 authenticator (gateway/admin/auth.py), its TLS context, and the line that says at start how it
 is protected.
 
-The rules (README, "Admin HTTP API"): authentication is on unless the Kafka listener is
+The rules (docs/admin.md, "Admin HTTP API"): authentication is on unless the Kafka listener is
 PLAINTEXT and no users are configured ([admin] authentication = "auto"); it then checks HTTP
 Basic against the SASL/SCRAM credentials and Bearer admin tokens, and authorises with the same
 ACL authorizer (and tenant check) as the Kafka listener.  With authentication off the default

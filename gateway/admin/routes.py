@@ -1,7 +1,7 @@
 """The admin listener's route table, its application, and the task that serves it.
 
-`api_routes` declares every JSON endpoint of README's "Admin HTTP API" with the Access it needs
-(gateway/admin/auth.py): reading needs DESCRIBE on the resource (or on the cluster), changing
+`api_routes` declares every JSON endpoint of docs/admin.md's "Admin HTTP API" with the Access it
+needs (gateway/admin/auth.py): reading needs DESCRIBE on the resource (or on the cluster), changing
 needs the Kafka operation on the resource (CREATE, DELETE; READ on group and topic to reset
 offsets) or ALTER on the cluster; tenants, namespaces, policies, bookies, GC, retention and
 tokens are cluster-wide (DESCRIBE to read, ALTER to change); a read ticket for Spark executors

@@ -154,10 +154,10 @@ async def test_every_queue_takes_sends_again_after_a_kill_and_a_sigterm(
     # from the fault.  Measured on a machine at load 2-20: after the kill the longest queue
     # pause was 5.5-6.8 s (ZooKeeper expires the session 3.3-4.5 s after the kill, with
     # its 0.5 s tick; the bundles' ledgers are recovered about 1 s later), after the SIGTERM
-    # see the README.  The asserted bounds are not those figures (a timed bound fails on a
+    # see docs/cluster.md.  The asserted bounds are not those figures (a timed bound fails on a
     # loaded machine: 3.4 s after a SIGTERM in a CI run on 3 workers); they still fail
     # without adoption, when a gone broker's queues wait for the client's route refresh
-    # (up to 30 s after the fault).  The figures printed above are what the README reports.
+    # (up to 30 s after the fault).  The figures printed above are what docs/cluster.md reports.
     assert pauses(adopted_at, calm_after_kill)[-1] <= 8.0
     assert after_kill[-1] <= SESSION_S + 12.0
     assert after_stop[-1] <= 8.0
