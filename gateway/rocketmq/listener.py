@@ -2,12 +2,14 @@
 
 Shape (Trio): one nursery per server; the accept loop hands each connection to a connections
 nursery; one task per connection reads frames (`FrameReader` refuses an oversize length before
-reading the body) and starts one task per request.  RocketMQ clients match responses by opaque,
-so responses go out in completion order (a long-polling pull must not hold up a send).  Whoever
-writes a frame holds the connection's write lock, so frames never interleave: a request's task
-writes its response itself when the socket is idle (no hand-over to another task, and no
-scheduler turn when the socket takes it at once), else queues it for the connection's writer
-task.  Oneway requests are run and never answered.
+reading the body) and hands each request to a task of its own: a task that answered one
+request parks and takes the next (no task is created per request; as many exist as requests
+were ever in flight at once, at most MAX_IDLE_SERVERS of them parked).  RocketMQ clients match
+responses by opaque, so responses go out in completion order (a long-polling pull must not hold
+up a send).  Whoever writes a frame holds the connection's write lock, so frames never
+interleave: a request's task writes its response itself when the socket is idle (no hand-over
+to another task, and no scheduler turn when the socket takes it at once), else queues it for
+the connection's writer task.  Oneway requests are run and never answered.
 Broker-initiated requests (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) go through the
 writer task.  A frame that cannot be decoded closes that connection only; a handler that fails
 unexpectedly gets a SYSTEM_ERROR response (and a log line), never a crash.
@@ -34,6 +36,7 @@ This module must never decode message bodies or touch partition data itself.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import itertools
@@ -46,6 +49,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
+import outcome
 import trio
 
 from gateway.rocketmq.service import RocketMQBroker
@@ -77,6 +81,7 @@ acl_log = logging.getLogger("ledgerwire.rocketmq.acl")
 # or more every call pays an mmap + munmap (~4 us, as much as the rest of a small read).
 RECEIVE_BYTES = 64 * 1024
 MAX_IN_FLIGHT_PER_CONNECTION = 1024
+MAX_IDLE_SERVERS = 16  # parked request tasks a connection keeps for its next requests
 DRAIN_TIMEOUT_S = 5.0
 IDLE_QUIET_S = 0.02  # a synchronous client's next request on the connection comes sooner
 IDLE_POLL_S = 0.005
@@ -163,6 +168,8 @@ class RemotingConnection:
         self._last_activity = time.monotonic()
         self._closing = trio.Event()
         self._stop_reading_by = math.inf
+        self._idle_servers: list[trio.lowlevel.Task] = []  # parked in _park, newest last
+        self._reading = True  # False once no request is read any more: nobody parks then
 
     def stop_reading(self) -> None:
         """Take no new requests; the ones in flight finish and are answered (graceful drain)."""
@@ -220,6 +227,8 @@ class RemotingConnection:
                         nursery.cancel_scope.cancel()
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         nursery.cancel_scope.cancel()
+                    finally:
+                        self._stop_parking()
             # every request is answered (or the connection is gone): flush, then close
             self._send.close()
 
@@ -285,7 +294,10 @@ class RemotingConnection:
                     self._slots.acquire_nowait()  # no scheduler round trip per request
                 except trio.WouldBlock:
                     await self._slots.acquire()
-                nursery.start_soon(self._serve, handle, command)
+                if self._idle_servers:  # a parked task takes it: no task created per request
+                    trio.lowlevel.reschedule(self._idle_servers.pop(), outcome.Value(command))
+                else:
+                    nursery.start_soon(self._serve_requests, handle, command)
 
     async def _receive_some(self) -> bytes:
         """What `self.stream.receive_some(RECEIVE_BYTES)` returns, with the same checkpoints
@@ -320,6 +332,37 @@ class RemotingConnection:
             raise
         except OSError as exc:
             raise trio.BrokenResourceError(f"socket read failed: {exc!r}") from exc
+
+    async def _serve_requests(self, handle: RequestHandler, request: RemotingCommand | None
+                              ) -> None:  # fmt: skip
+        """Serve `request`, then park until the read loop hands over the next one (None: the
+        connection reads no more)."""
+        while request is not None:
+            await self._serve(handle, request)
+            request = None  # a parked task holds nothing of its last request
+            if not self._reading or len(self._idle_servers) >= MAX_IDLE_SERVERS:
+                return
+            request = await self._park()
+
+    async def _park(self) -> RemotingCommand | None:
+        """Wait for the read loop (a request) or its end (None); cancellation ends the task."""
+        task = trio.lowlevel.current_task()
+        self._idle_servers.append(task)
+
+        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+            with contextlib.suppress(ValueError):
+                self._idle_servers.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        request: RemotingCommand | None = await trio.lowlevel.wait_task_rescheduled(abort)
+        return request
+
+    def _stop_parking(self) -> None:
+        """No request is read any more: the parked tasks end, and no task parks again."""
+        self._reading = False
+        idle, self._idle_servers = self._idle_servers, []
+        for task in idle:
+            trio.lowlevel.reschedule(task, outcome.Value(None))
 
     async def _serve(self, handle: RequestHandler, request: RemotingCommand) -> None:
         try:

@@ -113,7 +113,10 @@ class PartitionLog:
         self._cache = BatchTailCache(config.tail_cache_bytes)
         self._timestamps = TimestampSearch(self)
         self.read_hints: dict[int, Position] = {}  # next offset -> its entry, for sequential reads
+        # set (and replaced) by _wake_readers, only while somebody waits on it (_data_waiters):
+        # an append that nobody waits for makes no Event
         self._data_event = trio.Event()
+        self._data_waiters = 0
         self._failure: BaseException | None = None
         self._closed = False
         self._closing = False  # close() started: no new append may take an offset
@@ -191,7 +194,7 @@ class PartitionLog:
         return bool(self._next_offset != self.high_watermark or self._reads_in_flight
                     or self._sequence_gaps.waiting or self._pins or self._snapshot_running
                     or self._state.writing
-                    or self._data_event.statistics().tasks_waiting)
+                    or self._data_waiters)
 
     @contextmanager
     def pinned(self) -> Iterator[None]:
@@ -338,13 +341,22 @@ class PartitionLog:
         self._sequence_gaps.wake()
 
     def _wake_readers(self) -> None:
-        event, self._data_event = self._data_event, trio.Event()
-        event.set()
+        if self._data_waiters:
+            event, self._data_event = self._data_event, trio.Event()
+            event.set()
+
+    async def _wait_for_change(self) -> None:
+        """Until the next _wake_readers: an append made durable, a failure, the close."""
+        self._data_waiters += 1
+        try:
+            await self._data_event.wait()
+        finally:
+            self._data_waiters -= 1
 
     async def _wait_durable(self, last_offset: int) -> None:
         while self.high_watermark <= last_offset:
             self._check_usable()
-            await self._data_event.wait()
+            await self._wait_for_change()
 
     # --- producer snapshots ----------------------------------------------------------------------
 
@@ -415,7 +427,7 @@ class PartitionLog:
                 end = self.last_stable_offset if committed else self.high_watermark
                 if end > offset:
                     return
-                await self._data_event.wait()
+                await self._wait_for_change()
 
     async def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         self._check_usable()

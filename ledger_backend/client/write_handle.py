@@ -94,8 +94,9 @@ class WriteHandle:
         self._length = 0
         self._assigned_length = 0
         self._pending: deque[_PendingAdd] = deque()  # in entry-id order
-        self._drained = trio.Event()
-        self._drained.set()
+        # made by a close that waits for adds in flight, set once none is left: an add makes
+        # no Event of its own for it
+        self._drained: trio.Event | None = None
         self._failed_bookies: dict[int, str] = {}
         # bookie -> when it last failed this writer: tried as a replacement only after the
         # never-failed ones, and only once a probe shows it answers again
@@ -137,7 +138,6 @@ class WriteHandle:
         add = _PendingAdd(entry_id, self._assigned_length, self._lac, body, deadline)
         self._lac_told = max(self._lac_told, self._lac)
         self._pending.append(add)
-        self._drained = trio.Event() if self._drained.is_set() else self._drained
         self._send_missing(add)
         if not self._watched:
             self._watched = True
@@ -169,9 +169,10 @@ class WriteHandle:
 
     async def _close_locked(self, together: list[Op] | None = None) -> list[OpResult] | None:
         self._closing = True
-        if not self._drained.is_set():  # (an idle handle's close registers no deadline)
+        if self._pending:  # (an idle handle's close registers no deadline)
+            drained = self._drained = self._drained or trio.Event()
             with trio.move_on_after(self._ctx.timeout_s * _APPEND_TIMEOUTS):
-                await self._drained.wait()
+                await drained.wait()
         if self._pending:
             self._fail(LedgerClosedError(f"ledger {self.ledger_id} closed with adds in flight"))
         if isinstance(self._error, LedgerFencedError):
@@ -301,7 +302,7 @@ class WriteHandle:
             self._length = add.ledger_length
             add.done.set()
         if not self._pending:
-            self._drained.set()
+            self._set_drained()
             self._unwatch()
             if (self._lac > self._lac_told and not self._explicit_lac_pending
                     and self._ctx.explicit_lac_delay_s > 0):
@@ -328,6 +329,11 @@ class WriteHandle:
         if isinstance(outcome, LedgerError) or outcome.status is not Status.OK:
             log.debug("ledger %d: explicit LAC to %s: %r", self.ledger_id, bookie, outcome)
 
+    def _set_drained(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            drained.set()
+
     def _fail(self, error: LedgerError) -> None:
         if self._error is None:
             self._error = error
@@ -336,7 +342,7 @@ class WriteHandle:
         for add in pending:
             add.error = self._error
             add.done.set()
-        self._drained.set()
+        self._set_drained()
         self._unwatch()
 
     # --- ensemble change ------------------------------------------------------------------

@@ -149,7 +149,8 @@ class ManagedLedger:
         self._unfinished: set[_WriteLedger] = {self._current}
         self._meta_lock = trio.Lock()
         self._waiters: deque[trio.Event] = deque()
-        self._entries_changed = trio.Event()
+        self._entries_changed = trio.Event()  # replaced when set: only while waited on
+        self._entries_waiters = 0
         self._cache = TailCache(config.tail_cache_bytes, self._evictable)
         self.offloader = offloader
         self._offloaded_reader = offloaded_reader or OffloadedReader(
@@ -233,8 +234,9 @@ class ManagedLedger:
         self._notify_entries()
 
     def _notify_entries(self) -> None:
-        event, self._entries_changed = self._entries_changed, trio.Event()
-        event.set()
+        if self._entries_waiters:  # an append nobody waits for makes no Event
+            event, self._entries_changed = self._entries_changed, trio.Event()
+            event.set()
 
     # ----------------------------------------------------------------- append
 
@@ -539,7 +541,11 @@ class ManagedLedger:
                     return True
                 if self._closed or self._fenced_reason is not None:
                     return False
-                await self._entries_changed.wait()
+                self._entries_waiters += 1
+                try:
+                    await self._entries_changed.wait()
+                finally:
+                    self._entries_waiters -= 1
         return False
 
     # ----------------------------------------------------------------- trimming

@@ -54,6 +54,34 @@ async def test_a_send_costs_few_task_steps(stack: RocketMQStack) -> None:
     await client.aclose()
 
 
+class SpawnCounter(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned.append(task.name)
+
+
+async def test_requests_reuse_parked_tasks(stack: RocketMQStack) -> None:
+    """A task that answered a request takes the connection's next one: sends one after another
+    create no task (they created one each)."""
+    client = await RawClient.connect(stack.broker_addr)
+    r = await client.call(RC.SEND_MESSAGE_V2, send_ext("reuse", {"TAGS": "t"}), b"x" * 100)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    counter = SpawnCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        for _ in range(SENDS):
+            r = await client.call(RC.SEND_MESSAGE_V2, send_ext("reuse", {"TAGS": "t"}),
+                                  b"x" * 100)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    listener_tasks = [name for name in counter.spawned if "rocketmq.listener" in name]
+    assert listener_tasks == [], listener_tasks  # one per send before
+    await client.aclose()
+
+
 async def test_responses_and_broker_requests_never_interleave(stack: RocketMQStack) -> None:
     """Responses are written by request tasks (socket idle) or queued for the writer task,
     which also sends broker-initiated requests: every frame arrives whole."""
