@@ -159,6 +159,22 @@ class ClusterGroupCoordinator(CoordinatorPartitionLoader[GroupCoordinator]):
     async def delete_offsets(self, group_id: str, keys: list[OffsetKey]) -> None:
         await self._writing(group_id, lambda c: c.delete_offsets(group_id, keys))
 
+    async def forget_topic(self, topic: str) -> int:
+        """Every locally coordinated group's offsets of a deleted topic (CommittedOffsets.
+        forget_topic); a partition whose ledger was fenced meanwhile is reloaded, and its new
+        coordinator keeps them (one WARNING)."""
+        deleted = 0
+        for partition, running in sorted(self._running.items()):
+            if not self._ownership.is_local(GROUP_TOPIC, partition):
+                continue  # moving away: its next coordinator holds the offsets now
+            try:
+                deleted += await running.coordinator.forget_topic(topic)
+            except (ManagedLedgerFencedError, ManagedLedgerClosedError) as exc:
+                log.warning("offsets of deleted topic %s kept in group partition %d: %r",
+                            topic, partition, exc)
+                self._nursery.start_soon(self._reload, partition)
+        return deleted
+
     def known_group_ids(self) -> list[str]:
         ids: set[str] = set()
         for running in self._running.values():

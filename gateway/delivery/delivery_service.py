@@ -46,7 +46,11 @@ from gateway.delivery.state_log import (
     SettingsFor,
     state_ledger_name,
 )
-from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from ledger_backend.managed_ledger import (
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    ManagedLedgerNotFoundError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +160,21 @@ class DeliveryService:
         async with state.lock:
             await self._drop(topic, partition, state)
         return True
+
+    async def forget_topic(self, topic: str, partitions: int) -> None:
+        """Close and delete every group's delivery state of a deleted topic's partitions, as
+        Kafka deletes share-group state with its topic: a topic created again under the name
+        starts with none (not at the old topic's start offsets), and nothing of it is loaded
+        again at the next start."""
+        for partition in range(partitions):
+            await self.unload(topic, partition)
+            self._opening.pop((topic, partition), None)
+            name = self._ledger_name(topic, partition)
+            try:
+                if await self._factory.exists(name):
+                    await self._factory.delete(name)
+            except ManagedLedgerNotFoundError:
+                pass  # deleted meanwhile (by another broker)
 
     def loaded_partitions(self) -> list[tuple[str, int]]:
         return sorted(self._partitions)

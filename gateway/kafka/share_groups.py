@@ -142,6 +142,12 @@ class ShareGroups:
         if self._coordinates is not None and not self._coordinates(group_id):
             raise NotCoordinatorError(f"share group {group_id} is coordinated by another broker")
 
+    async def topic_deleted(self, topic: str, partitions: int) -> None:
+        """A deleted topic's share-group state goes with it (DeliveryService.forget_topic)."""
+        await self.delivery.forget_topic(topic, partitions)
+        for key in [k for k in self.dead_lettered if k[1] == topic]:
+            del self.dead_lettered[key]
+
     async def releasing(self, partitions: Sequence[tuple[str, int]]) -> None:
         """Ownership of these partitions moves away: close their state here."""
         for topic, partition in partitions:

@@ -66,6 +66,7 @@ from gateway.process.cluster_services import (
 )
 from gateway.process.local_bookies import start_local_bookies
 from gateway.process.standalone import (
+    collect_with_topics,
     ledger_password,
     system_ledger_config,
     topic_service_config,
@@ -298,6 +299,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
             coordinates=lambda group_id: ownership.coordinator_is_local(0, group_id),
             dead_letters=ClusterDeadLetters(topics, ownership, share_peers))
         stack.push_async_callback(share_groups.close)
+        collect_with_topics(topics, groups, share_groups)
         hooks.add_extension(ShareGroupBundles(share_groups, ownership.bundle_of))
         await background.start(share_groups.run)
         broker = ClusterKafkaBroker(topics, broker_config, group_coordinator=groups,

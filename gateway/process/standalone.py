@@ -50,6 +50,7 @@ from gateway.topics.backlog_quota import BacklogQuotas
 from gateway.topics.namespaces import NamespaceRegistry
 from gateway.topics.offload_service import offloader_from_config
 from gateway.topics.retention_policies import RetentionPolicies
+from gateway.topics.topic_node import TopicInfo
 from gateway.topics.topic_service import TopicService, TopicServiceConfig
 from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.tls import BookieTls
@@ -63,6 +64,19 @@ from protocols.kafka.share_group_coordinator import ShareGroupConfig
 from protocols.kafka.transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("ledgerwire.standalone")
+
+
+def collect_with_topics(topics: TopicService, groups: Any, share_groups: ShareGroups) -> None:
+    """What the groups keep per topic goes when the topic is deleted here, as Kafka's group
+    coordinator drops a deleted topic's offsets and share-group state: a topic created again
+    under the name starts with neither, and a churn of topics leaves nothing behind."""
+    async def offsets(info: TopicInfo) -> None:
+        await groups.forget_topic(info.name)
+
+    async def share_state(info: TopicInfo) -> None:
+        await share_groups.topic_deleted(info.name, info.partitions)
+
+    topics.deletion_hooks += [offsets, share_state]
 
 
 def system_ledger_config(config: Config) -> ManagedLedgerConfig:
@@ -181,6 +195,7 @@ async def run_standalone(
             ),
         )
         await background.start(coordinator.run)
+        collect_with_topics(topics, coordinator, share_groups)
         transactions = TransactionCoordinator(transaction_store, topics, coordinator)
         await background.start(transactions.run)
         await background.start(share_groups.run)

@@ -69,6 +69,13 @@ class CompactionService:
     def state(self, topic: str, partition: int) -> PartitionCompaction:
         return self._state.setdefault((topic, partition), PartitionCompaction())
 
+    def forget_topic(self, topic: str) -> None:
+        """Drop the state of a topic that is gone (deleted here or elsewhere): a churn of
+        topics grew it without bound, and a topic created again under the name showed the
+        old one's passes."""
+        for key in [k for k in self._state if k[0] == topic]:
+            del self._state[key]
+
     def states(self) -> dict[tuple[str, int], PartitionCompaction]:
         return dict(self._state)
 

@@ -89,6 +89,13 @@ class OffloadService:
     def state(self, topic: str, partition: int) -> PartitionOffload:
         return self._state.setdefault((topic, partition), PartitionOffload())
 
+    def forget_topic(self, topic: str) -> None:
+        """Drop the state of a topic that is gone (deleted here or elsewhere): a churn of
+        topics grew it without bound, and a topic created again under the name showed the
+        old one's passes."""
+        for key in [k for k in self._state if k[0] == topic]:
+            del self._state[key]
+
     async def run(self) -> None:
         """Passes forever (start it in the broker's background nursery); staged files a crash
         left are swept at start and hourly."""

@@ -59,7 +59,6 @@ from ledger_backend.managed_ledger.types import ManagedLedgerConfig
 from ledger_backend.metadata.store import (
     BadVersionError,
     CreateOp,
-    MetadataError,
     MetadataStore,
     NodeExistsError,
 )
@@ -157,8 +156,11 @@ class TopicService:
         self._snapshot = None
 
     def _drop_topic(self, name: str) -> None:
+        """The topic is gone (deleted here or elsewhere): so is what this broker kept of it."""
         if self._topics.pop(name, None) is not None:
             self._snapshot = None
+        self.compaction.forget_topic(name)
+        self.offload.forget_topic(name)
 
     async def refresh_topic(self, name: str) -> TopicInfo | None:
         """Re-read one topic (another broker may have created or changed it)."""
@@ -217,11 +219,12 @@ class TopicService:
             ml_name = self.managed_ledger_name(info.name, p)
             if await self._factory.exists(ml_name):
                 await self._factory.delete(ml_name)
+        self._drop_topic(info.name)  # (again: a pass that ran meanwhile may have noted it)
         for hook in list(self.deletion_hooks):
             try:
                 await hook(info)
-            except MetadataError as exc:  # the hook's room collects it when it next starts
-                log.warning("records of deleted topic %s not all collected: %r", info.name, exc)
+            except Exception:  # noqa: BLE001 - the topic still goes; what is left is inert
+                log_failure(log, "records of deleted topic %s not all collected", info.name)
         await self.topic_store.delete(info.name, version)
 
     async def create_partitions(self, name: str, total: int) -> None:

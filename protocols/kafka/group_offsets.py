@@ -184,6 +184,23 @@ class CommittedOffsets:
         code = int(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
         return {k: code for k in keys if k[0] in subscribed}
 
+    async def forget_topic(self, topic: str) -> int:
+        """Delete every group's committed offsets of a deleted topic, members or not, as Kafka
+        does when a topic is deleted (the coordinator drops the deleted partitions' offsets):
+        a topic created again under the name is read from auto.offset.reset, not from the old
+        topic's positions, and a churn of topics leaves no offsets behind.  Returns how many
+        offsets were deleted."""
+        deleted = 0
+        for group_id, committed in list(self.offsets.items()):
+            keys = [k for k in committed if k[0] == topic]
+            if not keys:
+                continue
+            await self._store.delete(group_id, keys)
+            for key in keys:
+                committed.pop(key, None)
+            deleted += len(keys)
+        return deleted
+
     async def delete_offsets(self, group_id: str, keys: list[OffsetKey]) -> None:
         """Delete the given offsets, except those `offset_delete_refusals` refuses."""
         refused = self.offset_delete_refusals(group_id, keys)

@@ -25,6 +25,7 @@ from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
 from ledger_backend.metadata import MetadataStore, open_store
 from protocols.kafka.record_batch import build_batch
+from tests.support.metadata_tree import every_path
 from tests.support.zookeeper import ZooKeeperServer
 
 TOPIC = "acme.geo.orders"  # in namespace acme/geo, replicated to west and north
@@ -51,14 +52,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         await opened.close()
 
 
-async def every_path(store: MetadataStore, path: str = "/") -> list[str]:
-    out = []
-    for child in await store.children(path):
-        below = f"{path.rstrip('/')}/{child}"
-        out += [below, *await every_path(store, below)]
-    return out
-
-
 async def leave_replication_records(store: MetadataStore, topic: str, topic_id: str) -> None:
     """What replicators to west and north and the config follower leave for a topic."""
     for remote in ("west", "north"):
@@ -73,9 +66,11 @@ async def leave_replication_records(store: MetadataStore, topic: str, topic_id: 
 
 def memory_keys(service: ReplicationService) -> set[str]:
     """The topics named by any key of the service's per-topic memory."""
-    keys = [*service._floors, *service._pushed_elsewhere, *service._agreed,
-            *service._stuck_configs, *service._config_looks, *service._oversized]
-    return {k[0][1] if isinstance(k[0], tuple) else k[1] for k in keys}
+    floors = {key[1] for key, _ in service._floors}  # ((remote, topic, partition), group)
+    pushed = {topic for _, topic, _ in service._pushed_elsewhere}  # (remote, topic, partition)
+    pairs = [*service._agreed, *service._stuck_configs, *service._config_looks,
+             *service._oversized]  # (remote, topic)
+    return floors | pushed | {topic for _, topic in pairs}
 
 
 async def test_a_deleted_topic_leaves_no_replication_record(store: MetadataStore) -> None:
@@ -128,8 +123,8 @@ async def test_a_deleted_topic_leaves_no_replication_record(store: MetadataStore
         await topics.close()
         # nothing of either topic is left (the replication roots and the parents each
         # remote's records hang from may stay: one node per remote, not per topic)
-        left = set(await every_path(store)) - before
-        assert {p for p in left if TOPIC in p or KEPT in p} == set()
+        added = set(await every_path(store)) - before
+        assert {p for p in added if TOPIC in p or KEPT in p} == set()
 
 
 async def test_records_a_deletion_left_are_collected_at_start(store: MetadataStore) -> None:
