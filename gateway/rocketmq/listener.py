@@ -36,7 +36,6 @@ This module must never decode message bodies or touch partition data itself.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import itertools
@@ -49,11 +48,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
-import outcome
 import trio
 
 from gateway.rocketmq.service import RocketMQBroker
 from gateway.security.connection_limits import ConnectionLimits, ConnectionRefused
+from ledger_backend.parked_tasks import ParkedTasks
 from protocols.rocketmq.access import RocketMQGuard
 from protocols.rocketmq.broker_api import BrokerLike
 from protocols.rocketmq.codec import (
@@ -168,7 +167,7 @@ class RemotingConnection:
         self._last_activity = time.monotonic()
         self._closing = trio.Event()
         self._stop_reading_by = math.inf
-        self._idle_servers: list[trio.lowlevel.Task] = []  # parked in _park, newest last
+        self._idle_servers: ParkedTasks[RemotingCommand | None] = ParkedTasks()
         self._reading = True  # False once no request is read any more: nobody parks then
 
     def stop_reading(self) -> None:
@@ -294,9 +293,7 @@ class RemotingConnection:
                     self._slots.acquire_nowait()  # no scheduler round trip per request
                 except trio.WouldBlock:
                     await self._slots.acquire()
-                if self._idle_servers:  # a parked task takes it: no task created per request
-                    trio.lowlevel.reschedule(self._idle_servers.pop(), outcome.Value(command))
-                else:
+                if not self._idle_servers.hand(command):  # else none parked: a task of its own
                     nursery.start_soon(self._serve_requests, handle, command)
 
     async def _receive_some(self) -> bytes:
@@ -342,27 +339,12 @@ class RemotingConnection:
             request = None  # a parked task holds nothing of its last request
             if not self._reading or len(self._idle_servers) >= MAX_IDLE_SERVERS:
                 return
-            request = await self._park()
-
-    async def _park(self) -> RemotingCommand | None:
-        """Wait for the read loop (a request) or its end (None); cancellation ends the task."""
-        task = trio.lowlevel.current_task()
-        self._idle_servers.append(task)
-
-        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-            with contextlib.suppress(ValueError):
-                self._idle_servers.remove(task)
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        request: RemotingCommand | None = await trio.lowlevel.wait_task_rescheduled(abort)
-        return request
+            request = await self._idle_servers.park()  # the next request, None at the end
 
     def _stop_parking(self) -> None:
         """No request is read any more: the parked tasks end, and no task parks again."""
         self._reading = False
-        idle, self._idle_servers = self._idle_servers, []
-        for task in idle:
-            trio.lowlevel.reschedule(task, outcome.Value(None))
+        self._idle_servers.hand_all(None)
 
     async def _serve(self, handle: RequestHandler, request: RemotingCommand) -> None:
         try:

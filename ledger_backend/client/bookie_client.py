@@ -26,7 +26,6 @@ This module must never interpret entries or ledger state: it moves protocol mess
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import logging
@@ -37,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-import outcome
 import trio
 
 from ledger_backend.bookie import local_bookies
@@ -61,6 +59,7 @@ from ledger_backend.client.errors import (
     BookieUnavailableError,
     LedgerError,
 )
+from ledger_backend.parked_tasks import ParkedTasks
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +347,7 @@ class LocalBookieConnection:
         self._in_flight: dict[int, _InFlight] = {}
         self._sweeping = False
         self._closed = False
-        self._idle_workers: list[trio.lowlevel.Task] = []  # parked in _park, newest last
+        self._idle_workers: ParkedTasks[_LocalJob | None] = ParkedTasks()
         self.batch_reads = True  # as BookieConnection's (client/batch_reads.py)
         self.batch_answers = 0
         self.batch_losses = 0
@@ -373,9 +372,8 @@ class LocalBookieConnection:
         if type(request) is AddEntryRequest and start_add is not None and \
                 start_add(request, functools.partial(self._answered, request_id)):
             pass  # answered from the journal's completion: no worker task for an add
-        elif self._idle_workers:  # hand it to a parked worker: no task created per request
-            job = (server, request, request_id)
-            trio.lowlevel.reschedule(self._idle_workers.pop(), outcome.Value(job))
+        elif self._idle_workers.hand((server, request, request_id)):
+            pass  # a parked worker took it: no task created per request
         else:
             self._nursery.start_soon(self._answer_requests, (server, request, request_id))
         if not self._sweeping:
@@ -402,20 +400,7 @@ class LocalBookieConnection:
             # a parked worker holds nothing of its last request (the writer's callback: a
             # closed ledger's handle and its entry) until its next job
             job = request = response = in_flight = None  # type: ignore[assignment]
-            job = await self._park()
-
-    async def _park(self) -> _LocalJob | None:
-        """Wait for `submit` (a job) or `close` (None); cancellation ends the worker."""
-        task = trio.lowlevel.current_task()
-        self._idle_workers.append(task)
-
-        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-            with contextlib.suppress(ValueError):
-                self._idle_workers.remove(task)
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        job: _LocalJob | None = await trio.lowlevel.wait_task_rescheduled(abort)
-        return job
+            job = await self._idle_workers.park()  # a job from `submit`, None from `close`
 
     async def _sweep_expired(self) -> None:
         try:
@@ -458,9 +443,7 @@ class LocalBookieConnection:
 
     async def close(self) -> None:
         self._closed = True
-        idle, self._idle_workers = self._idle_workers, []
-        for task in idle:
-            trio.lowlevel.reschedule(task, outcome.Value(None))
+        self._idle_workers.hand_all(None)
         await trio.lowlevel.checkpoint()
 
 
