@@ -180,6 +180,25 @@ class RocketMQOffsets:
         return {g: offsets[(topic, queue_id)] for g, offsets in self._offsets.items()
                 if (topic, queue_id) in offsets}
 
+    async def forget_topic(self, topic: str) -> int:
+        """Delete every group's offsets of a deleted topic (its RocketMQ name), durably, as
+        RocketMQ's broker cleans a deleted topic's consumer offsets: a topic created again
+        under the name is consumed from its start, not from the old offsets.  Returns how
+        many offsets went."""
+        deleted = 0
+        for group, offsets in list(self._offsets.items()):
+            for key in [k for k in self._soon.get(group, {}) if k[0] == topic]:
+                del self._soon[group][key]
+            keys = [k for k in offsets if k[0] == topic]
+            if not keys:
+                continue
+            await self._store.delete(group, keys)
+            for key in keys:
+                offsets.pop(key, None)
+                self._applied.pop((group, *key), None)
+            deleted += len(keys)
+        return deleted
+
     async def remove_group(self, group: str) -> None:
         """Forget every committed offset of `group`, durably first."""
         self._soon.pop(group, None)

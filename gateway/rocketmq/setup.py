@@ -25,6 +25,7 @@ from gateway.rocketmq.grpc_receive import GrpcReceiver
 from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQBroker
 from gateway.security.connection_limits import ConnectionLimits
+from gateway.topics.topic_node import TopicInfo
 from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from protocols.rocketmq.access import AuthorizerLike, RocketMQGuard
@@ -33,6 +34,7 @@ from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicServiceLike
 from protocols.rocketmq.dispatch import RequestGuard
 from protocols.rocketmq.grpc.auth import principal_of
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
+from protocols.rocketmq.topic_names import from_storage
 
 _WILDCARD = ("", "0.0.0.0", "::")
 log = logging.getLogger("ledgerwire.rocketmq")
@@ -105,6 +107,11 @@ async def build_rocketmq(
     )
     await broker.load()
     stack.push_async_callback(broker.close)  # closes its offsets ledger
+
+    async def forget_offsets(info: TopicInfo) -> None:  # a deleted topic's (service.py)
+        await broker.offsets.forget_topic(from_storage(info.name))
+
+    topics.deletion_hooks.append(forget_offsets)
     background.start_soon(broker.run)  # delays, transaction check-back, client expiry
     name_server = NameServer(
         cast(TopicServiceLike, topics),  # TopicService is one; mypy trips on TopicInfo's fields
@@ -117,6 +124,11 @@ async def build_rocketmq(
     if r.grpc_listener:
         delivery = GrpcReceiver.build_delivery(broker, factory, ledger_config)
         stack.push_async_callback(delivery.close)
+
+        async def forget_delivery(info: TopicInfo) -> None:  # SimpleConsumer state
+            await delivery.forget_topic(info.name, info.partitions)
+
+        topics.deletion_hooks.append(forget_delivery)
         g_host, g_port = parse_host_port(r.grpc_listener)
         advertised = (r.advertised_host or (g_host if g_host not in _WILDCARD else "127.0.0.1"),
                       g_port)
