@@ -41,7 +41,6 @@ This module must never decode or encode Kafka messages itself, or touch partitio
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 import ssl
@@ -59,6 +58,7 @@ from gateway.kafka.admission import (
 )
 from gateway.kafka.broker import CloseConnection, KafkaBroker
 from gateway.kafka.reply_sending import Reply, send_buffers
+from gateway.listeners.accept_loop import accept_forever
 from gateway.security.tls_receive import receive_ready
 from ledger_backend.faults import log_failure
 from protocols.kafka.codec import RequestHeader
@@ -78,9 +78,6 @@ from protocols.kafka.ssl_principal import (
 log = logging.getLogger("ledgerwire.kafka.listener")
 
 RECEIVE_BYTES = 256 * 1024
-# accept() failures that mean "out of resources right now", not "the listener is broken"
-_ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
-_ACCEPT_BACKOFF_S = 0.1
 FETCH_API_KEY = 1
 
 
@@ -446,18 +443,6 @@ class _KafkaServer:
         finally:
             self.connections.discard(connection)
 
-    async def accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
-                    raise
-                log.error("accept failed, backing off", extra={"error": str(exc)})
-                await trio.sleep(_ACCEPT_BACKOFF_S)
-                continue
-            connections.start_soon(self.serve_connection, stream)
-
 
 async def serve_kafka(
     broker: KafkaBroker,
@@ -492,7 +477,8 @@ async def serve_kafka(
             task_status.started(ListenAddress(bound_host, bound_port))
             async with trio.open_nursery() as accepting:
                 for listener in listeners:
-                    accepting.start_soon(server.accept_loop, listener, connections)
+                    accepting.start_soon(accept_forever, listener, connections,
+                                         server.serve_connection, log)
         finally:
             server.begin_drain()
             with trio.CancelScope(shield=True):

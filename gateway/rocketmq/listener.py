@@ -36,7 +36,6 @@ This module must never decode message bodies or touch partition data itself.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import itertools
 import logging
@@ -50,6 +49,7 @@ from typing import Any, NamedTuple, Protocol
 
 import trio
 
+from gateway.listeners.accept_loop import accept_forever
 from gateway.rocketmq.service import RocketMQBroker
 from gateway.security.connection_limits import ConnectionLimits, ConnectionRefused
 from ledger_backend.parked_tasks import ParkedTasks
@@ -85,7 +85,6 @@ DRAIN_TIMEOUT_S = 5.0
 IDLE_QUIET_S = 0.02  # a synchronous client's next request on the connection comes sooner
 IDLE_POLL_S = 0.005
 LISTEN_BACKLOG = 1024
-_ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _connection_ids = itertools.count(1)
 
 RequestHandler = Callable[["RemotingConnection", RemotingCommand],
@@ -479,18 +478,6 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
             for conn in list(live):
                 conn.stop_when_idle(stop_reading_by[0])
 
-    async def accept_loop(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
-                    raise
-                log.error("accept failed, backing off", extra={"error": str(exc)})
-                await trio.sleep(0.1)
-                continue
-            nursery.start_soon(serve_connection, stream)
-
     async with trio.open_nursery() as outer:
         try:  # from here on the listeners close however this ends (a cancelled start too)
             outer.start_soon(run_connections)
@@ -498,7 +485,8 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
             connections = ready[0]
             async with trio.open_nursery() as accepting:
                 for listener in listeners:
-                    accepting.start_soon(accept_loop, listener, connections)
+                    accepting.start_soon(accept_forever, listener, connections,
+                                         serve_connection, log)
                 log.info(f"rocketmq {name} ready",
                          extra={"address": f"{bound_host}:{bound_port}"})
                 task_status.started(ListenAddress(bound_host, bound_port))

@@ -26,6 +26,7 @@ RANKS: dict[str, int] = {
     "protocols.rocketmq": 2,  # re-frames Kafka record batches for pull responses
     "spark_bridge": 3,
     "gateway.config": 3,
+    "gateway.listeners": 3,  # what the TCP listeners share (the accept loop)
     "gateway.topics": 4,
     "gateway.cluster": 4,
     "gateway.security": 4,
