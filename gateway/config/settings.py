@@ -137,6 +137,9 @@ class StorageConfig:
 
 @dataclass
 class RetentionConfig:
+    """[retention]: a topic's defaults (Kafka's log.retention.ms/bytes).  The one place they
+    are stated: the topic service's and the Kafka broker's configs take theirs from here."""
+
     retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
     retention_bytes: int = -1  # per partition; -1: no size bound
 
@@ -158,6 +161,11 @@ class OffloadConfig:
     deletion_lag_s: float = 4 * 3600  # bookie copies go this long after the offload
     interval_s: float = 60.0  # background offload passes
     cache_mb: int = 64  # decoded blocks of offloaded ledgers kept in memory
+
+    @property
+    def threshold_bytes(self) -> int:
+        """threshold_mb in bytes (-1: never)."""
+        return -1 if self.threshold_mb < 0 else int(self.threshold_mb * (1 << 20))
 
 
 @dataclass

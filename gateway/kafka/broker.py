@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from gateway.config.settings import RetentionConfig
 from protocols.kafka.broker_api import RequestContext, TopicServiceApi
 from protocols.kafka.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from protocols.kafka.codec import (
@@ -55,8 +56,8 @@ class KafkaBrokerConfig:
     auto_create_topics: bool = True
     default_partitions: int = 1
     max_message_bytes: int = 1048588  # Kafka's message.max.bytes default
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    retention_bytes: int = -1
+    retention_ms: int = RetentionConfig.retention_ms
+    retention_bytes: int = RetentionConfig.retention_bytes
     rack: str | None = None
     log_dir: str | None = None  # what DescribeLogDirs names (a standalone's data directory)
     max_frame_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes

@@ -106,11 +106,7 @@ def topic_service_config(config: Config) -> TopicServiceConfig:
         max_entries_per_ledger=s.max_entries_per_ledger,
         max_ledger_bytes=s.max_ledger_mb << 20,
         max_ledger_age_s=s.max_ledger_age_s,
-        offload_threshold_bytes=(-1 if config.offload.threshold_mb < 0
-                                 else int(config.offload.threshold_mb * (1 << 20))),
-        offload_threshold_s=config.offload.threshold_seconds,
-        offload_deletion_lag_s=config.offload.deletion_lag_s,
-        offload_interval_s=config.offload.interval_s,
+        offload=config.offload,
         idle_unload_s=s.partition_idle_unload_s,
         max_open_partitions=s.max_open_partitions,
     )

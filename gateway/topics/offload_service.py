@@ -72,8 +72,10 @@ class PartitionOffload:
 
 
 class OffloadService:
-    def __init__(self, topics: Any, *, threshold_bytes: int = -1, threshold_s: float = -1,
-                 deletion_lag_s: float = 4 * 3600, interval_s: float = 60.0,
+    def __init__(self, topics: Any, *, threshold_bytes: int = OffloadConfig().threshold_bytes,
+                 threshold_s: float = OffloadConfig.threshold_seconds,
+                 deletion_lag_s: float = OffloadConfig.deletion_lag_s,
+                 interval_s: float = OffloadConfig.interval_s,
                  offloader: Offloader | None = None) -> None:
         self._topics = topics  # gateway.topics.topic_service.TopicService
         self._offloader = offloader  # the factory's: its staged leftovers are swept

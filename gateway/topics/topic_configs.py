@@ -11,9 +11,10 @@ retention and ledger rollover.  Nothing here reads or writes the metadata store.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.config.settings import OffloadConfig, RetentionConfig
 from gateway.topics.compactor import CompactionSettings, ledger_age_limit_s
 from gateway.topics.partition_log_config import PartitionLogConfig
 from ledger_backend.managed_ledger.types import ManagedLedgerConfig
@@ -30,8 +31,8 @@ _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 class TopicServiceConfig:
     default_partitions: int = 1
     auto_create_topics: bool = True
-    retention_ms: int = 7 * 24 * 3600 * 1000  # Kafka's default; -1 = keep forever
-    retention_bytes: int = -1
+    retention_ms: int = RetentionConfig.retention_ms  # -1 = keep forever
+    retention_bytes: int = RetentionConfig.retention_bytes
     max_message_bytes: int = 1048588
     tail_cache_bytes: int = 16 << 20  # per open partition
     # how a partition's managed ledger writes and rolls over: ManagedLedgerConfig's defaults
@@ -45,10 +46,8 @@ class TopicServiceConfig:
     namespace: str = "public/default"
     compaction_interval_s: float = 30.0  # background compaction passes (compacted topics)
     compaction_max_bytes_per_s: float | None = 64 << 20  # read pace of a pass
-    offload_threshold_bytes: int = -1  # background offload keeps this much on bookies; -1 off
-    offload_threshold_s: float = -1  # ... and offloads ledgers this old; -1 off
-    offload_deletion_lag_s: float = 4 * 3600
-    offload_interval_s: float = 60.0
+    # background offload: thresholds, deletion lag and pass interval ([offload])
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
     idle_unload_s: float = 600.0  # a partition log unused this long is closed; <= 0: never
     max_open_partitions: int = 0  # open partition logs at most (LRU idle ones close); 0: no bound
 

@@ -116,10 +116,10 @@ class TopicService:
             self, interval_s=self.config.compaction_interval_s,
             max_bytes_per_s=self.config.compaction_max_bytes_per_s)
         self.offload = OffloadService(
-            self, threshold_bytes=self.config.offload_threshold_bytes,
-            threshold_s=self.config.offload_threshold_s,
-            deletion_lag_s=self.config.offload_deletion_lag_s,
-            interval_s=self.config.offload_interval_s,
+            self, threshold_bytes=self.config.offload.threshold_bytes,
+            threshold_s=self.config.offload.threshold_seconds,
+            deletion_lag_s=self.config.offload.deletion_lag_s,
+            interval_s=self.config.offload.interval_s,
             offloader=getattr(managed_ledger_factory, "offloader", None))
 
     @property
