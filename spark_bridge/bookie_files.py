@@ -47,7 +47,7 @@ from ledger_backend.bookie.file_format import (
     BadFileError,
     check_file_header,
 )
-from ledger_backend.bookie.journal import (
+from ledger_backend.bookie.journal_format import (
     JOURNAL_FILE_VERSION,
     JOURNAL_MAGIC,
     TYPE_ADD,

@@ -20,7 +20,7 @@ from .file_format import (
     crc32c_of,
     pack_file_header,
 )
-from .journal import LogMark
+from .journal_format import LogMark
 
 MARK_MAGIC = b"LWMK"
 MARK_VERSION = 1

@@ -1,14 +1,7 @@
-"""The bookie journal: an append-only write-ahead log with group commit, and its replay.
+"""The bookie journal's writer: an append-only write-ahead log with group commit.
 
-Files are ``journal/<id as 16 hex digits>.jnl``; each starts with the 16-byte file header
-(magic ``LWJN``, version 1, file id).  Each record is a 36-byte header then the payload:
-
-    u32 payload length | u32 CRC-32C | u8 format version | u8 type | u16 reserved |
-    u64 ledger id | i64 entry id | i64 lac | payload
-
-The CRC covers the length field and everything after the CRC field, payload included, so a
-torn or flipped record is always refused.  Types: ADD (an entry; ``lac`` is the writer's LAC),
-FENCE and DELETE (ledger state changes, no payload).
+Files and records: journal_format.py (file header, 36-byte record header with CRC-32C; ADD,
+FENCE and DELETE records).
 
 Group commit: ``append`` puts a record into the open group and waits.  The group is taken
 when a trigger fires — ``bytes`` (the group reached journal_group_bytes),
@@ -43,7 +36,6 @@ that lock before writing), so zeroes never land after a record.  A rollover wait
 in flight and cuts the old file back to its last record; so does a clean close.  The scanner
 reads a zero-filled tail as the end of the file.
 
-
 Replay reads the files with ``journal_scanner.JournalScanner``.
 
 This module must never acknowledge a record before its fsync, and never accept a torn record.
@@ -56,15 +48,12 @@ import contextlib
 import functools
 import logging
 import os
-import struct
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
-import crc32c
 import outcome
 import trio
 
@@ -76,64 +65,19 @@ from .file_format import (
     pack_file_header,
     write_all,
 )
+from .journal_format import (
+    JOURNAL_FILE_VERSION,
+    JOURNAL_MAGIC,
+    RECORD_HEADER_SIZE,
+    LogMark,
+    encode_record,
+    journal_file_name,
+    list_journal_files,
+)
 from .journal_preallocation import ZeroFill
 from .storage_api import BookieError
 
 log = logging.getLogger(__name__)
-
-JOURNAL_MAGIC = b"LWJN"
-JOURNAL_FILE_VERSION = 1
-RECORD_VERSION = 1
-RECORD_HEADER = struct.Struct(">IIBBHQqq")
-RECORD_HEADER_SIZE = RECORD_HEADER.size  # 36
-MAX_RECORD_PAYLOAD = 256 << 20  # anything longer is corruption, not an entry
-
-TYPE_ADD = 1
-TYPE_FENCE = 2
-TYPE_DELETE = 3
-RECORD_TYPES = (TYPE_ADD, TYPE_FENCE, TYPE_DELETE)
-
-
-class LogMark(NamedTuple):
-    """A position in the journal: (file id, byte offset in that file)."""
-
-    file_id: int
-    offset: int
-
-
-class JournalRecord(NamedTuple):
-    type: int
-    ledger_id: int
-    entry_id: int
-    lac: int
-    payload: bytes
-
-
-def journal_file_name(file_id: int) -> str:
-    return f"{file_id:016x}.jnl"
-
-
-def list_journal_files(directory: Path) -> list[int]:
-    ids = []
-    for path in directory.glob("*.jnl"):
-        try:
-            ids.append(int(path.stem, 16))
-        except ValueError:
-            continue
-    return sorted(ids)
-
-
-def encode_record(
-    rec_type: int, ledger_id: int, entry_id: int, lac: int, payload: bytes = b""
-) -> bytes:
-    """The 36-byte header for a record (the payload is written after it, not copied in)."""
-    length = len(payload)
-    unsigned = RECORD_HEADER.pack(length, 0, RECORD_VERSION, rec_type, 0, ledger_id, entry_id, lac)
-    crc = crc32c.crc32c(unsigned[8:], crc32c.crc32c(unsigned[:4]))
-    if length:
-        crc = crc32c.crc32c(payload, crc)
-    return unsigned[:4] + crc.to_bytes(4, "big") + unsigned[8:]
-
 
 @dataclass
 class _Group:

@@ -16,7 +16,7 @@ import logging
 
 import trio
 
-from .journal import TYPE_ADD, TYPE_DELETE, TYPE_FENCE, LogMark, list_journal_files
+from .journal_format import TYPE_ADD, TYPE_DELETE, TYPE_FENCE, LogMark, list_journal_files
 from .journal_scanner import JournalScanner
 from .storage_api import BookieError
 from .storage_parts import ReplayTarget

@@ -30,7 +30,7 @@ from typing import BinaryIO
 import crc32c
 
 from .file_format import FILE_HEADER_SIZE, BadFileError, check_file_header
-from .journal import (
+from .journal_format import (
     JOURNAL_FILE_VERSION,
     JOURNAL_MAGIC,
     MAX_RECORD_PAYLOAD,

@@ -51,7 +51,8 @@ from .entry_log import EntryLogDirectory, EntryLogWriter
 from .entry_reads import EntryReads
 from .file_format import BadFileError
 from .garbage_collector import CompactionResult, GarbageCollector, GcResult
-from .journal import TYPE_ADD, TYPE_DELETE, TYPE_FENCE, Journal, LogMark, list_journal_files
+from .journal import Journal
+from .journal_format import TYPE_ADD, TYPE_DELETE, TYPE_FENCE, LogMark, list_journal_files
 from .journal_replay import replay_journal
 from .journal_scanner import ReplayStop
 from .ledger_state import LedgerState, LedgerStateTable

@@ -19,7 +19,8 @@ import trio
 
 from .entry_index import EntryIndex, IndexLog
 from .entry_log import EntryLogDirectory, EntryLogWriter
-from .journal import Journal, LogMark
+from .journal import Journal
+from .journal_format import LogMark
 from .journal_scanner import ReplayStop
 from .ledger_state import LedgerState, LedgerStateTable
 from .storage_api import BookieStorageConfig

@@ -11,15 +11,14 @@ import trio
 from hypothesis import HealthCheck, given, settings
 
 from ledger_backend.bookie.file_format import FILE_HEADER_SIZE, pack_file_header
-from ledger_backend.bookie.journal import (
+from ledger_backend.bookie.journal import Journal, JournalFailedError
+from ledger_backend.bookie.journal_format import (
     JOURNAL_FILE_VERSION,
     JOURNAL_MAGIC,
     RECORD_HEADER_SIZE,
     TYPE_ADD,
     TYPE_DELETE,
     TYPE_FENCE,
-    Journal,
-    JournalFailedError,
     JournalRecord,
     LogMark,
     encode_record,

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from ledger_backend.bookie import storage as storage_module
-from ledger_backend.bookie.journal import list_journal_files
+from ledger_backend.bookie.journal_format import list_journal_files
 from ledger_backend.bookie.journal_replay import JournalCorruptError
 from ledger_backend.bookie.storage import open_bookie_storage
 from ledger_backend.bookie.storage_api import BookieStorageConfig

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import trio
 
-from ledger_backend.bookie.journal import LogMark, list_journal_files
+from ledger_backend.bookie.journal_format import LogMark, list_journal_files
 from ledger_backend.bookie.journal_scanner import JournalScanner
 from ledger_backend.bookie.storage import DurableBookieStorage, open_bookie_storage
 from ledger_backend.bookie.storage_api import (

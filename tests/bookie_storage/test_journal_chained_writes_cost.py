@@ -18,7 +18,8 @@ import pytest
 import trio
 import trio.lowlevel
 
-from ledger_backend.bookie.journal import TYPE_ADD, Journal
+from ledger_backend.bookie.journal import Journal
+from ledger_backend.bookie.journal_format import TYPE_ADD
 
 GROUPS = 20
 

@@ -12,7 +12,8 @@ import trio
 import trio.testing
 from test_bookie_journal import scan_all
 
-from ledger_backend.bookie.journal import TYPE_ADD, Journal, JournalFailedError
+from ledger_backend.bookie.journal import Journal, JournalFailedError
+from ledger_backend.bookie.journal_format import TYPE_ADD
 
 
 @pytest.mark.parametrize("preallocate", [0, 1 << 20])

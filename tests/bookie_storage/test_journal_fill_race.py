@@ -16,7 +16,8 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from test_bookie_journal import scan_all
 
-from ledger_backend.bookie.journal import TYPE_ADD, Journal
+from ledger_backend.bookie.journal import Journal
+from ledger_backend.bookie.journal_format import TYPE_ADD
 from ledger_backend.bookie.journal_preallocation import ZeroFill
 
 MiB = 1 << 20

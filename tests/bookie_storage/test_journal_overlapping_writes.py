@@ -12,13 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from ledger_backend.bookie.journal import (
-    TYPE_ADD,
-    Journal,
-    JournalFailedError,
-    LogMark,
-    list_journal_files,
-)
+from ledger_backend.bookie.journal import Journal, JournalFailedError
+from ledger_backend.bookie.journal_format import TYPE_ADD, LogMark, list_journal_files
 from ledger_backend.bookie.journal_scanner import JournalScanner
 
 

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from test_bookie_journal import scan_all, write_journal_file
 
 from ledger_backend.bookie.file_format import FILE_HEADER_SIZE
-from ledger_backend.bookie.journal import (
+from ledger_backend.bookie.journal import Journal
+from ledger_backend.bookie.journal_format import (
     RECORD_HEADER_SIZE,
     TYPE_ADD,
-    Journal,
     JournalRecord,
     encode_record,
     journal_file_name,
