@@ -173,6 +173,11 @@ class Journal:
         """A write failed: no further record can be acknowledged."""
         return self._failed is not None
 
+    @property
+    def closed(self) -> bool:
+        """The journal task closed the file: every further add is refused."""
+        return self._closed
+
     def _start_file(self, file_id: int, truncate_to: int | None = None) -> None:
         """Blocking: fsync and close the current file (cut back to `truncate_to` first, when
         given: the end of its last record, before a zero-filled tail), start file `file_id`

@@ -247,7 +247,8 @@ class DurableBookieStorage(BookieStorage):
             self._check_add(ledger_id, recovery_add)
         except BookieError:
             return False
-        if not self.write_cache.has_room_for(len(data)) or self.journal.failed:
+        if not self.write_cache.has_room_for(len(data)) or self.journal.failed \
+                or self.journal.closed:  # fmt: skip
             return False
         self.apply_add(ledger_id, entry_id, lac, data)
         if self.write_cache.should_flush() or self.write_cache.is_full():

@@ -14,6 +14,8 @@ from test_bookie_journal import scan_all
 
 from ledger_backend.bookie.journal import Journal, JournalFailedError
 from ledger_backend.bookie.journal_format import TYPE_ADD
+from ledger_backend.bookie.storage import DurableBookieStorage
+from ledger_backend.bookie.storage_api import BookieStorageConfig
 
 
 @pytest.mark.parametrize("preallocate", [0, 1 << 20])
@@ -61,3 +63,24 @@ async def test_an_add_during_the_closing_write_is_refused_or_on_disk(
     with trio.fail_after(10):  # after the close: refused at once, not a wait for ever
         with pytest.raises(JournalFailedError):
             await journal.append(TYPE_ADD, 1, 2, 1, b"after")
+
+
+async def test_a_storage_whose_journal_closed_refuses_adds_without_raising_or_waiting(
+    bookie_config: BookieStorageConfig,
+) -> None:
+    """The journal task ended (its nursery cancelled) while the storage still takes adds: an
+    in-process add is declined (False, nothing applied) so the waiting path answers it, and
+    that path gets the journal's refusal; neither raises from the wrong place nor waits."""
+    storage = DurableBookieStorage(bookie_config, None)
+    try:
+        async with trio.open_nursery() as nursery:
+            await storage.start(nursery)
+            nursery.cancel_scope.cancel()
+        assert storage.journal is not None and storage.journal.closed
+        answers: list[BaseException | None] = []
+        assert storage.start_add_entry(5, 0, -1, b"x", answers.append) is False
+        assert answers == [] and storage.last_entry_id(5) == -1
+        with trio.fail_after(10), pytest.raises(JournalFailedError):
+            await storage.add_entry(5, 0, -1, b"x")
+    finally:
+        await storage.close_files()
