@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,7 @@ async def test_requests_pipelined_behind_a_refused_one_fail_as_refused(
             done.set()
 
     for entry in range(4):  # queued in one go: sent together, before any answer
-        connection.submit(lambda rid, e=entry: ReadEntryRequest(rid, 7, e), collect)
+        connection.submit(partial(read_entry, entry=entry), collect)
     with trio.fail_after(10):
         await done.wait()
     await connection.close()
@@ -326,3 +327,8 @@ def test_nothing_sent_before_authentication_reaches_the_storage(chunks: list[byt
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def read_entry(request_id: int, *, entry: int) -> ReadEntryRequest:
+    """A read of `entry` of ledger 7."""
+    return ReadEntryRequest(request_id, 7, entry)

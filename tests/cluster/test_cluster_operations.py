@@ -288,7 +288,7 @@ def test_cluster_brokers_refuse_admin_calls_without_the_shared_credentials(
               ("GET", "/metrics"), ("GET", "/"), ("GET", "/console/topics")]
     for node_id in (1, 2):
         for method, path in routes:
-            body = {} if method in ("PUT", "POST") else None
+            body: dict[str, Any] | None = {} if method in ("PUT", "POST") else None
             assert http(cluster, node_id, method, path, body, user=None)[0] == 401, path
             assert http(cluster, node_id, method, path, body, password="wrong")[0] == 401, path
         assert http(cluster, node_id, "GET", "/health", user=None)[0] == 200

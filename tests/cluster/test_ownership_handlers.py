@@ -69,6 +69,7 @@ class FakeOwnership:
     def __init__(self) -> None:
         self.lost = False
         self.gone = False  # no live owner for any partition
+        self.asked: set[str] | None = None  # what Metadata noted last
 
     def live_brokers(self) -> list[BrokerEndpoint]:
         return [ME, OTHER]
@@ -147,23 +148,25 @@ def leaders_of(answer: dict[str, Any]) -> dict[int, int]:
 
 
 async def test_metadata_names_owners_and_live_brokers() -> None:
-    ctx = RequestContext(broker=FakeBroker())  # type: ignore[arg-type]
+    broker = FakeBroker()
+    ctx = RequestContext(broker=broker)  # type: ignore[arg-type]
     answer = await metadata(ctx, 12)
     assert {b["node_id"] for b in answer["brokers"]} == {1, 2}
-    assert not hasattr(ctx.broker.ownership, "asked")  # a listing of all topics names none
+    assert broker.ownership.asked is None  # a listing of all topics names none
     await metadata(ctx, 12, [{"name": "t", "topic_id": None}])
-    assert ctx.broker.ownership.asked == {"t"}  # type: ignore[attr-defined]
+    assert broker.ownership.asked == {"t"}
     assert leaders_of(answer) == {0: 1, 1: 2, 2: 1, 3: 2}
 
 
 async def test_metadata_notes_only_topics_that_exist() -> None:
     """Names a client makes up are not remembered (the asked set stays within the catalogue,
     whatever a client sends)."""
-    ctx = RequestContext(broker=FakeBroker())  # type: ignore[arg-type]
+    broker = FakeBroker()
+    ctx = RequestContext(broker=broker)  # type: ignore[arg-type]
     names = [{"name": "t", "topic_id": None}] + [
         {"name": f"made-up-{i}", "topic_id": None} for i in range(100)]
     await metadata(ctx, 12, names)
-    assert ctx.broker.ownership.asked == {"t"}  # type: ignore[attr-defined]
+    assert broker.ownership.asked == {"t"}
 
 
 @pytest.mark.parametrize("version", [1, 9, 12])
@@ -476,8 +479,9 @@ async def test_a_bundle_opens_its_partitions_in_the_background_only_after_its_lo
     topics, groups = OpeningTopics(40), HeldGroups()
     async with trio.open_nursery() as nursery:
         hooks = BundleHooks(topics, nursery)  # type: ignore[arg-type]
-        hooks.ownership = GroupUnitOwnership()  # type: ignore[assignment]
-        hooks.ownership.asked = {"t"}  # type: ignore[attr-defined]
+        asking = GroupUnitOwnership()
+        asking.asked = {"t"}
+        hooks.ownership = asking  # type: ignore[assignment]
         hooks.groups = groups  # type: ignore[assignment]
         nursery.start_soon(hooks.acquired, target)
         await trio.sleep(5)

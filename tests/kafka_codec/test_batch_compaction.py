@@ -149,6 +149,7 @@ def test_a_producers_last_batch_stays_empty_and_markers_go_when_expired() -> Non
     for batch in log:
         plan.observe(batch)
     out = [plan.filter(batch, expired=True) for batch in log]
+    assert out[0] is not None
     empty = parse_header(out[0])  # producer 5's only batch: kept, empty, same sequence
     assert (empty.records_count, empty.base_offset, empty.last_offset_delta,
             empty.base_sequence, empty.producer_id) == (0, 0, 0, 0, 5)
@@ -219,7 +220,7 @@ def test_a_second_pass_mapping_only_dirty_batches_equals_one_pass_over_all(
         second_pass.observe(batch, clean=True)
     for batch in dirty:
         second_pass.observe(batch)
-    got = set()
+    got: set[tuple[int, bytes | None, bytes | None]] = set()
     for batch in [*clean, *dirty]:
         out = second_pass.filter(batch, expired=expired)
         if out is not None and not parse_header(out).is_control:

@@ -23,34 +23,55 @@ from ledger_backend.managed_ledger import (
     ManagedLedgerFencedError,
 )
 from ledger_backend.metadata import MetadataStore
-from ledger_backend.metadata.store import CreateOp, Op, OpResult
+from ledger_backend.metadata.store import CreateOp, Op, OpResult, SessionState, Stat, Watcher
 from tests.managed_ledger.ml_test_support import FakeClock
 from tests.managed_ledger.test_managed_ledger_on_bookies import bookies
 
 CONFIG = ManagedLedgerConfig(ensemble_size=1, write_quorum=1, ack_quorum=1)
 
 
-class CountingStore:
-    """Counts the writes that reach the store (create, set, delete, multi, next_id)."""
+class CountingStore(MetadataStore):
+    """A store that counts the writes reaching the one it wraps (create, set, delete, multi,
+    next_id); reads, watches and sessions are the wrapped store's."""
 
     def __init__(self, inner: MetadataStore) -> None:
         self._inner = inner
         self.writes: list[str] = []
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # what a store has beyond the interface
         return getattr(self._inner, name)
 
-    async def create(self, path: str, *args: Any, **kwargs: Any) -> str:
-        self.writes.append(f"create {path}")
-        return await self._inner.create(path, *args, **kwargs)
+    async def get(self, path: str) -> tuple[bytes, Stat]:
+        return await self._inner.get(path)
 
-    async def set(self, path: str, data: bytes, version: int) -> Any:
+    async def exists(self, path: str) -> Stat | None:
+        return await self._inner.exists(path)
+
+    async def children(self, path: str) -> list[str]:
+        return await self._inner.children(path)
+
+    def watch(self, path: str, *, children: bool = False) -> Watcher:
+        return self._inner.watch(path, children=children)
+
+    def session_events(self) -> trio.abc.ReceiveChannel[SessionState]:
+        return self._inner.session_events()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
+                     sequential: bool = False, make_parents: bool = False) -> str:
+        self.writes.append(f"create {path}")
+        return await self._inner.create(path, data, ephemeral=ephemeral,
+                                        sequential=sequential, make_parents=make_parents)
+
+    async def set(self, path: str, data: bytes, version: int) -> Stat:
         self.writes.append(f"set {path}")
         return await self._inner.set(path, data, version)
 
-    async def delete(self, path: str, *args: Any, **kwargs: Any) -> None:
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         self.writes.append(f"delete {path}")
-        await self._inner.delete(path, *args, **kwargs)
+        await self._inner.delete(path, version, recursive=recursive)
 
     async def multi(self, ops: Sequence[Op]) -> list[OpResult]:
         self.writes.append(f"multi of {len(ops)}")
@@ -70,8 +91,8 @@ async def counted(store: MetadataStore) -> AsyncIterator[CountingStore]:
 @pytest.mark.timeout(60)
 async def test_a_new_managed_ledger_costs_one_metadata_write(
         counted: CountingStore, clock: FakeClock) -> None:
-    async with BookKeeper(counted, timeout_s=10) as bk:  # type: ignore[arg-type]
-        factory = ManagedLedgerFactory(counted, bk, clock=clock)  # type: ignore[arg-type]
+    async with BookKeeper(counted, timeout_s=10) as bk:
+        factory = ManagedLedgerFactory(counted, bk, clock=clock)
         await factory.open("t/warm-up-0", CONFIG)  # root, ledgers dir, an id block
         counted.writes.clear()
         opened = []
@@ -101,13 +122,13 @@ async def test_a_new_managed_ledger_costs_one_metadata_write(
 async def test_a_new_owner_fences_and_keeps_what_the_creator_wrote(
         counted: CountingStore, clock: FakeClock) -> None:
     async with BookKeeper(counted, timeout_s=10) as bk_a, \
-            BookKeeper(counted, timeout_s=10) as bk_b:  # type: ignore[arg-type]
-        ml_a = await ManagedLedgerFactory(counted, bk_a, clock=clock).open(  # type: ignore[arg-type]
+            BookKeeper(counted, timeout_s=10) as bk_b:
+        ml_a = await ManagedLedgerFactory(counted, bk_a, clock=clock).open(
             "t/moved-0", CONFIG, create_with=[CreateOp("/moved-state", b"")])
         assert ml_a.created_with
         first = await ml_a.append(b"acknowledged")
         # the creator "dies" without closing: the next owner recovers its open ledger
-        ml_b = await ManagedLedgerFactory(counted, bk_b, clock=clock).open(  # type: ignore[arg-type]
+        ml_b = await ManagedLedgerFactory(counted, bk_b, clock=clock).open(
             "t/moved-0", CONFIG, create_with=[CreateOp("/moved-state", b"")])
         assert not ml_b.created_with
         assert [e.data for e in await ml_b.read(first, 10)] == [b"acknowledged"]
@@ -121,8 +142,8 @@ async def test_a_new_owner_fences_and_keeps_what_the_creator_wrote(
 async def test_a_caller_node_already_there_falls_back(
         counted: CountingStore, clock: FakeClock) -> None:
     await counted.create("/left-over", b"old")
-    async with BookKeeper(counted, timeout_s=10) as bk:  # type: ignore[arg-type]
-        factory = ManagedLedgerFactory(counted, bk, clock=clock)  # type: ignore[arg-type]
+    async with BookKeeper(counted, timeout_s=10) as bk:
+        factory = ManagedLedgerFactory(counted, bk, clock=clock)
         ml = await factory.open("t/fallback-0", CONFIG,
                                 create_with=[CreateOp("/left-over", b"new")])
         assert not ml.created_with

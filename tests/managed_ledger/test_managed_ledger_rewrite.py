@@ -219,7 +219,9 @@ async def test_an_owner_dying_mid_rewrite_leaves_a_whole_log(
     if stop == "after_swap":
         from ledger_backend.managed_ledger import ledger_swap
 
-        runs = [([l1, l2], output, 4, 16, {l1: 0, l2: 2}, {l1: [0, 2], l2: [0, 2]})]
+        runs: list[tuple[list[int], int | None, int, int, dict[int, int],
+                         dict[int, list[int]]]] = [
+            ([l1, l2], output, 4, 16, {l1: 0, l2: 2}, {l1: [0, 2], l2: [0, 2]})]
         await ledger_swap.swap_runs(ml, runs)  # the swap, without the deletion after it
     # the owner dies here (never closed); a new owner opens
     new = await ManagedLedgerFactory(store, bk, clock=clock).open(NAME)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import trio.testing
 
 from ledger_backend.metadata import MetadataError, NoNodeError, open_store
 from ledger_backend.metadata.embedded import DB_FILE, EmbeddedMetadataStore
+from ledger_backend.metadata.sqlite_tree import PendingWrite
 
 
 async def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
@@ -189,7 +191,7 @@ async def test_concurrent_writes_share_commits_and_fail_alone(tmp_path: Path) ->
     batches: list[int] = []
     real_batch = db.write_batch
 
-    def counting_batch(batch: list) -> None:  # type: ignore[type-arg]
+    def counting_batch(batch: Sequence[PendingWrite]) -> None:
         batches.append(len(batch))
         real_batch(batch)
 

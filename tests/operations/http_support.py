@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import trio
@@ -34,3 +35,10 @@ async def request(port: int, method: str, path: str, body: Any = None,
     if b"application/json" in head:
         return status, json.loads(content)
     return status, content.decode()
+
+
+def found(pattern: str, text: str, flags: int = 0) -> str:
+    """The first group of `pattern`'s first match in `text` (an answer must hold it)."""
+    match = re.search(pattern, text, flags)
+    assert match is not None, f"{pattern!r} not in {text[:500]!r}"
+    return match.group(1)

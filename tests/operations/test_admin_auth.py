@@ -31,7 +31,7 @@ from protocols.kafka.acl_model import (
     RES_TOPIC,
     AclBinding,
 )
-from tests.operations.http_support import exchange, request
+from tests.operations.http_support import exchange, found, request
 from tests.operations.ops_stack import OpsStack, batch
 
 USERS = {"root": "root-secret", "alice": "alice-secret", "bob": "bob-secret"}
@@ -188,7 +188,7 @@ async def test_console_login_session_and_csrf(secured: dict[str, Any]) -> None:
            f"Content-Length: {len(form)}\r\n\r\n{form}").encode()
     answer = (await exchange(port, raw)).decode()
     assert answer.startswith("HTTP/1.1 303")
-    cookie = re.search(r"set-cookie: (lw_session=[^;]+)", answer, re.I).group(1)
+    cookie = found(r"set-cookie: (lw_session=[^;]+)", answer, re.I)
     status, page = await request(port, "GET", "/console/topics", None, {"Cookie": cookie})
     assert status == 200 and "hidden" in page and "seen" in page
     # a form without the session's CSRF token is refused

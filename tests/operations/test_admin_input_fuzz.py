@@ -66,7 +66,7 @@ def test_any_bytes_render_in_every_format(data: bytes | None, fmt: str) -> None:
     shown = messages.show_bytes(data, fmt)
     assert (shown is None) == (data is None)
     if data is not None and len(data) > messages.SHOW_BYTES:
-        assert f"({len(data)} bytes)" in shown
+        assert shown is not None and f"({len(data)} bytes)" in shown
 
 
 def test_examples() -> None:

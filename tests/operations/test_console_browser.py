@@ -166,7 +166,9 @@ def consume(server: Standalone, count: int) -> None:
         if message is None or message.error():
             continue
         got += 1
-        reached[message.partition()] = message.offset() + 1
+        partition, offset = message.partition(), message.offset()
+        assert partition is not None and offset is not None  # a consumed record has both
+        reached[partition] = offset + 1
     assert got == count
     committed = {tp.partition: tp.offset for tp in consumer.committed(
         [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)], timeout=30)}

@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from urllib.parse import urlencode
 
+from gateway.topics.partition_log import PartitionLog
 from protocols.kafka import record_batch as rb
 from protocols.kafka.group_model import CommittedOffset
 from protocols.rocketmq.message_encoding import MessageMeta, to_record
-from tests.operations.http_support import exchange, request
+from tests.operations.http_support import exchange, found, request
 from tests.operations.ops_stack import OpsStack, batch
 
 
@@ -47,7 +48,7 @@ async def test_a_partition_owned_elsewhere_is_not_opened(ops: OpsStack, admin_po
     opened = []
     original = ops.topics.partition
 
-    async def spy(topic: str, partition: int) -> object:
+    async def spy(topic: str, partition: int) -> PartitionLog:
         opened.append((topic, partition))
         return await original(topic, partition)
 
@@ -76,8 +77,8 @@ async def console_session(port: int) -> tuple[str, str]:
     """(cookie, csrf token) of a console session (open mode: the first page makes one)."""
     raw = b"GET /console/topics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     answer = (await exchange(port, raw)).decode()
-    cookie = re.search(r"set-cookie: (lw_session=[^;]+)", answer, re.I).group(1)
-    csrf = re.search(r'name="csrf" value="([^"]+)"', answer).group(1)
+    cookie = found(r"set-cookie: (lw_session=[^;]+)", answer, re.I)
+    csrf = found(r'name="csrf" value="([^"]+)"', answer)
     return cookie, csrf
 
 

@@ -25,7 +25,7 @@ async def open_all(topics: TopicService, name: str, partitions: int) -> None:
 async def test_a_new_topics_partitions_open_in_one_write_each(store: MetadataStore) -> None:
     counted = CountingStore(store)
     async with MemoryBookKeeper(store) as bk:  # (its ledger ids: uncounted next_id calls)
-        topics = TopicService(counted, ManagedLedgerFactory(counted, bk),  # type: ignore[arg-type]
+        topics = TopicService(counted, ManagedLedgerFactory(counted, bk),
                               TopicServiceConfig())
         await topics.load()
         await topics.create_topic("warm-up", 1)

@@ -141,12 +141,13 @@ def test_malformed_scram_first_is_a_failed_login(bare: str, extensions: list[str
 # -- the handlers, fed mutated requests ---------------------------------------------------
 
 def _samples() -> list[bytes]:
-    bodies = {38: {"owner_principal_type": "User", "owner_principal_name": "bob",
-                   "renewers": [{"principal_type": "User", "principal_name": "c"}],
-                   "max_lifetime_ms": 1000},
-              39: {"hmac": b"\1" * 64, "renew_period_ms": 5},
-              40: {"hmac": b"\2" * 64, "expiry_time_period_ms": -1},
-              41: {"owners": [{"principal_type": "User", "principal_name": "alice"}]}}
+    bodies: dict[int, dict[str, Any]] = {
+        38: {"owner_principal_type": "User", "owner_principal_name": "bob",
+             "renewers": [{"principal_type": "User", "principal_name": "c"}],
+             "max_lifetime_ms": 1000},
+        39: {"hmac": b"\1" * 64, "renew_period_ms": 5},
+        40: {"hmac": b"\2" * 64, "expiry_time_period_ms": -1},
+        41: {"owners": [{"principal_type": "User", "principal_name": "alice"}]}}
     frames = []
     for api, (low, high) in TOKEN_APIS.items():
         for version in range(low, high + 1):

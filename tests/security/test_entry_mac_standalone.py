@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from tests.support.ledger_passwords import ledger_digest_types
 from tests.support.standalone import Standalone
@@ -30,7 +30,7 @@ def _consume_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
         while len(values) < count and time.monotonic() < deadline:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
-                values.append(message.value())
+                values.append(message.value() or b"")
     finally:
         consumer.close()
     return values
@@ -40,9 +40,13 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True})
     acked: list[bytes] = []
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            acked.append(msg.value() or b"")
+
     for value in values:
-        producer.produce(topic, value, on_delivery=lambda err, msg: acked.append(msg.value())
-                         if err is None else None)
+        producer.produce(topic, value, on_delivery=delivered)
     assert producer.flush(60) == 0
     assert sorted(acked) == sorted(values)
 

@@ -76,7 +76,7 @@ async def test_a_tls_client_is_served(contexts: tuple[ssl.SSLContext, ssl.SSLCon
     async def tls_client(port: int) -> None:
         stream = trio.SSLStream(await trio.open_tcp_stream("127.0.0.1", port), contexts[1],
                                 server_hostname="localhost")
-        received.append(await stream.receive_some(10))
+        received.append(bytes(await stream.receive_some(10)))
         await stream.aclose()
 
     assert await _admit_one(contexts[0], tls_client) is not None
