@@ -146,11 +146,15 @@ async def refresh_topics(store: MetadataStore, topics: TopicService,
         # A new topic's namespace (made just before it, maybe through another broker) decides
         # its managed ledgers' names: know it before the topic is opened here.
         await namespaces.load()
-    for name in names | set(topics.topics()):
+    known = topics.topics()
+    for name in names | set(known):
         try:
             await topics.refresh_topic(name)
         except Exception:  # one bad topic node must not stop the others
             log_failure(log, "cannot refresh topic %s", name)
+    for name, info in known.items():  # deleted elsewhere: what this broker keeps of it goes
+        if name not in topics.topics():
+            await topics.run_deletion_hooks(info)
 
 
 def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerConfig:

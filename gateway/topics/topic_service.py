@@ -24,7 +24,9 @@ Deleting a topic first marks its node "deleting" (CAS), then closes and deletes 
 managed ledgers and state, then runs the deletion hooks (the records other rooms keep per
 topic: replication's checkpoints, group offsets, share-group state), then deletes the node; a
 topic found half-deleted at `load()` is finished off and is never listed (hooks registered by
-then run for it; each room also collects what a crash left behind when it starts).
+then run for it; each room also collects what a crash left behind when it starts).  In a
+cluster the other brokers run their hooks when the topic leaves their catalogue
+(gateway/process/cluster_broker.py's refresh_topics), for what each of them keeps.
 
 This module must never bypass PartitionLog to write a partition, nor change a topic node
 without a version check.
@@ -220,12 +222,18 @@ class TopicService:
             if await self._factory.exists(ml_name):
                 await self._factory.delete(ml_name)
         self._drop_topic(info.name)  # (again: a pass that ran meanwhile may have noted it)
+        await self.run_deletion_hooks(info)
+        await self.topic_store.delete(info.name, version)
+
+    async def run_deletion_hooks(self, info: TopicInfo) -> None:
+        """Let every room collect what it keeps for `info` (a topic deleted here, or seen gone
+        by a broker following the catalogue, for what that broker keeps).  A hook that fails
+        is one WARNING (or a traceback for a bug): the topic goes all the same."""
         for hook in list(self.deletion_hooks):
             try:
                 await hook(info)
-            except Exception:  # noqa: BLE001 - the topic still goes; what is left is inert
+            except Exception:  # noqa: BLE001 - the topic's partitions are gone already
                 log_failure(log, "records of deleted topic %s not all collected", info.name)
-        await self.topic_store.delete(info.name, version)
 
     async def create_partitions(self, name: str, total: int) -> None:
         loaded = await self.topic_store.read(name)
