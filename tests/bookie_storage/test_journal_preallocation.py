@@ -3,6 +3,7 @@ before later bytes still stop the scan; the writer fills ahead and cuts files ba
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -129,3 +130,47 @@ def scan_all_file(directory: Path, file_id: int) -> list[JournalRecord]:
     records, stop = scan_all(only)
     assert stop.clean
     return records
+
+
+async def test_a_cut_back_removes_only_zeroes_and_runs_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ftruncate of a journal file (a rollover's, the clean close's) happens with no
+    other group write and no zero fill in flight, and cuts off nothing but zeroes."""
+    journal = Journal(tmp_path, first_file_id=1, group_bytes=16 * 1024,
+                      max_file_bytes=256 * 1024, preallocate_bytes=64 * 1024,
+                      flush_when_queue_empty=True, max_writes_in_flight=2)
+    await journal.open()
+    cuts: list[tuple[int, int]] = []
+    problems: list[str] = []
+    real_ftruncate = os.ftruncate
+
+    def ftruncate(fd: int, length: int) -> None:  # in a worker thread
+        others = [g for g in list(journal._writing) if not g.starts_file]
+        if others or journal._zero_fill.in_flight is not None:
+            problems.append(f"cut to {length} beside {len(others)} writes, "
+                            f"fill {journal._zero_fill.in_flight}")
+        size = os.fstat(fd).st_size
+        if any(os.pread(fd, size - length, length)):
+            problems.append(f"cut to {length} of {size} drops non-zero bytes")
+        cuts.append((length, size))
+        real_ftruncate(fd, length)
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate)
+    payloads = [bytes([1 + i % 250]) * (500 + 37 * i) for i in range(400)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+
+        async def writer(first: int) -> None:
+            for i in range(first, len(payloads), 4):
+                await journal.append(TYPE_ADD, first, i, i - 1, payloads[i])
+
+        async with trio.open_nursery() as writers:
+            for first in range(4):
+                writers.start_soon(writer, first)
+        nursery.cancel_scope.cancel()
+    assert problems == []
+    assert len(cuts) >= 3 and any(size > length for length, size in cuts), cuts
+    replayed, stop = scan_all(tmp_path)
+    assert stop.clean
+    assert sorted((r.entry_id, r.payload) for r in replayed) == list(enumerate(payloads))
