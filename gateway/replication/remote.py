@@ -153,6 +153,11 @@ class RemoteKafka:
     def _leader(self, topic: str, partition: int) -> tuple[str, int] | None:
         return self._leaders.get((topic, partition))
 
+    def forget_topic(self, topic: str) -> None:
+        """Drop the leaders known for a topic no longer replicated from here."""
+        for key in [k for k in self._leaders if k[0] == topic]:
+            del self._leaders[key]
+
     async def metadata(self, topic: str) -> dict[str, Any] | None:
         """The topic's metadata (None: it does not exist there); remembers the leaders."""
         answer = await self._call(METADATA, 8, {

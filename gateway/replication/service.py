@@ -188,6 +188,8 @@ class ReplicationService:
         is kept in memory for it, and remove its records from the store."""
         await self.stop_where(lambda topic, _: topic == info.name)
         self._forget(lambda _, topic, partition=0: topic == info.name)
+        for remote in self._remotes.values():
+            remote.forget_topic(info.name)
         await collect_topic(self.store, info.name, str(info.topic_id))
 
     async def _collect_orphans(self) -> None:

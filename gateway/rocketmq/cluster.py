@@ -99,7 +99,7 @@ from protocols.rocketmq.errors import (
 )
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
 from protocols.rocketmq.queue_map import BundleQueueMap
-from protocols.rocketmq.topic_names import to_storage
+from protocols.rocketmq.topic_names import from_storage, to_storage
 
 log = logging.getLogger("ledgerwire.rocketmq.cluster")
 
@@ -172,6 +172,12 @@ class RocketMQOffsetLedgers:
     async def close_all(self) -> None:
         for bundle in sorted(self._stores):
             await self.releasing(bundle)
+
+    async def topic_deleted(self, info: Any) -> None:
+        """A deleted topic's consumer offsets go from every bundle owned here (a topic
+        deletion hook: each broker runs it for its own bundles)."""
+        for _, offsets in sorted(self._stores.items()):
+            await offsets.forget_topic(from_storage(info.name))
 
     def __repr__(self) -> str:
         return "RocketMQOffsetLedgers"
@@ -348,6 +354,7 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
             transaction_max_checks=config.transaction_max_checks)
         self.clients = ClientRegistry(base.client_expiry_s, base.lock_expiry_s)
         self.offset_ledgers = RocketMQOffsetLedgers(factory, ledger_config)
+        topics.deletion_hooks.append(self.offset_ledgers.topic_deleted)
         self.subscription_groups = SubscriptionGroupStore(store)  # one per cluster, shared
         self.client_details = ClientDetails()
         self.boot_timestamp_ms = int(time.time() * 1000)

@@ -16,7 +16,9 @@ import trio
 
 from gateway.config.settings import ReplicationConfig
 from gateway.replication.checkpoints import REPLICATION_PATH, CheckpointStore
+from gateway.replication.clusters import RemoteCluster
 from gateway.replication.paused_topics import paused_topics, write_paused
+from gateway.replication.remote import RemoteKafka
 from gateway.replication.service import ReplicationService
 from gateway.replication.topic_configs import agreed_path, read_agreed, save_agreed
 from gateway.topics.namespaces import NamespaceRegistry
@@ -84,6 +86,8 @@ async def test_a_deleted_topic_leaves_no_replication_record(store: MetadataStore
         topics.namespaces = namespaces
         service = ReplicationService(store, topics, namespaces,
                                      ReplicationConfig(cluster_name="east"))
+        west = service._remotes["west"] = RemoteKafka(RemoteCluster("west", "127.0.0.1:9"),
+                                                      "test")
         before = set(await every_path(store))
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
@@ -100,6 +104,7 @@ async def test_a_deleted_topic_leaves_no_replication_record(store: MetadataStore
                     service._oversized.add(key)
                     service._floors[((remote, name, 0), "g")] = (5, 7)
                     service._pushed_elsewhere[(remote, name, 1)] = {"g": 7}
+                west._leaders[(name, 0)] = ("127.0.0.1", 9)
             assert any(TOPIC in p for p in await every_path(store))
 
             await topics.delete_topic(TOPIC)
@@ -108,6 +113,7 @@ async def test_a_deleted_topic_leaves_no_replication_record(store: MetadataStore
             assert left == []
             assert await paused_topics(store) == {KEPT}
             assert memory_keys(service) == {KEPT}
+            assert set(west._leaders) == {(KEPT, 0)}
             # the other topic keeps everything it had
             assert await read_agreed(store, "west", KEPT) == {"retention.ms": "1000"}
             assert len([p for p in await every_path(store) if KEPT in p]) > 8

@@ -5,14 +5,17 @@ offsets resumed by a new topic of the name, the state ledgers loaded again for g
 
 from __future__ import annotations
 
+import uuid
 from contextlib import AsyncExitStack
 
 import trio
 
 from gateway.config.settings import RocketMQConfig
 from gateway.coordinator.offset_store import LedgerOffsetStore
+from gateway.rocketmq.cluster import RocketMQOffsetLedgers
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER
 from gateway.rocketmq.setup import build_rocketmq
+from gateway.topics.topic_node import TopicInfo
 from gateway.topics.topic_service import TopicService
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -53,5 +56,28 @@ async def test_a_deleted_topic_leaves_no_rocketmq_offsets_or_delivery_state() ->
             again = LedgerOffsetStore(factory, SYSTEM, ledger_name=ROCKETMQ_OFFSETS_LEDGER)
             assert set((await again.load())["g"]) == {("payments", 0), ("payments", 1)}
             await again.close()
+    finally:
+        await store.close()
+
+
+async def test_a_cluster_brokers_bundles_lose_a_deleted_topics_offsets() -> None:
+    """In a cluster each bundle keeps its own RocketMQ offsets; the broker's deletion hook
+    (run by the deleting broker and by every broker seeing the topic go) empties them of the
+    topic in every bundle it owns."""
+    store = await open_store("memory:")
+    try:
+        async with MemoryBookKeeper(store) as bk:
+            ledgers = RocketMQOffsetLedgers(ManagedLedgerFactory(store, bk), SYSTEM)
+            for bundle in (0, 1):
+                await ledgers.acquired(bundle)
+                offsets = ledgers.store(bundle)
+                assert offsets is not None
+                for topic in ("orders", "payments"):
+                    await offsets.commit("g", topic, bundle, 7)
+            await ledgers.topic_deleted(TopicInfo("orders", uuid.uuid4(), 2, {}))
+            for bundle in (0, 1):
+                offsets = ledgers.store(bundle)
+                assert offsets is not None and offsets.committed("g") == {("payments", bundle): 7}
+            await ledgers.close_all()
     finally:
         await store.close()
