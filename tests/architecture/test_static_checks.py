@@ -21,7 +21,8 @@ TYPED_TESTS = ("tests/architecture", "tests/bookie_server", "tests/cluster", "te
                "tests/gateway", "tests/kafka_admin", "tests/kafka_codec", "tests/kafka_groups",
                "tests/kafka_server", "tests/ledger_client", "tests/managed_ledger",
                "tests/metadata", "tests/operations", "tests/partition_log", "tests/replication",
-               "tests/rocketmq5", "tests/security", "tests/support", "tests/transactions")
+               "tests/rocketmq", "tests/rocketmq5", "tests/security", "tests/support",
+               "tests/transactions")
 
 
 def _run(module: str, *args: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import cast
 
 import trio
 
@@ -30,7 +31,7 @@ from ledger_backend.bookie.storage_api import BookieStorageConfig  # noqa: E402
 from ledger_backend.client.bookkeeper import BookKeeper  # noqa: E402
 from ledger_backend.managed_ledger import ManagedLedgerFactory  # noqa: E402
 from ledger_backend.metadata import open_store  # noqa: E402
-from protocols.rocketmq.broker_api import RocketMQBrokerConfig  # noqa: E402
+from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicServiceLike  # noqa: E402
 from protocols.rocketmq.name_server import NameServer, NameServerConfig  # noqa: E402
 
 
@@ -52,7 +53,8 @@ async def main(data_dir: Path, bookie_port: int, delay_levels: str | None) -> No
                 topics, LedgerOffsetStore(factory, ledger_name=ROCKETMQ_OFFSETS_LEDGER), config)
             await broker.load()
             b = await nursery.start(serve_rocketmq_broker, broker, "127.0.0.1", 0)
-            ns = NameServer(topics, lambda: [broker.endpoint()], NameServerConfig())
+            ns = NameServer(cast(TopicServiceLike, topics),  # as gateway/rocketmq/setup.py
+                            lambda: [broker.endpoint()], NameServerConfig())
             n = await nursery.start(serve_rocketmq_name_server, ns, "127.0.0.1", 0)
             nursery.start_soon(broker.run)
             print(f"READY 127.0.0.1:{n.port} 127.0.0.1:{b.port}", flush=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import trio
 
@@ -34,7 +36,7 @@ async def test_sync_async_oneway_sends_and_tag_subscription(stack: RocketMQStack
             assert outcome.startswith("ok:"), outcome
             for body, tag in ((b"oneway-0", "TagA"), (b"oneway-1", "TagB")):
                 m = message("cpp_sends", body, tag, "key-oneway")
-                patiently(lambda m=m: p.send_oneway(m))
+                patiently(partial(p.send_oneway, m))
         finally:
             p.shutdown()
         return [str(s) for s in statuses]
@@ -88,7 +90,7 @@ async def test_orderly_consumption_keeps_per_key_order(stack: RocketMQStack) -> 
             for i in range(30):
                 key = f"order-{i % 3}"
                 m = message("cpp_orderly", f"{key}:{i}".encode(), "T", key)
-                patiently(lambda m=m, key=key: p.send_orderly_with_sharding_key(m, key))
+                patiently(partial(p.send_orderly_with_sharding_key, m, key))
         finally:
             p.shutdown()
 

@@ -39,12 +39,12 @@ async def test_rocketmq_to_kafka(stack: RocketMQStack) -> None:
 
     await trio.to_thread.run_sync(produce)
 
-    def consume() -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:
+    def consume() -> list[tuple[bytes | None, bytes | None, dict[str, str | bytes | None]]]:
         c = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": "unused",
                            "enable.auto.commit": False, "auto.offset.reset": "earliest"})
         try:
             c.assign([TopicPartition("xproto", 0, 0)])
-            out = []
+            out: list[tuple[bytes | None, bytes | None, dict[str, str | bytes | None]]] = []
             while len(out) < 3:
                 m = c.poll(10)
                 assert m is not None, "no message from the Kafka side"

@@ -7,6 +7,8 @@ lookup reads only the messages it returns, whatever the queue's length.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import trio
 
@@ -35,7 +37,7 @@ async def test_lookup_by_client_message_id_and_key(stack: RocketMQStack) -> None
             ids = []
             for i in range(COUNT):
                 m = message("ids", f"body-{i}".encode(), "T", f"order-{i} batch-{i % 3}")
-                r = patiently(lambda m=m: p.send_sync(m))
+                r = patiently(partial(p.send_sync, m))
                 assert r.status == SendStatus.OK
                 ids.append(str(r.msg_id))
             return ids
