@@ -6,7 +6,7 @@ reading the body) and hands each request to a task of its own: a task that answe
 request parks and takes the next (no task is created per request; as many exist as requests
 were ever in flight at once, at most MAX_IDLE_SERVERS of them parked).  RocketMQ clients match
 responses by opaque, so responses go out in completion order (a long-polling pull must not hold
-up a send).  Whoever writes a frame holds the connection's write lock, so frames never
+up a send).  Whoever writes a frame holds the connection's write gate, so frames never
 interleave: a request's task writes its response itself when the socket is idle (no hand-over
 to another task, and no scheduler turn when the socket takes it at once), else queues it for
 the connection's writer task.  Oneway requests are run and never answered.
@@ -36,7 +36,9 @@ This module must never decode message bodies or touch partition data itself.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import itertools
 import logging
 import math
@@ -51,6 +53,7 @@ import trio
 
 from gateway.listeners.accept_loop import accept_forever
 from gateway.rocketmq.service import RocketMQBroker
+from gateway.rocketmq.write_gate import WriteGate
 from gateway.security.connection_limits import ConnectionLimits, ConnectionRefused
 from ledger_backend.parked_tasks import ParkedTasks
 from protocols.rocketmq.access import RocketMQGuard
@@ -62,7 +65,7 @@ from protocols.rocketmq.codec import (
     encode_command,
     make_response,
 )
-from protocols.rocketmq.dispatch import RequestGuard, dispatch
+from protocols.rocketmq.dispatch import RequestGuard, dispatch, start_request
 from protocols.rocketmq.errors import MalformedFrameError, ResponseCode, RocketMQError
 from protocols.rocketmq.login_gate import (
     DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
@@ -89,6 +92,9 @@ _connection_ids = itertools.count(1)
 
 RequestHandler = Callable[["RemotingConnection", RemotingCommand],
                           Awaitable[RemotingCommand | None]]
+# starts answering a request without a task of its own: False when it did not (dispatch.py)
+StartRequest = Callable[["RemotingConnection", RemotingCommand,
+                         Callable[[RemotingCommand | BaseException], None]], bool]
 
 
 async def serve_if_admitted(limits: ConnectionLimits | None, stream: trio.SocketStream,
@@ -148,7 +154,8 @@ class RemotingConnection:
     """One client connection (the ConnectionLike the handlers see)."""
 
     def __init__(self, stream: trio.SocketStream, max_frame_bytes: int,
-                 max_header_bytes: int, login: LoginGate | None = None) -> None:
+                 max_header_bytes: int, login: LoginGate | None = None,
+                 start: StartRequest | None = None) -> None:
         self.stream = stream
         self.login = login
         self.peer = _peer(stream)
@@ -158,7 +165,11 @@ class RemotingConnection:
         self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
         self._slots = trio.Semaphore(MAX_IN_FLIGHT_PER_CONNECTION)
         self._read_scope = trio.CancelScope()
-        self._write_lock = trio.Lock()  # whoever writes a frame holds it: frames never interleave
+        self._write_gate = WriteGate()  # whoever writes a frame holds it: frames never interleave
+        self._start = start  # answers a request without a task where it can (start_request)
+        self._started = 0  # requests it started that are not answered yet
+        self._started_answered = trio.Event()  # set when that count falls to 0
+        self._nursery: trio.Nursery | None = None  # the connection's: writes a response's rest
         self._connection_scope = trio.CancelScope()
         self._reader: FrameReader | None = None
         # time.monotonic(), not trio.current_time(): stamped twice per request, and only ever
@@ -206,6 +217,7 @@ class RemotingConnection:
     async def run(self, handle: RequestHandler) -> None:
         async with self.stream, trio.open_nursery() as nursery:
             self._connection_scope = nursery.cancel_scope
+            self._nursery = nursery
             nursery.start_soon(self._write_loop, nursery.cancel_scope)
             nursery.start_soon(self._stop_reading_when_idle)
             async with trio.open_nursery() as requests:
@@ -227,6 +239,8 @@ class RemotingConnection:
                         nursery.cancel_scope.cancel()
                     finally:
                         self._stop_parking()
+            while self._started:  # requests answered without a task: answered too
+                await self._started_answered.wait()
             # every request is answered (or the connection is gone): flush, then close
             self._send.close()
 
@@ -292,6 +306,8 @@ class RemotingConnection:
                     self._slots.acquire_nowait()  # no scheduler round trip per request
                 except trio.WouldBlock:
                     await self._slots.acquire()
+                if self._start is not None and self._start_at_once(command):
+                    continue  # answered from the append's completion: no task, no step
                 if not self._idle_servers.hand(command):  # else none parked: a task of its own
                     nursery.start_soon(self._serve_requests, handle, command)
 
@@ -350,38 +366,88 @@ class RemotingConnection:
             try:
                 response = await handle(self, request)
             except Exception as exc:
-                log.exception("request failed", extra={"code": request.code})
-                response = make_response(request, ResponseCode.SYSTEM_ERROR,
-                                         f"internal error: {type(exc).__name__}: {exc}")
+                response = _failed(request, exc)
             if response is not None and not request.is_oneway:
                 await self._respond(encode_command(response))
         finally:
             self._last_activity = time.monotonic()
             self._slots.release()
 
+    def _start_at_once(self, request: RemotingCommand) -> bool:
+        """Have `self._start` answer `request` from its append's completion (no task)."""
+        assert self._start is not None
+        self._started += 1
+        if self._started == 1:
+            self._started_answered = trio.Event()
+        if self._start(self, request, functools.partial(self._answer_now, request)):
+            return True
+        self._started -= 1
+        return False
+
+    def _answer_now(self, request: RemotingCommand, result: RemotingCommand | BaseException
+                    ) -> None:  # fmt: skip
+        """A started request's answer (in whatever task completed it): write it now."""
+        try:
+            response = _failed(request, result) if isinstance(result, BaseException) else result
+            if not request.is_oneway:
+                self._respond_now(encode_command(response))
+        finally:
+            self._last_activity = time.monotonic()
+            self._slots.release()
+            self._started -= 1
+            if not self._started:
+                self._started_answered.set()
+
+    def _respond_now(self, frame: bytes) -> None:
+        """_respond without waiting: what the socket does not take at once is sent by a task
+        of the connection, which holds the write gate until then."""
+        rest = self._write_now(frame)
+        if rest is None:
+            return
+        if self._nursery is not None:
+            try:
+                self._nursery.start_soon(self._send_rest, rest)
+                return  # it gives the gate back
+            except RuntimeError:  # the connection is closing: nobody reads the rest
+                pass
+        self._write_gate.give_back()
+
     async def _respond(self, frame: bytes) -> None:
         """Write a response from the serving task when the socket is idle (no hand-over to the
         writer task); otherwise queue it for the writer."""
-        try:
-            self._write_lock.acquire_nowait()
-        except trio.WouldBlock:
-            try:
+        rest = self._write_now(frame)
+        if rest is not None:
+            await self._send_rest(rest)
+
+    def _write_now(self, frame: bytes) -> memoryview | None:
+        """Write `frame` now if the write gate is free, else queue it for the writer task: None
+        when that is all; else what the socket did not take, the gate still held for it."""
+        if not self._write_gate.take_now():
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
                 self._send.send_nowait(frame)
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                pass
-            return
+            return None
         try:
             sent = self._write_at_once(frame)
-            if sent < len(frame):
-                await self.stream.send_all(memoryview(frame)[sent:])
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._connection_scope.cancel()
+            sent = len(frame)
+        if sent < len(frame):
+            return memoryview(frame)[sent:]
+        self._write_gate.give_back()
+        return None
+
+    async def _send_rest(self, rest: memoryview) -> None:
+        """Send what the socket did not take at once, then give the write gate back."""
+        try:
+            await self.stream.send_all(rest)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._connection_scope.cancel()
         finally:
-            self._write_lock.release()
+            self._write_gate.give_back()
 
     def _write_at_once(self, frame: bytes) -> int:
         """Bytes of `frame` the socket takes now, without yielding (the caller holds the write
-        lock).  Trio's send_all yields to the scheduler after a send that succeeded at once: one
+        gate).  Trio's send_all yields to the scheduler after a send that succeeded at once: one
         more event-loop turn per response, which a lone request pays in full.  What the socket
         does not take now is left to send_all; a reset or closed socket is BrokenResourceError."""
         fd = self.stream.socket.fileno()  # -1 once closed: never a number reused since
@@ -397,16 +463,25 @@ class RemotingConnection:
     async def _write_loop(self, connection_scope: trio.CancelScope) -> None:
         async with self._receive:
             async for frame in self._receive:
-                async with self._write_lock:
-                    try:
-                        await self.stream.send_all(frame)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        connection_scope.cancel()
-                        return
+                await self._write_gate.take()
+                try:
+                    await self.stream.send_all(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    connection_scope.cancel()
+                    return
+                finally:
+                    self._write_gate.give_back()
         connection_scope.cancel()
 
     def close(self) -> None:
         self._send.close()
+
+
+def _failed(request: RemotingCommand, exc: BaseException) -> RemotingCommand:
+    """SYSTEM_ERROR for a request whose handler failed unexpectedly (logged, with the traceback)."""
+    log.error("request failed", extra={"code": request.code}, exc_info=exc)
+    return make_response(request, ResponseCode.SYSTEM_ERROR,
+                         f"internal error: {type(exc).__name__}: {exc}")
 
 
 async def open_shared_listener(host: str, port: int) -> trio.SocketListener:
@@ -434,6 +509,7 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
                           login: LoginGate | None = None,
                           connection_limits: ConnectionLimits | None = None,
                           reuse_port: bool = False,
+                          start: StartRequest | None = None,
                           task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     listeners = ([await open_shared_listener(host or "0.0.0.0", port)] if reuse_port
                  else await trio.open_tcp_listeners(port, host=host or None))
@@ -449,7 +525,7 @@ async def _serve_remoting(name: str, handle: RequestHandler, host: str | None, p
         await serve_if_admitted(connection_limits, stream, serve_admitted)
 
     async def serve_admitted(stream: trio.SocketStream) -> None:
-        conn = RemotingConnection(stream, max_frame_bytes, max_header_bytes, login)
+        conn = RemotingConnection(stream, max_frame_bytes, max_header_bytes, login, start)
         live.add(conn)
         try:
             if closing.is_set():
@@ -569,7 +645,12 @@ async def serve_rocketmq_broker(broker: RocketMQBroker | ServedBroker, host: str
                 return answer
         return await dispatch(broker, conn, request, acl)
 
+    def start(conn: RemotingConnection, request: RemotingCommand,
+              respond: Callable[[RemotingCommand | BaseException], None]) -> bool:
+        return start_request(broker, conn, request, acl, respond)
+
     await _serve_remoting("broker", handle, host, port,
+                          start=start if router is None else None,
                           max_frame_bytes=broker.config.max_frame_bytes,
                           max_header_bytes=broker.config.max_header_bytes,
                           on_bound=broker.listener_bound, on_close=broker.connection_closed,

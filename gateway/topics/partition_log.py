@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -232,6 +232,47 @@ class PartitionLog:
         header, view = checked_built(batch, self.config, log_name=self.name, now_ms=now)
         return await self._append_checked(header, view, now, False)
 
+    def append_built_soon(self, batch: BuiltBatch,
+                          on_done: Callable[[AppendResult | BaseException], None]) -> bool:
+        """append_built without a waiting task, when nothing can make the append wait: a batch
+        without a producer id (no sequence to check), no producer snapshot due, and a ledger
+        that takes it at once (ManagedLedger.takes_append_soon).  `on_done` gets the
+        AppendResult once the batch is durable, or the exception append_built would raise, in
+        the Trio thread (possibly before this returns).  False: nothing was started; use
+        append_built.  The topic's limits are checked first: their errors are raised."""
+        self._check_usable()
+        now = _now_ms()
+        header, view = checked_built(batch, self.config, log_name=self.name, now_ms=now)
+        ledger = self.ledger
+        if header.producer_id >= 0 or self._pending_snapshot is not None \
+                or self._batches_since_snapshot + 1 >= self.config.snapshot_interval_batches \
+                or not getattr(ledger, "takes_append_soon", bool)():  # fmt: skip
+            return False
+        # From here to the ledger append: no checkpoint (offset order == entry order).
+        log_append = self.config.log_append_time
+        header, stored = self._assign(header, view, now, log_append)
+        base = header.base_offset
+
+        def stored_durably(result: Any) -> None:
+            if isinstance(result, BaseException):
+                failure = self._append_failed(result)
+                if failure is not result:
+                    failure.__cause__ = result
+                on_done(failure)
+                return
+            try:
+                self._appended(header, result)
+            except NotEnoughReplicasAfterAppendError as exc:
+                on_done(exc)
+                return
+            on_done(AppendResult(base, now if log_append else -1, self.log_start_offset))
+
+        try:
+            ledger.append_soon(stored, stored_durably)
+        except Exception as exc:  # offsets are taken: the log fails, as append_built's would
+            stored_durably(exc)
+        return True
+
     async def _append_checked(self, header: BatchHeader, view: memoryview, now: int,
                               timestamp_type_log_append: bool) -> AppendResult:
         log_append = timestamp_type_log_append or self.config.log_append_time
@@ -247,6 +288,14 @@ class PartitionLog:
         if duplicate is not None:
             await self._wait_durable(duplicate.last_offset)
             return AppendResult(duplicate.first_offset, -1, self.log_start_offset)
+        header, stored = self._assign(header, view, now, log_append)
+        await self._store_batch(header, stored)
+        return AppendResult(header.base_offset, now if log_append else -1, self.log_start_offset)
+
+    def _assign(self, header: BatchHeader, view: memoryview, now: int, log_append: bool
+                ) -> tuple[BatchHeader, bytes]:  # fmt: skip
+        """Give a checked batch the next offsets and note it in the producer state and the
+        tail cache: the stored bytes, to append before any checkpoint."""
         base = self._next_offset
         if log_append:
             buf = bytearray(view)
@@ -259,8 +308,8 @@ class PartitionLog:
         self._producers.update(header, base, now)
         if self._sequence_gaps.waiting:
             self._sequence_gaps.wake()
-        await self._store_batch(header, stored)
-        return AppendResult(base, now if log_append else -1, self.log_start_offset)
+        self._reserve(header, stored)
+        return header, stored
 
     async def _wait_for_earlier_batches(self, header: BatchHeader) -> None:
         """Let a batch that is ahead of its producer's last sequence wait (at most
@@ -286,11 +335,32 @@ class PartitionLog:
                                      coordinator_epoch, base, now)
         if self._sequence_gaps.waiting:
             self._sequence_gaps.wake()
+        self._reserve(header, stored)
         await self._store_batch(header, stored)
         return base
 
     async def _store_batch(self, header: BatchHeader, stored: bytes) -> None:
-        """Append a batch whose offset and producer state are assigned; returns once durable."""
+        """Append a batch whose offset and producer state are assigned and reserved; returns
+        once durable."""
+        try:
+            with trio.CancelScope(shield=True):
+                position = await self.ledger.append(stored)
+        except BaseException as exc:
+            failure = self._append_failed(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+        self._appended(header, position)
+        pending = self._pending_snapshot
+        if pending is not None and self.high_watermark >= pending[0]:
+            try:
+                await self._write_pending_snapshot()
+            except (KafkaProtocolError, MetadataError):
+                log_failure(log, "%s: producer snapshot failed", self.name)
+
+    def _reserve(self, header: BatchHeader, stored: bytes) -> None:
+        """Before the ledger append of a batch whose offsets are assigned: the next offset
+        moves past it, a producer snapshot is captured when due, the tail cache holds it."""
         base = header.base_offset
         last = base + header.last_offset_delta
         self._next_offset = last + 1
@@ -299,19 +369,21 @@ class PartitionLog:
                 and self._pending_snapshot is None):
             self._capture_snapshot()  # state after [0, next offset): written once all durable
         self._cache.put(base, last, stored)
-        try:
-            with trio.CancelScope(shield=True):
-                position = await self.ledger.append(stored)
-        except BaseException as exc:
-            self._fail(exc)
-            if isinstance(exc, ManagedLedgerFencedError):
-                raise NotLeaderOrFollowerError(f"{self.name} is owned elsewhere now") from exc
-            if storage_fault_of(exc) is StorageFault.UNAVAILABLE:  # outcome unknown: retry
-                raise NotEnoughReplicasAfterAppendError(
-                    f"{self.name}: append not acknowledged: {exc!r}") from exc
-            if isinstance(exc, Exception):
-                raise KafkaStorageError(f"{self.name}: append failed: {exc!r}") from exc
-            raise
+
+    def _append_failed(self, exc: BaseException) -> BaseException:
+        """The log fails with a batch's ledger append: what the append raises instead."""
+        self._fail(exc)
+        if isinstance(exc, ManagedLedgerFencedError):
+            return NotLeaderOrFollowerError(f"{self.name} is owned elsewhere now")
+        if storage_fault_of(exc) is StorageFault.UNAVAILABLE:  # outcome unknown: retry
+            return NotEnoughReplicasAfterAppendError(
+                f"{self.name}: append not acknowledged: {exc!r}")
+        if isinstance(exc, Exception):
+            return KafkaStorageError(f"{self.name}: append failed: {exc!r}")
+        return exc
+
+    def _appended(self, header: BatchHeader, position: Position) -> None:
+        """A batch's ledger append is durable: index it and move the high watermark."""
         if self._failure is not None:
             # An earlier batch failed while this one was in flight: its offsets may be a hole
             # below this batch, so neither the high watermark nor a producer snapshot may move
@@ -319,18 +391,14 @@ class PartitionLog:
             # producer state rebuilt from the log decides what is a duplicate.
             raise NotEnoughReplicasAfterAppendError(
                 f"{self.name}: an earlier append failed") from self._failure
+        base = header.base_offset
+        last = base + header.last_offset_delta
         self.offset_index.record_append(position, base, last)
         if not header.is_control:
             self._timestamps.on_append(header, base)
         if last + 1 > self.high_watermark:
             self.high_watermark = last + 1
             self._wake_readers()
-        pending = self._pending_snapshot
-        if pending is not None and self.high_watermark >= pending[0]:
-            try:
-                await self._write_pending_snapshot()
-            except (KafkaProtocolError, MetadataError):
-                log_failure(log, "%s: producer snapshot failed", self.name)
 
     def _fail(self, exc: BaseException) -> None:
         if self._failure is None:

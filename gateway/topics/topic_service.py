@@ -335,14 +335,21 @@ class TopicService:
             return self.config.auto_create_topics
         return bool(self.namespaces.auto_create_allowed(topic, self.config.auto_create_topics))
 
+    def open_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """`partition()` when the log is open and usable here already (no wait), else None."""
+        plog = None if self._closed else self._logs.get((topic, partition))
+        if plog is None or plog.failed or plog.closed:
+            return None
+        plog.used_tick = self.use_tick
+        return plog
+
     async def partition(self, topic: str, partition: int) -> PartitionLog:
         if self._closed:
             raise KafkaProtocolError("topic service is closed")
-        key = (topic, partition)
-        plog = self._logs.get(key)
-        if plog is not None and not plog.failed and not plog.closed:
-            plog.used_tick = self.use_tick
+        plog = self.open_log(topic, partition)
+        if plog is not None:
             return plog
+        key = (topic, partition)
         info = self._topics.get(topic)
         if info is None or partition >= info.partitions:
             info = await self.refresh_topic(topic)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -75,6 +76,17 @@ class _PendingAdd:
     acked: set[int] = field(default_factory=set)
     done: trio.Event = field(default_factory=trio.Event)
     error: LedgerError | None = None
+    # append_soon's completion: called with the entry id and None, or the error, once done
+    on_done: Callable[[int, LedgerError | None], None] | None = None
+
+    def finish(self) -> None:
+        """Done (acknowledged, or failed with `error`): wake append(), call on_done."""
+        self.done.set()
+        if self.on_done is not None:
+            try:
+                self.on_done(self.entry_id, self.error)
+            except Exception:  # the handle's bookkeeping must go on for the adds after it
+                log.exception("ledger add completion failed")
 
 
 class WriteHandle:
@@ -128,6 +140,22 @@ class WriteHandle:
         return self._closed
 
     async def append(self, data: bytes) -> int:
+        add = self._start_add(data, None)
+        await add.done.wait()  # the watchdog fails the handle if it takes too long
+        if add.error is not None:
+            raise add.error
+        return add.entry_id
+
+    def append_soon(self, data: bytes, on_done: Callable[[int, LedgerError | None], None]
+                    ) -> int:  # fmt: skip
+        """append() without a waiting task: the entry id at once; `on_done(entry id, None)` once
+        the ack quorum has it (every earlier entry too), or `on_done(entry id, error)` where
+        append() would raise, in the Trio thread (possibly before this returns, when a bookie
+        is refused at once).  Raises at once, starting nothing, when the handle takes no add."""
+        return self._start_add(data, on_done).entry_id
+
+    def _start_add(self, data: bytes,
+                   on_done: Callable[[int, LedgerError | None], None] | None) -> _PendingAdd:
         self._check_writable()
         entry_id = self._next_entry_id  # synchronous: ids follow call order
         self._next_entry_id += 1
@@ -135,17 +163,15 @@ class WriteHandle:
         body = encode_entry(self.ledger_id, entry_id, self._lac, self._assigned_length, data,
                             mac_key=self._mac_key)
         deadline = trio.current_time() + self._ctx.timeout_s * _APPEND_TIMEOUTS
-        add = _PendingAdd(entry_id, self._assigned_length, self._lac, body, deadline)
+        add = _PendingAdd(entry_id, self._assigned_length, self._lac, body, deadline,
+                          on_done=on_done)
         self._lac_told = max(self._lac_told, self._lac)
         self._pending.append(add)
         self._send_missing(add)
         if not self._watched:
             self._watched = True
             self._ctx.timers.watch(self)
-        await add.done.wait()  # the watchdog fails the handle if it takes too long
-        if add.error is not None:
-            raise add.error
-        return entry_id
+        return add
 
     async def close(self) -> None:
         """Wait (bounded) for in-flight adds, then CAS the ledger to CLOSED at the LAC.
@@ -300,7 +326,7 @@ class WriteHandle:
             self._pending.popleft()
             self._lac = add.entry_id
             self._length = add.ledger_length
-            add.done.set()
+            add.finish()
         if not self._pending:
             self._set_drained()
             self._unwatch()
@@ -341,7 +367,7 @@ class WriteHandle:
         self._pending.clear()
         for add in pending:
             add.error = self._error
-            add.done.set()
+            add.finish()
         self._set_drained()
         self._unwatch()
 

@@ -288,40 +288,110 @@ class ManagedLedger:
         return await self._submit(current, data)
 
     async def _submit(self, ledger: _WriteLedger, data: bytes) -> Position:
-        ledger.submitted_entries += 1
-        ledger.submitted_bytes += len(data)
-        ledger.in_flight += 1
-        carried_lac = ledger.handle.last_add_confirmed  # the LAC this add piggybacks
-        ledger_id = ledger.record.ledger_id
+        carried_lac = self._submitting(ledger, data)
         try:
             try:
                 entry_id = await ledger.handle.append(data)
-            except (LedgerFencedError, LedgerClosedError) as exc:
-                self._become_fenced(f"ledger {ledger_id} refused an add: {exc!r}")
-                raise ManagedLedgerFencedError(
-                    f"managed ledger {self.name!r}: ledger {ledger_id} was fenced by a new owner"
-                ) from exc
-            except LedgerError:
-                ledger.failed = True  # the next append rolls over; finishing recovers its end
-                raise
+            except LedgerError as exc:
+                failure = self._add_failed(ledger, exc)
+                if failure is exc:
+                    raise
+                raise failure from exc
             previous = ledger.previous
             if previous is not None:
                 # Earlier appends went to the previous ledger: ours is not confirmed before them.
                 with trio.CancelScope(shield=True):
                     await previous.drained.wait()
                 ledger.previous = None
-            record = ledger.record
-            record.entries = max(record.entries, entry_id + 1)
-            record.size += len(data)
-            ledger.durable_lac = max(ledger.durable_lac, carried_lac)
-            self._cache.put(Position(ledger_id, entry_id), data)
+            position = self._added(ledger, carried_lac, entry_id, data)
         finally:
             ledger.in_flight -= 1
             if ledger.retired and ledger.in_flight == 0:
                 with trio.CancelScope(shield=True):
                     await self._finish_ledger(ledger)
         self._notify_entries()
-        return Position(ledger_id, entry_id)
+        return position
+
+    def takes_append_soon(self) -> bool:
+        """Whether append_soon may start an append now: nothing queues ahead of it (no append
+        waiting for its turn or a rollover, none due, no previous ledger still draining) and
+        the current ledger's handle takes adds without a waiting task."""
+        current = self._current
+        return (not self._waiters and current.previous is None and not self._closed
+                and self._fenced_reason is None and not self._needs_rollover(current)
+                and hasattr(current.handle, "append_soon"))
+
+    def append_soon(self, data: bytes, on_done: Callable[[Position | BaseException], None]
+                    ) -> None:  # fmt: skip
+        """append() without a waiting task, right after takes_append_soon() said it may (no
+        checkpoint between): `on_done` gets the position once the entry is durable, or the
+        exception append() would raise, in the Trio thread (possibly before this returns)."""
+        ledger = self._current
+        carried_lac = self._submitting(ledger, data)
+        answered = False  # on_done is called once, whatever the handle does
+
+        def added(entry_id: int, error: LedgerError | None) -> None:
+            nonlocal answered
+            if answered:
+                return
+            answered = True
+            ledger.in_flight -= 1
+            result: Position | BaseException
+            if error is not None:
+                result = self._add_failed(ledger, error)
+            else:
+                result = self._added(ledger, carried_lac, entry_id, data)
+            if ledger.retired and ledger.in_flight == 0:
+                trio.lowlevel.spawn_system_task(self._finish_retired, ledger)
+            if error is None:
+                self._notify_entries()
+            on_done(result)
+
+        try:
+            ledger.handle.append_soon(data, added)  # type: ignore[attr-defined]
+        except Exception as exc:  # not taken (not writable, or a fault while sending)
+            if not answered:
+                answered = True
+                ledger.in_flight -= 1
+                on_done(self._add_failed(ledger, exc) if isinstance(exc, LedgerError) else exc)
+
+    def _submitting(self, ledger: _WriteLedger, data: bytes) -> int:
+        """Count an add to `ledger` as submitted and in flight; the LAC it piggybacks."""
+        ledger.submitted_entries += 1
+        ledger.submitted_bytes += len(data)
+        ledger.in_flight += 1
+        return ledger.handle.last_add_confirmed
+
+    def _add_failed(self, ledger: _WriteLedger, exc: LedgerError) -> BaseException:
+        """What append() raises for an add its ledger refused or failed, the state updated."""
+        if isinstance(exc, (LedgerFencedError, LedgerClosedError)):
+            ledger_id = ledger.record.ledger_id
+            self._become_fenced(f"ledger {ledger_id} refused an add: {exc!r}")
+            fenced = ManagedLedgerFencedError(
+                f"managed ledger {self.name!r}: ledger {ledger_id} was fenced by a new owner")
+            fenced.__cause__ = exc
+            return fenced
+        ledger.failed = True  # the next append rolls over; finishing recovers its end
+        return exc
+
+    def _added(self, ledger: _WriteLedger, carried_lac: int, entry_id: int, data: bytes
+               ) -> Position:  # fmt: skip
+        record = ledger.record
+        record.entries = max(record.entries, entry_id + 1)
+        record.size += len(data)
+        ledger.durable_lac = max(ledger.durable_lac, carried_lac)
+        position = Position(record.ledger_id, entry_id)
+        self._cache.put(position, data)
+        return position
+
+    async def _finish_retired(self, ledger: _WriteLedger) -> None:
+        """A system task: finish a retired ledger whose last add in flight was an
+        append_soon (an append() finishes it itself)."""
+        try:
+            with trio.CancelScope(shield=True):  # bounded by the client/store timeouts
+                await self._finish_ledger(ledger)
+        except Exception:  # a system task's exception would end the whole run
+            log.exception("finishing ledger %d of %r failed", ledger.record.ledger_id, self.name)
 
     async def _roll_over(self) -> None:
         old = self._current

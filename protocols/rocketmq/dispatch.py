@@ -104,24 +104,59 @@ async def dispatch(broker: BrokerLike, conn: ConnectionLike, request: RemotingCo
         return make_response(request, 3, f"request type {request.code} not supported")
     try:
         return await handler(broker, conn, request)
-    except RocketMQError as exc:
-        return make_response(request, exc.code, str(exc))
     except Exception as exc:
-        if storage_fault_of(exc) is None:
+        answer = error_response(request, exc)
+        if answer is None:
             raise
-        # A bookie or the metadata store is out of reach, or the queue just changed owner:
-        # SERVICE_NOT_AVAILABLE, which producers retry (on another queue) and consumers
-        # re-pull after their back-off; one rate-limited line, no traceback.
-        # A missing or corrupt offloaded object: SYSTEM_ERROR naming it (retrying will not
-        # help until it is restored; consumers still re-pull after their back-off).
-        damaged = storage_fault_of(exc) is StorageFault.DAMAGED
-        code = ResponseCode.SYSTEM_ERROR if damaged else ResponseCode.SERVICE_NOT_AVAILABLE
-        warn_fault(fault_log, f"{type(exc).__name__}:{request.code}",
-                   "storage fault answered %s to request %d: %r",
-                   code.name, request.code, exc)  # fmt: skip
-        what = "stored data is damaged" if damaged else "storage unavailable, retry"
-        cause: BaseException = exc
-        while damaged and cause.__cause__ is not None and \
-                storage_fault_of(cause.__cause__) is StorageFault.DAMAGED:
-            cause = cause.__cause__  # down to the error that names the object
-        return make_response(request, code, f"{what}: {type(cause).__name__}: {cause}")
+        return answer
+
+
+def start_request(broker: BrokerLike, conn: ConnectionLike, request: RemotingCommand,
+                  acl: RequestGuard | None,
+                  respond: Callable[[RemotingCommand | BaseException], None]) -> bool:
+    """Start answering a request without a waiting task where its handler can (a plain send:
+    handlers/send.py start_send): `respond` gets what dispatch() would return, or the
+    unexpected exception dispatch() would raise, in the Trio thread.  False: nothing was
+    started; answer it with dispatch()."""
+    if request.code not in _STARTS_AT_ONCE:
+        return False
+    if acl is not None:
+        try:
+            acl.check(conn, request, broker)
+        except RocketMQError:
+            return False  # dispatch() refuses it, with its log line
+
+    def answered(result: RemotingCommand | BaseException) -> None:
+        if isinstance(result, Exception):
+            respond(error_response(request, result) or result)
+        else:
+            respond(result)
+
+    return send.start_send(broker, conn, request, answered)
+
+
+_STARTS_AT_ONCE = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2})
+
+
+def error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand | None:
+    """The answer to a request whose handler raised `exc`; None for an unexpected error."""
+    if isinstance(exc, RocketMQError):
+        return make_response(request, exc.code, str(exc))
+    if storage_fault_of(exc) is None:
+        return None
+    # A bookie or the metadata store is out of reach, or the queue just changed owner:
+    # SERVICE_NOT_AVAILABLE, which producers retry (on another queue) and consumers
+    # re-pull after their back-off; one rate-limited line, no traceback.
+    # A missing or corrupt offloaded object: SYSTEM_ERROR naming it (retrying will not
+    # help until it is restored; consumers still re-pull after their back-off).
+    damaged = storage_fault_of(exc) is StorageFault.DAMAGED
+    code = ResponseCode.SYSTEM_ERROR if damaged else ResponseCode.SERVICE_NOT_AVAILABLE
+    warn_fault(fault_log, f"{type(exc).__name__}:{request.code}",
+               "storage fault answered %s to request %d: %r",
+               code.name, request.code, exc)  # fmt: skip
+    what = "stored data is damaged" if damaged else "storage unavailable, retry"
+    cause: BaseException = exc
+    while damaged and cause.__cause__ is not None and \
+            storage_fault_of(cause.__cause__) is StorageFault.DAMAGED:
+        cause = cause.__cause__  # down to the error that names the object
+    return make_response(request, code, f"{what}: {type(cause).__name__}: {cause}")

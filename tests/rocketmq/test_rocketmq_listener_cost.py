@@ -170,3 +170,34 @@ async def test_a_response_the_socket_cannot_take_at_once_arrives_whole() -> None
     await server.aclose()
     with trio.fail_after(60):
         await conn._respond(b"late")  # closed: no write into a descriptor number reused since
+
+
+async def test_a_response_written_from_a_completion_keeps_the_gate_until_whole() -> None:
+    """A response written without a task of its own (from an append's completion) that the
+    socket takes only in part is finished by a task that holds the write gate meanwhile: a
+    response written after it waits, and both arrive whole, in order."""
+    a, b = trio.socket.socketpair()
+    server, peer = trio.SocketStream(a), trio.SocketStream(b)
+    conn = RemotingConnection(server, 8 << 20, 64 << 10)
+    first = bytes(range(256)) * (16 << 10)  # 4 MiB: more than a socket pair buffers
+    second = b"after" * 1000
+    received = bytearray()
+
+    async def read_all() -> None:
+        while len(received) < len(first) + len(second):
+            received.extend(await peer.receive_some(1 << 20))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            conn._nursery = nursery
+            nursery.start_soon(conn._write_loop, nursery.cancel_scope)
+            conn._respond_now(first)  # part written now, the rest by a task of the connection
+            assert conn._write_gate.taken
+            await conn._respond(second)  # the gate is held: queued for the writer task
+            nursery.start_soon(read_all)
+            while len(received) < len(first) + len(second):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            conn.close()  # the writer task ends
+    assert received == first + second
+    await peer.aclose()
+    await server.aclose()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
+from typing import Any
 
 from protocols.kafka.built_batch import BuiltBatch, built_batch
 from protocols.kafka.errors import KafkaProtocolError
@@ -29,7 +31,13 @@ from protocols.rocketmq.errors import (
     SystemBusyError,
     TopicNotExistError,
 )
-from protocols.rocketmq.handlers.common import StorageError, find_topic, get_queue, queue_of
+from protocols.rocketmq.handlers.common import (
+    StorageError,
+    find_topic,
+    get_queue,
+    queue_of,
+    topic_info,
+)
 from protocols.rocketmq.headers import SendHeader
 from protocols.rocketmq.message_encoding import (
     PROPERTY_DELAY,
@@ -44,7 +52,7 @@ from protocols.rocketmq.message_encoding import (
     message_batch,
     to_record,
 )
-from protocols.rocketmq.message_id import commit_log_offset, offset_message_id
+from protocols.rocketmq.message_id import MAX_QUEUES, commit_log_offset, offset_message_id
 from protocols.rocketmq.request_codes import RequestCode
 from protocols.rocketmq.topic_names import (
     HALF_TOPIC,
@@ -203,14 +211,24 @@ async def handle_send(broker: BrokerLike, conn: ConnectionLike,
         body, props, flag = messages[0]
         base = await append_batch(broker, header.topic, queue_id, message_batch(
             body, props, _message_meta(header, flag, conn, now), born), info)
-    cfg = broker.config
     if batch:
+        cfg = broker.config
         msg_id = ",".join([offset_message_id(cfg.advertised_host, cfg.advertised_port,
                                              commit_log_offset(header.topic, queue_id, base + i))
                            for i in range(len(messages))])
-    else:
-        msg_id = offset_message_id(cfg.advertised_host, cfg.advertised_port,
-                                   commit_log_offset(header.topic, queue_id, base))
+        return _sent(request, msg_id, queue_id, base)
+    return _sent_one(broker, request, header.topic, queue_id, base)
+
+
+def _sent_one(broker: BrokerLike, request: RemotingCommand, topic: str, queue_id: int,
+              base: int) -> RemotingCommand:  # fmt: skip
+    cfg = broker.config
+    return _sent(request, offset_message_id(cfg.advertised_host, cfg.advertised_port,
+                                            commit_log_offset(topic, queue_id, base)),
+                 queue_id, base)
+
+
+def _sent(request: RemotingCommand, msg_id: str, queue_id: int, base: int) -> RemotingCommand:
     ext: dict[str, object] = {  # all strings already: make_response converts nothing
         "msgId": msg_id,
         "queueId": str(queue_id),
@@ -219,3 +237,57 @@ async def handle_send(broker: BrokerLike, conn: ConnectionLike,
         "TRACE_ON": "true",
     }
     return make_response(request, ResponseCode.SUCCESS, None, ext)
+
+
+def start_send(broker: BrokerLike, conn: ConnectionLike, request: RemotingCommand,
+               answer: Callable[[RemotingCommand | BaseException], None]) -> bool:
+    """handle_send without a waiting task, for the common send: one message without delay,
+    timer or transaction properties, to a topic this broker knows, a queue whose log is open
+    here and not over its backlog quota, and a log that takes the append at once
+    (append_built_soon).  `answer` gets the response once the message is durable, or the
+    exception handle_send would raise, in the Trio thread.  False: nothing was started (and
+    anything that would be refused is left to handle_send, which answers it)."""
+    try:
+        header = SendHeader.parse(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
+        if header.batch or header.sys_flag & SYS_FLAG_TRANSACTION_MASK:
+            return False
+        props = decode_properties(header.properties)
+        info = topic_info(broker, header.topic)
+        if info is None or not _SPECIAL_PROPERTIES.isdisjoint(props):
+            return False
+        partitions = min(info.partitions, MAX_QUEUES)
+        queue_id = header.queue_id if header.queue_id >= 0 else next(_round_robin) % partitions
+        topics: Any = broker.topics
+        quotas = getattr(topics, "backlog_quotas", None)
+        open_log = getattr(topics, "open_log", None)
+        if queue_id >= partitions or open_log is None or (
+                quotas is not None and quotas.over_quota(info.name, queue_id)):
+            return False
+        plog = open_log(info.name, queue_id)
+        append_soon = getattr(plog, "append_built_soon", None)
+        if append_soon is None:
+            return False
+        body = request.body
+        if header.sys_flag & SYS_FLAG_COMPRESSED:
+            body = decompress_body(body)
+        now = int(time.time() * 1000)
+        batch = message_batch(body, props, _message_meta(header, header.flag, conn, now),
+                              header.born_timestamp or now)
+    except Exception:  # handle_send answers whatever is wrong with it
+        return False
+
+    def stored(result: Any) -> None:
+        if isinstance(result, KafkaProtocolError):
+            error = StorageError(f"append to {header.topic}-{queue_id} failed: {result}")
+            error.__cause__ = result
+            answer(error)
+        elif isinstance(result, BaseException):
+            answer(result)
+        else:
+            answer(_sent_one(broker, request, header.topic, queue_id, result.base_offset))
+
+    try:
+        started: bool = append_soon(batch, stored)
+    except Exception:  # the topic's limits refused it before anything was stored
+        return False
+    return started
