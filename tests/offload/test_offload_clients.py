@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.offload.moto_server import moto_s3
+from tests.support.kafka_records import header_list, position
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -68,7 +69,9 @@ def produce(bootstrap: str) -> list[Record]:
         key, value = b"k%d" % (i % 97), rng.randbytes(rng.randrange(1, 300))
         headers = [("n", b"%d" % i)] if i % 5 == 0 else None
         timestamp = 1_700_000_000_000 + i
-        producer.produce(TOPIC, key=key, value=value, headers=headers, timestamp=timestamp,
+        wire: list[tuple[str, str | bytes | None]] | None = (
+            None if headers is None else list(headers))
+        producer.produce(TOPIC, key=key, value=value, headers=wire, timestamp=timestamp,
                          on_delivery=delivered((key, value, headers, timestamp)))
         if i % 500 == 499:
             producer.flush(30)
@@ -87,7 +90,7 @@ def consume_all(bootstrap: str, count: int, timeout_s: float = 60.0) -> list[Rec
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
-            got.append((msg.offset(), msg.key(), msg.value(), msg.headers(),
+            got.append((position(msg)[1], msg.key(), msg.value(), header_list(msg),
                         msg.timestamp()[1]))
     finally:
         consumer.close()

@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ledger_backend.managed_ledger.metadata_format import decode_name
 from tests.cluster.cluster_processes import Cluster
+from tests.support.kafka_records import position
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -164,6 +165,6 @@ def test_only_the_owner_offloads_and_a_deposed_owner_cannot(tmp_path: Path) -> N
         while len(got) < len(writer.sent) and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and not msg.error():
-                got[(msg.partition(), msg.offset())] = msg.value()
+                got[position(msg)] = msg.value() or b""
         consumer.close()
         assert got == writer.sent

@@ -28,6 +28,7 @@ from tests.offload.moto_server import moto_s3
 from tests.offload.test_offload_clients import metric_values, start_server
 from tests.offload.test_offload_rocketmq import connect
 from tests.rocketmq.test_rocketmq_broker_raw import pull_ext, send_ext
+from tests.support.kafka_records import position
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -153,13 +154,16 @@ def check_kafka_consumer(server: Standalone, damage_objects) -> None:  # type: i
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            if msg.error():
-                if msg.partition() in errors:
-                    errors[msg.partition()].add(msg.error().code())
+            error = msg.error()
+            if error is not None:
+                failed = msg.partition()
+                if failed is not None and failed in errors:
+                    errors[failed].add(error.code())
                 else:
-                    others.append(msg.error())
+                    others.append(error)
                 continue
-            got[msg.partition()].append((msg.offset(), msg.value()))
+            partition, offset = position(msg)
+            got[partition].append((offset, msg.value() or b""))
     finally:
         consumer.close()
     assert got[HEALTHY] == sent[HEALTHY]

@@ -16,6 +16,7 @@ import json
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -28,6 +29,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.offload.test_offload_damaged_objects import objects_of
+from tests.support.kafka_records import position
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -55,7 +57,7 @@ def produce(bootstrap: str, topic: str, timestamp_of) -> list[tuple[int, bytes]]
     return sorted(sent)
 
 
-def run_retention(sa: Standalone) -> dict[str, object]:
+def run_retention(sa: Standalone) -> dict[str, Any]:
     request = urllib.request.Request(
         f"http://127.0.0.1:{sa.admin_port}/admin/v1/retention/run", data=b"{}", method="POST",
         headers={"Content-Type": "application/json"})
@@ -75,7 +77,7 @@ def read_from(bootstrap: str, topic: str, group: str, until: int) -> list[tuple[
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
-            got.append((msg.offset(), msg.value()))
+            got.append((position(msg)[1], msg.value() or b""))
     finally:
         consumer.close()
     return got
