@@ -62,6 +62,15 @@ class NotOwnedError(Exception):
     """The topic partition's delivery state lives on another broker (cluster mode)."""
 
 
+async def delete_state_ledger(factory: ManagedLedgerFactory, name: str) -> None:
+    """Delete a deleted topic's state log `name`, if there is one."""
+    try:
+        if await factory.exists(name):
+            await factory.delete(name)
+    except ManagedLedgerNotFoundError:
+        pass  # deleted meanwhile (by another broker)
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -166,15 +175,17 @@ class DeliveryService:
         Kafka deletes share-group state with its topic: a topic created again under the name
         starts with none (not at the old topic's start offsets), and nothing of it is loaded
         again at the next start."""
+        await self.unload_topic(topic)
         for partition in range(partitions):
-            await self.unload(topic, partition)
-            self._opening.pop((topic, partition), None)
-            name = self._ledger_name(topic, partition)
-            try:
-                if await self._factory.exists(name):
-                    await self._factory.delete(name)
-            except ManagedLedgerNotFoundError:
-                pass  # deleted meanwhile (by another broker)
+            await delete_state_ledger(self._factory, self._ledger_name(topic, partition))
+
+    async def unload_topic(self, topic: str) -> None:
+        """Close the loaded state of every partition of a deleted topic (its logs stay)."""
+        for loaded, partition in self.loaded_partitions():
+            if loaded == topic:
+                await self.unload(loaded, partition)
+        for key in [k for k in self._opening if k[0] == topic]:
+            del self._opening[key]
 
     def loaded_partitions(self) -> list[tuple[str, int]]:
         return sorted(self._partitions)

@@ -37,7 +37,11 @@ from typing import Any, NoReturn, TypeVar
 import trio
 
 from gateway.config.settings import RocketMQConfig, parse_host_port
-from gateway.delivery.delivery_service import DeliveryService, NotOwnedError
+from gateway.delivery.delivery_service import (
+    DeliveryService,
+    NotOwnedError,
+    delete_state_ledger,
+)
 from gateway.rocketmq.adoption import PortAdoption, RocketMQAddress
 from gateway.rocketmq.bundle_logs import BundleNotServedError
 from gateway.rocketmq.cluster import ClusterRocketMQ
@@ -203,6 +207,8 @@ class ClusterGrpc:
                              "bundle b is served on that port + b")
         self.advertised_host = config.advertised_host or (
             self.bind_host if self.bind_host not in _WILDCARD else "127.0.0.1")
+        self._factory = factory
+        side.topics.deletion_hooks.append(self.topic_deleted)
         self.deliveries: list[DeliveryService] = []
         self.receivers: list[GrpcReceiver] = []
         self.backends: list[ClusterGrpcBackend] = []
@@ -215,6 +221,15 @@ class ClusterGrpc:
             self.deliveries.append(delivery)
             self.receivers.append(receiver)
             self.backends.append(ClusterGrpcBackend(self, b, receiver))
+
+    async def topic_deleted(self, info: Any) -> None:
+        """A deleted topic's SimpleConsumer state goes (a topic deletion hook, run here when
+        the topic is deleted or leaves the catalogue): what the bundles served here loaded of
+        it is closed, and the state log of each of its partitions is deleted."""
+        for delivery in self.deliveries:
+            await delivery.unload_topic(info.name)
+        for partition in range(info.partitions):
+            await delete_state_ledger(self._factory, pop_ledger_name(info.name, partition))
 
     def _owns(self, bundle: int, _topic: str, _queue_id: int) -> bool:
         return self.side.ownership.bundle_is_local(bundle)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import uuid
 from contextlib import AsyncExitStack
+from types import SimpleNamespace
 
 import trio
 
 from gateway.config.settings import RocketMQConfig
 from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.rocketmq.cluster import RocketMQOffsetLedgers
+from gateway.rocketmq.cluster_grpc import ClusterGrpc
+from gateway.rocketmq.grpc_receive import pop_ledger_name
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER
 from gateway.rocketmq.setup import build_rocketmq
 from gateway.topics.topic_node import TopicInfo
@@ -79,5 +82,31 @@ async def test_a_cluster_brokers_bundles_lose_a_deleted_topics_offsets() -> None
                 offsets = ledgers.store(bundle)
                 assert offsets is not None and offsets.committed("g") == {("payments", bundle): 7}
             await ledgers.close_all()
+    finally:
+        await store.close()
+
+
+async def test_a_cluster_brokers_simple_consumer_state_of_a_deleted_topic_goes() -> None:
+    """In a cluster the SimpleConsumer state logs are named after the storage partitions;
+    the cluster's gRPC side registers a deletion hook that deletes them (and closes what its
+    bundles loaded of them), so a topic created again starts without the old state."""
+    store = await open_store("memory:")
+    try:
+        async with MemoryBookKeeper(store) as bk:
+            factory = ManagedLedgerFactory(store, bk)
+            topics = TopicService(store, factory)
+            side = SimpleNamespace(brokers=[], topics=topics)  # no bundle served here
+            ClusterGrpc(RocketMQConfig(grpc_listener="127.0.0.1:18081"),
+                        side, factory, SYSTEM)  # type: ignore[arg-type]
+            for name in ("orders", "payments"):
+                await topics.create_topic(name, 2)
+                for partition in (0, 1):
+                    ledger = await factory.open(pop_ledger_name(name, partition), SYSTEM)
+                    await ledger.append(b"state")
+            await topics.delete_topic("orders")
+            names = await factory.list_names()
+            assert [n for n in names if "orders" in n] == []
+            assert {pop_ledger_name("payments", p) for p in (0, 1)} <= set(names)
+            await topics.close()
     finally:
         await store.close()
