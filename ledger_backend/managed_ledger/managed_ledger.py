@@ -37,6 +37,7 @@ from ledger_backend.client.errors import (
     LedgerFencedError,
     NoSuchLedgerError,
 )
+from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.client_protocol import BookKeeperLike, WriteHandleLike
 from ledger_backend.managed_ledger.cursor import Cursor, create_cursor, load_cursor
 from ledger_backend.managed_ledger.entry_reader import LedgerReaders
@@ -391,7 +392,9 @@ class ManagedLedger:
             with trio.CancelScope(shield=True):  # bounded by the client/store timeouts
                 await self._finish_ledger(ledger)
         except Exception:  # a system task's exception would end the whole run
-            log.exception("finishing ledger %d of %r failed", ledger.record.ledger_id, self.name)
+            # an expected fault (a bookie gone, the ledger fenced) is one WARNING line
+            log_failure(log, "finishing ledger %d of %r failed", ledger.record.ledger_id,
+                        self.name, bug_level=logging.ERROR)
 
     async def _roll_over(self) -> None:
         old = self._current

@@ -423,3 +423,40 @@ async def test_a_take_over_creates_its_next_ledger_while_it_recovers(
         ml = opened[0]
         assert await read_all(ml) == [b"c0"]
         assert ml.current_ledger_id == spy.created[-1]  # type: ignore[attr-defined]
+
+
+async def test_a_retired_ledger_finished_in_the_background_logs_an_expected_fault_as_a_warning(
+    factory: ManagedLedgerFactory, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`append_soon`'s completion finishes a retired ledger in a system task: a storage fault
+    there (a bookie gone) is one WARNING line without a traceback, as everywhere else; only a
+    bug gets an ERROR with its traceback.  The task never raises (that would end the run)."""
+    from ledger_backend.client.errors import BookieUnavailableError
+
+    ml = await factory.open(NAME, ManagedLedgerConfig())
+    await ml.append(b"m0")
+    ledger = ml._current  # noqa: SLF001 - the ledger the background task would finish
+
+    async def fault(_ledger: object) -> None:
+        raise BookieUnavailableError("bookie 127.0.0.1:3181 is not serving")
+
+    monkeypatch.setattr(ml, "_finish_ledger", fault)
+    with caplog.at_level("DEBUG"):
+        await ml._finish_retired(ledger)  # noqa: SLF001
+    finishing = [r for r in caplog.records if "finishing ledger" in r.getMessage()]
+    assert [r.levelname for r in finishing] == ["WARNING"]
+    assert finishing[0].exc_info is None
+
+    async def bug(_ledger: object) -> None:
+        raise AssertionError("a bug")
+
+    monkeypatch.setattr(ml, "_finish_ledger", bug)
+    caplog.clear()
+    with caplog.at_level("DEBUG"):
+        await ml._finish_retired(ledger)  # noqa: SLF001
+    finishing = [r for r in caplog.records if "finishing ledger" in r.getMessage()]
+    assert [r.levelname for r in finishing] == ["ERROR"]
+    assert finishing[0].exc_info is not None
+    monkeypatch.undo()
+    await ml.close()
