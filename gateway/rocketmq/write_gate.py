@@ -1,9 +1,9 @@
 """Who writes a frame on a RocketMQ connection holds its write gate, so frames never interleave.
 
 Unlike trio.Lock, the gate belongs to no task: a response written from a completion callback
-(a send answered without a task of its own, see listener.py) takes it in whatever task the
-callback runs in, and when the socket takes only part of the frame, a task started for the
-rest gives it back.
+(a send answered without a task of its own, see remoting_connection.py) takes it in whatever
+task the callback runs in, and when the socket takes only part of the frame, a task started
+for the rest gives it back.
 
 This module must never touch a socket itself.
 """

@@ -12,7 +12,7 @@ import json
 import trio
 import trio.lowlevel
 
-from gateway.rocketmq.listener import RemotingConnection
+from gateway.rocketmq.remoting_connection import RemotingConnection
 from protocols.rocketmq.codec import encode_command, make_request
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.request_codes import RequestCode as RC
@@ -133,11 +133,11 @@ def test_receive_buffers_stay_below_the_mmap_threshold() -> None:
     """socket.recv(n) allocates n bytes before it knows how many arrive; from glibc's mmap
     threshold (128 KiB) on, every call pays an mmap + munmap (~4 us, measured: more than the
     rest of a 1 KB read).  A send crosses all three of these reads."""
-    from gateway.rocketmq import listener as rocketmq_listener
+    from gateway.rocketmq import remoting_connection
     from ledger_backend.bookie import server
     from ledger_backend.client import bookie_client
 
-    for size in (rocketmq_listener.RECEIVE_BYTES, server._RECEIVE_BYTES,
+    for size in (remoting_connection.RECEIVE_BYTES, server._RECEIVE_BYTES,
                  bookie_client._RECEIVE_BYTES):
         assert 16 * 1024 <= size < 128 * 1024
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import trio
 
-from gateway.rocketmq.listener import ListenAddress, RemotingConnection, _serve_remoting
+from gateway.rocketmq.listener import ListenAddress, _serve_remoting
+from gateway.rocketmq.remoting_connection import RemotingConnection
 from protocols.rocketmq.codec import RemotingCommand, encode_command, make_request, make_response
 from tests.rocketmq.remoting_client import RawClient
 
