@@ -111,7 +111,7 @@ class PartitionLog:
         self._producers = ProducerStateManager()
         self.offset_index = OffsetIndex(config.index_append_interval)
         self._cache = BatchTailCache(config.tail_cache_bytes)
-        self._timestamps = TimestampSearch(self)
+        self._timestamps = TimestampSearch()
         self.read_hints: dict[int, Position] = {}  # next offset -> its entry, for sequential reads
         # set (and replaced) by _wake_readers, only while somebody waits on it (_data_waiters):
         # an append that nobody waits for makes no Event
@@ -501,7 +501,7 @@ class PartitionLog:
         self._check_usable()
         self._reads_in_flight += 1
         try:
-            return await self._timestamps.offset_for_timestamp(ts_ms)
+            return await self._timestamps.offset_for_timestamp(self, ts_ms)
         finally:
             self._reads_in_flight -= 1
 
@@ -509,7 +509,7 @@ class PartitionLog:
         self._check_usable()
         self._reads_in_flight += 1
         try:
-            return await self._timestamps.max_timestamp_offset()
+            return await self._timestamps.max_timestamp_offset(self)
         finally:
             self._reads_in_flight -= 1
 

@@ -8,6 +8,9 @@ searches skip ledgers that cannot match.  The partition's highest timestamp is f
 at the first question and then kept up to date on every append.
 
 This is a cold path (ListOffsets); it never runs on produce or fetch, and it never writes.
+The search keeps only what it learned; the log it searches is passed to each question, so the
+log and its search hold no reference cycle (a closed log is freed at once, not left to the
+cycle collector).
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ from protocols.kafka.record_batch import BatchHeader, decode_records, parse_head
 
 
 class TimestampSearch:
-    def __init__(self, plog: StoredLog) -> None:
-        self._plog = plog
+    def __init__(self) -> None:
         self._ledger_max_ts: dict[int, int] = {}
         # (max timestamp, base offset of its batch) of batches appended in this session
         self._session_max: tuple[int, int] | None = None
@@ -39,8 +41,9 @@ class TimestampSearch:
         if self._session_max is not None and self._session_max[1] < offset:
             self._session_max = None
 
-    async def _entries(self, start_offset: int, end_offset: int) -> AsyncIterator[Entry]:
-        plog = self._plog
+    @staticmethod
+    async def _entries(plog: StoredLog, start_offset: int,
+                       end_offset: int) -> AsyncIterator[Entry]:
         ml = plog.ledger
         if start_offset >= end_offset:
             return
@@ -55,8 +58,8 @@ class TimestampSearch:
                 yield entry
             position = ml.next_position(entries[-1].position)
 
-    async def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
-        plog = self._plog
+    async def offset_for_timestamp(self, plog: StoredLog,
+                                   ts_ms: int) -> tuple[int, int] | None:
         ml = plog.ledger
         start, end = plog.log_start_offset, plog.high_watermark
         if start >= end:
@@ -105,12 +108,11 @@ class TimestampSearch:
             pass
         return max(header.base_offset, start), header.max_timestamp
 
-    async def max_timestamp_offset(self) -> tuple[int, int] | None:
-        plog = self._plog
+    async def max_timestamp_offset(self, plog: StoredLog) -> tuple[int, int] | None:
         if not self._scanned:
             scan_end = plog.high_watermark
             best: tuple[int, int] | None = None
-            async for entry in self._entries(plog.log_start_offset, scan_end):
+            async for entry in self._entries(plog, plog.log_start_offset, scan_end):
                 header = parse_header(entry.data)
                 if best is None or header.max_timestamp > best[0]:
                     best = (header.max_timestamp, header.base_offset)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -152,13 +153,17 @@ class ManagedLedger:
         self._waiters: deque[trio.Event] = deque()
         self._entries_changed = trio.Event()  # replaced when set: only while waited on
         self._entries_waiters = 0
-        self._cache = TailCache(config.tail_cache_bytes, self._evictable)
+        # The cache and the reader are this ledger's own and call back into it through a weak
+        # proxy: no reference cycle, so a closed ledger is freed as soon as its log lets go of
+        # it, not left (with everything it holds) for a full run of the cycle collector.
+        me = weakref.proxy(self)
+        self._cache = TailCache(config.tail_cache_bytes, lambda p: me._evictable(p))
         self.offloader = offloader
         self._offloaded_reader = offloaded_reader or OffloadedReader(
             {offloader.driver: offloader} if offloader is not None else {}
         )
         self._log_reader = LogReader(
-            name, lambda: self._records, self._cache, readers, lambda p: relocate(self, p),
+            name, lambda: me._records, self._cache, readers, lambda p: relocate(me, p),
             self._offloaded_reader,
         )
         self._fenced_reason: str | None = None
