@@ -24,6 +24,12 @@ Read: the batch holding the offset and the ones after it, from the tail cache
 (tail_cache.py) when recent, else located with the sparse offset index (offset_index.py) and
 read from the managed ledger (partition_reads.py).  Stored bytes are returned unchanged.
 
+Where things live: this module holds the log's state, its opening, the append checks and
+waiting paths, producer snapshots, reads and closing; the steps an append takes once checked
+and `append_built_soon` (an append answered from completion callbacks) are in
+partition_append_steps.py, moving the log start and the compaction point in
+partition_trimming.py (both bound as PartitionLog's methods).
+
 Persistent state besides the ledger is one JSON metadata node per partition, CAS on its version
 (partition_state.py): the log start offset, the compaction point and a producer-state snapshot.
 On open, the offsets come from the ledger and producer state is rebuilt from the snapshot plus
@@ -36,16 +42,16 @@ producer checks.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import trio
 
+from gateway.topics import partition_append_steps, partition_trimming
 from gateway.topics.batch_checks import checked_batch, checked_built
 from gateway.topics.offset_index import OffsetIndex
+from gateway.topics.partition_append_steps import AppendResult, now_ms
 from gateway.topics.partition_log_config import PartitionLogConfig
 from gateway.topics.partition_reads import read_stored
 from gateway.topics.partition_recovery import log_bounds, read_small_log, replay_producer_state
@@ -54,17 +60,14 @@ from gateway.topics.partition_timestamps import TimestampSearch
 from gateway.topics.producer_state import ProducerStateManager
 from gateway.topics.sequence_gaps import SequenceGaps
 from gateway.topics.tail_cache import BatchTailCache
-from ledger_backend.faults import StorageFault, log_failure, storage_fault_of
+from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.types import (
-    ManagedLedgerFencedError,
     Position,
 )
 from ledger_backend.metadata.store import BadVersionError, MetadataError, MetadataStore, NoNodeError
 from protocols.kafka.built_batch import BuiltBatch
 from protocols.kafka.errors import (
     KafkaProtocolError,
-    KafkaStorageError,
-    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -75,24 +78,11 @@ from protocols.kafka.record_batch import (
     BatchHeader,
     build_control_batch,
     parse_header,
-    patch_base_offset,
-    set_log_append_time,
 )
 
 log = logging.getLogger(__name__)
 
 SHORT_REPLAY_BATCHES = 64  # fewer batches after the snapshot, no producers: none on close
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    base_offset: int
-    log_append_time_ms: int  # -1 unless the batch was stamped LogAppendTime
-    log_start_offset: int
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class PartitionLog:
@@ -213,11 +203,19 @@ class PartitionLog:
 
     # --- append ----------------------------------------------------------------------------------
 
+    # the steps every append takes once checked, and the append run from completion callbacks
+    # (partition_append_steps.py)
+    append_built_soon = partition_append_steps.append_built_soon
+    _assign = partition_append_steps._assign
+    _reserve = partition_append_steps._reserve
+    _append_failed = partition_append_steps._append_failed
+    _appended = partition_append_steps._appended
+
     async def append(
         self, records: bytes | memoryview, *, timestamp_type_log_append: bool = False
     ) -> AppendResult:
         self._check_usable()
-        now = _now_ms()
+        now = now_ms()
         config = self.config
         header, view = checked_batch(
             records, log_name=self.name, now_ms=now, max_message_bytes=config.max_message_bytes,
@@ -228,50 +226,9 @@ class PartitionLog:
         """Append a batch this broker encoded (protocols/kafka/built_batch.py): the topic's
         limits are checked, its framing and CRC are not again (client bytes take `append`)."""
         self._check_usable()
-        now = _now_ms()
+        now = now_ms()
         header, view = checked_built(batch, self.config, log_name=self.name, now_ms=now)
         return await self._append_checked(header, view, now, False)
-
-    def append_built_soon(self, batch: BuiltBatch,
-                          on_done: Callable[[AppendResult | BaseException], None]) -> bool:
-        """append_built without a waiting task, when nothing can make the append wait: a batch
-        without a producer id (no sequence to check), no producer snapshot due, and a ledger
-        that takes it at once (ManagedLedger.takes_append_soon).  `on_done` gets the
-        AppendResult once the batch is durable, or the exception append_built would raise, in
-        the Trio thread (possibly before this returns).  False: nothing was started; use
-        append_built.  The topic's limits are checked first: their errors are raised."""
-        self._check_usable()
-        now = _now_ms()
-        header, view = checked_built(batch, self.config, log_name=self.name, now_ms=now)
-        ledger = self.ledger
-        if header.producer_id >= 0 or self._pending_snapshot is not None \
-                or self._batches_since_snapshot + 1 >= self.config.snapshot_interval_batches \
-                or not getattr(ledger, "takes_append_soon", bool)():  # fmt: skip
-            return False
-        # From here to the ledger append: no checkpoint (offset order == entry order).
-        log_append = self.config.log_append_time
-        header, stored = self._assign(header, view, now, log_append)
-        base = header.base_offset
-
-        def stored_durably(result: Any) -> None:
-            if isinstance(result, BaseException):
-                failure = self._append_failed(result)
-                if failure is not result:
-                    failure.__cause__ = result
-                on_done(failure)
-                return
-            try:
-                self._appended(header, result)
-            except NotEnoughReplicasAfterAppendError as exc:
-                on_done(exc)
-                return
-            on_done(AppendResult(base, now if log_append else -1, self.log_start_offset))
-
-        try:
-            ledger.append_soon(stored, stored_durably)
-        except Exception as exc:  # offsets are taken: the log fails, as append_built's would
-            stored_durably(exc)
-        return True
 
     async def _append_checked(self, header: BatchHeader, view: memoryview, now: int,
                               timestamp_type_log_append: bool) -> AppendResult:
@@ -292,25 +249,6 @@ class PartitionLog:
         await self._store_batch(header, stored)
         return AppendResult(header.base_offset, now if log_append else -1, self.log_start_offset)
 
-    def _assign(self, header: BatchHeader, view: memoryview, now: int, log_append: bool
-                ) -> tuple[BatchHeader, bytes]:  # fmt: skip
-        """Give a checked batch the next offsets and note it in the producer state and the
-        tail cache: the stored bytes, to append before any checkpoint."""
-        base = self._next_offset
-        if log_append:
-            buf = bytearray(view)
-            patch_base_offset(buf, base)
-            set_log_append_time(buf, now)
-            stored = bytes(buf)
-        else:
-            stored = base.to_bytes(8, "big", signed=True) + view[8:]
-        header.base_offset = base
-        self._producers.update(header, base, now)
-        if self._sequence_gaps.waiting:
-            self._sequence_gaps.wake()
-        self._reserve(header, stored)
-        return header, stored
-
     async def _wait_for_earlier_batches(self, header: BatchHeader) -> None:
         """Let a batch that is ahead of its producer's last sequence wait (at most
         `sequence_gap_wait_s`) for the earlier batches still on their way (sequence_gaps.py)."""
@@ -322,7 +260,7 @@ class PartitionLog:
         """Append a COMMIT or ABORT control batch for the producer; its offset once durable."""
         self._check_usable()
         self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
-        now = _now_ms()
+        now = now_ms()
         control_type = CONTROL_COMMIT if commit else CONTROL_ABORT
         # From here to the ledger append: no checkpoint (offset order == entry order).
         base = self._next_offset
@@ -358,48 +296,6 @@ class PartitionLog:
             except (KafkaProtocolError, MetadataError):
                 log_failure(log, "%s: producer snapshot failed", self.name)
 
-    def _reserve(self, header: BatchHeader, stored: bytes) -> None:
-        """Before the ledger append of a batch whose offsets are assigned: the next offset
-        moves past it, a producer snapshot is captured when due, the tail cache holds it."""
-        base = header.base_offset
-        last = base + header.last_offset_delta
-        self._next_offset = last + 1
-        self._batches_since_snapshot += 1
-        if (self._batches_since_snapshot >= self.config.snapshot_interval_batches
-                and self._pending_snapshot is None):
-            self._capture_snapshot()  # state after [0, next offset): written once all durable
-        self._cache.put(base, last, stored)
-
-    def _append_failed(self, exc: BaseException) -> BaseException:
-        """The log fails with a batch's ledger append: what the append raises instead."""
-        self._fail(exc)
-        if isinstance(exc, ManagedLedgerFencedError):
-            return NotLeaderOrFollowerError(f"{self.name} is owned elsewhere now")
-        if storage_fault_of(exc) is StorageFault.UNAVAILABLE:  # outcome unknown: retry
-            return NotEnoughReplicasAfterAppendError(
-                f"{self.name}: append not acknowledged: {exc!r}")
-        if isinstance(exc, Exception):
-            return KafkaStorageError(f"{self.name}: append failed: {exc!r}")
-        return exc
-
-    def _appended(self, header: BatchHeader, position: Position) -> None:
-        """A batch's ledger append is durable: index it and move the high watermark."""
-        if self._failure is not None:
-            # An earlier batch failed while this one was in flight: its offsets may be a hole
-            # below this batch, so neither the high watermark nor a producer snapshot may move
-            # past it. Fail this batch too; the client retries on a fresh log, where the
-            # producer state rebuilt from the log decides what is a duplicate.
-            raise NotEnoughReplicasAfterAppendError(
-                f"{self.name}: an earlier append failed") from self._failure
-        base = header.base_offset
-        last = base + header.last_offset_delta
-        self.offset_index.record_append(position, base, last)
-        if not header.is_control:
-            self._timestamps.on_append(header, base)
-        if last + 1 > self.high_watermark:
-            self.high_watermark = last + 1
-            self._wake_readers()
-
     def _fail(self, exc: BaseException) -> None:
         if self._failure is None:
             self._failure = exc
@@ -433,7 +329,7 @@ class PartitionLog:
 
         It is persisted only once the high watermark reaches that offset, so a snapshot never
         describes a batch that a crash could still lose."""
-        self._producers.expire(_now_ms(), self.config.producer_id_expiration_ms)
+        self._producers.expire(now_ms(), self.config.producer_id_expiration_ms)
         self._pending_snapshot = (self._next_offset, self._producers.snapshot(self._next_offset))
         self._batches_since_snapshot = 0
 
@@ -513,70 +409,21 @@ class PartitionLog:
         finally:
             self._reads_in_flight -= 1
 
-    # --- trimming --------------------------------------------------------------------------------
+    # --- trimming (partition_trimming.py) --------------------------------------------------------
 
-    async def delete_records_before(self, offset: int) -> int:
-        """Advance the log start to `offset` (-1: the high watermark); whole ledgers below it go."""
-        self._check_usable()
-        if offset == -1:
-            offset = self.high_watermark
-        if offset < 0 or offset > self.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"cannot delete before {offset}: outside [0, {self.high_watermark}]"
-            )
-        if offset <= self.log_start_offset:
-            return self.log_start_offset
-        await self._set_log_start(offset)
-        position = await self.locate(offset) if offset < self.high_watermark else None
-        ledgers = [info.ledger_id for info in self.ledger.ledgers]
-        keep_from = position.ledger_id if position is not None else ledgers[-1]
-        deleted = await self.ledger.delete_ledgers_before(keep_from)
-        self.offset_index.forget_ledgers(deleted)
-        return self.log_start_offset
-
-    async def apply_retention(self) -> list[int]:
-        """Trim whole ledgers past retention.ms/bytes and move the log start after them."""
-        self._check_usable()
-        deleted = await self.ledger.trim()
-        if deleted:
-            self.offset_index.forget_ledgers(deleted)
-            first = self.ledger.first_position
-            if first is not None and self.ledger.last_confirmed is not None:
-                new_start = (await self.read_header(first)).base_offset
-            else:
-                new_start = self.high_watermark
-            if new_start > self.log_start_offset:
-                await self._set_log_start(new_start)
-        return deleted
+    delete_records_before = partition_trimming.delete_records_before
+    apply_retention = partition_trimming.apply_retention
+    _set_log_start = partition_trimming._set_log_start
 
     # --- compaction (gateway/topics/compactor.py rewrites the ledgers) ----------------------------
+
+    record_cleaned_through = partition_trimming.record_cleaned_through
+    forget_rewritten = partition_trimming.forget_rewritten
 
     @property
     def cleaned_through(self) -> int:
         """Offsets below this were compacted (the cleaner's checkpoint; 0: never)."""
         return int(self._state.values.get("cleaned_through", 0))
-
-    async def record_cleaned_through(self, offset: int) -> None:
-        """Persist the compaction point BEFORE the swap that compacts up to it."""
-        self._check_usable()
-        if offset > self.cleaned_through:
-            await self._write_state(cleaned_through=offset)
-
-    def forget_rewritten(self, ledger_ids: list[int], cleaned_through: int) -> None:
-        """Drop what this log remembers of swapped-out ledgers and of batches below the
-        compaction point (the tail cache may still hold their uncompacted bytes)."""
-        self.offset_index.forget_ledgers(ledger_ids)
-        self.read_hints.clear()
-        self._cache.truncate_before(cleaned_through)
-        self._timestamps.truncate_before(cleaned_through)
-
-    async def _set_log_start(self, offset: int) -> None:
-        await self._write_state(log_start_offset=offset)
-        self.log_start_offset = offset
-        self._cache.truncate_before(offset)
-        self.read_hints.clear()
-        self._producers.truncate_before(offset)
-        self._timestamps.truncate_before(offset)
 
     # --- closing ---------------------------------------------------------------------------------
 
