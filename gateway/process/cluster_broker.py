@@ -64,6 +64,7 @@ from gateway.process.cluster_services import (
     setup_security,
     start_ops_background,
 )
+from gateway.process.gc_policy import settle_heap
 from gateway.process.local_bookies import start_local_bookies
 from gateway.process.standalone import (
     collect_with_topics,
@@ -364,6 +365,7 @@ async def run_broker(config: Config, metadata_url: str, layout: ClusterLayout, *
                 await rocketmq.serve_name_server(servers)
             await start_ops_background(admin, retention_scope, background)
             await background.start(admin.replication.run)
+            settle_heap()  # start-up's heap frozen, the collector's thresholds (gc_policy.py)
             admin.ready = True
             log.info("ledgerwire broker ready", extra={
                 "node_id": k.broker_id, "kafka": f"{bind_host}:{bind_port}",

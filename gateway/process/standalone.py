@@ -14,7 +14,6 @@ recovery), then checkpoint and close the bookies, then the metadata store.
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 from contextlib import AsyncExitStack
@@ -39,6 +38,7 @@ from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
 from gateway.kafka.share_dead_letters import LocalDeadLetters
 from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
+from gateway.process.gc_policy import settle_heap
 from gateway.process.local_bookies import start_local_bookies
 from gateway.replication.service import ReplicationService
 from gateway.rocketmq.setup import build_rocketmq
@@ -289,11 +289,7 @@ async def run_standalone(
                     "startup_s": round(trio.current_time() - started, 3),
                 },
             )
-            # Everything built to start (modules, schema tables, services) lives as long as
-            # the process: collect once and keep it out of every later collection, so the
-            # collections the requests' garbage triggers never walk it again.
-            gc.collect()
-            gc.freeze()
+            settle_heap()  # start-up's heap frozen, the collector's thresholds (gc_policy.py)
             task_status.started()
             async for signum in signals:
                 log.info("shutting down", extra={"signal": signal.Signals(signum).name})

@@ -37,6 +37,7 @@ import trio
 from gateway.config.listen_errors import config_error_of
 from gateway.config.settings import Config
 from gateway.process.cluster_broker import run_broker
+from gateway.process.gc_policy import settle_heap
 from gateway.process.local_bookies import start_local_bookies
 from gateway.process.logging_setup import setup_logging
 from gateway.process.standalone import ledger_password
@@ -82,6 +83,7 @@ async def run_bookies(config: Config, metadata_url: str) -> None:
                 return set(await bookkeeper.list_ledgers())
 
             await start_local_bookies(config, store, stack, active_ledgers, secret, tls)
+            settle_heap()  # start-up's heap frozen, the collector's thresholds (gc_policy.py)
             print(f"bookies ready ({config.storage.bookies})", flush=True)
             async for signum in signals:
                 log.info("bookies stopping", extra={"signal": signal.Signals(signum).name})
