@@ -22,6 +22,12 @@ come only when the heap really grew by a quarter.  Memory is not held longer in 
 matters: objects without cycles are freed by reference counting whatever the thresholds (and
 closed partition logs have no cycles: tests/partition_log/test_closed_log_released.py), and
 cyclic garbage waits for at most YOUNG_OBJECTS more allocations.
+
+Figures (benchmarks/bench_partitions.py --write-all-once, node CPU per first write, one quiet
+window 05:16-05:19 UTC, load 0.2-2.4, cf5436e before vs after this and the cycle fix 93e8d06):
+8,000 partitions (max_open 2,000): 0.73 -> 0.51 ms and 0.84 -> 0.62 ms (0.70x, 0.74x);
+100,000 created (max_open 5,000, 60 s of first writes): 1.30 ms (42,000 written) -> 1.07 ms
+(46,000 written), 0.82x.  The node's RSS after the 8,000 first writes was 20-28 MB higher.
 """
 
 from __future__ import annotations
