@@ -18,6 +18,11 @@ Rules this module keeps (and must never break):
 - Log order is list order (ledger ORDER KEYS), not raw ledger ids: a rewrite (ledger_swap.py,
   the friend module that swaps runs of closed ledgers for their compacted copies) puts newer
   ids in older places. Compare positions with `position_key`, never as plain tuples.
+
+Where things live: this module holds the managed ledger's state, appends, metadata writes,
+reads, tiered storage, cursors and close; rollover and the finishing of retired ledgers
+(`WriteLedger` among them) are in ledger_finishing.py, trimming in ledger_trimming.py (both
+bound as ManagedLedger's methods).
 """
 
 from __future__ import annotations
@@ -27,27 +32,25 @@ import math
 import weakref
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 
 import trio
 
-from ledger_backend.bookie.crash_points import crash_point
 from ledger_backend.client.errors import (
     LedgerClosedError,
     LedgerError,
     LedgerFencedError,
     NoSuchLedgerError,
 )
-from ledger_backend.faults import log_failure
+from ledger_backend.managed_ledger import ledger_finishing, ledger_trimming
 from ledger_backend.managed_ledger.client_protocol import BookKeeperLike, WriteHandleLike
 from ledger_backend.managed_ledger.cursor import Cursor, create_cursor, load_cursor
 from ledger_backend.managed_ledger.entry_reader import LedgerReaders
+from ledger_backend.managed_ledger.ledger_finishing import WriteLedger
 from ledger_backend.managed_ledger.ledger_swap import LedgerRewrite, Relocation, relocate
 from ledger_backend.managed_ledger.log_reader import LogReader
 from ledger_backend.managed_ledger.metadata_format import (
     LedgerRecord,
     ManagedLedgerNode,
-    OffloadRecord,
     encode_managed_ledger,
     encode_name,
 )
@@ -56,7 +59,6 @@ from ledger_backend.managed_ledger.offloading import (
     offload_candidates,
     offload_ledgers,
 )
-from ledger_backend.managed_ledger.retention import ledgers_past_retention
 from ledger_backend.managed_ledger.tail_cache import TailCache
 from ledger_backend.managed_ledger.types import (
     CursorConflictError,
@@ -75,33 +77,14 @@ from ledger_backend.metadata.store import (
     MetadataStore,
     NodeExistsError,
     NoNodeError,
-    SetOp,
-    Stat,
 )
 from ledger_backend.offload.object_reader import OffloadedReader
-from ledger_backend.offload.offloader import Offloader, OffloadError, at_recorded
+from ledger_backend.offload.offloader import Offloader
 
 log = logging.getLogger(__name__)
 
 # kill -9 points of the one-transaction close (tests/managed_ledger/test_close_crash.py)
 CLOSE_CRASH_POINTS = ("managed_ledger.close.before_record", "managed_ledger.close.after_record")
-
-
-@dataclass(eq=False)
-class _WriteLedger:
-    """A ledger this instance writes (the current one, or a retired one still draining)."""
-
-    handle: WriteHandleLike
-    record: LedgerRecord
-    previous: _WriteLedger | None
-    submitted_entries: int = 0
-    submitted_bytes: int = 0
-    in_flight: int = 0
-    retired: bool = False
-    failed: bool = False  # an add failed without fencing: recover it instead of closing it
-    finishing: bool = False
-    durable_lac: int = -1  # a LAC that an acknowledged add carried to the bookies
-    drained: trio.Event = field(default_factory=trio.Event)
 
 
 class ManagedLedger:
@@ -147,8 +130,8 @@ class ManagedLedger:
         self._on_close = on_close
         if not self._records or self._records[-1].ledger_id != current_handle.ledger_id:
             raise ValueError("the current ledger must be the last record")
-        self._current = _WriteLedger(current_handle, self._records[-1], previous=None)
-        self._unfinished: set[_WriteLedger] = {self._current}
+        self._current = WriteLedger(current_handle, self._records[-1], previous=None)
+        self._unfinished: set[WriteLedger] = {self._current}
         self._meta_lock = trio.Lock()
         self._waiters: deque[trio.Event] = deque()
         self._entries_changed = trio.Event()  # replaced when set: only while waited on
@@ -255,7 +238,7 @@ class ManagedLedger:
             return await self._submit(current, data)  # no checkpoint before the id is taken
         return await self._append_queued(data)
 
-    def _needs_rollover(self, ledger: _WriteLedger) -> bool:
+    def _needs_rollover(self, ledger: WriteLedger) -> bool:
         config = self.config
         age_s = self._clock() - ledger.record.created_ms / 1000
         return (
@@ -293,7 +276,7 @@ class ManagedLedger:
             self._waiters[0].set()
         return await self._submit(current, data)
 
-    async def _submit(self, ledger: _WriteLedger, data: bytes) -> Position:
+    async def _submit(self, ledger: WriteLedger, data: bytes) -> Position:
         carried_lac = self._submitting(ledger, data)
         try:
             try:
@@ -361,14 +344,14 @@ class ManagedLedger:
                 ledger.in_flight -= 1
                 on_done(self._add_failed(ledger, exc) if isinstance(exc, LedgerError) else exc)
 
-    def _submitting(self, ledger: _WriteLedger, data: bytes) -> int:
+    def _submitting(self, ledger: WriteLedger, data: bytes) -> int:
         """Count an add to `ledger` as submitted and in flight; the LAC it piggybacks."""
         ledger.submitted_entries += 1
         ledger.submitted_bytes += len(data)
         ledger.in_flight += 1
         return ledger.handle.last_add_confirmed
 
-    def _add_failed(self, ledger: _WriteLedger, exc: LedgerError) -> BaseException:
+    def _add_failed(self, ledger: WriteLedger, exc: LedgerError) -> BaseException:
         """What append() raises for an add its ledger refused or failed, the state updated."""
         if isinstance(exc, (LedgerFencedError, LedgerClosedError)):
             ledger_id = ledger.record.ledger_id
@@ -380,7 +363,7 @@ class ManagedLedger:
         ledger.failed = True  # the next append rolls over; finishing recovers its end
         return exc
 
-    def _added(self, ledger: _WriteLedger, carried_lac: int, entry_id: int, data: bytes
+    def _added(self, ledger: WriteLedger, carried_lac: int, entry_id: int, data: bytes
                ) -> Position:  # fmt: skip
         record = ledger.record
         record.entries = max(record.entries, entry_id + 1)
@@ -390,121 +373,11 @@ class ManagedLedger:
         self._cache.put(position, data)
         return position
 
-    async def _finish_retired(self, ledger: _WriteLedger) -> None:
-        """A system task: finish a retired ledger whose last add in flight was an
-        append_soon (an append() finishes it itself)."""
-        try:
-            with trio.CancelScope(shield=True):  # bounded by the client/store timeouts
-                await self._finish_ledger(ledger)
-        except Exception:  # a system task's exception would end the whole run
-            # an expected fault (a bookie gone, the ledger fenced) is one WARNING line
-            log_failure(log, "finishing ledger %d of %r failed", ledger.record.ledger_id,
-                        self.name, bug_level=logging.ERROR)
-
-    async def _roll_over(self) -> None:
-        old = self._current
-        handle = await self._bk.create_ledger(
-            self.config.ensemble_size,
-            self.config.write_quorum,
-            self.config.ack_quorum,
-            {"managed-ledger": self.name.encode("utf-8")},
-        )
-        record = LedgerRecord(handle.ledger_id, 0, 0, int(self._clock() * 1000), closed=False)
-        try:
-            async with self._meta_lock:
-                self._check_writable()
-                await self._write_metadata([*self._records, record])
-                self._records.append(record)
-        except (ManagedLedgerFencedError, ManagedLedgerClosedError):
-            await self._delete_ledger_quietly(handle.ledger_id)  # surely not in the list
-            raise
-        new = _WriteLedger(handle, record, previous=old)
-        self._current = new
-        self._unfinished.add(new)
-        old.retired = True
-        log.info(
-            "managed ledger %r rolled over: ledger %d -> %d",
-            self.name,
-            old.record.ledger_id,
-            record.ledger_id,
-        )
-        if old.in_flight == 0:
-            await self._finish_ledger(old)
-
-    async def _finish_ledger(self, ledger: _WriteLedger) -> None:
-        """Close a retired ledger whose appends are done and record its final size."""
-        if ledger.finishing:
-            return
-        ledger.finishing = True
-        record = ledger.record
-        try:
-            if self._fenced_reason is not None:
-                return  # the new owner recovers it; we must not touch it
-            if ledger.failed:
-                handle = await self._bk.open_ledger(record.ledger_id, recovery=True)
-                recovered = handle.metadata.last_entry_id + 1
-                if recovered < record.entries:
-                    log.error(
-                        "ledger %d recovered to %d entries, fewer than the %d acknowledged",
-                        record.ledger_id,
-                        recovered,
-                        record.entries,
-                    )
-                record.entries = recovered
-                record.size = handle.metadata.length
-                await self._readers.forget(record.ledger_id)
-                self._readers.adopt(handle)
-                recorded = False
-            else:
-                recorded = await self._close_and_record(ledger)
-                await self._readers.forget(record.ledger_id)
-            record.closed = True
-            if not recorded:
-                async with self._meta_lock:
-                    if self._fenced_reason is None:
-                        await self._write_metadata(list(self._records))
-        except (LedgerFencedError, LedgerClosedError) as exc:
-            self._become_fenced(f"closing ledger {record.ledger_id} failed: {exc!r}")
-        except ManagedLedgerFencedError:
-            pass  # already recorded by _write_metadata
-        except (LedgerError, MetadataError) as exc:
-            # The list keeps closed=False (or is updated by a later CAS); a new owner recovers it.
-            log.warning("finishing ledger %d of %r failed: %r", record.ledger_id, self.name, exc)
-        finally:
-            self._unfinished.discard(ledger)
-            ledger.drained.set()
-            self._cache.evict()
-            self._notify_entries()
-
-    async def _close_and_record(self, ledger: _WriteLedger) -> bool:
-        """Close a retired ledger's handle; while this managed ledger closes (an idle unload,
-        a bundle release), record it CLOSED in the same metadata transaction as the ledger's
-        own CLOSED state (handle.close_together): one write instead of two.  True when that
-        recorded it (record.closed set); False when the caller must record it (the handle
-        closed alone: any other time, a handle without close_together, another client's
-        store, or a refused transaction, whose _write_metadata then meets the same refusal)."""
-        together = getattr(ledger.handle, "close_together", None)
-        if together is None or not self._closed:
-            await ledger.handle.close()
-            return False
-        async with self._meta_lock:
-            if self._fenced_reason is not None:
-                await ledger.handle.close()
-                return False
-            records = [replace(r, closed=True) if r is ledger.record else r
-                       for r in self._records]
-            node = self._node_bytes(records, self._pending, self._garbage,
-                                    self._offload_pending)
-            crash_point("managed_ledger.close.before_record")
-            results = await together(self._store, [SetOp(self._path, node, self._version)])
-            if results is None:
-                return False
-            crash_point("managed_ledger.close.after_record")
-            stat = results[0]
-            assert isinstance(stat, Stat)
-            self._version = stat.version
-            ledger.record.closed = True
-            return True
+    # rollover and the finishing of retired ledgers (ledger_finishing.py)
+    _finish_retired = ledger_finishing._finish_retired
+    _roll_over = ledger_finishing._roll_over
+    _finish_ledger = ledger_finishing._finish_ledger
+    _close_and_record = ledger_finishing._close_and_record
 
     # ----------------------------------------------------------------- metadata
 
@@ -626,78 +499,13 @@ class ManagedLedger:
                     self._entries_waiters -= 1
         return False
 
-    # ----------------------------------------------------------------- trimming
+    # ----------------------------------------------------- trimming (ledger_trimming.py)
 
-    async def trim(self) -> list[int]:
-        """Apply retention (config.retention_time_s / retention_bytes); returns deleted ids."""
-        async with self._meta_lock:
-            self._check_writable()
-            doomed = ledgers_past_retention(
-                self._records,
-                current_ledger_id=self._current.record.ledger_id,
-                now_ms=int(self._clock() * 1000),
-                retention_time_s=self.config.retention_time_s,
-                retention_bytes=self.config.retention_bytes,
-            )
-            objects = await self._unlist_front_ledgers(doomed)
-        await self._delete_unlisted(doomed, objects)
-        return doomed
-
-    async def delete_ledgers_before(self, ledger_id: int) -> list[int]:
-        """Delete every closed ledger before `ledger_id` in log order (never the current one)."""
-        async with self._meta_lock:
-            self._check_writable()
-            limit = self.position_key(Position(ledger_id, 0))[0]
-            doomed: list[int] = []
-            for record in self._records:
-                if (
-                    record.order_key >= limit
-                    or not record.closed
-                    or record is self._current.record
-                ):
-                    break
-                doomed.append(record.ledger_id)
-            objects = await self._unlist_front_ledgers(doomed)
-        await self._delete_unlisted(doomed, objects)
-        return doomed
-
-    async def _unlist_front_ledgers(self, doomed: list[int]) -> list[OffloadRecord]:
-        # Caller holds _meta_lock. The list loses them first (CAS); only then are they deleted.
-        # Returns the offloaded objects of the unlisted ledgers (to delete with them).
-        if not doomed:
-            return []
-        gone = set(doomed)
-        if self._current.record.ledger_id in gone:
-            raise AssertionError("refusing to delete the current ledger")
-        remaining = [r for r in self._records if r.ledger_id not in gone]
-        objects = [r.offload for r in self._records if r.ledger_id in gone and r.offload]
-        await self._write_metadata(remaining)
-        self._records = remaining
-        self._cache.drop_ledgers(gone)
-        return objects
-
-    async def _delete_unlisted(
-        self, doomed: list[int], objects: list[OffloadRecord] | None = None
-    ) -> None:
-        for ledger_id in doomed:
-            await self._readers.forget(ledger_id)
-            await self._delete_ledger_quietly(ledger_id)
-        await self._delete_objects(objects or [])
-        if doomed:
-            log.info("managed ledger %r trimmed ledgers %s", self.name, doomed)
-
-    async def _delete_objects(self, objects: list[OffloadRecord]) -> None:
-        """Delete the offloaded objects of ledgers no longer listed (best effort)."""
-        for obj in objects:
-            self._offloaded_reader.drop(obj.key)
-            if self.offloader is None or self.offloader.driver != obj.driver:
-                log.warning("%r: object %r (%s) left behind: driver not configured",
-                            self.name, obj.key, obj.driver)
-                continue
-            try:  # where it was recorded, even if [offload] names another place now
-                await at_recorded(self.offloader, obj.location).delete(obj.key)
-            except OffloadError as exc:
-                log.warning("%r: could not delete object %r: %s", self.name, obj.key, exc)
+    trim = ledger_trimming.trim
+    delete_ledgers_before = ledger_trimming.delete_ledgers_before
+    _unlist_front_ledgers = ledger_trimming._unlist_front_ledgers
+    _delete_unlisted = ledger_trimming._delete_unlisted
+    _delete_objects = ledger_trimming._delete_objects
 
     # ----------------------------------------------------------------- tiered storage
 
