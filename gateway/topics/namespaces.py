@@ -218,6 +218,9 @@ class NamespaceRegistry:
         self._tenants: dict[str, dict[str, Any]] = {}
         self._policies: dict[str, NamespacePolicies] = {}
         self._explicit: dict[str, str] = {}
+        # bumped with every change to the cache (made here, or found by a re-read): a reader
+        # that derives something from every topic's policies recomputes it only then
+        self.version = 0
 
     async def load(self) -> None:
         """Read everything into the cache; create the default tenant and namespace if missing."""
@@ -252,6 +255,7 @@ class NamespaceRegistry:
                 explicit[topic] = str(_decode(data)["namespace"])
         changed = (tenants, policies, explicit) != (self._tenants, self._policies, self._explicit)
         self._tenants, self._policies, self._explicit = tenants, policies, explicit
+        self.version += changed
         return changed
 
     async def follow(self, on_change: Callable[[], Awaitable[None]] | None = None, *,
@@ -274,7 +278,10 @@ class NamespaceRegistry:
                 await trio.sleep(0.5)
 
     async def _touch(self) -> None:
-        """Tell followers (other processes) that something changed: bump the marker node."""
+        """Tell followers (other processes) that something changed: bump the marker node.
+        Every change to the cache is followed by this call, before any await: `version` is
+        bumped here first."""
+        self.version += 1
         try:
             await self._store.set(NAMESPACE_CHANGES_PATH, b"", -1)
         except NoNodeError:

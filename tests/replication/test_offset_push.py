@@ -41,6 +41,10 @@ class Namespaces:
     def topic_policies(self, topic: str) -> Policies:
         return Policies(self.clusters[topic])
 
+    @property
+    def version(self) -> int:  # changes with the clusters, as the registry's does
+        return hash(json.dumps(self.clusters, sort_keys=True))
+
 
 @dataclass
 class TopicInfo:
@@ -53,7 +57,7 @@ class Topics:
     listed: dict[str, TopicInfo]
 
     def topics(self) -> dict[str, TopicInfo]:
-        return self.listed
+        return dict(self.listed)  # a snapshot, as the topic service's
 
     def is_internal(self, topic: str) -> bool:
         return False
