@@ -54,6 +54,24 @@ class BundleOwnedLog:
     async def append_built(self, batch: Any) -> Any:
         return self._acknowledged(await self._inner.append_built(batch))
 
+    def append_built_soon(self, batch: Any, on_done: Callable[[Any], None]) -> bool:
+        """The log's append_built_soon, its result checked as append_built's is (without this
+        method `__getattr__` would hand it over unchecked); False when the log has none."""
+        soon = getattr(self._inner, "append_built_soon", None)
+        if soon is None:
+            return False
+
+        def checked(result: Any) -> None:
+            if not isinstance(result, BaseException):
+                try:
+                    result = self._acknowledged(result)
+                except BundleNotServedError as exc:
+                    result = exc
+            on_done(result)
+
+        started: bool = soon(batch, checked)
+        return started
+
     def _acknowledged(self, result: Any) -> Any:
         if not self._owned():
             raise BundleNotServedError(f"{self._what} was released while the message was "

@@ -101,10 +101,11 @@ def require_local(ownership: OwnershipApi, topic: str, partition: int,
 
 
 class OwnedPartitionLog:
-    """A partition log that acknowledges an append only if this broker still owns it: both
-    `append` (client bytes) and `append_built` (a batch the broker encoded; without its own
-    method here `__getattr__` would hand it over unchecked).  WriteTxnMarkers checks after
-    `write_txn_marker` itself (txn_inter_broker.py)."""
+    """A partition log that acknowledges an append only if this broker still owns it: `append`
+    (client bytes), `append_built` (a batch the broker encoded) and `append_built_soon` (the
+    same, answered from a callback); without its own method here `__getattr__` would hand an
+    append over unchecked.  WriteTxnMarkers checks after `write_txn_marker` itself
+    (txn_inter_broker.py)."""
 
     def __init__(self, inner: PartitionLogApi, ownership: OwnershipApi, topic: str,
                  partition: int, local: Callable[[str, int], bool] | None = None) -> None:
@@ -128,3 +129,22 @@ class OwnedPartitionLog:
         result = await self._inner.append_built(batch)
         require_local(self._ownership, self._topic, self._partition, self._local)
         return result
+
+    def append_built_soon(self, batch: BuiltBatch,
+                          on_done: Callable[[AppendResultView | BaseException], None]) -> bool:
+        """The log's append_built_soon (a completion callback instead of a waiting task),
+        its result checked as append_built's is; False when the log has none."""
+        soon = getattr(self._inner, "append_built_soon", None)
+        if soon is None:
+            return False
+
+        def checked(result: AppendResultView | BaseException) -> None:
+            if not isinstance(result, BaseException):
+                try:
+                    require_local(self._ownership, self._topic, self._partition, self._local)
+                except NotLeaderOrFollowerError as exc:
+                    result = exc
+            on_done(result)
+
+        started: bool = soon(batch, checked)
+        return started
