@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -182,3 +183,34 @@ def verify(acked: list[str], records: list[tuple[int, int, str]]) -> Verdict:
         offsets.sort()
         gaps += sum(1 for a, b in zip(offsets, offsets[1:], strict=False) if b != a + 1)
     return Verdict(len(set(acked)), lost, duplicated, gaps)
+
+
+def read_committed(config: dict[str, Any], topic: str, expected: int, partitions: int,
+                   timeout_s: float = 60.0) -> list[str]:
+    """read_committed values of every partition, once `expected` values arrived and every
+    partition reported its end (the last stable offset).  `config`: how to reach the cluster
+    (bootstrap servers, and SASL settings on a secured one)."""
+    consumer = Consumer({**config, "group.id": f"rc-{time.time()}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, -2) for p in range(partitions)])
+    values: list[str] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if len(values) >= expected and len(at_end) == partitions:
+                break
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(int(msg.partition() or 0))
+                continue
+            at_end.discard(int(msg.partition() or 0))
+            values.append((msg.value() or b"").decode())
+    finally:
+        consumer.close()
+    return values

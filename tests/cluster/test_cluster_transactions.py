@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from gateway.cluster.bundle_placement import GROUP_TOPIC, TXN_TOPIC, target_broker
 from tests.cluster.cluster_processes import Cluster
-from tests.cluster.kafka_workload import create_topic
+from tests.cluster.kafka_workload import create_topic, read_committed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,39 +57,8 @@ def _producer(bootstrap: str, transactional_id: str) -> Any:
                      "linger.ms": 5})
 
 
-def read_committed(config: dict[str, Any], topic: str, expected: int,
-                   timeout_s: float = 60.0) -> list[str]:
-    """read_committed values of every partition, once `expected` values arrived and every
-    partition reported its end (the last stable offset).  `config`: how to reach the cluster
-    (bootstrap servers, and SASL settings on a secured one)."""
-    consumer = Consumer({**config, "group.id": f"rc-{time.time()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])
-    values: list[str] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            if len(values) >= expected and len(at_end) == PARTITIONS:
-                break
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(int(msg.partition() or 0))
-                continue
-            at_end.discard(int(msg.partition() or 0))
-            values.append((msg.value() or b"").decode())
-    finally:
-        consumer.close()
-    return values
-
-
 def _read_committed(bootstrap: str, topic: str, expected: int) -> list[str]:
-    return read_committed({"bootstrap.servers": bootstrap}, topic, expected)
+    return read_committed({"bootstrap.servers": bootstrap}, topic, expected, PARTITIONS)
 
 
 def run_transaction(producer: Any, topic: str, prefix: str, count: int, commit: bool,

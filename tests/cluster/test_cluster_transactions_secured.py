@@ -27,7 +27,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.cluster.bundle_placement import GROUP_TOPIC, TXN_TOPIC, target_broker
 from tests.cluster.cluster_processes import Cluster
-from tests.cluster.test_cluster_transactions import read_committed, run_transaction
+from tests.cluster.kafka_workload import read_committed
+from tests.cluster.test_cluster_transactions import run_transaction
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -91,7 +92,7 @@ def _producer(cluster: Cluster, transactional_id: str) -> Any:
 
 
 def _read_committed(cluster: Cluster, topic: str, expected: int) -> list[str]:
-    return read_committed(client_config(cluster), topic, expected)
+    return read_committed(client_config(cluster), topic, expected, PARTITIONS)
 
 
 def _transaction(producer: Any, prefix: str, count: int, commit: bool) -> list[str]:
