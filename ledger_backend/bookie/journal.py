@@ -415,9 +415,12 @@ class Journal:
         if isinstance(result, outcome.Error):
             exc = result.error
             group.error = exc if isinstance(exc, Exception) else JournalFailedError("closed")
-            if isinstance(exc, OSError):
-                if self._failed is None:
-                    log.error("journal write failed, refusing further adds: %r", exc)
+            # Whatever failed the write (a disk error, or a bug: either way its records may be
+            # missing), the groups placed after it follow a hole that replay stops at: none of
+            # them may be acknowledged, nor any add taken from now on.
+            if self._failed is None and isinstance(exc, OSError):
+                log.error("journal write failed, refusing further adds: %r", exc)
+            if self._failed is None or isinstance(exc, OSError):
                 self._failed = exc
             if self._write_error is None:
                 self._write_error = exc
