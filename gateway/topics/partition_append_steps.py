@@ -18,6 +18,7 @@ This module must never decode records or append without the producer checks.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ from protocols.kafka.errors import (
     NotLeaderOrFollowerError,
 )
 from protocols.kafka.record_batch import BatchHeader, patch_base_offset, set_log_append_time
+
+# partition_log.py's logger, as before these steps moved here
+log = logging.getLogger("gateway.topics.partition_log")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,25 +105,36 @@ def append_built_soon(self: AppendingLog, batch: BuiltBatch,
     log_append = self.config.log_append_time
     header, stored = self._assign(header, view, now, log_append)
     base = header.base_offset
+    answered = False  # on_done is called once, whatever raises on the way
 
     def stored_durably(result: Any) -> None:
+        nonlocal answered
+        if answered:
+            return
+        answer: AppendResult | BaseException
         if isinstance(result, BaseException):
-            failure = self._append_failed(result)
-            if failure is not result:
-                failure.__cause__ = result
-            on_done(failure)
-            return
-        try:
-            self._appended(header, result)
-        except NotEnoughReplicasAfterAppendError as exc:
-            on_done(exc)
-            return
-        on_done(AppendResult(base, now if log_append else -1, self.log_start_offset))
+            answer = self._append_failed(result)
+            if answer is not result:
+                answer.__cause__ = result
+        else:
+            try:
+                self._appended(header, result)
+                answer = AppendResult(base, now if log_append else -1, self.log_start_offset)
+            except NotEnoughReplicasAfterAppendError as exc:
+                answer = exc
+            except Exception as exc:  # a bug: the log's state is in doubt, the caller hears it
+                self._fail(exc)
+                answer = exc
+        answered = True
+        on_done(answer)
 
     try:
         ledger.append_soon(stored, stored_durably)
-    except Exception as exc:  # offsets are taken: the log fails, as append_built's would
-        stored_durably(exc)
+    except Exception as exc:
+        if answered:  # on_done itself raised (a bug of the caller's): logged, not answered again
+            log.exception("%s: append completion failed", self.name)
+        else:  # offsets are taken: the log fails, as append_built's would
+            stored_durably(exc)
     return True
 
 

@@ -326,14 +326,16 @@ class ManagedLedger:
             answered = True
             ledger.in_flight -= 1
             result: Position | BaseException
-            if error is not None:
-                result = self._add_failed(ledger, error)
-            else:
-                result = self._added(ledger, carried_lac, entry_id, data)
+            try:
+                if error is not None:
+                    result = self._add_failed(ledger, error)
+                else:
+                    result = self._added(ledger, carried_lac, entry_id, data)
+                    self._notify_entries()
+            except Exception as exc:  # a bug: the caller still hears how its append ended
+                result = exc
             if ledger.retired and ledger.in_flight == 0:
                 trio.lowlevel.spawn_system_task(self._finish_retired, ledger)
-            if error is None:
-                self._notify_entries()
             on_done(result)
 
         try:
