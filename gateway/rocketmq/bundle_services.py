@@ -95,12 +95,12 @@ class BundleTransactions:
         await self.ensure_topics()
         return await self.service.prepare(*args)
 
-    async def end(self, commit_offset: int, decision: int) -> None:
+    async def end(self, commit_offset: int, decision: int, **owner: str | None) -> None:
         with trio.move_on_after(END_WAIT_S):
             await self.loaded.wait()
         if not self.loaded.is_set():
             raise SystemBusyError(f"transactions of bundle {self._view.bundle} are loading")
-        await self.service.end(commit_offset, decision)
+        await self.service.end(commit_offset, decision, **owner)
 
     async def run(self) -> None:
         """Load the decisions and scan for check-backs (until cancelled: bundle released)."""

@@ -25,7 +25,12 @@ from ledger_backend.faults import log_failure
 from protocols.kafka.errors import KafkaProtocolError
 from protocols.kafka.record_batch import Record
 from protocols.rocketmq.codec import make_request
-from protocols.rocketmq.errors import MessageIllegalError, RocketMQError, TopicNotExistError
+from protocols.rocketmq.errors import (
+    MessageIllegalError,
+    NoPermissionError,
+    RocketMQError,
+    TopicNotExistError,
+)
 from protocols.rocketmq.handlers.common import get_queue, records_of, stored_message
 from protocols.rocketmq.handlers.messages import read_one
 from protocols.rocketmq.handlers.send import append_records
@@ -106,8 +111,13 @@ class TransactionService:
             raise MessageIllegalError("commitLogOffset does not name a half message")
         return where.queue_offset
 
-    async def end(self, commit_offset: int, decision: int) -> None:
-        """Apply a producer's decision (commit 8, rollback 12; others are ignored)."""
+    async def end(self, commit_offset: int, decision: int, *, producer_group: str | None = None,
+                  topic: str | None = None) -> None:
+        """Apply a producer's decision (commit 8, rollback 12; others are ignored).  With
+        `producer_group` (a 4.x END_TRANSACTION's, which the ACLs checked) or `topic` (a 5.x
+        EndTransaction's), a half message of another group or topic is refused
+        (NoPermissionError), as Apache's broker refuses a wrong producer group: the decision is
+        the owner's alone."""
         if decision not in (COMMIT, ROLLBACK):
             return
         half_offset = self.half_offset(commit_offset)
@@ -115,6 +125,7 @@ class TransactionService:
             if half_offset in self._resolved:
                 return
             record = await read_one(self.broker, HALF_TOPIC, 0, half_offset)  # type: ignore[arg-type]
+            _check_owner(record, producer_group, topic)
             if decision == COMMIT:
                 await self._deliver(record)
             await append_records(self.broker, OP_TOPIC, 0,  # type: ignore[arg-type]
@@ -206,3 +217,13 @@ class TransactionService:
             "offsetMsgId": offset_message_id(cfg.advertised_host, cfg.advertised_port, clo),
         }, encode_stored_message(message), oneway=True)
         connections[-1].send_request(request)
+
+
+def _check_owner(record: Record, producer_group: str | None, topic: str | None) -> None:
+    """Refuse a decision on a half message the deciding producer does not own."""
+    _, props, _ = from_record(record)
+    if producer_group is not None and props.get(PROPERTY_PRODUCER_GROUP, "") != producer_group:
+        raise NoPermissionError(f"the half message belongs to another producer group than "
+                                f"{producer_group!r}")
+    if topic is not None and props.get(PROPERTY_REAL_TOPIC, "") != topic:
+        raise NoPermissionError(f"the half message is not one of topic {topic!r}")

@@ -23,7 +23,7 @@ consumer group is the Kafka group of the same name, and its retry and dead-lette
     query / view message         READ topic (by id: every topic the id's hash names)
     heartbeat (34)               READ each consumer group, DESCRIBE each subscribed topic
     consumer list, client config DESCRIBE group; unregister, lock/unlock READ group (+ topics)
-    send back (36)               READ group and origin topic
+    send back (36)               READ group, origin topic and the topic its offset names
     end transaction (37)         WRITE transactional id = producer group
     create/update topic (17)     CREATE on the cluster or topic when new, else ALTER topic
     delete topic (215)           DELETE topic
@@ -202,17 +202,23 @@ def _client_config(request: RemotingCommand, topics: TopicCatalogue) -> list[Nee
 
 
 def _view_by_id(request: RemotingCommand, topics: TopicCatalogue) -> list[Need]:
+    """READ on every topic the commit-log offset may name (its hash's topics)."""
     try:
         wanted = decode_commit_log_offset(int(request.ext_fields.get("offset", "")))
     except ValueError:
         return []  # the handler answers the malformed request
-    return [Need(OP_READ, RES_TOPIC, name) for name in topics.topics()
-            if topic_hash(from_storage(name)) == wanted.topic_hash]
+    return [need for name in topics.topics()
+            if topic_hash(from_storage(name)) == wanted.topic_hash
+            for need in _topic(from_storage(name), OP_READ)]
 
 
 def _send_back(request: RemotingCommand, topics: TopicCatalogue) -> list[Need]:
+    """The handler copies the message at `offset` (whatever topic it is in) into the group's
+    retry or dead-letter topic, which the group may read: READ on that topic too, not only on
+    the originTopic the request claims."""
     ext = request.ext_fields
-    return _group(ext.get("group"), OP_READ) + _topic(ext.get("originTopic"), OP_READ)
+    return (_group(ext.get("group"), OP_READ) + _topic(ext.get("originTopic"), OP_READ)
+            + _view_by_id(request, topics))
 
 
 def _create_topic(request: RemotingCommand, topics: TopicCatalogue) -> list[Need]:

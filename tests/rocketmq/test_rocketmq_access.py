@@ -91,6 +91,27 @@ def test_view_by_id_needs_read_on_the_topic_its_hash_names() -> None:
         Need(m.OP_READ, m.RES_TOPIC, "orders")]
 
 
+def test_send_back_needs_read_on_the_topic_its_offset_names() -> None:
+    # The handler copies the message at `offset` into the group's retry topic, which the
+    # group reads: naming a readable originTopic (or none) must not reach another topic.
+    secret = commit_log_offset("secret", 0, 0)
+    topics = Topics({"orders": None, "secret": None, ".RETRY.cg": None})
+    for origin in ({}, {"originTopic": "orders"}):
+        needs = required(request(RC.CONSUMER_SEND_MSG_BACK,
+                                 {"group": "cg", "offset": secret, **origin}), topics)
+        assert Need(m.OP_READ, m.RES_TOPIC, "secret") in needs, needs
+    acls = Acls()
+    acls.allow(m.RES_GROUP, "cg", m.OP_READ)
+    acls.allow(m.RES_TOPIC, "orders", m.OP_READ)
+    back = {"group": "cg", "originTopic": "orders", "offset": secret, "delayLevel": -1}
+    with pytest.raises(AclRefusedError, match="READ on topic secret"):
+        guard(acls).check(Conn(), request(RC.CONSUMER_SEND_MSG_BACK, back), Broker(topics))
+    # a message of the topic it reads, and one re-consumed from its own retry topic, go back
+    for offset in (commit_log_offset("orders", 1, 5), commit_log_offset("%RETRY%cg", 0, 3)):
+        guard(acls).check(Conn(), request(RC.CONSUMER_SEND_MSG_BACK, {**back, "offset": offset}),
+                          Broker(topics))
+
+
 def test_guard_decides_with_the_kafka_acls() -> None:
     acls = Acls()
     g = guard(acls)

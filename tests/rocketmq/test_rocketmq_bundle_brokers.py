@@ -215,7 +215,8 @@ async def test_delays_send_backs_and_transactions_stay_in_their_bundle(side: Sid
     assert (await side.topics.partition("RMQ_SYS_TRANS_HALF_TOPIC", 1)).high_watermark == 1
     r = await c.call(RC.PULL_MESSAGE, pull_ext("jobs", 0, 0))
     assert r.code == ResponseCode.PULL_NOT_FOUND
-    r = await c.call(RC.END_TRANSACTION, {"commitLogOffset": half_offset, "commitOrRollback": 8})
+    r = await c.call(RC.END_TRANSACTION, {"producerGroup": "pg", "commitLogOffset": half_offset,
+                                          "commitOrRollback": 8})
     assert r.code == ResponseCode.SUCCESS, r.remark
     r = await c.call(RC.PULL_MESSAGE, pull_ext("jobs", 0, 0, suspend_ms=5000))
     [committed] = decode_stored_messages(r.body)
@@ -243,7 +244,7 @@ async def test_check_back_goes_on_the_connection_to_the_half_messages_bundle(sid
     assert check is not None and check.code == RC.CHECK_TRANSACTION_STATE
     assert check.ext_fields["transactionId"] == "H9"
     # the producer answers on that connection, i.e. to bundle 1, which holds the half
-    r = await to_b1.call(RC.END_TRANSACTION, {"commitLogOffset":
+    r = await to_b1.call(RC.END_TRANSACTION, {"producerGroup": "pg", "commitLogOffset":
                                               check.ext_fields["commitLogOffset"],
                                               "commitOrRollback": 8})
     assert r.code == ResponseCode.SUCCESS, r.remark

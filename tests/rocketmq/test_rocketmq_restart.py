@@ -46,7 +46,7 @@ async def test_offsets_delays_and_half_messages_survive_a_crash(
         rolled_back["f"] = 4
         r = await c.call(RC.SEND_MESSAGE_V2, rolled_back, b"never")
         _, _, rollback_offset = decode_offset_message_id(r.ext_fields["msgId"])
-        await c.call(RC.END_TRANSACTION, {"commitLogOffset": rollback_offset,
+        await c.call(RC.END_TRANSACTION, {"producerGroup": "pg", "commitLogOffset": rollback_offset,
                                           "commitOrRollback": 12})
         await c.aclose()
         first.cancel_scope.cancel()  # crash: nothing is closed
@@ -76,7 +76,8 @@ async def test_offsets_delays_and_half_messages_survive_a_crash(
         [committed] = decode_stored_messages(r.body)
         assert committed.body == b"half" and committed.sys_flag & 0xC == 0x8
         # a second decision for the same half message changes nothing
-        await c.call(RC.END_TRANSACTION, {"commitLogOffset": half_commit_offset,
+        await c.call(RC.END_TRANSACTION, {"producerGroup": "pg",
+                                          "commitLogOffset": half_commit_offset,
                                           "commitOrRollback": 8})
         r = await c.call(RC.GET_MAX_OFFSET, {"topic": "durable", "queueId": 0})
         assert r.ext_fields["offset"] == "3"  # plain, delayed, committed: never the rolled back

@@ -81,7 +81,7 @@ async def test_state_survives_sigkill(tmp_path: Path) -> None:
         assert time.time() - delayed_sent >= 4.0 - 0.05
         r = await c.call(RC.PULL_MESSAGE, pull_ext("killed", 0, 4))
         assert r.code == ResponseCode.PULL_NOT_FOUND  # the half message is still invisible
-        r = await c.call(RC.END_TRANSACTION, {"commitLogOffset": half_offset,
+        r = await c.call(RC.END_TRANSACTION, {"producerGroup": "pg", "commitLogOffset": half_offset,
                                               "commitOrRollback": 8})
         assert r.code == ResponseCode.SUCCESS
         r = await c.call(RC.PULL_MESSAGE, pull_ext("killed", 0, 4, suspend_ms=5000))

@@ -2,6 +2,8 @@
 
 The commitLogOffset of the request names the half message (message_id.py); the broker's
 transaction service applies the decision once (repeats are harmless).  Clients send it oneway.
+A half message of another producer group than the request's is refused (NO_PERMISSION): the
+ACLs checked WRITE on the request's group only.
 
 This module must never deliver a half message itself.
 """
@@ -20,5 +22,8 @@ async def handle_end_transaction(broker: BrokerLike, conn: ConnectionLike,
     if transactions is None:
         raise RequestCodeNotSupportedError("transactions are not enabled on this broker")
     ext = request.ext_fields
-    await transactions.end(ext_int(ext, "commitLogOffset"), ext_int(ext, "commitOrRollback"))
+    # The ACLs checked WRITE on this producer group's transactional id: the half message must
+    # be the group's (Apache's broker refuses another group's too).
+    await transactions.end(ext_int(ext, "commitLogOffset"), ext_int(ext, "commitOrRollback"),
+                           producer_group=ext.get("producerGroup", ""))
     return make_response(request, ResponseCode.SUCCESS)

@@ -1,0 +1,117 @@
+"""RocketMQ requests that name one resource and act on another, as a low-privilege account.
+
+A real secured `ledgerwire standalone` (Kafka SASL and ACLs on, RocketMQ accounts).  The victim
+account may write and read `rmq_secret` and owns the transactional id PG_VICTIM; the attacker
+may only read its own group CG_ATK and owns the transactional id PG_ATK.  Over raw, signed
+remoting frames the attacker tries:
+
+- CONSUMER_SEND_MSG_BACK of a message of `rmq_secret` (its commit-log offset is guessable)
+  into its own group's dead-letter topic, which it may read: it must be refused, with or
+  without an originTopic;
+- END_TRANSACTION of the victim's half message (a rollback) under its own producer group: it
+  must be refused, and the victim's commit must still deliver the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import AclOperation, ResourceType
+
+from protocols.rocketmq.errors import ResponseCode
+from protocols.rocketmq.message_encoding import decode_stored_messages
+from protocols.rocketmq.message_id import decode_offset_message_id
+from protocols.rocketmq.request_codes import RequestCode as RC
+from tests.rocketmq.remoting_client import RawClient
+from tests.rocketmq.test_rocketmq_broker_raw import pull_ext, send_ext
+from tests.rocketmq.test_rocketmq_kafka_acls import acl, broker, grant, signed
+from tests.support.secured_standalone import secured_standalone
+from tests.support.standalone import Standalone
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+VICTIM, VICTIM_SK = "RmqVictim1", "RmqVictim1Secret"
+ATTACKER, ATTACKER_SK = "RmqAttacker1", "RmqAttacker1Secret"
+SECRET, VICTIM_GROUP, ATTACK_GROUP = "rmq_secret", "CG_VICTIM", "CG_ATK"
+ACCOUNTS = f"""
+[[rocketmq.acl.accounts]]
+access_key = "{VICTIM}"
+secret_key = "{VICTIM_SK}"
+
+[[rocketmq.acl.accounts]]
+access_key = "{ATTACKER}"
+secret_key = "{ATTACKER_SK}"
+"""
+NO_PERMISSION = ResponseCode.NO_PERMISSION
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    standalone = secured_standalone(tmp_path_factory.mktemp("rmq-owned"), ACCOUNTS)
+    standalone.start()
+    try:
+        victim, attacker = f"User:{VICTIM}", f"User:{ATTACKER}"
+        grant(standalone, [SECRET], [
+            acl(ResourceType.TOPIC, SECRET, victim, AclOperation.WRITE),
+            acl(ResourceType.TOPIC, SECRET, victim, AclOperation.READ),
+            acl(ResourceType.GROUP, VICTIM_GROUP, victim, AclOperation.READ),
+            acl(ResourceType.TRANSACTIONAL_ID, "PG_VICTIM", victim, AclOperation.WRITE),
+            acl(ResourceType.GROUP, ATTACK_GROUP, attacker, AclOperation.READ),
+            acl(ResourceType.TRANSACTIONAL_ID, "PG_ATK", attacker, AclOperation.WRITE),
+        ])
+        yield standalone
+    finally:
+        standalone.stop()
+
+
+async def victim_send(client: RawClient, body: bytes, *, half: bool = False) -> int:
+    """The commit-log offset of a message the victim sent to the secret topic."""
+    ext = send_ext(SECRET, {"UNIQ_KEY": body.decode()}, queue_id=0)
+    ext["a"] = "PG_VICTIM"
+    if half:
+        ext["f"] = 4  # sysFlag: transaction prepared
+    answer = await client.call(RC.SEND_MESSAGE_V2, signed(ext, body, VICTIM, VICTIM_SK), body)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return decode_offset_message_id(answer.ext_fields["msgId"])[2]
+
+
+async def test_send_back_of_another_topics_message_is_refused(server: Standalone) -> None:
+    client = await RawClient.connect(broker(server))
+    try:
+        offset = await victim_send(client, b"secret-1")
+        for origin in ({}, {"originTopic": ATTACK_GROUP}):
+            back = {"group": ATTACK_GROUP, "offset": offset, "delayLevel": -1,
+                    "maxReconsumeTimes": 16, **origin}
+            answer = await client.call(RC.CONSUMER_SEND_MSG_BACK,
+                                       signed(back, b"", ATTACKER, ATTACKER_SK))
+            assert answer.code == NO_PERMISSION, (origin, answer.code, answer.remark)
+        # nothing reached the dead-letter topic the attacker reads
+        pulled = await client.call(RC.PULL_MESSAGE, signed(
+            pull_ext(f"%DLQ%{ATTACK_GROUP}", 0, 0, group=ATTACK_GROUP), b"",
+            ATTACKER, ATTACKER_SK))
+        assert pulled.code != ResponseCode.SUCCESS or not decode_stored_messages(pulled.body)
+    finally:
+        await client.aclose()
+
+
+async def test_end_transaction_of_another_producer_groups_half_is_refused(
+        server: Standalone) -> None:
+    client = await RawClient.connect(broker(server))
+    try:
+        half = await victim_send(client, b"half-1", half=True)
+        end = {"producerGroup": "PG_ATK", "tranStateTableOffset": 0, "commitLogOffset": half,
+               "commitOrRollback": 12, "fromTransactionCheck": False}
+        answer = await client.call(RC.END_TRANSACTION, signed(end, b"", ATTACKER, ATTACKER_SK))
+        assert answer.code == NO_PERMISSION, (answer.code, answer.remark)
+        # the owner's decision still counts: committed, the message is delivered
+        commit = {**end, "producerGroup": "PG_VICTIM", "commitOrRollback": 8}
+        answer = await client.call(RC.END_TRANSACTION, signed(commit, b"", VICTIM, VICTIM_SK))
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        pulled = await client.call(RC.PULL_MESSAGE, signed(
+            pull_ext(SECRET, 0, 0, suspend_ms=5000, group=VICTIM_GROUP), b"",
+            VICTIM, VICTIM_SK), wait_s=15)
+        assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+        assert b"half-1" in [m.body for m in decode_stored_messages(pulled.body)]
+    finally:
+        await client.aclose()
