@@ -3,7 +3,8 @@ RocketMQ error responses.
 
 A `RocketMQError` is answered with its response code and message; a header field that cannot
 be parsed is a SYSTEM_ERROR answer, like Java's; an unknown code REQUEST_CODE_NOT_SUPPORTED;
-an expected storage fault (ledger_backend/faults.py) SERVICE_NOT_AVAILABLE, which clients retry.
+an expected storage fault (ledger_backend/faults.py), or a handler's StorageError raised from one,
+SERVICE_NOT_AVAILABLE, which clients retry.
 Anything else propagates (the listener logs it and answers SYSTEM_ERROR).  Oneway requests are
 run but never answered.
 
@@ -32,6 +33,7 @@ from protocols.rocketmq.handlers import (
     subscription_groups,
     transactions,
 )
+from protocols.rocketmq.handlers.common import StorageError
 from protocols.rocketmq.request_codes import RequestCode
 
 log = logging.getLogger("ledgerwire.rocketmq.acl")
@@ -140,16 +142,18 @@ _STARTS_AT_ONCE = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_
 
 def error_response(request: RemotingCommand, exc: Exception) -> RemotingCommand | None:
     """The answer to a request whose handler raised `exc`; None for an unexpected error."""
-    if isinstance(exc, RocketMQError):
+    fault = storage_fault_of(exc)
+    if isinstance(exc, RocketMQError) and (fault is None or not isinstance(exc, StorageError)):
         return make_response(request, exc.code, str(exc))
-    if storage_fault_of(exc) is None:
+    if fault is None:
         return None
+    # (also a handler's StorageError raised from such a fault: the handler names what failed)
     # A bookie or the metadata store is out of reach, or the queue just changed owner:
     # SERVICE_NOT_AVAILABLE, which producers retry (on another queue) and consumers
     # re-pull after their back-off; one rate-limited line, no traceback.
     # A missing or corrupt offloaded object: SYSTEM_ERROR naming it (retrying will not
     # help until it is restored; consumers still re-pull after their back-off).
-    damaged = storage_fault_of(exc) is StorageFault.DAMAGED
+    damaged = fault is StorageFault.DAMAGED
     code = ResponseCode.SYSTEM_ERROR if damaged else ResponseCode.SERVICE_NOT_AVAILABLE
     warn_fault(fault_log, f"{type(exc).__name__}:{request.code}",
                "storage fault answered %s to request %d: %r",
