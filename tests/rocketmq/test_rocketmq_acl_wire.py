@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 
 import pytest
@@ -37,9 +38,12 @@ async def call(client: RawClient, code: int, ext: dict[str, object], body: bytes
     return await client.call(code, dict(fields), body)
 
 
-@pytest.fixture
-async def acl_client(stack: RocketMQStack) -> AsyncIterator[RawClient]:
-    acl = PlainAclValidator.from_config(ACCOUNTS)
+@asynccontextmanager
+async def acl_connection(stack: RocketMQStack, accounts: list[dict[str, object]]
+                         ) -> AsyncIterator[RawClient]:  # fmt: skip
+    """A connection to a second listener of the stack's broker, with the plain ACL of
+    `accounts` in front of it."""
+    acl = PlainAclValidator.from_config(accounts)
     addr = await stack.nursery.start(partial(serve_rocketmq_broker, stack.broker, "127.0.0.1", 0,
                                              acl=acl))
     client = await RawClient.connect(f"127.0.0.1:{addr.port}")
@@ -47,6 +51,12 @@ async def acl_client(stack: RocketMQStack) -> AsyncIterator[RawClient]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def acl_client(stack: RocketMQStack) -> AsyncIterator[RawClient]:
+    async with acl_connection(stack, ACCOUNTS) as client:
+        yield client
 
 
 async def test_signed_requests_pass_and_tampered_ones_get_no_permission(
