@@ -274,7 +274,9 @@ class GrpcBackend(MessagingBackend):
             raise RpcFailure(pb.NOT_IMPLEMENTED, "transactions are not enabled")
         try:
             _host, _port, clo = decode_offset_message_id(transaction_id)
-            await transactions.end(clo, COMMIT if commit else ROLLBACK)
+            # WRITE on `topic` was checked: only a half message of the topic is decided
+            await transactions.end(clo, COMMIT if commit else ROLLBACK,
+                                   producer_group=transaction_group(topic))
         except MessageIllegalError as exc:
             raise RpcFailure(pb.INVALID_TRANSACTION_ID, str(exc)) from exc
 

@@ -34,6 +34,8 @@ from gateway.rocketmq.grpc_forwarding import (
 )
 from gateway.rocketmq.listener import open_shared_listener, serve_if_admitted
 from gateway.security.connection_limits import ConnectionLimits
+from protocols.rocketmq.errors import RocketMQError
+from protocols.rocketmq.grpc.auth import needs_telemetry
 from protocols.rocketmq.grpc.backend import Caller, MessagingBackend
 from protocols.rocketmq.grpc.connection import (
     CallCancelled,
@@ -50,6 +52,7 @@ from protocols.rocketmq.grpc.service import (
     Kind,
     Method,
     failure_response,
+    status_of,
     telemetry_reply,
 )
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
@@ -266,6 +269,12 @@ class _Connection:
                         self._end(stream_id, GrpcStatus.INVALID_ARGUMENT, "malformed command")
                         return
                     if command.WhichOneof("command") == "settings":
+                        try:  # what the session registers the client for needs the ACLs' yes
+                            self.backend.authorize(call.caller, needs_telemetry(command.settings))
+                        except (RpcFailure, RocketMQError) as exc:
+                            refusal = spb.TelemetryCommand(status=status_of(failure_of(exc)))
+                            self.h2.send_message(stream_id, refusal.SerializeToString())
+                            break  # the stream ends here, answered
                         self._open_session(call.caller, command.settings, sink)
                         opened = True
                     reply = telemetry_reply(self.backend, call.caller, command)

@@ -10,22 +10,34 @@ remoting frames the attacker tries:
   without an originTopic;
 - END_TRANSACTION of the victim's half message (a rollback) under its own producer group: it
   must be refused, and the victim's commit must still deliver the message.
+
+and over RocketMQ 5 gRPC (signed metadata):
+
+- EndTransaction of the victim's half message, naming a topic it may write: refused;
+- a Telemetry session publishing to `rmq_secret` (which would register it as the topic's
+  transactional producer, to which the broker pushes check-backs carrying half messages) or
+  subscribing to it: refused, while the victim's own session is answered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
 import pytest
+import trio
 from confluent_kafka.admin import AclOperation, ResourceType
 
 from protocols.rocketmq.errors import ResponseCode
+from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
+from protocols.rocketmq.grpc.v2 import service_pb2 as spb
 from protocols.rocketmq.message_encoding import decode_stored_messages
 from protocols.rocketmq.message_id import decode_offset_message_id
 from protocols.rocketmq.request_codes import RequestCode as RC
 from tests.rocketmq.remoting_client import RawClient
 from tests.rocketmq.test_rocketmq_broker_raw import pull_ext, send_ext
 from tests.rocketmq.test_rocketmq_kafka_acls import acl, broker, grant, signed
+from tests.rocketmq5.test_rocketmq5_security import signed as signed5
 from tests.support.secured_standalone import secured_standalone
 from tests.support.standalone import Standalone
 
@@ -34,6 +46,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 VICTIM, VICTIM_SK = "RmqVictim1", "RmqVictim1Secret"
 ATTACKER, ATTACKER_SK = "RmqAttacker1", "RmqAttacker1Secret"
 SECRET, VICTIM_GROUP, ATTACK_GROUP = "rmq_secret", "CG_VICTIM", "CG_ATK"
+ATTACK_TOPIC = "rmq_atk"
+SERVICE = "/apache.rocketmq.v2.MessagingService/"
 ACCOUNTS = f"""
 [[rocketmq.acl.accounts]]
 access_key = "{VICTIM}"
@@ -52,13 +66,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     standalone.start()
     try:
         victim, attacker = f"User:{VICTIM}", f"User:{ATTACKER}"
-        grant(standalone, [SECRET], [
+        grant(standalone, [SECRET, ATTACK_TOPIC], [
             acl(ResourceType.TOPIC, SECRET, victim, AclOperation.WRITE),
             acl(ResourceType.TOPIC, SECRET, victim, AclOperation.READ),
             acl(ResourceType.GROUP, VICTIM_GROUP, victim, AclOperation.READ),
             acl(ResourceType.TRANSACTIONAL_ID, "PG_VICTIM", victim, AclOperation.WRITE),
             acl(ResourceType.GROUP, ATTACK_GROUP, attacker, AclOperation.READ),
             acl(ResourceType.TRANSACTIONAL_ID, "PG_ATK", attacker, AclOperation.WRITE),
+            acl(ResourceType.TOPIC, ATTACK_TOPIC, attacker, AclOperation.WRITE),
         ])
         yield standalone
     finally:
@@ -115,3 +130,64 @@ async def test_end_transaction_of_another_producer_groups_half_is_refused(
         assert b"half-1" in [m.body for m in decode_stored_messages(pulled.body)]
     finally:
         await client.aclose()
+
+
+def grpc_end_transaction(server: Standalone, topic: str, transaction_id: str, ak: str,
+                         sk: str) -> int:
+    """A raw EndTransaction (rollback); the RocketMQ status code of the answer."""
+    request = spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id="HALF",
+                                        transaction_id=transaction_id, resolution=pb.ROLLBACK)
+    with grpc.insecure_channel(f"127.0.0.1:{server.rocketmq_grpc_port}") as channel:
+        call = channel.unary_unary(SERVICE + "EndTransaction",
+                                   request_serializer=lambda m: m.SerializeToString(),
+                                   response_deserializer=spb.EndTransactionResponse.FromString)
+        return int(call(request, metadata=signed5(ak, sk), timeout=20).status.code)
+
+
+async def test_grpc_end_transaction_of_another_topics_half_is_refused(
+        server: Standalone) -> None:
+    client = await RawClient.connect(broker(server))
+    try:
+        ext = send_ext(SECRET, {"UNIQ_KEY": "half-2"}, queue_id=0)
+        ext["a"], ext["f"] = "PG_VICTIM", 4
+        answer = await client.call(RC.SEND_MESSAGE_V2, signed(ext, b"half-2", VICTIM, VICTIM_SK),
+                                   b"half-2")
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        half_id = answer.ext_fields["msgId"]
+        code = await trio.to_thread.run_sync(grpc_end_transaction, server, ATTACK_TOPIC, half_id,
+                                             ATTACKER, ATTACKER_SK)
+        assert code == pb.FORBIDDEN, code
+        commit = {"producerGroup": "PG_VICTIM", "tranStateTableOffset": 0,
+                  "commitLogOffset": decode_offset_message_id(half_id)[2],
+                  "commitOrRollback": 8, "fromTransactionCheck": False}
+        answer = await client.call(RC.END_TRANSACTION, signed(commit, b"", VICTIM, VICTIM_SK))
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        pulled = await client.call(RC.PULL_MESSAGE, signed(
+            pull_ext(SECRET, 0, 0, suspend_ms=5000, group=VICTIM_GROUP), b"",
+            VICTIM, VICTIM_SK), wait_s=15)
+        assert b"half-2" in [m.body for m in decode_stored_messages(pulled.body)]
+    finally:
+        await client.aclose()
+
+
+def telemetry_status(server: Standalone, settings: pb.Settings, ak: str, sk: str) -> int:
+    """The status of the answer to a Telemetry stream's settings command."""
+    with grpc.insecure_channel(f"127.0.0.1:{server.rocketmq_grpc_port}") as channel:
+        call = channel.stream_stream(SERVICE + "Telemetry",
+                                     request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=spb.TelemetryCommand.FromString)
+        answers = call(iter([spb.TelemetryCommand(settings=settings)]),
+                       metadata=signed5(ak, sk), timeout=20)
+        return int(next(iter(answers)).status.code)
+
+
+def test_telemetry_sessions_need_the_topics_and_group_they_register_for(
+        server: Standalone) -> None:
+    publishing = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
+        topics=[pb.Resource(name=SECRET)]))
+    subscribing = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name=ATTACK_GROUP),
+        subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name=SECRET))]))
+    assert telemetry_status(server, publishing, VICTIM, VICTIM_SK) == pb.OK
+    for settings in (publishing, subscribing):
+        assert telemetry_status(server, settings, ATTACKER, ATTACKER_SK) == pb.FORBIDDEN

@@ -116,3 +116,17 @@ def needs_write(topic: str) -> list[Need]:
 
 def needs_describe(topic: str) -> list[Need]:
     return [topic_need(topic, OP_DESCRIBE)]
+
+
+def needs_telemetry(settings: pb.Settings) -> list[Need]:
+    """A Telemetry session's settings register its client as a producer of the topics it
+    publishes to (which then receives their transaction check-backs, half messages included)
+    or as a consumer of its group: what sending to those topics or consuming needs."""
+    which = settings.WhichOneof("pub_sub")
+    if which == "publishing":
+        return [topic_need(topic.name, OP_WRITE) for topic in settings.publishing.topics]
+    if which == "subscription":
+        sub = settings.subscription
+        group = [group_need(sub.group.name, OP_READ)] if sub.group.name else []
+        return group + [topic_need(s.topic.name, OP_READ) for s in sub.subscriptions]
+    return []
