@@ -48,13 +48,13 @@ from ledger_backend.bookie.auth import (
     BookieSecret,
     refusal,
 )
+from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.ledger_keys import LedgerKeys
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     AddEntryRequest,
     AuthRequest,
     BookieAddress,
-    FrameDecoder,
     Message,
     ProtocolError,
     Status,

@@ -40,10 +40,10 @@ import trio
 
 from ledger_backend.bookie import local_bookies
 from ledger_backend.bookie.auth import BookieCredential
+from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     AddEntryRequest,
-    FrameDecoder,
     ProtocolError,
     ReadEntryRequest,
     ReadLacRequest,

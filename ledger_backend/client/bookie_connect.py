@@ -15,9 +15,9 @@ import ssl
 import trio
 
 from ledger_backend.bookie.auth import BookieAuthError, BookieCredential, ClientHandshake
+from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.protocol import (
     AuthResponse,
-    FrameDecoder,
     ProtocolError,
     Request,
     encode,

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import trio
 
+from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
-from ledger_backend.bookie.protocol import BookieAddress, FrameDecoder, Message, encode
+from ledger_backend.bookie.protocol import BookieAddress, Message, encode
 
 
 async def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:

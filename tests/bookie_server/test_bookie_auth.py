@@ -25,6 +25,7 @@ from ledger_backend.bookie.auth import (
     BookieSecret,
     ClientHandshake,
 )
+from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
 from ledger_backend.bookie.protocol import (
     AddEntryRequest,
@@ -33,7 +34,6 @@ from ledger_backend.bookie.protocol import (
     AuthResponse,
     BookieAddress,
     BookieInfoRequest,
-    FrameDecoder,
     Message,
     ProtocolError,
     ReadEntriesRequest,

@@ -13,10 +13,10 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
 from ledger_backend.bookie.protocol import (
     PROTOCOL_VERSION,
-    FrameDecoder,
     OpCode,
     ProtocolError,
     ReadEntriesRequest,

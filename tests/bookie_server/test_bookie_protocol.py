@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.protocol import (
     PROTOCOL_VERSION,
     AddEntryRequest,
@@ -17,7 +18,6 @@ from ledger_backend.bookie.protocol import (
     BookieAddress,
     BookieInfoRequest,
     BookieInfoResponse,
-    FrameDecoder,
     FrameTooLargeError,
     Message,
     ProtocolError,

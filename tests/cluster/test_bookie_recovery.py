@@ -40,9 +40,9 @@ def _assert_closed_to_strangers(cluster: Cluster) -> None:
     from kazoo import exceptions as kz
     from kazoo.client import KazooClient
 
+    from ledger_backend.bookie.frame_decoder import FrameDecoder
     from ledger_backend.bookie.protocol import (
         AddEntryRequest,
-        FrameDecoder,
         ReadEntryRequest,
         Status,
         encode,

@@ -11,8 +11,9 @@ import pytest
 import trio
 
 from ledger_backend.bookie import server as server_module
+from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.memory_storage import MemoryBookieStorage
-from ledger_backend.bookie.protocol import FrameDecoder, Message, ProtocolError, ReadEntriesRequest
+from ledger_backend.bookie.protocol import Message, ProtocolError, ReadEntriesRequest
 from ledger_backend.bookie.server import serve_bookie
 from ledger_backend.client.bookkeeper import BookKeeper
 from ledger_backend.client.errors import DigestMismatchError

@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from gateway.config.settings import Config, exposed_secrets_warning
-from ledger_backend.bookie.protocol import FrameDecoder, ReadEntryRequest, Status, encode
+from ledger_backend.bookie.frame_decoder import FrameDecoder
+from ledger_backend.bookie.protocol import ReadEntryRequest, Status, encode
 from ledger_backend.secret_files import make_private_dir
 from tests.support.ledger_passwords import ledger_password_hashes
 from tests.support.standalone import Standalone
