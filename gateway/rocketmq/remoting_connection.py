@@ -349,8 +349,12 @@ class RemotingConnection:
         self._started += 1
         if self._started == 1:
             self._started_answered = trio.Event()
-        if self._start(self, request, functools.partial(self._answer_now, request)):
-            return True
+        try:
+            if self._start(self, request, functools.partial(self._answer_now, request)):
+                return True
+        except Exception:  # a bug before anything started: not the read loop's end (nor the
+            # listener's); the task path answers it, SYSTEM_ERROR if the bug is there too
+            log.exception("starting a request failed", extra={"code": request.code})
         self._started -= 1
         return False
 

@@ -16,12 +16,13 @@ import pytest
 import trio
 import trio.lowlevel
 
+from gateway.rocketmq import listener
 from ledger_backend.bookie import local_bookies
 from ledger_backend.metadata.store import MetadataStore
 from protocols.rocketmq import dispatch
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.request_codes import RequestCode as RC
-from tests.rocketmq.conftest import durable_stack
+from tests.rocketmq.conftest import RocketMQStack, durable_stack
 from tests.rocketmq.remoting_client import RawClient
 from tests.rocketmq.test_rocketmq_broker_raw import send_ext
 from tests.rocketmq.test_rocketmq_send_at_once import StepCounter
@@ -105,3 +106,31 @@ async def test_a_send_whose_bookie_is_lost_is_answered_retryable_without_a_trace
                 if rec.exc_info is not None or rec.levelno >= logging.ERROR]
         assert loud == []
         await client.aclose()
+
+
+async def test_a_bug_in_starting_a_send_ends_neither_the_connection_nor_the_listener(
+        stack: RocketMQStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """start_request runs in the connection's reading task (the ACL check and the send's
+    synchronous part), outside the request tasks' guard: an exception there ended the read
+    loop, and with it the listener's connections nursery, every connection of the broker.
+    Now the request is answered by the task path, which answers a bug SYSTEM_ERROR."""
+    client = await RawClient.connect(stack.broker_addr)
+    r = await client.call(RC.SEND_MESSAGE_V2, send_ext("start", {"TAGS": "t"}), b"first")
+    assert r.code == ResponseCode.SUCCESS, r.remark
+
+    def buggy_start(*args: Any) -> bool:
+        raise StepBug("start_request failed")
+
+    monkeypatch.setattr(listener, "start_request", buggy_start)
+    with trio.fail_after(30):
+        r = await client.call(RC.SEND_MESSAGE_V2, send_ext("start", {"TAGS": "t"}), b"x",
+                              wait_s=30)
+    assert r is not None and r.code == ResponseCode.SUCCESS, r  # the task path stored it
+    monkeypatch.undo()
+    other = await RawClient.connect(stack.broker_addr)
+    with trio.fail_after(30):
+        r = await other.call(RC.SEND_MESSAGE_V2, send_ext("start", {"TAGS": "t"}), b"y",
+                             wait_s=30)
+    assert r is not None and r.code == ResponseCode.SUCCESS, r
+    await other.aclose()
+    await client.aclose()
