@@ -27,7 +27,7 @@ import trio
 
 from gateway.cluster.bundle_placement import GROUP_TOPIC
 from gateway.cluster.ownership import OwnershipService
-from gateway.coordinator.offset_store import KAFKA_OFFSETS_LEDGER, LedgerOffsetStore
+from gateway.coordinator.offset_store import LedgerOffsetStore, group_ledger_name
 from gateway.coordinator.partition_loader import CoordinatorPartitionLoader
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.types import (
@@ -66,7 +66,7 @@ class ClusterGroupCoordinator(CoordinatorPartitionLoader[GroupCoordinator]):
 
     def _open_partition(self, partition: int) -> tuple[GroupCoordinator, LedgerOffsetStore]:
         store = LedgerOffsetStore(self._factory, self._ledger_config,
-                                  ledger_name=f"{KAFKA_OFFSETS_LEDGER}-{partition}")
+                                  ledger_name=group_ledger_name(partition))
         return GroupCoordinator(store, self._coordinator_config), store
 
     def _owns_partition(self, partition: int) -> bool:

@@ -22,7 +22,7 @@ This module must never acknowledge a commit or a group change before its record 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gateway.coordinator.compacted_log import CompactedLog
@@ -34,6 +34,13 @@ log = logging.getLogger("ledgerwire.offsets")
 FORMAT_VERSION = 1
 KAFKA_OFFSETS_LEDGER = "__system/offsets/__consumer_offsets"
 State = dict[str, dict[OffsetKey, CommittedOffset]]
+
+
+def group_ledger_name(partition: int) -> str:
+    """Coordinator partition i's offsets ledger (a cluster's and every standalone's;
+    KAFKA_OFFSETS_LEDGER alone is the one-ledger layout of data directories from before,
+    moved into these at start: single_ledger_migration.py)."""
+    return f"{KAFKA_OFFSETS_LEDGER}-{partition}"
 
 
 def _encode_offsets(offsets: Mapping[OffsetKey, CommittedOffset]) -> list[list[Any]]:
@@ -112,6 +119,17 @@ class LedgerOffsetStore(CompactedLog):
         """Make one group's metadata record (None: the group is gone) durable."""
         await self._append(
             {"v": FORMAT_VERSION, "type": "group", "group": group_id, "metadata": record})
+
+    async def adopt(self, other: LedgerOffsetStore, group_ids: Iterable[str]) -> None:
+        """Take these groups' offsets and metadata from `other` (loaded) over what this log
+        holds for them, made durable as ONE snapshot record: doing it again after a crash
+        changes nothing (single_ledger_migration.py)."""
+        for group_id in group_ids:
+            if group_id in other._state:
+                self._state.setdefault(group_id, {}).update(other._state[group_id])
+            if group_id in other._group_metadata:
+                self._group_metadata[group_id] = other._group_metadata[group_id]
+        await self.snapshot()
 
     async def delete(self, group_id: str, keys: list[OffsetKey] | None) -> None:
         await self._append(

@@ -18,6 +18,7 @@ the transaction records: they belong to protocols.kafka.transaction_coordinator.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from gateway.coordinator.compacted_log import CompactedLog
@@ -27,6 +28,13 @@ log = logging.getLogger("ledgerwire.transactions.store")
 
 FORMAT_VERSION = 1
 TRANSACTION_STATE_LEDGER = "__system/transactions/__transaction_state"
+
+
+def transaction_ledger_name(partition: int) -> str:
+    """Transaction partition i's state ledger (a cluster's and every standalone's;
+    TRANSACTION_STATE_LEDGER alone is the one-ledger layout of data directories from before,
+    moved into these at start: single_ledger_migration.py)."""
+    return f"{TRANSACTION_STATE_LEDGER}-{partition}"
 
 
 class LedgerTransactionStore(CompactedLog):
@@ -66,6 +74,16 @@ class LedgerTransactionStore(CompactedLog):
     async def write(self, transactional_id: str, record: dict[str, Any]) -> None:
         await self._append({"v": FORMAT_VERSION, "type": "txn", "id": transactional_id,
                             "txn": record})
+
+    async def adopt(self, other: LedgerTransactionStore,
+                    transactional_ids: Iterable[str]) -> None:
+        """Take these ids' state from `other` (loaded) over what this log holds for them,
+        made durable as ONE snapshot record: doing it again after a crash changes nothing
+        (single_ledger_migration.py)."""
+        for transactional_id in transactional_ids:
+            if transactional_id in other._state:
+                self._state[transactional_id] = other._state[transactional_id]
+        await self.snapshot()
 
     async def delete(self, transactional_id: str) -> None:
         await self._append({"v": FORMAT_VERSION, "type": "delete", "id": transactional_id})

@@ -52,7 +52,7 @@ from gateway.cluster.ownership import OwnershipService
 from gateway.cluster.peer_client import PeerClient, PeerSecurity
 from gateway.coordinator.group_partitions import ClusterGroupCoordinator
 from gateway.coordinator.partition_loader import CoordinatorPartitionLoader
-from gateway.coordinator.transaction_store import LedgerTransactionStore
+from gateway.coordinator.transaction_store import LedgerTransactionStore, transaction_ledger_name
 from gateway.kafka.txn_marker_batching import PendingMarker, RemoteMarkerWriter
 from gateway.kafka.txn_marker_batching import raise_for_partition_code as _raise_for
 from ledger_backend.faults import log_failure
@@ -82,7 +82,6 @@ from protocols.kafka.transaction_coordinator import (
 
 log = logging.getLogger("ledgerwire.transactions.cluster")
 
-TRANSACTIONS_LEDGER_PREFIX = "__system/transactions/" + TXN_TOPIC
 COORDINATOR_EPOCH_PATH = "/ledgerwire/transactions/coordinator-epoch"
 TXN_OFFSET_COMMIT = 28
 # transaction.max.timeout.ms: a forwarded offset older than the longest transaction is settled
@@ -94,10 +93,6 @@ def cluster_coordinator_config() -> TransactionCoordinatorConfig:
     """A cluster's coordinators retry unwritten markers sooner than a standalone's: a marker
     for another broker's partition fails for as long as that partition fails over."""
     return TransactionCoordinatorConfig(abort_check_interval_s=2.0)
-
-
-def transaction_ledger_name(partition: int) -> str:
-    return f"{TRANSACTIONS_LEDGER_PREFIX}-{partition}"
 
 
 class _LocalMarkers:

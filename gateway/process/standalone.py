@@ -29,13 +29,14 @@ from gateway.admin.read_tickets import ReadTicketIssuer
 from gateway.admin.routes import serve_admin_api
 from gateway.config.listen_errors import naming_listener
 from gateway.config.settings import Config
-from gateway.coordinator.offset_store import LedgerOffsetStore
-from gateway.coordinator.transaction_store import LedgerTransactionStore
+from gateway.coordinator.partitioned_offsets import PartitionedOffsetStore, node_layout
+from gateway.coordinator.single_ledger_migration import move_single_ledgers
 from gateway.delivery.delivery_service import DeliveryService
 from gateway.delivery.group_configs import ShareGroupConfigs
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.dynamic_configs import serve_dynamic_configs
 from gateway.kafka.listener import serve_kafka
+from gateway.kafka.local_transactions import LocalTransactionCoordinators, partition_logs
 from gateway.kafka.share_dead_letters import LocalDeadLetters
 from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
 from gateway.process.gc_policy import settle_heap
@@ -61,7 +62,6 @@ from ledger_backend.secret_files import make_private_dir, read_secret_file
 from protocols.kafka.consumer_group_coordinator import ConsumerGroupConfig
 from protocols.kafka.group_coordinator import CoordinatorConfig, GroupCoordinator
 from protocols.kafka.share_group_coordinator import ShareGroupConfig
-from protocols.kafka.transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("ledgerwire.standalone")
 
@@ -153,10 +153,17 @@ async def run_standalone(
         await namespaces.load()
         topics.namespaces = namespaces
         stack.push_async_callback(topics.close)
-        offset_store = LedgerOffsetStore(factory, system_ledger_config(config))
+        # One coordinator-partition layout for every worker count (partitioned_offsets.py);
+        # a data directory from before has its single ledgers moved into it first.
+        layout = await node_layout(store)
+        await move_single_ledgers(factory, system_ledger_config(config), layout)
+        offset_store = PartitionedOffsetStore(factory, system_ledger_config(config),
+                                              layout.group_partitions)
         stack.push_async_callback(offset_store.close)
-        transaction_store = LedgerTransactionStore(factory, system_ledger_config(config))
-        stack.push_async_callback(transaction_store.close)
+        transaction_logs = partition_logs(factory, system_ledger_config(config),
+                                          layout.txn_partitions)
+        for transaction_log in transaction_logs:
+            stack.push_async_callback(transaction_log.close)
         share_groups = ShareGroups(
             lambda settings_for: DeliveryService(factory, system_ledger_config(config),
                                                  settings_for=settings_for,
@@ -192,7 +199,7 @@ async def run_standalone(
         )
         await background.start(coordinator.run)
         collect_with_topics(topics, coordinator, share_groups)
-        transactions = TransactionCoordinator(transaction_store, topics, coordinator)
+        transactions = LocalTransactionCoordinators(store, transaction_logs, topics, coordinator)
         await background.start(transactions.run)
         await background.start(share_groups.run)
         security = await setup_kafka_security(config, store)

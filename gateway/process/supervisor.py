@@ -54,10 +54,11 @@ the metadata is shared).
 
 RocketMQ clients see each bundle as one RocketMQ broker ("<cluster>-b<b>") at its owner
 worker's port, as with cluster brokers (gateway/rocketmq/cluster.py); any worker's name server
-answers routes for the node.  Committed offsets and transaction
-state of a single-process standalone are kept in other logs than the workers' cluster
-coordinators, so switching an existing data directory between 1 and N workers keeps topics and
-messages but not committed offsets.
+answers routes for the node.  Committed offsets and transaction state are kept per
+coordinator partition in every shape (the layout's group_partitions and txn_partitions, fixed
+for the life of the data directory, as Kafka's `__consumer_offsets` partition count is): a data
+directory moves between 1 and N workers with them.  One a one-process standalone wrote before
+that has its single ledgers moved first (single_ledgers.py), before any child starts.
 
 This module must never leave a child running after it returns, and never open a partition
 itself (only workers do, under bundle ownership).
@@ -91,6 +92,7 @@ from gateway.cluster.broker_registry import (
 from gateway.config.settings import Config, parse_host_port
 from gateway.process.local_bookies import local_bookie_indexes, worker_bookie_indexes
 from gateway.process.node_admin import NodeAdmin
+from gateway.process.single_ledgers import move_before_workers
 from ledger_backend.bookie.registration import AVAILABLE_BOOKIES_PATH
 from ledger_backend.metadata import MetadataError, MetadataStore, open_store
 from ledger_backend.metadata.shared_server import serve_shared_store
@@ -145,8 +147,10 @@ def worker_config(config: Config, index: int, admin_socket: str, bundles: int) -
 
 
 def cluster_layout(config: Config, workers: int) -> ClusterLayout:
-    """The bundles a new node is cut into (kept on restart, whatever the worker count)."""
-    return ClusterLayout(config.kafka.cluster_id, max(16, 4 * workers), 8, 8)
+    """The bundles a new node is cut into (kept on restart, whatever the worker count); its
+    coordinator partition counts are ClusterLayout's defaults, which a one-process standalone
+    uses while no layout was written (partitioned_offsets.node_layout)."""
+    return ClusterLayout(config.kafka.cluster_id, max(16, 4 * workers))
 
 
 class Child:
@@ -296,6 +300,7 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                 url = (f"shared:{socket_path}"
                        f"?session_timeout_s={config.cluster.zk_session_timeout_s:g}")
                 layout, _ = await init_cluster(store, cluster_layout(config, workers))
+                await move_before_workers(config, store, layout, workers)  # before any child
                 admin_sockets = [str(Path(socket_path).with_name(f"admin-{i}.sock"))
                                  for i in range(workers)]
                 await nursery.start(serve_node_admin, config, admin_sockets)

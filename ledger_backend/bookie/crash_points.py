@@ -19,7 +19,9 @@ Names used by the engine:
 The managed ledger's rewrite (ledger_swap.py) has its own: managed_ledger.rewrite.*
 (REWRITE_CRASH_POINTS there), its one-transaction close managed_ledger.close.*
 (CLOSE_CRASH_POINTS in managed_ledger.py), and a new owner's one-transaction list write
-managed_ledger.open.* (OPEN_CRASH_POINTS in factory.py).
+managed_ledger.open.* (OPEN_CRASH_POINTS in factory.py); moving a data directory's single
+coordinator ledgers into partition ledgers coordinator_layout.* (CRASH_POINTS in
+gateway/coordinator/single_ledger_migration.py).
 """
 
 from __future__ import annotations

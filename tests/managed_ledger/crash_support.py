@@ -52,10 +52,13 @@ async def durable_node(data_dir: Path, port: int) -> AsyncIterator[tuple[Metadat
 
 
 def run_driver(module: str, data_dir: Path, port: int, phase: str,
-               crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m module data_dir port phase`, killed at crash point `crash_at` if given."""
+               crash_at: str | None = None, crash_after: int = 1,
+               ) -> subprocess.CompletedProcess[str]:
+    """`python -m module data_dir port phase`, killed at crash point `crash_at` if given (at
+    its `crash_after`-th hit)."""
     env = dict(os.environ)
     env.pop("LEDGERWIRE_CRASH_AT", None)
+    env["LEDGERWIRE_CRASH_AFTER"] = str(crash_after)
     if crash_at is not None:
         env["LEDGERWIRE_CRASH_AT"] = crash_at
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT_DIR), env.get("PYTHONPATH", "")])
