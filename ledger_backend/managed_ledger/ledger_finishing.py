@@ -26,9 +26,11 @@ from typing import Protocol
 
 import trio
 
+# the module, not log_failure: faults imports managed_ledger.types, whose package imports this
+# module (tests/architecture/test_import_order.py)
+from ledger_backend import faults
 from ledger_backend.bookie.crash_points import crash_point
 from ledger_backend.client.errors import LedgerClosedError, LedgerError, LedgerFencedError
-from ledger_backend.faults import log_failure
 from ledger_backend.managed_ledger.client_protocol import BookKeeperLike, WriteHandleLike
 from ledger_backend.managed_ledger.entry_reader import LedgerReaders
 from ledger_backend.managed_ledger.metadata_format import LedgerRecord
@@ -118,7 +120,7 @@ async def _finish_retired(self: FinishingLedger, ledger: WriteLedger) -> None:
             await self._finish_ledger(ledger)
     except Exception:  # a system task's exception would end the whole run
         # an expected fault (a bookie gone, the ledger fenced) is one WARNING line
-        log_failure(log, "finishing ledger %d of %r failed", ledger.record.ledger_id,
+        faults.log_failure(log, "finishing ledger %d of %r failed", ledger.record.ledger_id,
                     self.name, bug_level=logging.ERROR)
 
 
