@@ -50,6 +50,16 @@ class FakeLog:
     async def append_built(self, batch: Any) -> Any:  # a batch the broker encoded itself
         return await self.append(batch)
 
+    async def write_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                               coordinator_epoch: int) -> int:
+        return int(await self.append(b"marker") is None)
+
+    async def delete_records_before(self, offset: int) -> int:
+        self.trimmed_to = offset
+        if self.during_append is not None:
+            self.during_append()
+        return offset
+
 
 class FakeTopics:
     def __init__(self) -> None:
@@ -253,6 +263,45 @@ async def test_a_built_batch_that_outlives_ownership_is_never_acknowledged() -> 
     with pytest.raises(NotLeaderOrFollowerError):
         await plog.append_built(batch)
     assert broker.topic_service.log.appended == 2  # stored (the new owner recovers it)
+
+
+async def test_delete_records_and_markers_that_outlive_ownership_are_never_reported_done(
+        ) -> None:
+    """DeleteRecords and WriteTxnMarkers whose change completes after ownership was lost answer
+    NOT_LEADER_OR_FOLLOWER (the admin client and the coordinator retry on the new owner), not
+    success: the wrapper checks every method that changes the log, not only appends."""
+    from protocols.kafka.handlers.admin import handle_delete_records
+    from protocols.kafka.handlers.txn_inter_broker import handle_write_txn_markers
+
+    broker = FakeBroker()
+    ctx = RequestContext(broker=broker)  # type: ignore[arg-type]
+    log = broker.topic_service.log
+
+    async def delete_records() -> dict[str, Any]:
+        answer = await handle_delete_records(ctx, header(21, 2), {"topics": [
+            {"name": "t", "partitions": [{"partition_index": 2, "offset": 5}]}]})
+        partition: dict[str, Any] = answer["topics"][0]["partitions"][0]
+        return partition
+
+    async def write_marker() -> int:
+        answer = await handle_write_txn_markers(ctx, header(27, 1), {"markers": [{
+            "producer_id": 7, "producer_epoch": 0, "transaction_result": True,
+            "coordinator_epoch": 0, "topics": [{"name": "t", "partition_indexes": [2]}]}]})
+        return int(answer["markers"][0]["topics"][0]["partitions"][0]["error_code"])
+
+    assert (await delete_records())["error_code"] == 0
+    assert await write_marker() == 0
+
+    def lose() -> None:
+        broker.ownership.lost = True
+
+    log.during_append = lose
+    done = await delete_records()
+    assert (done["error_code"], done["low_watermark"]) == (
+        ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)
+    assert log.trimmed_to == 5  # it happened here; the new owner's log start agrees
+    broker.ownership.lost = False
+    assert await write_marker() == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 async def test_a_partition_opened_before_its_bundle_is_loaded_serves_produce_and_fetch() -> None:

@@ -6,10 +6,12 @@ Every handler that names a topic goes through here, so "unknown topic", "unknown
 In a cluster (the broker has an ownership service, broker_api.ownership_of) a partition is
 served only by its owner: `open_partition` refuses others with NOT_LEADER_OR_FOLLOWER so the
 client refreshes its metadata (on the owner that still loads the partition's bundle it waits up
-to LOADING_WAIT_S for the load), and the log it returns re-checks ownership after every append,
-so a broker that lost ownership while the append was in flight (paused past its ZooKeeper
-session, or releasing the partition) never acknowledges it.  The entry may still be in the log
-(the new owner recovered it); an idempotent producer's retry is then answered as a duplicate.
+to LOADING_WAIT_S for the load), and the log it returns re-checks ownership after every change
+(an append, a transaction marker, DeleteRecords), so a broker that lost ownership while the
+change was in flight (paused past its ZooKeeper session, or releasing the partition) never
+reports it done.  The entry may still be in the log (the new owner recovered it); an idempotent
+producer's retry is then answered as a duplicate, a repeated DeleteRecords finds the log start
+already there.
 
 This module must never create or change topics: it only looks them up and validates names.
 """
@@ -101,11 +103,13 @@ def require_local(ownership: OwnershipApi, topic: str, partition: int,
 
 
 class OwnedPartitionLog:
-    """A partition log that acknowledges an append only if this broker still owns it: `append`
-    (client bytes), `append_built` (a batch the broker encoded) and `append_built_soon` (the
-    same, answered from a callback); without its own method here `__getattr__` would hand an
-    append over unchecked.  WriteTxnMarkers checks after `write_txn_marker` itself
-    (txn_inter_broker.py)."""
+    """A partition log that reports a change as done only if this broker still owns the
+    partition when the change completed: every method that changes the log has its own method
+    here (`append`, `append_built`, `append_built_soon`, `write_txn_marker`,
+    `delete_records_before`), since `__getattr__` would hand it over unchecked; reads go
+    through `__getattr__`.  A change that outlived the ownership may still have happened (the
+    new owner recovered it): the client's retry on the new owner finds it done, as an
+    idempotent producer's duplicate or a log start already moved."""
 
     def __init__(self, inner: PartitionLogApi, ownership: OwnershipApi, topic: str,
                  partition: int, local: Callable[[str, int], bool] | None = None) -> None:
@@ -129,6 +133,18 @@ class OwnedPartitionLog:
         result = await self._inner.append_built(batch)
         require_local(self._ownership, self._topic, self._partition, self._local)
         return result
+
+    async def write_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                               coordinator_epoch: int) -> int:
+        offset = await self._inner.write_txn_marker(producer_id, producer_epoch, commit,
+                                                    coordinator_epoch)
+        require_local(self._ownership, self._topic, self._partition, self._local)
+        return offset
+
+    async def delete_records_before(self, offset: int) -> int:
+        low = await self._inner.delete_records_before(offset)
+        require_local(self._ownership, self._topic, self._partition, self._local)
+        return low
 
     def append_built_soon(self, batch: BuiltBatch,
                           on_done: Callable[[AppendResultView | BaseException], None]) -> bool:
