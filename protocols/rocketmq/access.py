@@ -21,7 +21,9 @@ consumer group is the Kafka group of the same name, and its retry and dead-lette
     offset query (14)            DESCRIBE topic and group
     offsets by time, min/max     DESCRIBE topic
     query / view message         READ topic (by id: every topic the id's hash names)
-    heartbeat (34)               READ each consumer group, DESCRIBE each subscribed topic
+    heartbeat (34)               READ each consumer group, DESCRIBE each subscribed topic;
+                                 a producer group is kept only with WRITE on its
+                                 transactional id (it is sent that group's check-backs)
     consumer list, client config DESCRIBE group; unregister, lock/unlock READ group (+ topics)
     send back (36)               READ group, origin topic and the topic its offset names
     end transaction (37)         WRITE transactional id = producer group
@@ -345,8 +347,27 @@ class RocketMQGuard:
         else:
             principal = self.principal(conn, request)
         if self.authorizer is not None and broker is not None:
-            self.authorize(principal, str(conn.peer[0]), required(request, broker.topics))
+            host = str(conn.peer[0])
+            self.authorize(principal, host, required(request, broker.topics))
+            if request.code == RequestCode.HEART_BEAT:
+                self._keep_owned_producer_groups(request, principal, host)
         return principal
+
+    def _keep_owned_producer_groups(self, request: RemotingCommand, principal: str,
+                                    host: str) -> None:
+        """A heartbeat's producer groups register its connection for their transaction
+        check-backs, which carry the half messages: only the groups whose transactional id
+        the principal may WRITE stay in it.  The others are dropped, not refused: every
+        producer and consumer heartbeats its groups, transactional or not."""
+        assert self.authorizer is not None
+        doc = _json_body(request)
+        producers = doc.get("producerDataSet") or []
+        kept = [p for p in (producers if isinstance(producers, list) else [])
+                if isinstance(p, dict) and self.authorizer.authorize(
+                    principal, host, OP_WRITE, RES_TRANSACTIONAL_ID, str(p.get("groupName") or ""))]
+        if kept != producers:
+            doc["producerDataSet"] = kept
+            request.body = json.dumps(doc).encode()
 
     def authorize(self, principal: str, host: str, needs: Iterable[Need]) -> None:
         assert self.authorizer is not None

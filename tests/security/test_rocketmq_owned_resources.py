@@ -9,7 +9,10 @@ remoting frames the attacker tries:
   into its own group's dead-letter topic, which it may read: it must be refused, with or
   without an originTopic;
 - END_TRANSACTION of the victim's half message (a rollback) under its own producer group: it
-  must be refused, and the victim's commit must still deliver the message.
+  must be refused, and the victim's commit must still deliver the message;
+- a HEART_BEAT registering it as a producer of the victim's group (after the victim's own), to
+  be sent the group's transaction check-backs, which carry the half message: the check-back
+  must still go to the victim.
 
 and over RocketMQ 5 gRPC (signed metadata):
 
@@ -21,6 +24,7 @@ and over RocketMQ 5 gRPC (signed metadata):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import grpc
@@ -62,7 +66,8 @@ NO_PERMISSION = ResponseCode.NO_PERMISSION
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    standalone = secured_standalone(tmp_path_factory.mktemp("rmq-owned"), ACCOUNTS)
+    standalone = secured_standalone(tmp_path_factory.mktemp("rmq-owned"),
+                                    "[rocketmq]\ntransaction_check_timeout_s = 1.0\n" + ACCOUNTS)
     standalone.start()
     try:
         victim, attacker = f"User:{VICTIM}", f"User:{ATTACKER}"
@@ -130,6 +135,26 @@ async def test_end_transaction_of_another_producer_groups_half_is_refused(
         assert b"half-1" in [m.body for m in decode_stored_messages(pulled.body)]
     finally:
         await client.aclose()
+
+
+async def test_check_backs_go_only_to_a_producer_that_owns_the_group(server: Standalone) -> None:
+    victim = await RawClient.connect(broker(server))
+    attacker = await RawClient.connect(broker(server))
+    try:
+        for client, ak, sk in ((victim, VICTIM, VICTIM_SK), (attacker, ATTACKER, ATTACKER_SK)):
+            beat = json.dumps({"clientID": f"client-{ak}", "consumerDataSet": [],
+                               "producerDataSet": [{"groupName": "PG_VICTIM"}]}).encode()
+            answer = await client.call(RC.HEART_BEAT, signed({}, beat, ak, sk), beat)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+        await victim_send(victim, b"half-3", half=True)
+        # undecided past the check timeout (1 s): checked back with the group's last producer
+        # registered, which must be the victim, not the attacker that registered after it
+        check = await victim.receive(wait_s=60)
+        assert check is not None and check.code == RC.CHECK_TRANSACTION_STATE
+        assert b"half-3" in check.body
+    finally:
+        await victim.aclose()
+        await attacker.aclose()
 
 
 def grpc_end_transaction(server: Standalone, topic: str, transaction_id: str, ak: str,
