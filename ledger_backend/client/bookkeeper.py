@@ -24,7 +24,7 @@ from ledger_backend.bookie.auth import BookieCredential
 from ledger_backend.bookie.master_key import derive_master_key, master_key_hash, new_salt
 from ledger_backend.bookie.protocol import DEFAULT_MAX_FRAME_BYTES
 from ledger_backend.bookie.tls import BookieTls
-from ledger_backend.client.bookie_client import BookieClientPool
+from ledger_backend.client.bookie_pool import BookieClientPool
 from ledger_backend.client.client_context import ClientContext
 from ledger_backend.client.errors import LedgerClosedError
 from ledger_backend.client.ledger_ids import LedgerIdBlocks

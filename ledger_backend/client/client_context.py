@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from ledger_backend.bookie.master_key import derive_mac_key, derive_master_key
-from ledger_backend.client.bookie_client import BookieClientPool
+from ledger_backend.client.bookie_pool import BookieClientPool
 from ledger_backend.client.errors import (
     BKTimeoutError,
     DigestMismatchError,
