@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_partitions.py [--topics 1000] [--partitions 10]
         [--workers 1] [--batch 100] [--write-sample N] [--churn TOPICS]
-        [--write-all-once] [--max-open N] [--idle-unload S]
+        [--write-all-once] [--max-open N] [--idle-unload S] [--one-producer]
 
 A real `ledgerwire standalone` (fsync on, RocketMQ off) on loopback, driven by confluent-kafka:
 
@@ -36,10 +36,13 @@ the least recently used beyond N (gateway/topics/idle_unloader.py) and its RSS i
 all of them written; --idle-unload S sets `[storage] partition_idle_unload_s`.  The unloads the
 node logged are counted after each phase.
 
-Printed: partitions/s and node CPU per partition for each phase, the first-write cost minus
-the steady write cost (what opening a partition costs), Metadata seconds, RSS, restart
-seconds.  The clients share the cores with the node: wall-clock rates on a loaded machine are
-lower bounds; CPU per partition is the steadier figure.
+Each wave of 1,000 partitions is written by a producer of its own (write_round says why);
+--one-producer writes a whole round through one, as before.
+
+Printed: partitions/s and node CPU per partition for each phase (the client's CPU beside it),
+the first-write cost minus the steady write cost (what opening a partition costs), Metadata
+seconds, RSS, restart seconds.  The clients share the cores with the node: wall-clock rates on
+a loaded machine are lower bounds; CPU per partition is the steadier figure.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from bench_workers import Node, process_cpu  # noqa: E402
+from bench_workers import Node, client_cpu, process_cpu  # noqa: E402
 
 from protocols.kafka.codec import RequestHeader, decode_response, encode_request  # noqa: E402
 
@@ -92,29 +95,44 @@ def create_topics(server: Node, names: list[str], partitions: int, batch: int) -
             future.result(300)
 
 
+PRODUCER_CONF = {"acks": "all", "linger.ms": 20, "message.timeout.ms": 600_000,
+                 "queue.buffering.max.messages": 2_000_000,
+                 "topic.metadata.refresh.interval.ms": 600_000}
+
+
 def write_round(server: Node, names: list[str], partitions: int, wave: int = 1000,
-                deadline: float | None = None) -> int:
+                deadline: float | None = None, one_producer: bool = False) -> int:
     """One record to every partition, `wave` partitions at a time (all at once, librdkafka
     times out requests queued behind thousands of opens on a loaded machine); with `deadline`
-    (a perf_counter time) no new wave starts after it.  Returns the partitions written."""
-    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all",
-                         "linger.ms": 20, "message.timeout.ms": 600_000,
-                         "queue.buffering.max.messages": 2_000_000,
-                         "topic.metadata.refresh.interval.ms": 600_000})
+    (a perf_counter time) no new wave starts after it.  Returns the partitions written.
+
+    Each wave has a producer of its own, as a node's 100,000 partitions are written by many
+    clients: one librdkafka producer's CPU grows with every partition it has written to (it
+    keeps and walks them all), from 0.05 s per 1,000 first writes to ~2 s by the 34,000th
+    (measured), and that client, on the node's two cores, made the node's CPU per partition
+    look as if it grew with the count (0.5 -> 1.3 ms; with a producer per wave 0.5 -> 0.8 ms
+    in the same conditions).  `one_producer` (--one-producer) keeps the old way."""
     failed = []
 
     def report(err: object, _msg: object) -> None:
         if err is not None:
             failed.append(err)
 
+    def new_producer() -> Producer:
+        return Producer({"bootstrap.servers": server.bootstrap, **PRODUCER_CONF})
+
     value = b"v" * 100
     queued = 0
+    producer = new_producer()
     for name in names:
         for p in range(partitions):
             producer.produce(name, value, partition=p, on_delivery=report)
             queued += 1
             if queued % wave == 0:
-                producer.flush(900)
+                if producer.flush(900):
+                    raise RuntimeError(f"a wave of {wave} not delivered in 900 s")
+                if not one_producer:
+                    producer = new_producer()
         producer.poll(0)
         if deadline is not None and queued % wave == 0 and time.perf_counter() > deadline:
             break
@@ -183,12 +201,13 @@ def unloaded(server: Node) -> int:
 
 def phase(server: Node, label: str, count: int, run: object) -> tuple[float, float]:
     pids = server.pids()
-    cpu_before, started = node_cpu(pids), time.perf_counter()
+    cpu_before, client_before, started = node_cpu(pids), client_cpu(), time.perf_counter()
     run()  # type: ignore[operator]
     wall = time.perf_counter() - started
     cpu_ms = (node_cpu(server.pids()) - cpu_before) * 1000 / count
     print(f"  {label}: {count / wall:,.0f} partitions/s ({wall:.1f} s), node CPU "
-          f"{cpu_ms:.2f} ms/partition", flush=True)
+          f"{cpu_ms:.2f} ms/partition (client {(client_cpu() - client_before) * 1000 / count:.2f})",
+          flush=True)
     return wall, cpu_ms
 
 
@@ -218,20 +237,26 @@ def load_phase(server: Node, args: argparse.Namespace, names: list[str], total: 
           f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
     if args.write_deadline:  # a measuring window's share: as many first writes as fit
         started, cpu_before = time.perf_counter(), node_cpu(server.pids())
+        client_before = client_cpu()
         first_written = write_round(server, first_names, args.partitions,
-                                    deadline=started + args.write_deadline)
+                                    deadline=started + args.write_deadline,
+                                    one_producer=args.one_producer)
         wall = time.perf_counter() - started
         first = (node_cpu(server.pids()) - cpu_before) * 1000 / first_written
+        client = (client_cpu() - client_before) * 1000 / first_written
         print(f"  first write (opens), stopped after {args.write_deadline:.0f} s: "
               f"{first_written:,} of {total:,} partitions written, {first_written / wall:,.0f} "
-              f"partitions/s ({wall:.1f} s), node CPU {first:.2f} ms/partition", flush=True)
+              f"partitions/s ({wall:.1f} s), node CPU {first:.2f} ms/partition (client "
+              f"{client:.2f})", flush=True)
     else:
         _, first = phase(server, "first write (opens)", first_written,
-                         lambda: write_round(server, first_names, args.partitions))
+                         lambda: write_round(server, first_names, args.partitions,
+                                             one_producer=args.one_producer))
     print(f"  after the first write: node RSS {rss_mb(server.pids()):,.0f} MB, "
           f"{unloaded(server):,} partition logs unloaded so far", flush=True)
     _, again = phase(server, "second write (open)", written,
-                     lambda: write_round(server, sample, args.partitions))
+                     lambda: write_round(server, sample, args.partitions,
+                                         one_producer=args.one_producer))
     print(f"  opening a partition: {first - again:.2f} ms node CPU "
           f"(first write minus second; {unloaded(server):,} unloaded so far)", flush=True)
     print(f"  Metadata of every topic: {metadata_wire(server, total)}, again "
@@ -250,7 +275,8 @@ def restart_phase(server: Node, args: argparse.Namespace, total: int, sample: li
           flush=True)
     print(f"  node RSS {rss_mb(server.pids()):,.0f} MB after the restart", flush=True)
     phase(server, "write after restart (reopens)", written,
-          lambda: write_round(server, sample, args.partitions))
+          lambda: write_round(server, sample, args.partitions,
+                              one_producer=args.one_producer))
     print(f"  node RSS {rss_mb(server.pids()):,.0f} MB; load "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     if args.churn:
@@ -272,6 +298,9 @@ def main() -> None:
     parser.add_argument("--write-deadline", type=float, default=0,
                         help="stop the first write round's new waves after this many seconds "
                              "and report how many partitions it wrote (0: write them all)")
+    parser.add_argument("--one-producer", action="store_true",
+                        help="one producer for a whole write round (before: its CPU grows "
+                             "with the partitions it wrote; default: one per 1,000)")
     parser.add_argument("--max-open", type=int, default=0,
                         help="[storage] max_open_partitions of the node (0: no bound)")
     parser.add_argument("--idle-unload", type=float, default=None,
