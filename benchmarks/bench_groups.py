@@ -14,7 +14,8 @@ join+sync round of six members.
 
 Commits: OffsetCommit round trips through the broker, each made durable in the offsets
 ledger before it is acknowledged: one client committing synchronously, then eight clients
-at once (threads), one partition offset per commit.
+at once (threads), one partition offset per commit.  Then OffsetFetch round trips of those
+groups' offsets (answered from the coordinator's memory), one client and eight.
 """
 
 from __future__ import annotations
@@ -147,6 +148,12 @@ class _NullStore:
     async def load(self) -> dict:
         return {}
 
+    async def load_groups(self) -> dict:
+        return {}
+
+    async def store_group(self, group_id: str, record: object) -> None:
+        pass
+
     async def commit(self, group_id: str, offsets: object) -> None:
         pass
 
@@ -211,6 +218,16 @@ def _commit_loop(bootstrap: str, group: str, seconds: float, counts: list[int]) 
     consumer.close()
 
 
+def _fetch_loop(bootstrap: str, group: str, seconds: float, counts: list[int]) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    done, deadline = 0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        consumer.committed([TopicPartition("commits", 0)], timeout=10)
+        done += 1
+    counts.append(done)
+    consumer.close()
+
+
 def bench_commits(bootstrap: str, seconds: float) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("commits", 1, 1)])["commits"].result(30)
@@ -229,6 +246,22 @@ def bench_commits(bootstrap: str, seconds: float) -> None:
         print(
             f"offset commits, {clients} client(s) committing synchronously: "
             f"{sum(counts) / seconds:,.0f} commits/s"
+        )
+    for clients in (1, 8):  # OffsetFetch of the groups committed above
+        counts = []
+        threads = [
+            threading.Thread(
+                target=_fetch_loop, args=(bootstrap, f"committer-8-{i}", seconds, counts)
+            )
+            for i in range(clients)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        print(
+            f"offset fetches, {clients} client(s) fetching synchronously: "
+            f"{sum(counts) / seconds:,.0f} fetches/s"
         )
 
 
