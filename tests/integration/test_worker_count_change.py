@@ -13,10 +13,16 @@ real confluent-kafka clients:
   init_transactions (the coordinator remembers it), so read_committed consumers get past it
   and see every committed transaction and nothing of the aborted ones (before: its state was
   lost, nobody ever aborted it, and the partition's last stable offset stayed stuck below it).
+
+And a data directory whose offsets a one-process standalone kept in the single ledger (before
+session 15) has them moved into the partition ledgers at its next start, with 1 worker (the
+standalone moves them) or 2 (the supervisor does, before its workers start).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +32,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.standalone import Standalone, free_port_range
+from tests.support.standalone import REPO, Standalone, free_port_range
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -193,3 +199,35 @@ def test_offsets_and_transactions_survive_worker_count_changes(node: Node) -> No
         except KafkaException as exc:  # pragma: no cover - a failure's detail
             raise AssertionError(f"read_committed failed: {exc}\n{node.log()}") from exc
         assert seen == expected, f"after moving to {to_workers} worker(s): {seen}"
+
+
+def write_single_ledger_offsets(node: Node, offsets: dict[int, int]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integration.legacy_layout_driver", str(node.data_dir),
+         str(node.bookie_port), str(node.bookies), GROUP, "numbers",
+         *(f"{p}={o}" for p, o in offsets.items())],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_single_ledger_offsets_are_moved_at_the_next_start(node: Node, workers: int) -> None:
+    node.start_with(1)
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic("numbers", PARTITIONS, 1)])["numbers"].result(60)
+    producer = Producer({"bootstrap.servers": node.bootstrap})
+    for p in range(PARTITIONS):
+        for i in range(RECORDS):
+            producer.produce("numbers", f"{p}-{i}".encode(), partition=p)
+    assert producer.flush(60) == 0
+    node.stop(timeout_s=90)
+    old = {p: 13 + 5 * p for p in range(PARTITIONS)}
+    write_single_ledger_offsets(node, old)
+
+    node.start_with(workers)
+    assert committed(node.bootstrap, GROUP, "numbers") == old
+    assert first_offsets_consumed(node.bootstrap, GROUP, "numbers") == old
+    assert "moved __system/offsets/__consumer_offsets into 8 partition ledgers" in node.log()
+    node.stop(timeout_s=90)
+    node.start_with(3 - workers)  # and on to the other shape: moved once, kept
+    assert committed(node.bootstrap, GROUP, "numbers") == old
