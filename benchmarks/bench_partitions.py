@@ -56,6 +56,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -101,7 +102,8 @@ PRODUCER_CONF = {"acks": "all", "linger.ms": 20, "message.timeout.ms": 600_000,
 
 
 def write_round(server: Node, names: list[str], partitions: int, wave: int = 1000,
-                deadline: float | None = None, one_producer: bool = False) -> int:
+                deadline: float | None = None, one_producer: bool = False,
+                on_wave: Callable[[int], None] | None = None) -> int:
     """One record to every partition, `wave` partitions at a time (all at once, librdkafka
     times out requests queued behind thousands of opens on a loaded machine); with `deadline`
     (a perf_counter time) no new wave starts after it.  Returns the partitions written.
@@ -111,7 +113,8 @@ def write_round(server: Node, names: list[str], partitions: int, wave: int = 100
     keeps and walks them all), from 0.05 s per 1,000 first writes to ~2 s by the 34,000th
     (measured), and that client, on the node's two cores, made the node's CPU per partition
     look as if it grew with the count (0.5 -> 1.3 ms; with a producer per wave 0.5 -> 0.8 ms
-    in the same conditions).  `one_producer` (--one-producer) keeps the old way."""
+    in the same conditions).  `one_producer` (--one-producer) keeps the old way.  `on_wave`
+    is called with the partitions written so far after each wave."""
     failed = []
 
     def report(err: object, _msg: object) -> None:
@@ -131,6 +134,8 @@ def write_round(server: Node, names: list[str], partitions: int, wave: int = 100
             if queued % wave == 0:
                 if producer.flush(900):
                     raise RuntimeError(f"a wave of {wave} not delivered in 900 s")
+                if on_wave is not None:
+                    on_wave(queued)
                 if not one_producer:
                     producer = new_producer()
         producer.poll(0)
@@ -140,6 +145,25 @@ def write_round(server: Node, names: list[str], partitions: int, wave: int = 100
     if left or failed:
         raise RuntimeError(f"{left} unflushed, {len(failed)} failed: {failed[:3]}")
     return queued
+
+
+class CpuByStep:
+    """The node's CPU per partition over each `step` partitions of a write round (on_wave):
+    whether a first write costs more as more partitions have been written."""
+
+    def __init__(self, server: Node, step: int) -> None:
+        self.server, self.step = server, max(1, step)
+        self.marks = [(0, node_cpu(server.pids()))]
+
+    def note(self, written: int) -> None:
+        if written - self.marks[-1][0] >= self.step:
+            self.marks.append((written, node_cpu(self.server.pids())))
+
+    def line(self) -> str:
+        costs = [(c1 - c0) * 1000 / (w1 - w0)
+                 for (w0, c0), (w1, c1) in zip(self.marks, self.marks[1:], strict=False)]
+        return (f"node CPU per partition by {self.step:,} written: "
+                + " ".join(f"{c:.2f}" for c in costs) + " ms")
 
 
 def churn(server: Node, topics: int, rounds: int = 5) -> None:
@@ -235,12 +259,13 @@ def load_phase(server: Node, args: argparse.Namespace, names: list[str], total: 
           f"{metadata_wire(server, total)}, again {metadata_wire(server, total)}; "
           f"confluent-kafka list_topics {metadata_seconds(server, total):.2f} s; "
           f"node RSS {rss_mb(server.pids()):,.0f} MB", flush=True)
+    steps = CpuByStep(server, max(1000, first_written // 10 // 1000 * 1000))
     if args.write_deadline:  # a measuring window's share: as many first writes as fit
         started, cpu_before = time.perf_counter(), node_cpu(server.pids())
         client_before = client_cpu()
         first_written = write_round(server, first_names, args.partitions,
                                     deadline=started + args.write_deadline,
-                                    one_producer=args.one_producer)
+                                    one_producer=args.one_producer, on_wave=steps.note)
         wall = time.perf_counter() - started
         first = (node_cpu(server.pids()) - cpu_before) * 1000 / first_written
         client = (client_cpu() - client_before) * 1000 / first_written
@@ -251,7 +276,9 @@ def load_phase(server: Node, args: argparse.Namespace, names: list[str], total: 
     else:
         _, first = phase(server, "first write (opens)", first_written,
                          lambda: write_round(server, first_names, args.partitions,
-                                             one_producer=args.one_producer))
+                                             one_producer=args.one_producer,
+                                             on_wave=steps.note))
+    print(f"  first write, {steps.line()}", flush=True)
     print(f"  after the first write: node RSS {rss_mb(server.pids()):,.0f} MB, "
           f"{unloaded(server):,} partition logs unloaded so far", flush=True)
     _, again = phase(server, "second write (open)", written,
