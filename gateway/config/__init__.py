@@ -1,3 +1,3 @@
-"""Configuration of a ledgerwire process: settings with their defaults, a TOML file, command-line
-flags (settings.py). Imports nothing else of gateway/.
+"""Configuration of a ledgerwire process: settings with their defaults (settings.py), read from
+a TOML file and command-line flags (loading.py). Imports nothing else of gateway/.
 """

@@ -26,7 +26,8 @@ from gateway.cluster.peer_client import (
     peer_client_ssl_context,
     peer_security_from_config,
 )
-from gateway.config.settings import Config, ConfigError, load_config
+from gateway.config.loading import load_config
+from gateway.config.settings import Config, ConfigError
 from gateway.process.cluster_services import (
     check_inter_broker_credential,
     setup_inter_broker_security,

@@ -14,7 +14,8 @@ import pytest
 from gateway.cli.commands.bookie import apply_storage_config
 from gateway.cli.main import build_parser
 from gateway.config.bookie_storage import ENGINE_SETTINGS, bookie_engine_config
-from gateway.config.settings import ConfigError, StorageConfig, load_config
+from gateway.config.loading import load_config
+from gateway.config.settings import ConfigError, StorageConfig
 from gateway.process.local_bookies import bookie_storage_config
 
 # [storage] settings that are not a bookie's storage engine's, and where they go instead

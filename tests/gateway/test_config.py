@@ -8,7 +8,8 @@ import pytest
 
 from gateway.cli.commands.standalone import config_from_args
 from gateway.cli.main import build_parser
-from gateway.config.settings import ConfigError, load_config, parse_host_port
+from gateway.config.loading import load_config
+from gateway.config.settings import ConfigError, parse_host_port
 
 
 def test_defaults_are_the_documented_ones() -> None:

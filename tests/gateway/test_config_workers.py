@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.settings import ConfigError, load_config
+from gateway.config.loading import load_config
+from gateway.config.settings import ConfigError
 from gateway.process.supervisor import cluster_layout, worker_config
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from gateway.admin.auth import AdminAuth
 from gateway.admin.listener import announce
-from gateway.config.settings import Config, ConfigError, load_config
+from gateway.config.loading import load_config
+from gateway.config.settings import Config, ConfigError
 
 
 def config(**overrides: object) -> Config:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.config.settings import ConfigError, load_config
+from gateway.config.loading import load_config
+from gateway.config.settings import ConfigError
 from protocols.rocketmq.acl import (
     PERM_ANY,
     PERM_DENY,

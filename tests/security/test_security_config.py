@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.settings import ConfigError, load_config
+from gateway.config.loading import load_config
+from gateway.config.settings import ConfigError
 from gateway.security.credentials import CredentialStore
 from gateway.security.setup import setup_kafka_security
 from ledger_backend.metadata import open_store

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from gateway.config.settings import Config, exposed_secrets_warning
+from gateway.config.loading import exposed_secrets_warning
+from gateway.config.settings import Config
 from ledger_backend.bookie.frame_decoder import FrameDecoder
 from ledger_backend.bookie.protocol import ReadEntryRequest, Status, encode
 from ledger_backend.secret_files import make_private_dir

@@ -15,7 +15,8 @@ from pathlib import Path
 import trio
 
 from gateway.config.bookie_storage import ENGINE_SETTINGS, bookie_engine_config
-from gateway.config.settings import Config, load_config, metadata_url_with_session_timeout
+from gateway.config.loading import load_config
+from gateway.config.settings import Config, metadata_url_with_session_timeout
 
 NAME = "bookie"
 HELP = "one bookie: journal, entry logs and index, registered in the metadata store"

@@ -9,7 +9,7 @@ from pathlib import Path
 import trio
 
 from gateway.config.listen_errors import config_error_of
-from gateway.config.settings import exposed_secrets_warning, load_config
+from gateway.config.loading import exposed_secrets_warning, load_config
 from gateway.process.logging_setup import setup_logging
 
 NAME = "standalone"
