@@ -17,12 +17,14 @@ disk takes overlapping fdatasyncs about as fast as one).  Groups are still *rele
 in the order they started: a group whose fsync returned first waits for every earlier group,
 and once one failed, every later one fails too (its records may follow a hole).  A rollover
 starts only when no write is in flight and nothing starts beside it.  With the queue-empty
-trigger the add that opens a group on an idle journal fires it itself (after one checkpoint),
-so the journal task only times max-wait groups, reports failures and shuts down: a lone add
-costs no journal task step, and groups under steady load none either.  An add still returns
-only after its record is on disk.  ``append_soon`` journals a record without a waiting task: its
-callback runs in the Trio thread when the group is released (fsynced, or failed).  Files roll
-over at journal_max_file_bytes; a restarted bookie never appends to an old file.
+trigger a group opened on an idle journal is started at the end of a scheduler pass, by a Trio
+instrument hook (``_pass_ended``): once no task is runnable, or two busy passes later, so every
+add made meanwhile joins it.  The journal task only times max-wait groups, reports failures and
+shuts down: neither a lone add nor groups under steady load cost it a step, nor an extra pass.
+An add still returns only after its record is on disk.  ``append_soon`` journals a record
+without a waiting task: its callback runs in the Trio thread when the group is released
+(fsynced, or failed).  Files roll over at journal_max_file_bytes; a restarted bookie never
+appends to an old file.
 
 Preallocation (``preallocate_bytes`` > 0, as BookKeeper's journalPreAllocSizeMB): a group write
 that grows the file makes its fdatasync flush the new file size too.  So the file is filled
@@ -86,8 +88,11 @@ class _Group:
     buffers: list[tuple[int, int, int, int, bytes]] = field(default_factory=list)
     nbytes: int = 0
     first_arrival: float = 0.0
-    full: trio.Event = field(default_factory=trio.Event)
-    done: trio.Event = field(default_factory=trio.Event)
+    # made only when a task waits: the journal task for a max-wait group to fill (full), a
+    # waiting add or drain() for the release (done); append_soon's adds wait for neither
+    full: trio.Event | None = None
+    done: trio.Event | None = None
+    released: bool = False
     error: BaseException | None = None
     # append_soon's completions: called with None once the group is fsynced, or the error
     callbacks: list[Callable[[BaseException | None], None]] = field(default_factory=list)
@@ -96,9 +101,18 @@ class _Group:
     write_seconds: float = 0.0
     starts_file: bool = False  # its write starts the next journal file (so it runs alone)
 
+    async def wait_released(self) -> None:
+        if self.done is None:
+            self.done = trio.Event()
+        if self.released:
+            self.done.set()
+        await self.done.wait()
+
     def release(self) -> None:
         """Wake the group's waiters and run its callbacks (in the Trio thread)."""
-        self.done.set()
+        self.released = True
+        if self.done is not None:
+            self.done.set()
         error = None if self.error is None else \
             JournalFailedError(f"journal write failed: {self.error!r}")
         for callback in self.callbacks:
@@ -110,6 +124,21 @@ class _Group:
 
 class JournalFailedError(BookieError):
     """The journal could not write or fsync; no further add can be acknowledged."""
+
+
+# Scheduler passes with tasks still runnable that an idle journal's new group waits for more
+# adds before its write starts anyway (Journal._pass_ended).
+_BUSY_PASSES = 2
+
+
+class _PassEnd(trio.abc.Instrument):
+    """Tells a journal that the scheduler finished a pass (the queue-empty trigger's hook)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+
+    def before_io_wait(self, timeout: float) -> None:
+        self._journal._pass_ended(timeout)
 
 
 class Journal:
@@ -142,6 +171,11 @@ class Journal:
         self._file_size = 0  # bytes placed in the current file so far (in the Trio thread)
         self._open = _Group()
         self._wake = trio.Event()  # wakes the journal task: a first record, or a write ended
+        # the group an add opened on an idle journal, until a pass end starts it (queue-empty
+        # trigger), and the busy passes it waited so far
+        self._joining: _Group | None = None
+        self._joining_passes = 0
+        self._pass_end = _PassEnd(self)
         self._token: trio.lowlevel.TrioToken | None = None
         self._failed: BaseException | None = None
         self._write_error: BaseException | None = None  # the journal task raises it
@@ -229,17 +263,8 @@ class Journal:
         """Journal one record; return once it is fsynced (raises if the journal failed)."""
         group, opens_idle_group = self._enqueue(rec_type, ledger_id, entry_id, lac, payload)
         if opens_idle_group:
-            if self._flush_when_queue_empty and self._token is not None and not self._stopping:
-                # The queue-empty trigger, fired by this add instead of the journal task (one
-                # task step less): every add runnable now joins during this checkpoint.
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                if self._open is group and self._can_start(group) and not self._stopping \
-                        and self._write_error is None:  # fmt: skip
-                    trigger = "bytes" if group.nbytes >= self._group_bytes else "queue_empty"
-                    self._start_write(group, trigger)
-            else:
-                self._wake.set()  # the journal task times the group (max wait) or starts it
-        await group.done.wait()
+            self._opened_idle(group)
+        await group.wait_released()
         if group.error is not None:
             raise JournalFailedError(f"journal write failed: {group.error!r}") from group.error
 
@@ -248,12 +273,45 @@ class Journal:
         """Journal one record without a waiting task: `on_done` is called in the Trio thread
         with None once the record is fsynced, or with the JournalFailedError of its group.
         Raises JournalFailedError at once if the journal already failed.  A group this record
-        opens on an idle journal is started by the journal task (after one checkpoint, so the
-        adds runnable now join it); under load the previous group's completion starts it."""
+        opens on an idle journal is started at a pass end (`_pass_ended`); under load the
+        previous group's completion starts it."""
         group, opens_idle_group = self._enqueue(rec_type, ledger_id, entry_id, lac, payload)
         group.callbacks.append(on_done)
         if opens_idle_group:
-            self._wake.set()
+            self._opened_idle(group)
+
+    def _opened_idle(self, group: _Group) -> None:
+        """`group` was opened on an idle journal: nobody else will start it."""
+        if self._flush_when_queue_empty and self._token is not None and not self._stopping:
+            self._joining, self._joining_passes = group, 0  # started at a pass end
+        else:
+            self._wake.set()  # the journal task times the group (max wait) or starts it
+
+    def _pass_ended(self, timeout: float) -> None:
+        """The queue-empty trigger, called by the scheduler at the end of each pass (before it
+        waits for I/O, `timeout` at most; no task runs here): the group an add opened on an
+        idle journal is started once no task is runnable (timeout > 0: an add can only come
+        from I/O not yet seen), or after _BUSY_PASSES passes with tasks runnable.  Every add
+        made until then joins it, as every add made before the journal task's step after its
+        checkpoint joined before, without that task's two steps and the pass between them.
+        Only starts a thread here: a task woken now would wait for the I/O timeout."""
+        group = self._joining
+        if group is None:
+            return
+        if timeout <= 0 and self._joining_passes < _BUSY_PASSES:
+            self._joining_passes += 1
+            return
+        self._joining = None
+        if self._open is not group or not self._can_start(group) or self._stopping \
+                or self._write_error is not None or self._failed is not None:  # fmt: skip
+            return  # taken by a completion, or left to one; or the journal task ends
+        try:
+            self._start_write(group, "bytes" if group.nbytes >= self._group_bytes
+                              else "queue_empty")
+        except Exception as exc:  # the scheduler must not see it: the journal task raises it
+            self._write_error = exc
+            assert self._token is not None
+            self._token.run_sync_soon(self._wake.set)
 
     def _enqueue(self, rec_type: int, ledger_id: int, entry_id: int, lac: int,
                  payload: bytes) -> tuple[_Group, bool]:
@@ -269,7 +327,7 @@ class Journal:
             group.first_arrival = trio.current_time()
         group.buffers.append((rec_type, ledger_id, entry_id, lac, payload))
         group.nbytes += RECORD_HEADER_SIZE + len(payload)
-        if group.nbytes >= self._group_bytes:
+        if group.nbytes >= self._group_bytes and group.full is not None:
             group.full.set()
         # else writes fill every slot and a completion takes this group
         return group, opens_idle_group
@@ -278,23 +336,34 @@ class Journal:
         """The journal task: start a group's write when a trigger fires (writes that follow
         one another are chained by the completions); raises what failed a write."""
         self._token = trio.lowlevel.current_trio_token()
+        if self._flush_when_queue_empty:
+            trio.lowlevel.add_instrument(self._pass_end)
         task_status.started()
         self._maybe_preallocate()  # the first chunk, before the first group needs it
         try:
             while True:
                 if self._write_error is not None:
                     raise self._write_error
-                if not self._open.buffers or not self._can_start(self._open):
-                    await self._wake.wait()
-                    self._wake = trio.Event()
-                    continue
                 group = self._open
-                trigger = await self._wait_for_trigger(group)
-                taken = self._open is not group or not self._can_start(group)
-                if not taken and self._write_error is None:  # else an add or a completion did
-                    self._start_write(group, trigger)
+                if group.buffers and self._can_start(group):
+                    if self._flush_when_queue_empty:
+                        # added before this task ran, or left by a completion: a pass end
+                        # starts it (an add opening a group sets this itself)
+                        if self._joining is not group:
+                            self._joining, self._joining_passes = group, 0
+                    else:
+                        trigger = await self._wait_for_max_wait(group)
+                        taken = self._open is not group or not self._can_start(group)
+                        if not taken and self._write_error is None:  # else a completion did
+                            self._start_write(group, trigger)
+                        continue
+                await self._wake.wait()
+                self._wake = trio.Event()
         finally:
             self._stopping = True
+            if self._flush_when_queue_empty:
+                with contextlib.suppress(KeyError):  # (trio drops an instrument that raised)
+                    trio.lowlevel.remove_instrument(self._pass_end)
             with trio.CancelScope(shield=True):
                 while self._writing or self._zero_fill.in_flight is not None:  # threads use it
                     self._wake = trio.Event()
@@ -307,16 +376,16 @@ class Journal:
             group = self._writing[-1] if self._writing else self._open
             if not group.buffers:
                 return
-            await group.done.wait()
+            await group.wait_released()
 
-    async def _wait_for_trigger(self, group: _Group) -> str:
+    async def _wait_for_max_wait(self, group: _Group) -> str:
+        """Without the queue-empty trigger: wait until `group` is full or max_wait passed."""
         if group.nbytes >= self._group_bytes:
             return "bytes"
-        if self._flush_when_queue_empty:
-            await trio.lowlevel.checkpoint()  # let every runnable add join first
-            return "bytes" if group.nbytes >= self._group_bytes else "queue_empty"
         remaining = group.first_arrival + self._max_wait - trio.current_time()
         if remaining > 0:
+            if group.full is None:
+                group.full = trio.Event()
             with trio.move_on_after(remaining):
                 await group.full.wait()
         return "bytes" if group.nbytes >= self._group_bytes else "max_wait"

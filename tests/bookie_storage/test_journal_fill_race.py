@@ -73,7 +73,8 @@ def test_groups_placed_over_a_held_fill_step_are_never_zeroed(
             for i, payload in enumerate(payloads):  # one group each, placed over the fill
                 journal.append_soon(TYPE_ADD, 1, i, i - 1, payload,
                                     lambda error, i=i: on_done(i, error))
-                await trio.testing.wait_all_tasks_blocked()
+                # with a cushion, the pass ends with no task runnable: the group starts alone
+                await trio.testing.wait_all_tasks_blocked(0.001)
             for _ in range(min(2, len(payloads))):  # the two groups in flight reached the lock
                 assert await trio.to_thread.run_sync(waiting.acquire, True, 30)
             await trio.sleep(0.02)  # (a broken lock would let them write now, under the step)
