@@ -260,6 +260,30 @@ class InstructionCounter:
         return ""
 
 
+def journal_groups(admin_port: int | None) -> float | None:
+    """Journal groups written so far (the bookies' fsync histogram count, from the admin
+    port's /metrics); None where unknown."""
+    if admin_port is None:
+        return None
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    counts = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("ledgerwire_journal_fsync_seconds_count")]
+    return sum(counts) if counts else None
+
+
+def group_note(admin_port: int | None, before: float | None, messages: int) -> str:
+    """Messages per journal group since `before` (a journal_groups value)."""
+    after = journal_groups(admin_port)
+    if before is None or after is None or after <= before:
+        return ""
+    return f"   {messages / (after - before):.2f} msg/group"
+
+
 def client_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -372,14 +396,17 @@ def consume_run(namesrv: str, topic: str, count: int) -> float:
     return received / (end - (first[0] if first else start))
 
 
-def run_phases(namesrv: str, pid: int | None, messages: int) -> dict[str, float]:
+def run_phases(namesrv: str, pid: int | None, messages: int,
+               admin_port: int | None = None) -> dict[str, float]:
     """Send from 1 and 8 threads, then push-consume everything; prints a line per phase and
-    returns its figures (msg/s, p50 ms, server CPU us/msg where known)."""
+    returns its figures (msg/s, p50 ms, server CPU us/msg and messages per journal group
+    where known)."""
     figures: dict[str, float] = {}
     topic = f"bench_{int(time.time() * 1000)}"
     for threads in (1, 8):
         counter = InstructionCounter(pid)
         cpu, ccpu = process_cpu_s(pid), client_cpu_s()
+        groups = journal_groups(admin_port)
         rate, lat = send_run(namesrv, topic, messages, threads)
         lat.sort()
         sent = len(lat) + threads  # and each producer's warm-up send
@@ -388,10 +415,13 @@ def run_phases(namesrv: str, pid: int | None, messages: int) -> dict[str, float]
         note = cpu_note(pid, cpu, sent)
         if note:
             figures[f"send{threads} us/msg"] = float(note.split()[2])
+        grouped = group_note(admin_port, groups, sent)
+        if grouped:
+            figures[f"send{threads} msg/group"] = float(grouped.split()[0])
         print(f"send, {threads} thread{'s' if threads > 1 else ' '}: {rate:10.0f} msg/s   "
               f"p50 {p50:.2f} ms   p99 {lat[int(len(lat) * 0.99)] * 1e3:.2f} ms" + note
               + counter.note(sent) + client_note(ccpu, sent)
-              + f"   load {os.getloadavg()[0]:.2f}")
+              + grouped + f"   load {os.getloadavg()[0]:.2f}")
     total = messages + (messages // 8) * 8 + 1 + 8
     cpu, ccpu = process_cpu_s(pid), client_cpu_s()
     rate_c = consume_run(namesrv, topic, total)
@@ -417,7 +447,7 @@ def compare(baseline: Path, messages: int, rounds: int) -> None:
                 try:
                     runs[label].append(run_phases(
                         f"127.0.0.1:{standalone.name_server_port}", standalone.proc.pid,
-                        messages))
+                        messages, standalone.admin_port))
                 finally:
                     standalone.proc.terminate()
                     standalone.proc.wait(10)
@@ -456,13 +486,14 @@ def main() -> None:
         compare(args.baseline.resolve(), args.messages, max(1, args.rounds))
         return
     server: Any = None
+    admin_port: int | None = None
     namesrv = args.namesrv
     tmp = tempfile.TemporaryDirectory()
     if namesrv is None and args.standalone:
         from tests.support.standalone import Standalone
         standalone = Standalone(Path(tmp.name) / "data")
         standalone.start()
-        server = standalone.proc
+        server, admin_port = standalone.proc, standalone.admin_port
         namesrv = f"127.0.0.1:{standalone.name_server_port}"
         print("backend: ledgerwire standalone (1 bookie, fsync)")
     elif namesrv is None:
@@ -480,7 +511,8 @@ def main() -> None:
         namesrv = line.split()[1] if line.startswith("READY") else line
         print(f"backend: {'memory' if args.memory else 'durable (1 bookie, fsync)'}")
     try:
-        run_phases(namesrv, server.pid if server is not None else None, args.messages)
+        run_phases(namesrv, server.pid if server is not None else None, args.messages,
+                   admin_port)
     finally:
         if server is not None:
             server.terminate()
