@@ -124,11 +124,17 @@ class LedgerOffsetStore(CompactedLog):
         """Take these groups' offsets and metadata from `other` (loaded) over what this log
         holds for them, made durable as ONE snapshot record: doing it again after a crash
         changes nothing (single_ledger_migration.py)."""
-        for group_id in group_ids:
-            if group_id in other._state:
-                self._state.setdefault(group_id, {}).update(other._state[group_id])
-            if group_id in other._group_metadata:
-                self._group_metadata[group_id] = other._group_metadata[group_id]
+        ids = set(group_ids)
+        await self.take({g: rows for g, rows in other._state.items() if g in ids},
+                        {g: meta for g, meta in other._group_metadata.items() if g in ids})
+
+    async def take(self, offsets: State,
+                   group_metadata: Mapping[str, dict[str, Any]] | None = None) -> None:
+        """Set these offsets (and group records) over what this log holds for the same keys,
+        made durable as ONE snapshot record (so taking them again changes nothing)."""
+        for group_id, rows in offsets.items():
+            self._state.setdefault(group_id, {}).update(rows)
+        self._group_metadata.update(group_metadata or {})
         await self.snapshot()
 
     async def delete(self, group_id: str, keys: list[OffsetKey] | None) -> None:

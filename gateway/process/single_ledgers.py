@@ -1,13 +1,15 @@
-"""`standalone --workers N` on a data directory a one-process standalone wrote before session 15.
+"""`standalone --workers N` on a data directory a one-process standalone used before.
 
 Such a directory keeps committed offsets and transaction state in single ledgers, which every
 shape now keeps per coordinator partition (gateway/coordinator/single_ledger_migration.py says
-why and how they are moved).  The workers must not start before they are moved: a worker that
-loaded partition i before its entries arrived would serve a group or transactional id without
-them.  So the supervisor moves them itself, before the first worker starts, with every bookie
-of the node in its own process for the time it takes (the single ledgers may be on any of
-them), and stops those bookies again before the workers start theirs.  A directory without
-single ledgers (the usual case) costs two metadata reads.
+why and how they are moved), and RocketMQ consumer offsets in a single ledger, which workers
+keep per bundle (gateway/rocketmq/offset_layout.py; a one-process standalone takes them back
+into its single ledger at its start). The workers must not start before they are moved: a
+worker that loaded partition i (or bundle b) before its entries arrived would serve a group or
+transactional id without them. So the supervisor moves them itself, before the first worker
+starts, with every bookie of the node in its own process for the time it takes (the single
+ledgers may be on any of them), and stops those bookies again before the workers start theirs.
+A directory without single ledgers (the usual case) costs three metadata reads.
 
 This module must never run while a worker or a bookies process of the node runs.
 """
@@ -24,6 +26,8 @@ from gateway.coordinator.single_ledger_migration import move_single_ledgers
 from gateway.coordinator.transaction_store import TRANSACTION_STATE_LEDGER
 from gateway.process.local_bookies import node_bookie_count, start_local_bookies
 from gateway.process.standalone import ledger_password, system_ledger_config
+from gateway.rocketmq.offset_layout import split_into_bundles
+from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER
 from gateway.topics.offload_service import offloader_from_config
 from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.tls import BookieTls
@@ -37,7 +41,7 @@ log = logging.getLogger("ledgerwire.supervisor")
 
 
 async def has_single_ledgers(store: MetadataStore) -> bool:
-    for name in (KAFKA_OFFSETS_LEDGER, TRANSACTION_STATE_LEDGER):
+    for name in (KAFKA_OFFSETS_LEDGER, TRANSACTION_STATE_LEDGER, ROCKETMQ_OFFSETS_LEDGER):
         if await store.exists(managed_ledger_path(DEFAULT_ROOT, name)) is not None:
             return True
     return False
@@ -69,3 +73,4 @@ async def move_before_workers(config: Config, store: MetadataStore, layout: Clus
             offload_cache_bytes=config.offload.cache_mb << 20)
         stack.push_async_callback(factory.close)
         await move_single_ledgers(factory, system_ledger_config(config), layout)
+        await split_into_bundles(factory, system_ledger_config(config), layout.bundles)

@@ -42,6 +42,7 @@ from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
 from gateway.process.gc_policy import settle_heap
 from gateway.process.local_bookies import start_local_bookies
 from gateway.replication.service import ReplicationService
+from gateway.rocketmq.offset_layout import merge_bundles
 from gateway.rocketmq.setup import build_rocketmq
 from gateway.security.admin_tokens import TokenStore
 from gateway.security.quota_store import QuotaStore
@@ -261,6 +262,8 @@ async def run_standalone(
         await background.start(admin.replication.run)
         rocketmq = None
         if config.rocketmq.enabled:
+            # offsets a `--workers N` run left per bundle (gateway/rocketmq/offset_layout.py)
+            await merge_bundles(factory, system_ledger_config(config), layout.bundles)
             rocketmq = await build_rocketmq(config.rocketmq, topics, factory,
                                             system_ledger_config(config), stack, background,
                                             authorizer=authorizer, secured=config.secured)
