@@ -1,4 +1,4 @@
-"""What a cluster bundle broker (gateway/rocketmq/cluster.py) reports about itself to the
+"""What a cluster bundle broker (gateway/rocketmq/bundle_broker.py) reports about itself to the
 admin/statistics handlers, and how its offsets count in backlog quotas.
 
 A RocketMQ broker answers consume stats (208), "who consumes this topic" (300), offset resets

@@ -1,4 +1,4 @@
-"""Opening a queue's partition log for a RocketMQ bundle broker (gateway/rocketmq/cluster.py)
+"""Opening a queue's partition log for a RocketMQ bundle broker (gateway/rocketmq/bundle_broker.py)
 the way the Kafka path does (protocols/kafka/handlers/topic_lookup.py open_partition): the
 bundle's ownership is checked before the open and again after it, and the log returned
 acknowledges an append only if this broker still owns the bundle when the append is durable.

@@ -1,19 +1,19 @@
 """RocketMQ in a cluster broker: one RocketMQ broker per ownership bundle, and a name server
 whose routes follow bundle ownership.
 
-RocketMQ 4.x per-queue requests carry topic + queue id but no broker name, so queue ids must
-be stable per (broker name, address).  Hence each ownership bundle b is one RocketMQ broker,
+RocketMQ 4.x per-queue requests carry topic + queue id but no broker name, so queue ids must be
+stable per (broker name, address).  Hence each ownership bundle b is one RocketMQ broker,
 "<cluster name>-b<b>" (broker id 0, a master), served at the owner's advertised RocketMQ host
 and port `base + b`.  Every cluster broker binds all ports base..base+bundles-1 at start; a
-connection on port base+b talks to `BundleBroker` b, whose topics, queues and offsets are
-those of bundle b (queue i of topic T = the i-th partition of T placed in bundle b,
-protocols/rocketmq/queue_map.py).  While b is owned by another broker, per-queue requests on
-that port are forwarded to the owner (gateway/rocketmq/forwarding.py: clients keep stale
-routes up to 30 s); with no owner reachable they are answered SYSTEM_BUSY "bundle not served
-here", which producers retry on another queue.  Bundle ports are bound with SO_REUSEPORT: when
-a broker dies or leaves, a survivor on the same host binds its ports too and serves them the
-same way (gateway/rocketmq/adoption.py), so clients holding the dead address reach the new
-owners at their next connect instead of at their route refresh.
+connection on port base+b talks to `BundleBroker` b (gateway/rocketmq/bundle_broker.py), whose
+topics, queues and offsets are those of bundle b (queue i of topic T = the i-th partition of T
+placed in bundle b, protocols/rocketmq/queue_map.py).  While b is owned by another broker,
+per-queue requests on that port are forwarded to the owner (gateway/rocketmq/forwarding.py:
+clients keep stale routes up to 30 s); with no owner reachable they are answered SYSTEM_BUSY
+"bundle not served here", which producers retry on another queue.  Bundle ports are bound with
+SO_REUSEPORT: when a broker dies or leaves, a survivor on the same host binds its ports too and
+serves them the same way (gateway/rocketmq/adoption.py), so clients holding the dead address
+reach the new owners at their next connect instead of at their route refresh.
 
 Configuration: rocketmq.broker_listener is the *base* port (bundle b on base + b, all bound at
 start, so it must not be 0); rocketmq.advertised_host / advertised_port (0: the base port) are
@@ -48,8 +48,6 @@ import dataclasses
 import errno
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
@@ -59,28 +57,15 @@ from gateway.cluster.broker_registry import read_live_registrations
 from gateway.cluster.bundle_placement import bundle_of, is_bundle_pinned
 from gateway.cluster.ownership import OwnershipService
 from gateway.config.settings import RocketMQConfig, parse_host_port
-from gateway.coordinator.offset_store import LedgerOffsetStore
 from gateway.rocketmq.adoption import PortAdoption, RocketMQAddress, claimed_by_another
-from gateway.rocketmq.bundle_admin import (
-    ClusterBacklogOffsets,
-    bundle_committed,
-    bundle_groups,
-    bundle_message_totals,
-    remove_bundle_group,
-)
-from gateway.rocketmq.bundle_logs import BundleNotServedError, open_bundle_log
-from gateway.rocketmq.bundle_services import (
-    BundleClients,
-    BundleTransactions,
-    run_bundle_services,
-)
-from gateway.rocketmq.delays import DelayScheduler
+from gateway.rocketmq.bundle_admin import ClusterBacklogOffsets
+from gateway.rocketmq.bundle_broker import BundleBroker, RocketMQOffsetLedgers
+from gateway.rocketmq.bundle_logs import BundleNotServedError
+from gateway.rocketmq.bundle_services import run_bundle_services
 from gateway.rocketmq.forwarding import BundleRequestRouter, RequestForwarder
 from gateway.rocketmq.listener import serve_rocketmq_broker, serve_rocketmq_name_server
 from gateway.rocketmq.service import (
-    ROCKETMQ_OFFSETS_LEDGER,
     ConsumerChangeNotifier,
-    RocketMQOffsets,
     ensure_storage_topic,
     register_backlog_offsets,
 )
@@ -91,231 +76,17 @@ from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFact
 from ledger_backend.metadata.store import MetadataError, MetadataStore
 from protocols.rocketmq.access import AuthorizerLike
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike, TopicServiceLike
-from protocols.rocketmq.broker_stats import BrokerStats
 from protocols.rocketmq.client_details import ClientDetails
 from protocols.rocketmq.client_registry import ClientRegistry
-from protocols.rocketmq.errors import (
-    MessageIllegalError,
-)
+from protocols.rocketmq.errors import MessageIllegalError
 from protocols.rocketmq.name_server import NameServer, NameServerConfig
 from protocols.rocketmq.queue_map import BundleQueueMap
-from protocols.rocketmq.topic_names import from_storage, to_storage
 
 log = logging.getLogger("ledgerwire.rocketmq.cluster")
 
 REGISTRATION_KEY = "rocketmq"
 REGISTRATION_REFRESH_S = 5.0
 _WILDCARD = ("", "0.0.0.0", "::")
-
-
-def offsets_ledger_name(bundle: int) -> str:
-    return f"{ROCKETMQ_OFFSETS_LEDGER}-b{bundle}"
-
-
-@dataclass
-class BundleTopicInfo:
-    """A topic as one bundle's broker sees it: `partitions` is its queue count there."""
-
-    name: str
-    partitions: int
-    configs: dict[str, str]
-
-
-class BundleTopicTable(Mapping[str, BundleTopicInfo]):
-    """The topic catalogue seen through one bundle, translated lazily per lookup."""
-
-    def __init__(self, table: Mapping[str, Any], queue_map: BundleQueueMap, bundle: int) -> None:
-        self._table = table
-        self._map = queue_map
-        self._bundle = bundle
-
-    def __getitem__(self, name: str) -> BundleTopicInfo:
-        return translate(self._table[name], self._map, self._bundle)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._table)
-
-    def __len__(self) -> int:
-        return len(self._table)
-
-
-def translate(info: Any, queue_map: BundleQueueMap, bundle: int) -> BundleTopicInfo:
-    return BundleTopicInfo(info.name, queue_map.queue_count(info.name, info.partitions, bundle),
-                           dict(info.configs))
-
-
-class RocketMQOffsetLedgers:
-    """Per-bundle RocketMQ consumer offsets (a BundleExtension of the cluster broker)."""
-
-    def __init__(self, factory: ManagedLedgerFactory, config: ManagedLedgerConfig) -> None:
-        self._factory = factory
-        self._config = config
-        self._stores: dict[int, RocketMQOffsets] = {}
-
-    def store(self, bundle: int) -> RocketMQOffsets | None:
-        return self._stores.get(bundle)
-
-    async def acquired(self, bundle: int) -> None:
-        """Load the bundle's offsets afresh: a store left from an earlier ownership may be
-        stale (another broker owned the bundle meanwhile) or closed by the fencing."""
-        await self.releasing(bundle)
-        offsets = RocketMQOffsets(LedgerOffsetStore(self._factory, self._config,
-                                                    ledger_name=offsets_ledger_name(bundle)))
-        await offsets.load()
-        self._stores[bundle] = offsets
-
-    async def releasing(self, bundle: int) -> None:
-        offsets = self._stores.pop(bundle, None)
-        if offsets is not None:
-            await offsets.close()
-
-    async def close_all(self) -> None:
-        for bundle in sorted(self._stores):
-            await self.releasing(bundle)
-
-    async def topic_deleted(self, info: Any) -> None:
-        """A deleted topic's consumer offsets go from every bundle owned here (a topic
-        deletion hook: each broker runs it for its own bundles)."""
-        for _, offsets in sorted(self._stores.items()):
-            await offsets.forget_topic(from_storage(info.name))
-
-    def __repr__(self) -> str:
-        return "RocketMQOffsetLedgers"
-
-
-class BundleTopics:
-    """TopicServiceLike of bundle b: partitions are b's queues; opens only what b owns."""
-
-    def __init__(self, side: ClusterRocketMQ, bundle: int) -> None:
-        self._side = side
-        self._bundle = bundle
-
-    def topics(self) -> Mapping[str, BundleTopicInfo]:  # type: ignore[override]
-        return BundleTopicTable(self._side.topics.topics(), self._side.queue_map, self._bundle)
-
-    async def refresh_topic(self, name: str) -> BundleTopicInfo | None:
-        info = await self._side.topics.refresh_topic(name)
-        return None if info is None else translate(info, self._side.queue_map, self._bundle)
-
-    async def create_topic(self, name: str, partitions: int,
-                           configs: dict[str, str] | None = None) -> None:
-        await self._side.topics.create_topic(
-            name, self._side.queue_map.cluster_partitions(name, partitions), configs)
-
-    async def create_partitions(self, name: str, total: int) -> None:
-        """Give this bundle (and so every bundle) at least `total` queues, as RocketMQ's
-        updateTopic does per broker: q * bundles partitions, never fewer than today's, and a
-        multiple of bundles (consecutive placement then gives each bundle the same share)."""
-        bundles = self._side.queue_map.bundles
-        info = self._side.topics.topics().get(name)
-        current = info.partitions if info is not None else 0
-        wanted = max(total * bundles, -(-current // bundles) * bundles)
-        if wanted > current:
-            await self._side.topics.create_partitions(name, wanted)
-
-    async def delete_topic(self, name: str) -> None:
-        await self._side.topics.delete_topic(name)
-
-    async def partition(self, topic: str, partition: int) -> Any:
-        """`partition` is a queue id of this bundle; its log, while the bundle is owned here
-        (checked after the open too, and when an append is acknowledged)."""
-        storage_partition = self._side.partition_of(self._bundle, topic, partition)
-        return await open_bundle_log(
-            self._side.topics, partial(self._side.ownership.bundle_is_local, self._bundle),
-            f"bundle {self._bundle} ({self._side.queue_map.broker_name(self._bundle)})",
-            topic, storage_partition)
-
-    @property
-    def backlog_quotas(self) -> Any:
-        """The topic service's backlog quotas (if any), asked about the queue's partition."""
-        quotas = getattr(self._side.topics, "backlog_quotas", None)
-        return None if quotas is None else _BundleQuotas(quotas, self._side, self._bundle)
-
-
-class _BundleQuotas:
-    def __init__(self, quotas: Any, side: ClusterRocketMQ, bundle: int) -> None:
-        self._quotas = quotas
-        self._side = side
-        self._bundle = bundle
-
-    async def admit(self, storage_topic: str, queue_id: int) -> Any:
-        return await self._quotas.admit(
-            storage_topic, self._side.partition_of(self._bundle, storage_topic, queue_id))
-
-
-class BundleOffsets:
-    """OffsetStoreLike of bundle b: (group, RocketMQ topic, queue id) -> the bundle's ledger."""
-
-    def __init__(self, side: ClusterRocketMQ, bundle: int) -> None:
-        self._side = side
-        self._bundle = bundle
-
-    def _where(self, topic: str, queue_id: int) -> tuple[RocketMQOffsets, str, int]:
-        storage = to_storage(topic)
-        partition = self._side.partition_of(self._bundle, storage, queue_id)
-        offsets = self._side.offset_ledgers.store(self._bundle)
-        if offsets is None:
-            raise BundleNotServedError(f"bundle {self._bundle} not served here (offsets)")
-        return offsets, storage, partition
-
-    def query(self, group: str, topic: str, queue_id: int) -> int | None:
-        offsets, storage, partition = self._where(topic, queue_id)
-        return offsets.query(group, storage, partition)
-
-    async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        offsets, storage, partition = self._where(topic, queue_id)
-        await offsets.commit(group, storage, partition, offset)
-
-    # listing (admin statistics, gateway/rocketmq/bundle_admin.py): this bundle's offsets only
-    def committed(self, group: str) -> dict[tuple[str, int], int]:
-        return bundle_committed(self._side, self._bundle, group)
-
-    def groups(self) -> list[str]:
-        return bundle_groups(self._side, self._bundle)
-
-    async def remove_group(self, group: str) -> None:
-        await remove_bundle_group(self._side, self._bundle, group)
-
-
-class BundleBroker:
-    """The BrokerLike served on port base + b: bundle b as one RocketMQ broker."""
-
-    def __init__(self, side: ClusterRocketMQ, bundle: int, config: RocketMQBrokerConfig) -> None:
-        self.bundle = bundle
-        self.config = config
-        self._side = side
-        self.topics: TopicServiceLike = BundleTopics(side, bundle)  # type: ignore[assignment]
-        self.offsets = BundleOffsets(side, bundle)
-        self._clients = BundleClients(side.clients)
-        self.clients = cast(ClientRegistry, self._clients)
-        self.delays = DelayScheduler(self, config.delay_levels)
-        self.transactions = BundleTransactions(self, config)
-        # what the admin/statistics handlers read (shared, except this broker's own stats)
-        self.subscription_groups = side.subscription_groups
-        self.client_details = side.client_details
-        self.boot_timestamp_ms = side.boot_timestamp_ms
-        self.broker_stats = BrokerStats()
-
-    def message_totals(self) -> tuple[int, int]:
-        return bundle_message_totals(self._side, self.bundle)
-
-    async def ensure_topic(self, topic: str, queue_nums: int, *,
-                           explicit: bool = False) -> TopicInfoLike:
-        info = await self._side.ensure_topic(topic, queue_nums, explicit=explicit)
-        return translate(info, self._side.queue_map, self.bundle)
-
-    def now_ms(self) -> int:
-        return self._side.now_ms()
-
-    def notify_consumers_changed(self, group: str) -> None:
-        self._side.notify_consumers_changed(group)
-
-    def listener_bound(self, port: int) -> None:
-        pass  # the advertised port is fixed: base + bundle
-
-    def connection_closed(self, conn: Any) -> None:
-        self._clients.forget(conn)
-        self._side.connection_closed(conn)
 
 
 class ClusterRocketMQ(ConsumerChangeNotifier):

@@ -13,7 +13,7 @@ import trio
 
 from gateway.config.settings import RocketMQConfig
 from gateway.coordinator.offset_store import LedgerOffsetStore
-from gateway.rocketmq.cluster import RocketMQOffsetLedgers
+from gateway.rocketmq.bundle_broker import RocketMQOffsetLedgers
 from gateway.rocketmq.cluster_grpc import ClusterGrpc
 from gateway.rocketmq.grpc_receive import pop_ledger_name
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER
