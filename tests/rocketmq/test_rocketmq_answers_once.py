@@ -2,7 +2,7 @@
 send answered SUCCESS is stored at the offset it was given, whatever mix of requests is
 pipelined and however the bytes are cut: sends answered from their append's completion (the
 queues whose log is open, 5f490d2), sends through a request task (the last queue's first), pulls on
-parked request tasks (bcd1411), oneway requests (never answered) and unknown codes, on the
+parked request tasks (bcd1411), oneway sends and requests (never answered) and unknown codes, on the
 durable backend.  Hypothesis picks the mix and the cuts."""
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ from tests.rocketmq.remoting_client import RawClient
 from tests.rocketmq.test_rocketmq_broker_raw import pull_ext, send_ext
 
 QUEUES = 3
-KINDS = ["send", "send", "send_v1", "pull", "oneway", "unknown"]
+KINDS = ["send", "send", "send_v1", "send_oneway", "pull", "oneway", "unknown"]
 
 
 def _request(kind: str, queue: int, opaque: int) -> RemotingCommand:
-    if kind in ("send", "send_v1"):
-        code = RC.SEND_MESSAGE_V2 if kind == "send" else RC.SEND_MESSAGE
+    if kind.startswith("send"):
+        code = RC.SEND_MESSAGE if kind == "send_v1" else RC.SEND_MESSAGE_V2
         return make_request(code, send_ext("mix", {"TAGS": "t"}, queue_id=queue,
-                                           v2=kind == "send"),
-                            f"body-{opaque}".encode(), opaque=opaque)
+                                           v2=kind != "send_v1"),
+                            f"body-{opaque}".encode(), opaque=opaque,
+                            oneway=kind == "send_oneway")
     if kind == "pull":
         return make_request(RC.PULL_MESSAGE, pull_ext("mix", queue, 0), opaque=opaque)
     if kind == "oneway":
@@ -79,12 +80,17 @@ async def _check(bookie_dir: Path, requests: list[tuple[str, int]], cuts: list[i
                     if len(answers) == len(expected):
                         await client.stream.send_all(encode_command(marker))
             assert answers.keys() == expected.keys()
+            sends = sum(kind.startswith("send") for kind, _ in requests)
             stored: dict[tuple[int, int], bytes | None] = {}
-            for queue in range(QUEUES):
-                plog = await stack.topics.partition("mix", queue)
-                for batch in await plog.read(0, 1 << 22):
-                    for record in decode_records(batch):
-                        stored[(queue, record.offset)] = record.value
+            with trio.move_on_after(30):  # oneway sends are stored with nobody told when
+                while len(stored) < sends + QUEUES - 1:
+                    await trio.sleep(0.01)
+                    stored = {}
+                    for queue in range(QUEUES):
+                        plog = await stack.topics.partition("mix", queue)
+                        for batch in await plog.read(0, 1 << 22):
+                            for record in decode_records(batch):
+                                stored[(queue, record.offset)] = record.value
             for opaque, answer in answers.items():
                 request = expected[opaque]
                 if request.code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2):
@@ -97,8 +103,10 @@ async def _check(bookie_dir: Path, requests: list[tuple[str, int]], cuts: list[i
                                            ResponseCode.PULL_OFFSET_MOVED), answer.remark
                 else:
                     assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
-            sends = sum(kind.startswith("send") for kind, _ in requests)
-            assert len(stored) == sends + QUEUES - 1  # nothing stored twice
+            assert len(stored) == sends + QUEUES - 1  # nothing stored twice, oneway ones too
+            oneway_bodies = {f"body-{c.opaque}".encode() for c in commands
+                             if c.is_oneway and c.code == RC.SEND_MESSAGE_V2}
+            assert oneway_bodies <= set(stored.values())
             await client.aclose()
     finally:
         await store.close()
