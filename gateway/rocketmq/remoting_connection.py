@@ -138,7 +138,8 @@ class RemotingConnection:
         self._write_gate = WriteGate()  # whoever writes a frame holds it: frames never interleave
         self._start = start  # answers a request without a task where it can (start_request)
         self._started = 0  # requests it started that are not answered yet
-        self._started_answered = trio.Event()  # set when that count falls to 0
+        # made when the connection's end waits for them, set when that count falls to 0
+        self._started_answered: trio.Event | None = None
         self._nursery: trio.Nursery | None = None  # the connection's: writes a response's rest
         self._connection_scope = trio.CancelScope()
         self._reader: FrameReader | None = None
@@ -210,6 +211,7 @@ class RemotingConnection:
                     finally:
                         self._stop_parking()
             while self._started:  # requests answered without a task: answered too
+                self._started_answered = trio.Event()
                 await self._started_answered.wait()
             # every request is answered (or the connection is gone): flush, then close
             self._send.close()
@@ -347,8 +349,6 @@ class RemotingConnection:
         """Have `self._start` answer `request` from its append's completion (no task)."""
         assert self._start is not None
         self._started += 1
-        if self._started == 1:
-            self._started_answered = trio.Event()
         try:
             if self._start(self, request, functools.partial(self._answer_now, request)):
                 return True
@@ -369,7 +369,7 @@ class RemotingConnection:
             self._last_activity = time.monotonic()
             self._slots.release()
             self._started -= 1
-            if not self._started:
+            if not self._started and self._started_answered is not None:
                 self._started_answered.set()
 
     def _respond_now(self, frame: bytes) -> None:

@@ -74,14 +74,17 @@ class _PendingAdd:
     deadline: float  # the handle fails if this add is still unacknowledged then
     sent_to: dict[int, str] = field(default_factory=dict)  # ensemble index -> bookie address
     acked: set[int] = field(default_factory=set)
-    done: trio.Event = field(default_factory=trio.Event)
+    finished: bool = False
+    done: trio.Event | None = None  # made by append(), which waits; append_soon's adds do not
     error: LedgerError | None = None
     # append_soon's completion: called with the entry id and None, or the error, once done
     on_done: Callable[[int, LedgerError | None], None] | None = None
 
     def finish(self) -> None:
         """Done (acknowledged, or failed with `error`): wake append(), call on_done."""
-        self.done.set()
+        self.finished = True
+        if self.done is not None:
+            self.done.set()
         if self.on_done is not None:
             try:
                 self.on_done(self.entry_id, self.error)
@@ -141,7 +144,11 @@ class WriteHandle:
 
     async def append(self, data: bytes) -> int:
         add = self._start_add(data, None)
-        await add.done.wait()  # the watchdog fails the handle if it takes too long
+        if add.finished:  # failed at once (a bookie refused it while it was sent)
+            await trio.lowlevel.checkpoint()
+        else:
+            add.done = trio.Event()
+            await add.done.wait()  # the watchdog fails the handle if it takes too long
         if add.error is not None:
             raise add.error
         return add.entry_id
@@ -300,7 +307,7 @@ class WriteHandle:
     def _on_add_response(
         self, add: _PendingAdd, index: int, bookie: str, outcome: Response | LedgerError
     ) -> None:
-        if add.done.is_set() or add.sent_to.get(index) != bookie:
+        if add.finished or add.sent_to.get(index) != bookie:
             return  # stale: already completed/failed, or this index moved to another bookie
         if isinstance(outcome, AddEntryResponse) and outcome.status is Status.OK:
             add.acked.add(index)
