@@ -24,7 +24,10 @@ consumer group is the Kafka group of the same name, and its retry and dead-lette
     heartbeat (34)               READ each consumer group, DESCRIBE each subscribed topic;
                                  a producer group is kept only with WRITE on its
                                  transactional id (it is sent that group's check-backs)
-    consumer list, client config DESCRIBE group; unregister, lock/unlock READ group (+ topics)
+    consumer list, client config DESCRIBE group; unregister, lock/unlock READ group (+ topics);
+                                 unregister leaves a producer group alone without WRITE on
+                                 its transactional id (whoever names a client id could
+                                 otherwise cut its producer off from its check-backs)
     send back (36)               READ group, origin topic and the topic its offset names
     end transaction (37)         WRITE transactional id = producer group
     create/update topic (17)     CREATE on the cluster or topic when new, else ALTER topic
@@ -351,6 +354,11 @@ class RocketMQGuard:
             self.authorize(principal, host, required(request, broker.topics))
             if request.code == RequestCode.HEART_BEAT:
                 self._keep_owned_producer_groups(request, principal, host)
+            elif request.code == RequestCode.UNREGISTER_CLIENT:
+                group = request.ext_fields.get("producerGroup")
+                if group and not self.authorizer.authorize(principal, host, OP_WRITE,
+                                                           RES_TRANSACTIONAL_ID, group):
+                    del request.ext_fields["producerGroup"]  # not the principal's to unregister
         return principal
 
     def _keep_owned_producer_groups(self, request: RemotingCommand, principal: str,

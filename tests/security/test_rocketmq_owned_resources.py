@@ -11,8 +11,8 @@ remoting frames the attacker tries:
 - END_TRANSACTION of the victim's half message (a rollback) under its own producer group: it
   must be refused, and the victim's commit must still deliver the message;
 - a HEART_BEAT registering it as a producer of the victim's group (after the victim's own), to
-  be sent the group's transaction check-backs, which carry the half message: the check-back
-  must still go to the victim.
+  be sent the group's transaction check-backs, which carry the half message, and an
+  UNREGISTER_CLIENT of the victim's producer: the check-back must still go to the victim.
 
 and over RocketMQ 5 gRPC (signed metadata):
 
@@ -146,6 +146,11 @@ async def test_check_backs_go_only_to_a_producer_that_owns_the_group(server: Sta
                                "producerDataSet": [{"groupName": "PG_VICTIM"}]}).encode()
             answer = await client.call(RC.HEART_BEAT, signed({}, beat, ak, sk), beat)
             assert answer.code == ResponseCode.SUCCESS, answer.remark
+        # nor may it unregister the victim's producer (client ids are not secret)
+        gone = {"clientID": f"client-{VICTIM}", "producerGroup": "PG_VICTIM"}
+        answer = await attacker.call(RC.UNREGISTER_CLIENT, signed(gone, b"", ATTACKER,
+                                                                  ATTACKER_SK))
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
         await victim_send(victim, b"half-3", half=True)
         # undecided past the check timeout (1 s): checked back with the group's last producer
         # registered, which must be the victim, not the attacker that registered after it
