@@ -28,7 +28,7 @@ import logging
 
 from gateway.cluster.bundle_placement import bundle_of
 from gateway.coordinator.offset_store import LedgerOffsetStore
-from gateway.rocketmq.cluster import offsets_ledger_name as bundle_ledger_name
+from gateway.rocketmq.bundle_broker import offsets_ledger_name as bundle_ledger_name
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER
 from ledger_backend.bookie.crash_points import crash_point
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.cluster.bundle_placement import bundle_of
 from gateway.coordinator.offset_store import LedgerOffsetStore
-from gateway.rocketmq.cluster import RocketMQOffsetLedgers, offsets_ledger_name
+from gateway.rocketmq.bundle_broker import RocketMQOffsetLedgers, offsets_ledger_name
 from gateway.rocketmq.offset_layout import merge_bundles, split_into_bundles
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQOffsets
 from ledger_backend.client.memory import MemoryBookKeeper
