@@ -34,6 +34,17 @@ it true can skip the scan of the remote's tail.
 The replicator claims the node when it starts (a version bump), and every later write is a
 compare-and-set on the version it holds: a replicator that lost its partition cannot move the
 position any more.  This module must never write without that check.
+
+A topic's deletion wins over its replicators (deleted_topics.py removes the nodes): a save
+never creates a node (a removed one is a lost claim), and a claim, which may create one, reads
+the topic's node after its own write and takes the checkpoint back when the topic is deleting,
+gone or another topic of the name.  In the metadata store's one order of writes either the
+claim's write came before the deletion's "deleting" mark, and then the collection that follows
+the mark sees the node and removes it (retrying past a claimer's or saver's version bump), or
+it came after, and the claim's read, made after its own write, sees the mark (ZooKeeper: a
+session sees its own writes and everything ordered before them).  Before, a replicator on a
+broker that had not yet seen the deletion put a checkpoint back, and its parent with it, and
+only the service's next start collected them.
 """
 
 from __future__ import annotations
@@ -42,11 +53,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+from gateway.topics.topic_store import TopicStore
 from ledger_backend.metadata.store import (
     BadVersionError,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
+    NotEmptyError,
 )
 
 log = logging.getLogger(__name__)
@@ -120,6 +133,7 @@ class CheckpointStore:
 
     def __init__(self, store: MetadataStore, remote: str, topic: str, partition: int) -> None:
         self._store = store
+        self._topic = topic
         self.path = checkpoint_path(remote, topic, partition)
         self._version = -1
 
@@ -155,7 +169,25 @@ class CheckpointStore:
             except BadVersionError:
                 continue
             self._version = stat.version
+            if topic_id is not None and not await topic_is_live(self._store, self._topic,
+                                                                topic_id):
+                await self._take_back()
+                raise CheckpointLost(f"{self.path}: topic {self._topic} (id {topic_id}) is "
+                                     "deleted")
             return checkpoint
+
+    async def _take_back(self) -> None:
+        """Remove the node this claim wrote (unless claimed since), and its parent if that is
+        only a parent (no agreed configs: a topic created again under the name may have
+        some) with nothing left under it."""
+        try:
+            await self._store.delete(self.path, self._version)
+            parent = self.path.rpartition("/")[0]
+            data, stat = await self._store.get(parent)
+            if not data:
+                await self._store.delete(parent, stat.version)
+        except (BadVersionError, NotEmptyError, NoNodeError):
+            pass
 
     async def save(self, checkpoint: Checkpoint) -> None:
         try:
@@ -163,6 +195,12 @@ class CheckpointStore:
         except (BadVersionError, NoNodeError) as exc:
             raise CheckpointLost(f"{self.path} was claimed by another replicator") from exc
         self._version = stat.version
+
+
+async def topic_is_live(store: MetadataStore, topic: str, topic_id: str) -> bool:
+    """Has `topic` a node that is not being deleted, of the id `topic_id`?"""
+    loaded = await TopicStore(store).read(topic)
+    return loaded is not None and not loaded[1] and str(loaded[0].topic_id) == topic_id
 
 
 async def read_checkpoint(store: MetadataStore, remote: str, topic: str,

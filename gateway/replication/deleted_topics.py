@@ -17,8 +17,10 @@ records left by code from before this module).
 
 Both must never remove the checkpoint of a topic that exists, a replicator's claim included:
 a checkpoint is removed only at the version read, after its topic id was found not to be the
-live topic's (so a replicator claiming it meanwhile bumps the version and keeps it), and a
-topic's agreed-configs node only once it has no checkpoint left under it.
+live topic's (a version bump meanwhile, a replicator claiming or saving it, is looked at
+again: a claim for a topic created again under the name carries the new id and stays), and a
+topic's agreed-configs node only once it has no checkpoint left under it.  A replicator that
+claims after the collection takes its node back itself (checkpoints.py).
 """
 
 from __future__ import annotations
@@ -50,6 +52,30 @@ async def _children(store: MetadataStore, path: str) -> list[str]:
         return []
 
 
+async def _collect_checkpoint(store: MetadataStore, path: str, still_live: StillLive) -> int:
+    """Remove the checkpoint at `path` unless `still_live` keeps it; 1 if removed.  A version
+    bump meanwhile (a replicator of the topic saving, or claiming) is looked at again: the
+    deletion must win over the deleted topic's replicators (checkpoints.py)."""
+    while True:
+        try:
+            data, stat = await store.get(path)
+        except NoNodeError:
+            return 0
+        try:
+            topic_id = Checkpoint.from_bytes(data).topic_id
+        except ValueError:  # a format this code does not know (newer code): not ours to judge
+            return 0
+        if await still_live(topic_id):
+            return 0
+        try:
+            await store.delete(path, stat.version)
+            return 1
+        except BadVersionError:
+            continue
+        except NoNodeError:
+            return 0
+
+
 async def _collect_under(store: MetadataStore, remote: str, topic: str,
                          still_live: StillLive) -> int:
     """Remove the topic's checkpoints toward `remote` that `still_live` does not keep, then
@@ -57,22 +83,7 @@ async def _collect_under(store: MetadataStore, remote: str, topic: str,
     base = f"{REPLICATION_PATH}/{remote}/{topic}"
     removed = 0
     for partition in await _children(store, base):
-        path = f"{base}/{partition}"
-        try:
-            data, stat = await store.get(path)
-        except NoNodeError:
-            continue
-        try:
-            topic_id = Checkpoint.from_bytes(data).topic_id
-        except ValueError:  # a format this code does not know (newer code): not ours to judge
-            continue
-        if await still_live(topic_id):
-            continue
-        try:
-            await store.delete(path, stat.version)
-            removed += 1
-        except (BadVersionError, NoNodeError):
-            pass  # claimed (or removed) meanwhile: the claimer decides
+        removed += await _collect_checkpoint(store, f"{base}/{partition}", still_live)
     try:
         await store.delete(base)
         removed += 1

@@ -381,7 +381,9 @@ class ReplicationService:
             log.info("configs of topic %s pushed to cluster %s: %s", topic, remote.cluster.name,
                      push)
         if now_agreed != agreed:
-            await save_agreed(self.store, *key, now_agreed)
+            info = self.topics.topics().get(topic)
+            await save_agreed(self.store, *key, now_agreed,
+                              str(info.topic_id) if info is not None else None)
             self._agreed[key] = now_agreed
 
     async def _push_offsets_forever(self) -> None:

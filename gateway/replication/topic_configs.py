@@ -34,8 +34,13 @@ from __future__ import annotations
 
 import json
 
-from gateway.replication.checkpoints import REPLICATION_PATH
-from ledger_backend.metadata.store import MetadataStore, NoNodeError
+from gateway.replication.checkpoints import REPLICATION_PATH, topic_is_live
+from ledger_backend.metadata.store import (
+    BadVersionError,
+    MetadataStore,
+    NoNodeError,
+    NotEmptyError,
+)
 
 AGREED_FORMAT_VERSION = 1
 STUCK_LOOKS = 12  # ~6 s of looks: far more than the other side needs to push its own change
@@ -90,11 +95,20 @@ async def read_agreed(store: MetadataStore, remote: str, topic: str) -> dict[str
 
 
 async def save_agreed(store: MetadataStore, remote: str, topic: str,
-                      agreed: dict[str, str]) -> None:
+                      agreed: dict[str, str], topic_id: str | None = None) -> None:
+    """Store the configs agreed with `remote`.  The node is created if missing; `topic_id`
+    given, one created for a topic deleted meanwhile (or created again) is taken back, as a
+    checkpoint's claim is (checkpoints.py): the deletion wins."""
     data = json.dumps({"format": AGREED_FORMAT_VERSION, "configs": agreed},
                       sort_keys=True).encode()
     path = agreed_path(remote, topic)
     try:
         await store.set(path, data, -1)
+        return
     except NoNodeError:
         await store.create(path, data, make_parents=True)
+    if topic_id is not None and not await topic_is_live(store, topic, topic_id):
+        try:
+            await store.delete(path, 0)  # as created, with no checkpoint under it
+        except (BadVersionError, NotEmptyError, NoNodeError):
+            pass  # written or claimed under since: whoever did that decides

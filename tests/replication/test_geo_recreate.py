@@ -4,6 +4,7 @@ resumed by the new one, which would skip the new topic's records below the old p
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from tests.replication.geo_pair import (
     start_pair,
     wait_for,
 )
+from tests.support.topic_nodes import write_topic_node
 
 
 @pytest.mark.integration
@@ -60,23 +62,27 @@ def test_a_recreated_topic_replicates_from_its_new_start(tmp_path: Path) -> None
 
 async def test_a_checkpoint_kept_for_another_topic_id_is_not_resumed() -> None:
     store = await open_store("memory:")
+    ids = [uuid.uuid4() for _ in range(3)]
     try:
+        await write_topic_node(store, "t", ids[0])
         first = CheckpointStore(store, "west", "t", 0)
-        claimed = await first.claim("id-1")
-        assert (claimed.source_next, claimed.topic_id) == (0, "id-1")
+        claimed = await first.claim(str(ids[0]))
+        assert (claimed.source_next, claimed.topic_id) == (0, str(ids[0]))
         claimed.source_next, claimed.remote_next, claimed.producer = 50, 70, (9, 0)
         await first.save(claimed)
-        again = await CheckpointStore(store, "west", "t", 0).claim("id-1")
+        again = await CheckpointStore(store, "west", "t", 0).claim(str(ids[0]))
         assert (again.source_next, again.producer) == (50, (9, 0))  # the same topic resumes
-        fresh = await CheckpointStore(store, "west", "t", 0).claim("id-2")
+        await write_topic_node(store, "t", ids[1])  # deleted and created again
+        fresh = await CheckpointStore(store, "west", "t", 0).claim(str(ids[1]))
         assert (fresh.source_next, fresh.remote_next, fresh.producer) == (0, -1, None)
-        assert fresh.topic_id == "id-2"
+        assert fresh.topic_id == str(ids[1])
         stored = await read_checkpoint(store, "west", "t", 0)
-        assert stored is not None and (stored.source_next, stored.topic_id) == (0, "id-2")
+        assert stored is not None and (stored.source_next, stored.topic_id) == (0, str(ids[1]))
         # a node written before topic ids were kept is the topic's own: resumed, id adopted
+        await write_topic_node(store, "u", ids[2])
         old = Checkpoint(source_next=30, remote_next=40).to_bytes()
         await store.create(checkpoint_path("west", "u", 0), old, make_parents=True)
-        adopted = await CheckpointStore(store, "west", "u", 0).claim("id-3")
-        assert (adopted.source_next, adopted.topic_id) == (30, "id-3")
+        adopted = await CheckpointStore(store, "west", "u", 0).claim(str(ids[2]))
+        assert (adopted.source_next, adopted.topic_id) == (30, str(ids[2]))
     finally:
         await store.close()

@@ -38,10 +38,12 @@ from tests.replication.geo_pair import read_all
 from tests.replication.test_replicator_pipeline import RECORDS, LocalLog, _until
 from tests.support.ports import free_port
 from tests.support.standalone import Standalone, running_standalone
+from tests.support.topic_nodes import write_topic_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PRODUCE, FETCH = 0, 1
+TOPIC_ID = uuid.uuid4()  # its node in the store says so (a checkpoint claim reads it)
 HOLD_FROM = 3  # the first pipeline's produce requests from this one on are held back
 
 
@@ -51,7 +53,7 @@ class Local:
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.log = LocalLog()
-        self.topic_id = uuid.uuid4()  # one topic: the same id every time it is looked up
+        self.topic_id = TOPIC_ID  # one topic: the same id every time it is looked up
 
     async def partition(self, topic: str, partition: int) -> LocalLog:
         return self.log
@@ -172,6 +174,7 @@ async def test_a_late_produce_is_not_a_duplicate(west: Standalone, tmp_path: Pat
     host, port = west.bootstrap.split(":")
     proxy = LateProxy((host, int(port)), mode)
     store = await open_store(f"embedded:{tmp_path}")
+    await write_topic_node(store, topic, TOPIC_ID)
     try:
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(partial(trio.serve_tcp, proxy.serve, 0,

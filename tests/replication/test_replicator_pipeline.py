@@ -35,8 +35,10 @@ from protocols.kafka.record_batch import (
     parse_header,
     patch_base_offset,
 )
+from tests.support.topic_nodes import write_topic_node
 
 TOPIC = "orders"
+TOPIC_ID = uuid.uuid4()  # its node in the store says so (a checkpoint claim reads it)
 RECORDS = 400
 
 
@@ -64,7 +66,7 @@ class LocalLog:
 class LocalTopics:
     def __init__(self) -> None:
         self.log = LocalLog()
-        self.topic_id = uuid.uuid4()  # one topic: the same id every time it is looked up
+        self.topic_id = TOPIC_ID  # one topic: the same id every time it is looked up
 
     async def partition(self, topic: str, partition: int) -> LocalLog:
         return self.log
@@ -189,6 +191,7 @@ def forwarding(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 async def test_full_pipeline_position_only_past_answers_and_a_broken_pipeline_heals(
         tmp_path: Path, forwarding: str) -> None:
     store = await open_store(f"embedded:{tmp_path}")
+    await write_topic_node(store, TOPIC, TOPIC_ID)
     remote = Remote()
     topics = LocalTopics()
     replicator = PartitionReplicator(topics, remote,  # type: ignore[arg-type]
@@ -288,6 +291,7 @@ async def test_a_slow_checkpoint_write_holds_back_neither_sends_nor_answers(
     """The metadata store took 45-460 ms a write at load ~9, once a second per partition: the
     position is written beside the pipeline, which keeps sending and taking answers."""
     store = await open_store(f"embedded:{tmp_path}")
+    await write_topic_node(store, TOPIC, TOPIC_ID)
     remote = Remote()
     checkpoints = SlowCheckpoints(store, "west", TOPIC, 0)
     replicator = PartitionReplicator(LocalTopics(), remote,  # type: ignore[arg-type]
@@ -336,6 +340,7 @@ async def test_the_remote_s_own_records_between_two_sends_are_seen(tmp_path: Pat
     the new session's scan of the remote's tail.  Until the remote's records are noted here,
     translations stop before it (offset_translation.translate)."""
     store = await open_store(f"embedded:{tmp_path}")
+    await write_topic_node(store, TOPIC, TOPIC_ID)
     remote = Remote()
     replicator = PartitionReplicator(LocalTopics(), remote,  # type: ignore[arg-type]
                                      CheckpointStore(store, "west", TOPIC, 0), "east", TOPIC, 0,
