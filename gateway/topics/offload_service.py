@@ -30,7 +30,7 @@ import trio
 from gateway.config.settings import OffloadConfig
 from ledger_backend.client.errors import LedgerError
 from ledger_backend.managed_ledger import ManagedLedgerError
-from ledger_backend.managed_ledger.offloading import offload_lag
+from ledger_backend.managed_ledger.offload_policy import offload_lag
 from ledger_backend.metadata.store import MetadataError
 from ledger_backend.offload import FilesystemOffloader, Offloader, OffloadError
 

@@ -54,11 +54,8 @@ from ledger_backend.managed_ledger.metadata_format import (
     encode_managed_ledger,
     encode_name,
 )
-from ledger_backend.managed_ledger.offloading import (
-    delete_bookie_copies,
-    offload_candidates,
-    offload_ledgers,
-)
+from ledger_backend.managed_ledger.offload_policy import offload_candidates
+from ledger_backend.managed_ledger.offloading import delete_bookie_copies, offload_ledgers
 from ledger_backend.managed_ledger.tail_cache import TailCache
 from ledger_backend.managed_ledger.types import (
     CursorConflictError,

@@ -28,8 +28,9 @@ ledgers are read from the bookies (each in pieces read at the same time) and enc
 while the ones already encoded go through steps 1-4 as a GROUP: one CAS writes the intents of
 all of them, their objects are put and verified at the same time, and one CAS records every
 one of them (each ledger's record is still complete or absent). Only CLOSED ledgers that
-are not the current one are offloaded, oldest first. What the steps ask of the drivers and
-the upload check live in offload_uploads.py. This module is the managed ledger's friend
+are not the current one are offloaded, oldest first; which of them a policy says are due is
+offload_policy.py's. What the steps ask of the drivers and the upload check live in
+offload_uploads.py. This module is the managed ledger's friend
 (like ledger_swap.py): it changes `_records` only under `_meta_lock` and through
 `_write_metadata`.
 
@@ -134,51 +135,6 @@ class ManagedLedger(Protocol):
 
 class OffloadConflictError(ManagedLedgerError):
     """The ledger changed under the offload (trimmed, rewritten, offloaded meanwhile)."""
-
-
-def offload_candidates(
-    ml: ManagedLedger, keep_bytes: int | None, older_than_s: float | None = None
-) -> list[LedgerRecord]:
-    """Closed, not-yet-offloaded ledgers to offload, oldest first. With neither limit: all
-    of them. Else those that either rule picks: the oldest until at most `keep_bytes` stay on
-    bookies, and those whose data is `older_than_s` old (all written before the NEXT ledger
-    was created, as retention reckons). Never the current ledger."""
-    current = ml.current_ledger_id
-    records = ml._records
-    cutoff_ms = None if older_than_s is None else ml._clock_ms() - int(older_than_s * 1000)
-    on_bookies = sum(r.size for r in records if r.offload is None)
-    chosen: list[LedgerRecord] = []
-    for index, record in enumerate(records):
-        if record.ledger_id == current or not record.closed:
-            break
-        if record.offload is not None or record.entries == 0:
-            continue
-        everything = keep_bytes is None and cutoff_ms is None
-        too_much = keep_bytes is not None and on_bookies > keep_bytes
-        successor = records[index + 1] if index + 1 < len(records) else None
-        too_old = (cutoff_ms is not None and successor is not None
-                   and successor.created_ms <= cutoff_ms)
-        if everything or too_much or too_old:
-            chosen.append(record)
-            on_bookies -= record.size
-    return chosen
-
-
-def offload_lag(ml: ManagedLedger, keep_bytes: int | None, older_than_s: float | None
-                ) -> tuple[float, int]:  # fmt: skip
-    """How far offloading is behind its policy: (seconds since the oldest ledger the policy
-    says should be offloaded now, and is not, was closed; the bytes of all such ledgers still
-    on bookies). (0, 0) when the policy is met or off (neither rule set)."""
-    if keep_bytes is None and older_than_s is None:
-        return 0.0, 0
-    due = offload_candidates(ml, keep_bytes, older_than_s)
-    if not due:
-        return 0.0, 0
-    records = ml._records
-    position = records.index(due[0])
-    after = records[position + 1 : position + 2] or records[position : position + 1]
-    closed_ms = after[0].created_ms  # the successor began as it closed
-    return max(0.0, (ml._clock_ms() - closed_ms) / 1000), sum(r.size for r in due)
 
 
 @dataclasses.dataclass(frozen=True)
