@@ -92,6 +92,10 @@ def transaction_group(topic: str) -> str:
     return TXN_GROUP_PREFIX + topic
 
 
+def _session_key(caller: Caller) -> tuple[str, str]:
+    return caller.principal, caller.client_id
+
+
 @dataclass(eq=False)
 class TelemetryConnection:
     """A 5.x session as the 4.x client registry sees a connection: broker-initiated requests
@@ -165,7 +169,9 @@ class GrpcBackend(MessagingBackend):
         self._advertised = advertised
         self.guard = guard
         self.broker_name = STANDALONE_BROKER_NAME  # what routes and recall handles name
-        self._sessions: dict[str, tuple[TelemetryConnection, list[str]]] = {}
+        # per (principal, client id): a client id is the client's own claim, so another
+        # principal naming it must not replace or end its session
+        self._sessions: dict[tuple[str, str], tuple[TelemetryConnection, list[str]]] = {}
 
     def endpoint(self) -> tuple[str, int]:
         return self._advertised
@@ -307,7 +313,7 @@ class GrpcBackend(MessagingBackend):
 
     # ---- sessions -----------------------------------------------------------------------
     def heartbeat(self, caller: Caller, group: str | None, client_type: int) -> None:
-        session = self._sessions.get(caller.client_id)
+        session = self._sessions.get(_session_key(caller))
         if session is not None:
             self._register(caller.client_id, *session)
 
@@ -315,10 +321,10 @@ class GrpcBackend(MessagingBackend):
                        group: str | None, sink: TelemetrySink) -> None:
         conn = TelemetryConnection(caller.peer, sink, self._advertised)
         groups = [transaction_group(t) for t in topics] if client_type == pb.PRODUCER else []
-        old = self._sessions.get(caller.client_id)
+        old = self._sessions.get(_session_key(caller))
         if old is not None:
             self.broker.clients.connection_closed(old[0])
-        self._sessions[caller.client_id] = (conn, groups)
+        self._sessions[_session_key(caller)] = (conn, groups)
         self._register(caller.client_id, conn, groups)
 
     def _register(self, client_id: str, conn: TelemetryConnection, groups: list[str]) -> None:
@@ -328,15 +334,15 @@ class GrpcBackend(MessagingBackend):
             self.broker.clients.heartbeat(conn, data, trio.current_time())
 
     def close_telemetry(self, caller: Caller, sink: TelemetrySink) -> None:
-        session = self._sessions.get(caller.client_id)
+        session = self._sessions.get(_session_key(caller))
         if session is not None and session[0].sink is sink:
-            del self._sessions[caller.client_id]
+            del self._sessions[_session_key(caller)]
             self.broker.clients.connection_closed(session[0])
 
     async def terminate(self, caller: Caller, group: str | None) -> None:
         # What the client received stays invisible until its duration ends (RocketMQ's pop has
         # no session to release it with); only its registrations go.
-        session = self._sessions.pop(caller.client_id, None)
+        session = self._sessions.pop(_session_key(caller), None)
         if session is not None:
             self.broker.clients.connection_closed(session[0])
 

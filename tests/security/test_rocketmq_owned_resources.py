@@ -19,20 +19,26 @@ and over RocketMQ 5 gRPC (signed metadata):
 - EndTransaction of the victim's half message, naming a topic it may write: refused;
 - a Telemetry session publishing to `rmq_secret` (which would register it as the topic's
   transactional producer, to which the broker pushes check-backs carrying half messages) or
-  subscribing to it: refused, while the victim's own session is answered.
+  subscribing to it: refused, while the victim's own session is answered;
+- NotifyClientTermination naming the victim's client id (a client's own claim, not a secret):
+  the victim's session stays, and its transaction's check-back still reaches it.
 """
 
 from __future__ import annotations
 
 import json
+import queue
+import time
 from collections.abc import Iterator
 
 import grpc
 import pytest
 import trio
 from confluent_kafka.admin import AclOperation, ResourceType
+from google.protobuf.message import Message
 
 from protocols.rocketmq.errors import ResponseCode
+from protocols.rocketmq.grpc.auth import signature
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
 from protocols.rocketmq.grpc.v2 import service_pb2 as spb
 from protocols.rocketmq.message_encoding import decode_stored_messages
@@ -221,3 +227,49 @@ def test_telemetry_sessions_need_the_topics_and_group_they_register_for(
     assert telemetry_status(server, publishing, VICTIM, VICTIM_SK) == pb.OK
     for settings in (publishing, subscribing):
         assert telemetry_status(server, settings, ATTACKER, ATTACKER_SK) == pb.FORBIDDEN
+
+
+def metadata5(ak: str, sk: str, client_id: str) -> list[tuple[str, str]]:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return [("x-mq-date-time", stamp), ("x-mq-client-id", client_id),
+            ("authorization", f"MQv2-HMAC-SHA1 Credential={ak}, "
+                              f"SignedHeaders=x-mq-date-time, Signature={signature(sk, stamp)}")]
+
+
+def test_another_principal_cannot_end_a_clients_session_by_naming_its_id(
+        server: Standalone) -> None:
+    client_id = "victim-5x-client"
+    victim = metadata5(VICTIM, VICTIM_SK, client_id)
+    commands: queue.Queue[spb.TelemetryCommand | None] = queue.Queue()
+    commands.put(spb.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=SECRET)]))))
+    with grpc.insecure_channel(f"127.0.0.1:{server.rocketmq_grpc_port}") as channel:
+        def unary(name: str, request: Message, answer: type[Message],
+                  metadata: list[tuple[str, str]]) -> Message:
+            call = channel.unary_unary(SERVICE + name,
+                                       request_serializer=lambda m: m.SerializeToString(),
+                                       response_deserializer=answer.FromString)
+            return call(request, metadata=metadata, timeout=20)  # type: ignore[no-any-return]
+
+        telemetry = channel.stream_stream(SERVICE + "Telemetry",
+                                          request_serializer=lambda m: m.SerializeToString(),
+                                          response_deserializer=spb.TelemetryCommand.FromString)
+        pushed = telemetry(iter(commands.get, None), metadata=victim, timeout=60)
+        try:
+            assert next(pushed).status.code == pb.OK  # the session is open
+            ended = unary("NotifyClientTermination", spb.NotifyClientTerminationRequest(),
+                          spb.NotifyClientTerminationResponse,
+                          metadata5(ATTACKER, ATTACKER_SK, client_id))
+            assert ended.status.code == pb.OK
+            sent = unary("SendMessage", spb.SendMessageRequest(messages=[pb.Message(
+                topic=pb.Resource(name=SECRET), body=b"half-5",
+                system_properties=pb.SystemProperties(message_id="HALF5",
+                                                      message_type=pb.TRANSACTION))]),
+                spb.SendMessageResponse, victim)
+            assert sent.status.code == pb.OK, sent.status
+            # left undecided past the check timeout (1 s): the broker asks the victim's session
+            check = next(pushed)
+            assert check.recover_orphaned_transaction_command.message.body == b"half-5"
+        finally:
+            commands.put(None)
+            pushed.cancel()
