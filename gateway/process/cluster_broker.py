@@ -147,15 +147,14 @@ async def refresh_topics(store: MetadataStore, topics: TopicService,
         # A new topic's namespace (made just before it, maybe through another broker) decides
         # its managed ledgers' names: know it before the topic is opened here.
         await namespaces.load()
-    known = topics.topics()
-    for name in names | set(known):
+    for name in names | set(topics.topics()):
         try:
             await topics.refresh_topic(name)
         except Exception:  # one bad topic node must not stop the others
             log_failure(log, "cannot refresh topic %s", name)
-    for name, info in known.items():  # deleted elsewhere: what this broker keeps of it goes
-        if name not in topics.topics():
-            await topics.run_deletion_hooks(info)
+    # deleted elsewhere, or deleted and created again (a new topic id): what this broker keeps
+    # of the old topic goes, whichever refresh saw it (a request's too)
+    await topics.collect_gone_elsewhere()
 
 
 def kafka_broker_config(config: Config, layout: ClusterLayout) -> KafkaBrokerConfig:

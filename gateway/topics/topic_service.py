@@ -99,6 +99,10 @@ class TopicService:
         # run with each topic being deleted, after its partitions and before its node go: the
         # rooms above register what they keep per topic (see the module docstring)
         self.deletion_hooks: list[Callable[[TopicInfo], Awaitable[None]]] = []
+        # topics a refresh found deleted elsewhere, or replaced by a topic of the name with
+        # another id (deleted and created again between two refreshes), with the logs this
+        # broker had open of them: collect_gone_elsewhere closes those and runs the hooks
+        self._gone_elsewhere: dict[uuid.UUID, tuple[TopicInfo, list[PartitionLog]]] = {}
         self._closed = False
         # advanced by the unloader every tick; partition() stamps the log it hands out with it
         self.use_tick = 0
@@ -165,13 +169,42 @@ class TopicService:
         self.offload.forget_topic(name)
 
     async def refresh_topic(self, name: str) -> TopicInfo | None:
-        """Re-read one topic (another broker may have created or changed it)."""
+        """Re-read one topic (another broker may have created, changed or deleted it).
+
+        A topic is its id, not its name: one whose id changed was deleted and created again
+        meanwhile, and is handled as a deletion followed by a creation (Kafka's topic ids),
+        whichever caller's refresh sees it first."""
         loaded = await self.topic_store.read(name)
+        known = self._topics.get(name)
         if loaded is None or loaded[1]:
+            if known is not None:
+                self._gone(known)
             self._drop_topic(name)
             return None
+        if known is not None and known.topic_id != loaded[0].topic_id:
+            self._gone(known)
+            self._drop_topic(name)
         self._put_topic(loaded[0])
         return loaded[0]
+
+    def _gone(self, info: TopicInfo) -> None:
+        """Note `info` deleted elsewhere; its open logs here leave at once (a request for the
+        name must not reach the old topic's managed ledger) and are closed later."""
+        _, logs = self._gone_elsewhere.setdefault(info.topic_id, (info, []))
+        for p in range(info.partitions):
+            self._partition_ledgers.pop((info.name, p), None)
+            plog = self._logs.pop((info.name, p), None)
+            if plog is not None:
+                logs.append(plog)
+
+    async def collect_gone_elsewhere(self) -> None:
+        """For each topic a refresh found deleted elsewhere or replaced (refresh_topic): close
+        the logs this broker had open of it and run the deletion hooks, once, with it."""
+        while self._gone_elsewhere:
+            _, (info, logs) = self._gone_elsewhere.popitem()
+            for plog in logs:
+                await _close_quietly(plog)
+            await self.run_deletion_hooks(info)
 
     async def create_topic(self, name: str, partitions: int,
                            configs: dict[str, str] | None = None) -> None:
@@ -212,6 +245,9 @@ class TopicService:
         log.info("deleted topic %s", name)
 
     async def _finish_delete(self, info: TopicInfo, version: int) -> None:
+        _, gone_logs = self._gone_elsewhere.pop(info.topic_id, (info, []))
+        for gone_log in gone_logs:  # a refresh under way saw the deletion and took them out
+            await _close_quietly(gone_log)
         for p in range(info.partitions):
             plog = self._logs.pop((info.name, p), None)
             self._partition_ledgers.pop((info.name, p), None)
