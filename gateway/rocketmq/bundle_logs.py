@@ -12,6 +12,30 @@ not acknowledged, and the producer's retry goes to the new owner.
 
 This module must never hand out a log of a bundle this broker does not own, nor acknowledge an
 append made after the bundle was released.
+
+Why the append that outlived the bundle is refused although it is durable (session 15's
+review; the refusal makes the RocketMQ client resend it, a duplicate in a failover).  The case
+for acknowledging it instead, step by step, as far as the code shows it:
+
+1. The append's completion comes only after its entry and every earlier one were acknowledged
+   by the ack quorum's journals after their fdatasync (the write handle's LAC order; audit15's
+   tests watch the fdatasync).
+2. Its ledger is in the managed ledger's list: a rollover CAS-appends the new ledger before
+   anything is sent to it, and an owner's open lists its ledger before the first append
+   (ledger_backend/managed_ledger/factory.py).
+3. The next owner gets it either from a graceful release, where the close waits for in-flight
+   adds and closes the ledger at the LAC, which covers every completed add (an add still
+   pending at the close's deadline is failed, never completed), or from fencing, where the
+   recovery of every unclosed listed ledger keeps each entry an ack quorum acknowledged, and a
+   list changed between its read and its CAS fails the open, which reads again.
+
+So by the code the entry is in what the next owner serves.  It is still not acknowledged here
+because nothing yet checks that end to end: no test releases a bundle of a real cluster while
+an append is in flight, lets the append complete after the release, and reads the message back
+from the new owner; and no chaos run has been made with acknowledging.  A wrong step above would
+turn a duplicate into an acknowledged message lost, which is the worse fault.  Flip the rule
+(here and in OwnedPartitionLog, where Kafka's non-idempotent producers resend the same way)
+only with that test and a clean chaos run.
 """
 
 from __future__ import annotations
