@@ -35,6 +35,12 @@ SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TO
 SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", RETRY_PREFIX.replace("%", "."))
 
 
+# Topics whose messages name another topic to be delivered to (REAL_TOPIC): only the broker
+# writes them, as Apache's TopicValidator forbids sending to them (a client that could would
+# deliver into any topic through them).
+NOT_SENDABLE_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TOPIC})
+
+
 def is_internal_topic(stored_name: str) -> bool:
     """Is this stored topic one of RocketMQ's own (hidden from listings, Kafka is_internal)?"""
     return stored_name in SYSTEM_TOPICS or stored_name.startswith(SYSTEM_PREFIXES)

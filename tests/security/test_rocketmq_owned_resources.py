@@ -10,6 +10,8 @@ remoting frames the attacker tries:
   without an originTopic;
 - END_TRANSACTION of the victim's half message (a rollback) under its own producer group: it
   must be refused, and the victim's commit must still deliver the message;
+- a send straight into the broker's schedule or transaction topics, whose messages carry the
+  topic they are delivered to (REAL_TOPIC): refused even with every ACL on those topics;
 - a HEART_BEAT registering it as a producer of the victim's group (after the victim's own), to
   be sent the group's transaction check-backs, which carry the half message, and an
   UNREGISTER_CLIENT of the victim's producer: the check-back must still go to the victim.
@@ -57,6 +59,8 @@ VICTIM, VICTIM_SK = "RmqVictim1", "RmqVictim1Secret"
 ATTACKER, ATTACKER_SK = "RmqAttacker1", "RmqAttacker1Secret"
 SECRET, VICTIM_GROUP, ATTACK_GROUP = "rmq_secret", "CG_VICTIM", "CG_ATK"
 ATTACK_TOPIC = "rmq_atk"
+# the broker's own topics whose messages name the topic they are delivered to
+MACHINERY = ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"]
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 ACCOUNTS = f"""
 [[rocketmq.acl.accounts]]
@@ -85,6 +89,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
             acl(ResourceType.GROUP, ATTACK_GROUP, attacker, AclOperation.READ),
             acl(ResourceType.TRANSACTIONAL_ID, "PG_ATK", attacker, AclOperation.WRITE),
             acl(ResourceType.TOPIC, ATTACK_TOPIC, attacker, AclOperation.WRITE),
+            *[acl(ResourceType.TOPIC, t, attacker, AclOperation.ALL) for t in MACHINERY],
         ])
         yield standalone
     finally:
@@ -139,6 +144,20 @@ async def test_end_transaction_of_another_producer_groups_half_is_refused(
             VICTIM, VICTIM_SK), wait_s=15)
         assert pulled.code == ResponseCode.SUCCESS, pulled.remark
         assert b"half-1" in [m.body for m in decode_stored_messages(pulled.body)]
+    finally:
+        await client.aclose()
+
+
+async def test_sends_into_the_brokers_own_delivery_topics_are_refused(
+        server: Standalone) -> None:
+    client = await RawClient.connect(broker(server))
+    try:
+        for topic in MACHINERY:
+            # a held message that would be delivered into the secret topic
+            ext = send_ext(topic, {"REAL_TOPIC": SECRET, "REAL_QID": "0", "DELAY": "1"})
+            answer = await client.call(RC.SEND_MESSAGE_V2, signed(ext, b"forged", ATTACKER,
+                                                                  ATTACKER_SK), b"forged")
+            assert answer.code == NO_PERMISSION, (topic, answer.code, answer.remark)
     finally:
         await client.aclose()
 

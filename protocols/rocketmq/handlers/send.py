@@ -26,6 +26,7 @@ from protocols.rocketmq.codec import RemotingCommand, make_response
 from protocols.rocketmq.delay_levels import TIMER_PROPERTIES, timer_deliver_at
 from protocols.rocketmq.errors import (
     MessageIllegalError,
+    NoPermissionError,
     ResponseCode,
     ServiceNotAvailableError,
     SystemBusyError,
@@ -56,6 +57,7 @@ from protocols.rocketmq.message_id import MAX_QUEUES, commit_log_offset, offset_
 from protocols.rocketmq.request_codes import RequestCode
 from protocols.rocketmq.topic_names import (
     HALF_TOPIC,
+    NOT_SENDABLE_TOPICS,
     RETRY_PREFIX,
     SCHEDULE_TOPIC,
     to_storage,
@@ -76,6 +78,8 @@ async def resolve_queue(broker: BrokerLike, header: SendHeader) -> int:
 async def resolve_topic_queue(broker: BrokerLike, header: SendHeader
                               ) -> tuple[TopicInfoLike, int]:  # fmt: skip
     """resolve_queue, with the topic it found or created."""
+    if header.topic in NOT_SENDABLE_TOPICS:
+        raise NoPermissionError(f"Sending message to topic[{header.topic}] is forbidden.")
     try:
         info = await find_topic(broker, header.topic)
         partitions = info.partitions
@@ -249,7 +253,8 @@ def start_send(broker: BrokerLike, conn: ConnectionLike, request: RemotingComman
     anything that would be refused is left to handle_send, which answers it)."""
     try:
         header = SendHeader.parse(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
-        if header.batch or header.sys_flag & SYS_FLAG_TRANSACTION_MASK:
+        if (header.batch or header.sys_flag & SYS_FLAG_TRANSACTION_MASK
+                or header.topic in NOT_SENDABLE_TOPICS):  # handle_send refuses it
             return False
         props = decode_properties(header.properties)
         info = topic_info(broker, header.topic)
