@@ -10,11 +10,6 @@ here close), on the embedded store and on ZooKeeper."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
-import pytest
 import trio
 
 from gateway.coordinator.offset_store import LedgerOffsetStore
@@ -26,7 +21,9 @@ from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFact
 from ledger_backend.metadata import MetadataStore, open_store
 from protocols.kafka.group_coordinator import CommittedOffset, CoordinatorConfig, GroupCoordinator
 from protocols.kafka.record_batch import build_batch
-from tests.support.zookeeper import ZooKeeperServer
+from tests.support.store_fixtures import store, zk_server
+
+__all__ = ["store", "zk_server"]  # the fixtures (tests/support/store_fixtures.py)
 
 SYSTEM = ManagedLedgerConfig(max_entries_per_ledger=4)
 
@@ -68,26 +65,6 @@ async def test_a_topic_deleted_elsewhere_runs_this_brokers_hooks_once() -> None:
             await elsewhere.close()
     finally:
         await store.close()
-
-
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
-        yield server
-
-
-@pytest.fixture(params=["embedded", pytest.param("zookeeper", marks=pytest.mark.integration)])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MetadataStore]:
-    if request.param == "embedded":
-        url = f"embedded:{tmp_path / 'metadata'}"
-    else:
-        server = request.getfixturevalue("zk_server")
-        url = str(server.store_url(f"/t-{uuid.uuid4().hex[:12]}"))
-    opened = await open_store(url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def test_a_topic_deleted_and_created_again_between_refreshes_is_a_deletion(

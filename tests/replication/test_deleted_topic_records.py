@@ -8,8 +8,6 @@ thousands of topics grew the store and the maps without bound."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import trio
@@ -33,33 +31,15 @@ from gateway.topics.topic_node import TopicInfo
 from gateway.topics.topic_service import TopicService
 from ledger_backend.client.memory import MemoryBookKeeper
 from ledger_backend.managed_ledger.factory import ManagedLedgerFactory
-from ledger_backend.metadata import MetadataStore, open_store
+from ledger_backend.metadata import MetadataStore
 from protocols.kafka.record_batch import build_batch
 from tests.support.metadata_tree import every_path
-from tests.support.zookeeper import ZooKeeperServer
+from tests.support.store_fixtures import store, zk_server
+
+__all__ = ["store", "zk_server"]  # the fixtures (tests/support/store_fixtures.py)
 
 TOPIC = "acme.geo.orders"  # in namespace acme/geo, replicated to west and north
 KEPT = "acme.geo.kept"
-
-
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
-        yield server
-
-
-@pytest.fixture(params=["embedded", pytest.param("zookeeper", marks=pytest.mark.integration)])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MetadataStore]:
-    if request.param == "embedded":
-        url = f"embedded:{tmp_path / 'metadata'}"
-    else:
-        server = request.getfixturevalue("zk_server")
-        url = str(server.store_url(f"/t-{uuid.uuid4().hex[:12]}"))
-    opened = await open_store(url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def leave_replication_records(store: MetadataStore, topic: str, topic_id: str, *,
