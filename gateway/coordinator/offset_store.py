@@ -131,9 +131,16 @@ class LedgerOffsetStore(CompactedLog):
     async def take(self, offsets: State,
                    group_metadata: Mapping[str, dict[str, Any]] | None = None) -> None:
         """Set these offsets (and group records) over what this log holds for the same keys,
-        made durable as ONE snapshot record (so taking them again changes nothing)."""
+        made durable as ONE snapshot record (so taking them again changes nothing).  An offset
+        this log holds with a later commit time stays: a data directory run in both shapes by
+        an older version has each key's latest commit on either side, and taking the older
+        one would move its group back (records delivered again)."""
         for group_id, rows in offsets.items():
-            self._state.setdefault(group_id, {}).update(rows)
+            mine = self._state.setdefault(group_id, {})
+            for key, offset in rows.items():
+                held = mine.get(key)
+                if held is None or held.commit_timestamp_ms <= offset.commit_timestamp_ms:
+                    mine[key] = offset
         self._group_metadata.update(group_metadata or {})
         await self.snapshot()
 

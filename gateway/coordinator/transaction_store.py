@@ -12,7 +12,8 @@ log (gateway/coordinator/compacted_log.py) with bounded replay at start.
 
 Record format: a JSON object with a format version `v` and a `type` (txn, delete, snapshot).
 This module must never acknowledge a write before its record is durable, and never interpret
-the transaction records: they belong to protocols.kafka.transaction_coordinator.
+the transaction records (they belong to protocols.kafka.transaction_coordinator) beyond their
+update time, which `adopt` compares.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def transaction_ledger_name(partition: int) -> str:
     TRANSACTION_STATE_LEDGER alone is the one-ledger layout of data directories from before,
     moved into these at start: single_ledger_migration.py)."""
     return f"{TRANSACTION_STATE_LEDGER}-{partition}"
+
+
+def _updated_ms(record: dict[str, Any]) -> int:
+    """When a transaction record was last changed (its coordinator's clock; 0: not said)."""
+    stamp = record.get("update_ms", 0)
+    return stamp if isinstance(stamp, int) else 0
 
 
 class LedgerTransactionStore(CompactedLog):
@@ -79,10 +86,16 @@ class LedgerTransactionStore(CompactedLog):
                     transactional_ids: Iterable[str]) -> None:
         """Take these ids' state from `other` (loaded) over what this log holds for them,
         made durable as ONE snapshot record: doing it again after a crash changes nothing
-        (single_ledger_migration.py)."""
+        (single_ledger_migration.py).  An id this log holds with a later update stays (a data
+        directory run in both shapes by an older version): taking the older state would drop
+        a newer producer id and any transaction it has open, whose partitions would then
+        never get their abort marker (last stable offset stuck)."""
         for transactional_id in transactional_ids:
             if transactional_id in other._state:
-                self._state[transactional_id] = other._state[transactional_id]
+                theirs = other._state[transactional_id]
+                held = self._state.get(transactional_id)
+                if held is None or _updated_ms(held) <= _updated_ms(theirs):
+                    self._state[transactional_id] = theirs
         await self.snapshot()
 
     async def delete(self, transactional_id: str) -> None:
