@@ -24,7 +24,8 @@ partition's whole state in one record, so never half of it); after step 3's node
 ledger is not looked at again.  Entries are taken, never added to: an offset is set, not
 advanced, so doing it twice applies nothing twice.  A directory that also has partition
 ledgers (an older version run with workers, then without) keeps their entries for groups and
-ids the single ledger does not hold, and the single ledger's for those it does.
+ids the single ledger does not hold, and for those it does the later of the two (commit time,
+transaction update time; the single ledger's on a tie).
 Left behind by a crash inside step 3: the single ledger's bookie ledgers (as a topic deletion
 crashed at that point leaves them).
 
