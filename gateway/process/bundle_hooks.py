@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 import trio
@@ -33,6 +34,10 @@ log = logging.getLogger("ledgerwire.broker")
 BACKGROUND_OPENS = 8
 # the longest a take-over's background opens wait for the opens clients wait for
 URGENT_FIRST_MAX_S = 3.0
+# a coordinator partition or extension that failed to load is loaded again after this long,
+# doubling up to the max, while the bundle stays here (BundleHooks._load_or_retry)
+LOAD_RETRY_S = 1.0
+LOAD_RETRY_MAX_S = 15.0
 
 
 class BundleExtension(Protocol):
@@ -96,7 +101,7 @@ class BundleHooks:
         async with trio.open_nursery() as loading:
             for topic, partition in self.ownership.units_in_bundle(bundle):
                 if topic == GROUP_TOPIC:
-                    loading.start_soon(self._load_group_partition, partition)
+                    loading.start_soon(self._load_group_partition, bundle, partition)
             for extension in self.extensions:
                 loading.start_soon(self._load_extension, extension, bundle)
         # Then open (and so fence and recover) the bundle's other partitions in the background
@@ -138,20 +143,39 @@ class BundleHooks:
             await self._calm.wait()
         await work(*args)
 
-    async def _load_group_partition(self, partition: int) -> None:
+    async def _load_group_partition(self, bundle: int, partition: int) -> None:
         assert self.groups is not None
-        try:
-            await self.groups.start_partition(partition)
-        except Exception:
-            log_failure(log, "cannot load coordinator partition %d", partition,
-                        bug_level=logging.ERROR)
+        await self._load_or_retry(bundle, partial(self.groups.start_partition, partition),
+                                  f"coordinator partition {partition}")
 
     async def _load_extension(self, extension: BundleExtension, bundle: int) -> None:
-        try:
-            await extension.acquired(bundle)
-        except Exception:
-            log_failure(log, "bundle %d: %r failed to load", bundle, extension,
-                        bug_level=logging.ERROR)
+        await self._load_or_retry(bundle, partial(extension.acquired, bundle), repr(extension))
+
+    async def _load_or_retry(self, bundle: int, load: Callable[[], Awaitable[None]],
+                             what: str) -> None:
+        """Load a coordinator partition or an extension of the bundle; if that fails, load it
+        again in the background (every LOAD_RETRY_S, doubling up to LOAD_RETRY_MAX_S) for as
+        long as this acquisition of the bundle lasts.  A load fails when its ledger's bookie
+        is away: in a `--workers N` node that bookie lives in another worker, which may still
+        be starting (or restarting) when this one takes the bundle.  Before, such a load was
+        never tried again until the bundle moved: its groups were answered NOT_COORDINATOR and
+        its RocketMQ queues "not served here" for good."""
+        acquisition = self._acquisitions.get(bundle)
+        if await _loaded(load, bundle, what):
+            return
+        self.nursery.start_soon(self._retry_load, bundle, acquisition, load, what)
+
+    async def _retry_load(self, bundle: int, acquisition: int | None,
+                          load: Callable[[], Awaitable[None]], what: str) -> None:
+        delay = LOAD_RETRY_S
+        while True:
+            await trio.sleep(delay)
+            if acquisition is None or self._acquisitions.get(bundle) != acquisition:
+                return  # released (a later acquisition loads it itself)
+            if await _loaded(load, bundle, what):
+                log.info("bundle %d: %s loaded on a retry", bundle, what)
+                return
+            delay = min(delay * 2, LOAD_RETRY_MAX_S)
 
     def open_now(self, bundle: int, topic: str, partition: int) -> None:
         """A request waits for this partition while its bundle loads: open it at once, beside
@@ -210,6 +234,15 @@ class BundleHooks:
             for (name, p), plog in logs.items():
                 if bundle_of(name, p, bundles) == bundle:
                     closing.start_soon(_close_quietly, plog, name, p)
+
+
+async def _loaded(load: Callable[[], Awaitable[None]], bundle: int, what: str) -> bool:
+    try:
+        await load()
+    except Exception:
+        log_failure(log, "bundle %d: %s failed to load", bundle, what, bug_level=logging.ERROR)
+        return False
+    return True
 
 
 async def _close_quietly(plog: Any, topic: str, partition: int) -> None:

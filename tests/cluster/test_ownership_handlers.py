@@ -602,3 +602,66 @@ async def test_background_opens_wait_for_the_partitions_clients_wait_for(
     assert len(topics.order) == len(asked) + len(others)
     assert {p for _, p in topics.order[:len(asked)]} == set(asked)
     assert all(topic == "t" for topic, _ in topics.order[:len(asked)])
+
+
+class FlakyExtension:
+    """An extension whose first `failures` loads fail, as a load does while its ledger's bookie
+    (in a worker still starting) is away."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.attempts = 0
+        self.loaded: list[int] = []
+
+    async def acquired(self, bundle: int) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise ConnectionRefusedError("bookie away")
+        self.loaded.append(bundle)
+
+    async def releasing(self, bundle: int) -> None:
+        pass
+
+
+class FlakyGroups:
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.started: list[int] = []
+
+    async def start_partition(self, partition: int) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionRefusedError("bookie away")
+        self.started.append(partition)
+
+    async def stop_partition(self, partition: int) -> None:
+        pass
+
+
+async def test_a_load_that_failed_is_tried_again_while_the_bundle_stays(
+        autojump_clock: trio.testing.MockClock) -> None:  # noqa: ARG001
+    """A coordinator partition or an extension (RocketMQ offsets) whose load failed is loaded
+    again in the background while the bundle stays here; before, it stayed unloaded until the
+    bundle moved (groups NOT_COORDINATOR, RocketMQ queues not served, for good).  A released
+    bundle's retries stop."""
+    from gateway.process.bundle_hooks import LOAD_RETRY_MAX_S, BundleHooks
+
+    extension, groups = FlakyExtension(failures=3), FlakyGroups(failures=2)
+    async with trio.open_nursery() as nursery:
+        hooks = BundleHooks(OpenLogs({}), nursery)  # type: ignore[arg-type]
+        hooks.ownership = GroupUnitOwnership()  # type: ignore[assignment]
+        hooks.groups = groups  # type: ignore[assignment]
+        hooks.add_extension(extension)
+        await hooks.acquired(1)
+        assert extension.loaded == [] and groups.started == []
+        await trio.sleep(4 * LOAD_RETRY_MAX_S)
+        assert extension.loaded == [1] and extension.attempts == 4
+        assert groups.started == [0]
+
+        late = FlakyExtension(failures=100)
+        hooks.add_extension(late)
+        await hooks.acquired(2)
+        await hooks.releasing(2)
+        tried = late.attempts
+        await trio.sleep(4 * LOAD_RETRY_MAX_S)
+        assert late.attempts == tried  # released: not tried again
