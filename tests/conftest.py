@@ -48,6 +48,7 @@ SLOW_FILES_FIRST = (
     "tests/cluster/test_chaos_short.py",  # 32
     "tests/offload/test_offload_clients.py",  # 30 (185 at load ~30: three standalones)
     "tests/integration/test_worker_count_change.py",  # 30 (three starts, 1 and 2 workers)
+    "tests/integration/test_worker_count_change_rocketmq.py",  # 37
     "tests/spark_bridge/test_spark_transactions.py",  # 26-45
     "tests/replication/test_geo_clusters.py",  # ~30 (70-100 on a loaded machine)
     "tests/integration/test_standalone_workers_rocketmq.py",  # 34 (62-115 at load 20+)
