@@ -1,7 +1,8 @@
 """The queue-empty trigger's join rule never releases an add before its group's fdatasync.
 
 An add that opens a group on an idle journal has its write started at the end of a scheduler
-pass (Journal._pass_ended, a Trio instrument hook), not by a task.  Adders here come from many
+pass (Journal._pass_ended, a Trio instrument hook) when the last group held one record, else
+after a checkpoint of the journal task or of the waiting add itself.  Adders here come from many
 tasks, both append (waiting) and append_soon (callback), at random points, while writes and
 fdatasyncs are in flight (each fdatasync is slowed so adds keep arriving during them).  Every
 fdatasync notes the records that were on disk before it began (a scan of the journal files):
@@ -24,7 +25,7 @@ from ledger_backend.bookie.journal import Journal
 from ledger_backend.bookie.journal_format import TYPE_ADD
 
 ADDERS = 6
-ADDS_EACH = 40
+ADDS_EACH = 100
 
 
 def watch_fdatasync(monkeypatch: pytest.MonkeyPatch, directory: Path) -> set[tuple[int, int]]:
