@@ -11,7 +11,8 @@ remoting frames the attacker tries:
 - END_TRANSACTION of the victim's half message (a rollback) under its own producer group: it
   must be refused, and the victim's commit must still deliver the message;
 - a send straight into the broker's schedule or transaction topics, whose messages carry the
-  topic they are delivered to (REAL_TOPIC): refused even with every ACL on those topics;
+  topic they are delivered to (REAL_TOPIC): refused even with every ACL on those topics, and
+  so is a Kafka produce into them (Kafka's rule for internal topics);
 - a HEART_BEAT registering it as a producer of the victim's group (after the victim's own), to
   be sent the group's transaction check-backs, which carry the half message, and an
   UNREGISTER_CLIENT of the victim's producer: the check-back must still go to the victim.
@@ -39,6 +40,8 @@ import trio
 from confluent_kafka.admin import AclOperation, ResourceType
 from google.protobuf.message import Message
 
+from protocols.kafka.errors import ErrorCode
+from protocols.kafka.record_batch import build_batch
 from protocols.rocketmq.errors import ResponseCode
 from protocols.rocketmq.grpc.auth import signature
 from protocols.rocketmq.grpc.v2 import definition_pb2 as pb
@@ -50,7 +53,7 @@ from tests.rocketmq.remoting_client import RawClient
 from tests.rocketmq.test_rocketmq_broker_raw import pull_ext, send_ext
 from tests.rocketmq.test_rocketmq_kafka_acls import acl, broker, grant, signed
 from tests.rocketmq5.test_rocketmq5_security import signed as signed5
-from tests.support.secured_standalone import secured_standalone
+from tests.support.secured_standalone import login, secured_standalone
 from tests.support.standalone import Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -89,7 +92,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
             acl(ResourceType.GROUP, ATTACK_GROUP, attacker, AclOperation.READ),
             acl(ResourceType.TRANSACTIONAL_ID, "PG_ATK", attacker, AclOperation.WRITE),
             acl(ResourceType.TOPIC, ATTACK_TOPIC, attacker, AclOperation.WRITE),
-            *[acl(ResourceType.TOPIC, t, attacker, AclOperation.ALL) for t in MACHINERY],
+            *[acl(ResourceType.TOPIC, t, p, AclOperation.ALL) for t in MACHINERY
+              for p in (attacker, "User:mallory")],
         ])
         yield standalone
     finally:
@@ -160,6 +164,27 @@ async def test_sends_into_the_brokers_own_delivery_topics_are_refused(
             assert answer.code == NO_PERMISSION, (topic, answer.code, answer.remark)
     finally:
         await client.aclose()
+
+
+async def test_kafka_produce_into_the_brokers_own_topics_is_refused(server: Standalone) -> None:
+    client = await RawClient.connect(broker(server))
+    try:  # a delayed send: the schedule topic exists
+        ext = send_ext(SECRET, {"DELAY": "1"}, queue_id=0)
+        ext["a"] = "PG_VICTIM"
+        answer = await client.call(RC.SEND_MESSAGE_V2, signed(ext, b"later", VICTIM, VICTIM_SK),
+                                   b"later")
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+    finally:
+        await client.aclose()
+    kafka = await login(server.kafka_port, "mallory")
+    try:
+        answer = await kafka.request(0, 9, {"acks": -1, "timeout_ms": 5000, "topic_data": [
+            {"name": MACHINERY[0], "partition_data": [{"index": 0, "records": build_batch(
+                [(b"k", b"forged")])}]}]})
+    finally:
+        await kafka.aclose()
+    [partition] = answer["responses"][0]["partition_responses"]
+    assert partition["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, answer
 
 
 async def test_check_backs_go_only_to_a_producer_that_owns_the_group(server: Standalone) -> None:

@@ -60,11 +60,13 @@ from protocols.kafka.errors import (
     CorruptMessageError,
     ErrorCode,
     InvalidRequiredAcksError,
+    InvalidTopicError,
     KafkaProtocolError,
     MessageTooLargeError,
     TopicAuthorizationFailedError,
 )
 from protocols.kafka.handlers.error_responses import error_code_of, error_message_of
+from protocols.kafka.handlers.metadata import is_internal
 from protocols.kafka.handlers.topic_lookup import open_partition, topic_info
 from protocols.kafka.legacy_message_set import convert_legacy_to_batch
 
@@ -119,6 +121,8 @@ async def _append_partition(
     try:
         if not ctx.authorize(OP_WRITE, RES_TOPIC, topic):
             raise TopicAuthorizationFailedError(f"not authorized to write to topic {topic}")
+        if is_internal(ctx, topic):  # Kafka's rule: the broker alone appends to its own topics
+            raise InvalidTopicError(f"cannot append to internal topic {topic}")
         records = partition.get("records")
         if records is None or len(records) == 0:
             raise CorruptMessageError("produce request without records")
