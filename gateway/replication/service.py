@@ -43,6 +43,7 @@ starts them from the checkpoint (whose claim fences any writer left behind).  A 
 ends (its checkpoint claimed elsewhere) is forgotten there, so it starts again if the partition
 is still, or again, owned here.
 
+Pushing group offsets to the remotes is offset_push.py's (a mixin of the service).
 This module must never reach into a partition log except through the topic service.
 """
 
@@ -57,18 +58,12 @@ from typing import Any
 import trio
 
 from gateway.config.settings import ReplicationConfig
-from gateway.replication.checkpoints import Checkpoint, CheckpointStore, read_checkpoint
+from gateway.replication.checkpoints import CheckpointStore, read_checkpoint
 from gateway.replication.clusters import ClusterError, ClusterRegistry
 from gateway.replication.deleted_topics import collect_orphans, collect_topic
-from gateway.replication.offset_translation import LinkView, translate, translate_among
+from gateway.replication.offset_push import Key, OffsetPushing
 from gateway.replication.paused_topics import paused_topics, write_paused
-from gateway.replication.remote import PUSHED_METADATA, RemoteError, RemoteKafka
-from gateway.replication.remote_admin import (
-    AnswerTooLarge,
-    Inbound,
-    RemoteAdminError,
-    fetch_inbound,
-)
+from gateway.replication.remote import RemoteError, RemoteKafka
 from gateway.replication.replicator import PartitionReplicator
 from gateway.replication.topic_configs import config_changes, read_agreed, save_agreed
 from gateway.topics.namespaces import NamespaceRegistry
@@ -78,12 +73,8 @@ from ledger_backend.metadata.store import MetadataError, MetadataStore
 log = logging.getLogger("ledgerwire.replication")
 
 SCAN_INTERVAL_S = 2.0
-OFFSET_SYNC_INTERVAL_S = 2.0
-FETCH_ROUND_S = 5.0  # the remotes' admin APIs answer a round's fetches within this, or not
 CONFIG_LOOK_INTERVAL_S = 0.5  # configs here against those agreed (in memory: cheap)
 FULL_CONFIG_LOOK_EVERY = 20  # a topic whose configs did not change here is compared this seldom
-
-Key = tuple[str, str, int]  # remote cluster, topic, partition
 
 
 @dataclass
@@ -94,7 +85,7 @@ class _Running:
     done: trio.Event = field(default_factory=trio.Event)  # set when the replicator has ended
 
 
-class ReplicationService:
+class ReplicationService(OffsetPushing):
     """Runs the replicators of this process (see the module docstring)."""
 
     def __init__(self, store: MetadataStore, topics: Any, namespaces: NamespaceRegistry,
@@ -385,162 +376,3 @@ class ReplicationService:
             await save_agreed(self.store, *key, now_agreed,
                               str(info.topic_id) if info is not None else None)
             self._agreed[key] = now_agreed
-
-    async def _push_offsets_forever(self) -> None:
-        while True:
-            await trio.sleep(OFFSET_SYNC_INTERVAL_S)
-            if self.coordinator is not None:
-                await self.push_offsets()
-
-    async def _translators(self, topic: str, partition: int,
-                           read: dict[Key, Checkpoint | None]) -> list[tuple[Key, Checkpoint,
-                                                                            dict[str, int]]]:
-        """(key, checkpoint, offsets pushed) of each remote the partition replicates to: the
-        running replicator's, or in a cluster, when another broker replicates it, the stored
-        checkpoint (read once per round into `read`)."""
-        out: list[tuple[Key, Checkpoint, dict[str, int]]] = []
-        for key, running in self._running.items():
-            if key[1:] == (topic, partition):
-                out.append((key, running.replicator.checkpoint, running.pushed))
-        if self.owns is None or self._local(topic, partition):
-            return out
-        targets = self.namespaces.topic_policies(topic).replication_clusters or []
-        for remote in targets:
-            key = (remote, topic, partition)
-            if remote == self.cluster_name or remote not in self._remotes:
-                continue
-            if key not in read:
-                read[key] = await read_checkpoint(self.store, *key)
-            checkpoint = read[key]
-            if checkpoint is not None:
-                out.append((key, checkpoint, self._pushed_elsewhere.setdefault(key, {})))
-        return out
-
-    async def inbound(self, topic: str) -> dict[str, Any]:
-        """This cluster's view of each partition of `topic` and each other cluster it
-        replicates with, from the stored checkpoints (a stale one only makes a translation
-        smaller): inbound pairs, scan position, the offset below which records may have been
-        passed unnoted, and the outbound offset syncs, for the remotes' translations
-        (offset_translation.py's LinkView)."""
-        info = self.topics.topics().get(topic)
-        if info is None:
-            raise ClusterError(f"no topic {topic!r}", 404)
-        targets = self.namespaces.topic_policies(topic).replication_clusters or []
-        partitions: dict[str, dict[str, Any]] = {}
-        for p in range(info.partitions):
-            row = partitions[str(p)] = {}
-            for remote in targets:
-                if remote != self.cluster_name:
-                    checkpoint = await read_checkpoint(self.store, remote, topic, p)
-                    row[remote] = ({"inbound": checkpoint.inbound,
-                                    "scanned": checkpoint.source_next,
-                                    "unnoted": checkpoint.unnoted, "syncs": checkpoint.syncs}
-                                   if checkpoint is not None else
-                                   {"inbound": [], "scanned": 0, "unnoted": 0, "syncs": []})
-        return {"cluster": self.cluster_name, "partitions": partitions}
-
-    async def _translate(self, key: Key, checkpoint: Checkpoint, committed: int,
-                         thirds: list[str], there: dict[tuple[str, str], Inbound | None],
-                         read: dict[Key, Checkpoint | None]) -> int | None:
-        """`committed` here as an offset in remote key[0] (None: it cannot be bounded now)."""
-        if not thirds:
-            return translate(checkpoint, committed)
-        remote_name, topic, partition = key
-        fetched = there.get((remote_name, topic))
-        if fetched is None or partition not in fetched:
-            return None
-        inbound_here: dict[str, list[tuple[int, int]]] = {}
-        for x in thirds:
-            running = self._running.get((x, topic, partition))
-            if running is not None:
-                inbound_here[x] = list(running.replicator.checkpoint.inbound)
-            else:
-                if (x, topic, partition) not in read:
-                    read[(x, topic, partition)] = await read_checkpoint(self.store, x, topic,
-                                                                        partition)
-                stored = read[(x, topic, partition)]
-                inbound_here[x] = stored.inbound if stored is not None else []
-        views = fetched[partition]
-        return translate_among(checkpoint, committed, inbound_here, self.cluster_name,
-                               {y: views.get(y, LinkView()) for y in (*thirds,
-                                                                      self.cluster_name)})
-
-    def _not_below(self, key: Key, group_id: str, committed: int, translated: int) -> int:
-        """`translated`, or a larger offset found earlier for the same or a smaller committed
-        offset: what a group committed here has read below an offset there stays read (B's
-        log there only grows), while a later translation may know less (a third cluster's
-        records arrived there since).  Forgotten when the group commits lower."""
-        floor = self._floors.get((key, group_id))
-        if floor is not None and floor[0] <= committed and floor[1] > translated:
-            return floor[1]
-        self._floors[(key, group_id)] = (committed, translated)
-        return translated
-
-    async def _fetch_views(self, wanted: set[tuple[str, str]]
-                           ) -> dict[tuple[str, str], Inbound | None]:
-        """The checkpoints of each (remote, topic) in `wanted` as the remote's admin API serves
-        them, all fetched at once within FETCH_ROUND_S: one that has not answered by then (a
-        hung remote) counts as unreachable this round (None), as one that failed."""
-        there: dict[tuple[str, str], Inbound | None] = dict.fromkeys(wanted)
-
-        async def fetch(remote_name: str, topic: str) -> None:
-            remote = self._remotes.get(remote_name)
-            try:
-                if remote is None:
-                    raise RemoteAdminError(f"cluster {remote_name} is not reached")
-                there[(remote_name, topic)] = await fetch_inbound(remote.cluster, topic)
-                self._oversized.discard((remote_name, topic))
-            except AnswerTooLarge as exc:  # not a remote that is down: someone should look
-                if (remote_name, topic) not in self._oversized:
-                    self._oversized.add((remote_name, topic))
-                    log.warning("inbound pairs of %s from %s: %s", topic, remote_name, exc)
-            except RemoteAdminError as exc:
-                log.debug("inbound pairs of %s from %s: %s", topic, remote_name, exc)
-
-        with trio.move_on_after(FETCH_ROUND_S):
-            async with trio.open_nursery() as nursery:
-                for remote_name, topic in sorted(wanted):
-                    nursery.start_soon(fetch, remote_name, topic)
-        return there
-
-    async def push_offsets(self) -> None:
-        """Commit each local group's translated offsets to every remote its topics go to."""
-        read: dict[Key, Checkpoint | None] = {}
-        wanted: set[tuple[str, str]] = set()  # (remote, topic) among three or more clusters
-        for committed in self.coordinator.offsets.values():
-            for (topic, _), offset in committed.items():
-                members = set(self.namespaces.topic_policies(topic).replication_clusters or [])
-                if (len(members | {self.cluster_name}) > 2 and offset.offset >= 0
-                        and offset.metadata != PUSHED_METADATA):
-                    wanted |= {(r, topic) for r in members if r != self.cluster_name}
-        there = await self._fetch_views(wanted) if wanted else {}
-        for group_id, committed in sorted(self.coordinator.offsets.items()):
-            by_remote: dict[tuple[str, str], dict[int, int]] = {}
-            pushed_to: dict[Key, dict[str, int]] = {}
-            for (topic, partition), offset in committed.items():
-                if offset.offset < 0 or offset.metadata == PUSHED_METADATA:
-                    continue  # never push back what a remote pushed here (no offset loops)
-                members = {*(self.namespaces.topic_policies(topic).replication_clusters or []),
-                           self.cluster_name}
-                for key, checkpoint, pushed in await self._translators(topic, partition, read):
-                    thirds = sorted(members - {self.cluster_name, key[0]})
-                    translated = await self._translate(key, checkpoint, offset.offset, thirds,
-                                                       there, read)
-                    if translated is not None:
-                        translated = self._not_below(key, group_id, offset.offset, translated)
-                    if translated is not None and pushed.get(group_id) != translated:
-                        by_remote.setdefault((key[0], topic), {})[partition] = translated
-                        pushed_to[key] = pushed
-            for (remote_name, topic), offsets in by_remote.items():
-                remote = self._remotes.get(remote_name)
-                if remote is None:
-                    continue
-                try:
-                    errors = await remote.commit_offsets(group_id, topic, offsets)
-                except RemoteError as exc:
-                    log.debug("offset push of %s to %s: %s", group_id, remote_name, exc)
-                    continue
-                for partition, code in errors.items():
-                    target = pushed_to.get((remote_name, topic, partition))
-                    if code == 0 and target is not None:
-                        target[group_id] = offsets[partition]

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import trio
 
+import gateway.replication.offset_push as offset_push
 import gateway.replication.remote_admin as remote_admin
-import gateway.replication.service as service_module
 from gateway.config.settings import ReplicationConfig
 from gateway.replication.checkpoints import Checkpoint
 from gateway.replication.clusters import RemoteCluster
@@ -134,7 +134,7 @@ async def test_a_hung_remote_admin_api_holds_back_neither_the_round_nor_other_re
     does, and north gets the group's offset.  One after the other, the round waited for west's
     fetch to time out before north was even asked."""
     monkeypatch.setattr(remote_admin, "TIMEOUT_S", 3600.0)
-    monkeypatch.setattr(service_module, "FETCH_ROUND_S", 1.0)
+    monkeypatch.setattr(offset_push, "FETCH_ROUND_S", 1.0)
     store = await open_store(f"embedded:{tmp_path}")
     hung = socket.socket()  # listens, takes the connection (backlog), never answers
     hung.bind(("127.0.0.1", 0))
