@@ -119,13 +119,20 @@ def _storage(topic: str) -> str:
     return topic.replace("%", ".")
 
 
+# What an operation on a group's retry or dead-letter topic needs on the group: using it
+# (its consumers send to, pull from and look at it) is READ; deleting it is DELETE, changing or
+# creating it ALTER_CONFIGS (as a subscription group update), so READ alone does not let a
+# consumer delete its group's dead letters or change its retry queues.
+_ON_GROUP = {OP_DELETE: OP_DELETE, OP_ALTER: OP_ALTER_CONFIGS, OP_CREATE: OP_ALTER_CONFIGS}
+
+
 def _topic(topic: str | None, operation: int) -> list[Need]:
     """A topic need; a retry or dead-letter topic is its group's."""
     if not topic:
         return []
     for prefix in (RETRY_PREFIX, DLQ_PREFIX):
         if topic.startswith(prefix):
-            return [Need(OP_READ, RES_GROUP, topic[len(prefix):])]
+            return [Need(_ON_GROUP.get(operation, OP_READ), RES_GROUP, topic[len(prefix):])]
     return [Need(operation, RES_TOPIC, _storage(topic))]
 
 

@@ -13,6 +13,8 @@ remoting frames the attacker tries:
 - a send straight into the broker's schedule or transaction topics, whose messages carry the
   topic they are delivered to (REAL_TOPIC): refused even with every ACL on those topics, and
   so is a Kafka produce into them (Kafka's rule for internal topics);
+- deleting or changing its own group's dead-letter and retry topics with READ on the group
+  only: refused (that needs DELETE or ALTER_CONFIGS on the group);
 - a HEART_BEAT registering it as a producer of the victim's group (after the victim's own), to
   be sent the group's transaction check-backs, which carry the half message, and an
   UNREGISTER_CLIENT of the victim's producer: the check-back must still go to the victim.
@@ -162,6 +164,21 @@ async def test_sends_into_the_brokers_own_delivery_topics_are_refused(
             answer = await client.call(RC.SEND_MESSAGE_V2, signed(ext, b"forged", ATTACKER,
                                                                   ATTACKER_SK), b"forged")
             assert answer.code == NO_PERMISSION, (topic, answer.code, answer.remark)
+    finally:
+        await client.aclose()
+
+
+async def test_a_groups_reader_cannot_delete_or_change_its_retry_and_dead_letter_topics(
+        server: Standalone) -> None:
+    client = await RawClient.connect(broker(server))
+    try:
+        for prefix in ("%DLQ%", "%RETRY%"):
+            topic = prefix + ATTACK_GROUP
+            for code, ext in ((RC.DELETE_TOPIC_IN_BROKER, {"topic": topic}),
+                              (RC.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1,
+                                                            "writeQueueNums": 1, "perm": 2})):
+                answer = await client.call(code, signed(ext, b"", ATTACKER, ATTACKER_SK))
+                assert answer.code == NO_PERMISSION, (code, topic, answer.code, answer.remark)
     finally:
         await client.aclose()
 
