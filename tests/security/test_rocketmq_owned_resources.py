@@ -195,13 +195,13 @@ async def test_kafka_produce_into_the_brokers_own_topics_is_refused(server: Stan
         await client.aclose()
     kafka = await login(server.kafka_port, "mallory")
     try:
-        answer = await kafka.request(0, 9, {"acks": -1, "timeout_ms": 5000, "topic_data": [
+        produced = await kafka.request(0, 9, {"acks": -1, "timeout_ms": 5000, "topic_data": [
             {"name": MACHINERY[0], "partition_data": [{"index": 0, "records": build_batch(
                 [(b"k", b"forged")])}]}]})
     finally:
         await kafka.aclose()
-    [partition] = answer["responses"][0]["partition_responses"]
-    assert partition["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, answer
+    [partition] = produced["responses"][0]["partition_responses"]
+    assert partition["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, produced
 
 
 async def test_check_backs_go_only_to_a_producer_that_owns_the_group(server: Standalone) -> None:
@@ -214,7 +214,7 @@ async def test_check_backs_go_only_to_a_producer_that_owns_the_group(server: Sta
             answer = await client.call(RC.HEART_BEAT, signed({}, beat, ak, sk), beat)
             assert answer.code == ResponseCode.SUCCESS, answer.remark
         # nor may it unregister the victim's producer (client ids are not secret)
-        gone = {"clientID": f"client-{VICTIM}", "producerGroup": "PG_VICTIM"}
+        gone: dict[str, object] = {"clientID": f"client-{VICTIM}", "producerGroup": "PG_VICTIM"}
         answer = await attacker.call(RC.UNREGISTER_CLIENT, signed(gone, b"", ATTACKER,
                                                                   ATTACKER_SK))
         assert answer.code == ResponseCode.SUCCESS, answer.remark
