@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from ledger_backend.bookie import storage as storage_module
+from ledger_backend.bookie import checkpointing
 from ledger_backend.bookie.journal_format import list_journal_files
 from ledger_backend.bookie.journal_replay import JournalCorruptError
 from ledger_backend.bookie.storage import open_bookie_storage
@@ -76,7 +76,7 @@ async def test_a_second_crash_before_the_first_checkpoint_still_starts(
         raise OSError(5, "crash 2: the first checkpoint's mark is never written")
 
     with monkeypatch.context() as patched:
-        patched.setattr(storage_module, "write_mark", crash_before_the_mark)
+        patched.setattr(checkpointing, "write_mark", crash_before_the_mark)
         with pytest.raises(BaseException) as info:
             async with open_bookie_storage(config):
                 pass
