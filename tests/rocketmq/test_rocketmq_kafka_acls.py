@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -185,7 +185,7 @@ def test_wrong_secret_unsigned_and_kafka_denied_sends_are_refused(server: Standa
         assert len(partitions) == 4
 
 
-def signed(ext: dict[str, object], body: bytes, ak: str, sk: str) -> dict[str, object]:
+def signed(ext: Mapping[str, object], body: bytes, ak: str, sk: str) -> dict[str, object]:
     return dict(sign_request({k: ext_str(v) for k, v in ext.items() if v is not None}, body,
                              ak, sk))
 

@@ -214,7 +214,7 @@ async def test_check_backs_go_only_to_a_producer_that_owns_the_group(server: Sta
             answer = await client.call(RC.HEART_BEAT, signed({}, beat, ak, sk), beat)
             assert answer.code == ResponseCode.SUCCESS, answer.remark
         # nor may it unregister the victim's producer (client ids are not secret)
-        gone: dict[str, object] = {"clientID": f"client-{VICTIM}", "producerGroup": "PG_VICTIM"}
+        gone = {"clientID": f"client-{VICTIM}", "producerGroup": "PG_VICTIM"}
         answer = await attacker.call(RC.UNREGISTER_CLIENT, signed(gone, b"", ATTACKER,
                                                                   ATTACKER_SK))
         assert answer.code == ResponseCode.SUCCESS, answer.remark
