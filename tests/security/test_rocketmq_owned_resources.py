@@ -174,9 +174,11 @@ async def test_a_groups_reader_cannot_delete_or_change_its_retry_and_dead_letter
     try:
         for prefix in ("%DLQ%", "%RETRY%"):
             topic = prefix + ATTACK_GROUP
-            for code, ext in ((RC.DELETE_TOPIC_IN_BROKER, {"topic": topic}),
-                              (RC.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1,
-                                                            "writeQueueNums": 1, "perm": 2})):
+            requests: list[tuple[int, dict[str, object]]] = [
+                (RC.DELETE_TOPIC_IN_BROKER, {"topic": topic}),
+                (RC.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 1,
+                                              "writeQueueNums": 1, "perm": 2})]
+            for code, ext in requests:
                 answer = await client.call(code, signed(ext, b"", ATTACKER, ATTACKER_SK))
                 assert answer.code == NO_PERMISSION, (code, topic, answer.code, answer.remark)
     finally:
