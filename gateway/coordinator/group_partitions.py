@@ -92,10 +92,17 @@ class ClusterGroupCoordinator(CoordinatorPartitionLoader[GroupCoordinator]):
     def _for(self, group_id: str) -> GroupCoordinator:
         topic, partition = self._ownership.coordinator_unit(0, group_id)
         assert topic == GROUP_TOPIC
-        running = self._running.get(partition)
-        if running is None or not self._ownership.is_local(topic, partition):
+        if not self._ownership.is_local(topic, partition):
             raise GroupError(ErrorCode.NOT_COORDINATOR,
                              f"group {group_id!r} is coordinated by another broker")
+        running = self._running.get(partition)
+        if running is None:
+            # owned here but not loaded (yet, or its load failed and is tried again:
+            # bundle_hooks.py): clients retry, as with Kafka's coordinator while it loads
+            # (NOT_COORDINATOR sent them to look it up again, and confluent-kafka's
+            # committed() gave up at once)
+            raise GroupError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                             f"group {group_id!r}: coordinator partition {partition} is loading")
         return running.coordinator
 
     @property

@@ -665,3 +665,33 @@ async def test_a_load_that_failed_is_tried_again_while_the_bundle_stays(
         tried = late.attempts
         await trio.sleep(4 * LOAD_RETRY_MAX_S)
         assert late.attempts == tried  # released: not tried again
+
+
+class CoordinatorUnits:
+    def __init__(self, local: bool) -> None:
+        self.local = local
+
+    def coordinator_unit(self, key_type: int, key: str) -> tuple[str, int]:
+        return "__consumer_offsets", 3
+
+    def is_local(self, topic: str, partition: int) -> bool:
+        return self.local
+
+
+async def test_a_group_of_an_owned_partition_not_loaded_yet_is_told_to_retry() -> None:
+    """A group whose coordinator partition this broker owns but has not loaded (its load under
+    way, or failed and tried again) gets COORDINATOR_LOAD_IN_PROGRESS, which clients retry, as
+    from Kafka's loading coordinator; NOT_COORDINATOR (before) made confluent-kafka's
+    committed() fail at once after a node restart.  Another broker's group: NOT_COORDINATOR."""
+    from gateway.coordinator.group_partitions import ClusterGroupCoordinator
+    from protocols.kafka.errors import ErrorCode
+    from protocols.kafka.group_coordinator import GroupError
+
+    async with trio.open_nursery() as nursery:
+        for local, code in ((True, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                            (False, ErrorCode.NOT_COORDINATOR)):
+            groups = ClusterGroupCoordinator(None, None, CoordinatorUnits(local),  # type: ignore[arg-type]
+                                             nursery)
+            with pytest.raises(GroupError) as raised:
+                groups.fetch_offsets("g", None)
+            assert raised.value.code == code
