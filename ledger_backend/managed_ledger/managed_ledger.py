@@ -19,10 +19,11 @@ Rules this module keeps (and must never break):
   the friend module that swaps runs of closed ledgers for their compacted copies) puts newer
   ids in older places. Compare positions with `position_key`, never as plain tuples.
 
-Where things live: this module holds the managed ledger's state, appends, metadata writes,
-reads, tiered storage, cursors and close; rollover and the finishing of retired ledgers
-(`WriteLedger` among them) are in ledger_finishing.py, trimming in ledger_trimming.py (both
-bound as ManagedLedger's methods).
+Where things live: this module holds the managed ledger's state, metadata writes, reads,
+tiered storage, cursors and close; the appends (append, append_soon and their shared steps)
+are in ledger_appends.py, rollover and the finishing of retired ledgers (`WriteLedger` among
+them) in ledger_finishing.py, trimming in ledger_trimming.py (all bound as ManagedLedger's
+methods).
 """
 
 from __future__ import annotations
@@ -36,12 +37,10 @@ from collections.abc import Callable
 import trio
 
 from ledger_backend.client.errors import (
-    LedgerClosedError,
     LedgerError,
-    LedgerFencedError,
     NoSuchLedgerError,
 )
-from ledger_backend.managed_ledger import ledger_finishing, ledger_trimming
+from ledger_backend.managed_ledger import ledger_appends, ledger_finishing, ledger_trimming
 from ledger_backend.managed_ledger.client_protocol import BookKeeperLike, WriteHandleLike
 from ledger_backend.managed_ledger.cursor import Cursor, create_cursor, load_cursor
 from ledger_backend.managed_ledger.entry_reader import LedgerReaders
@@ -226,151 +225,16 @@ class ManagedLedger:
 
     # ----------------------------------------------------------------- append
 
-    async def append(self, data: bytes) -> Position:
-        """Append one entry; see the module docstring for ordering and durability."""
-        data = bytes(data)
-        self._check_writable()
-        current = self._current
-        if not self._waiters and not self._needs_rollover(current):
-            return await self._submit(current, data)  # no checkpoint before the id is taken
-        return await self._append_queued(data)
-
-    def _needs_rollover(self, ledger: WriteLedger) -> bool:
-        config = self.config
-        age_s = self._clock() - ledger.record.created_ms / 1000
-        return (
-            ledger.failed
-            or ledger.submitted_entries >= config.max_entries_per_ledger
-            or ledger.submitted_bytes >= config.max_ledger_bytes
-            or (age_s >= config.max_ledger_age_s and ledger.submitted_entries > 0)
-        )
-
-    async def _append_queued(self, data: bytes) -> Position:
-        my_turn = trio.Event()
-        self._waiters.append(my_turn)
-        if len(self._waiters) == 1:
-            my_turn.set()
-        try:
-            await my_turn.wait()
-            while True:
-                self._check_writable()
-                current = self._current
-                if not self._needs_rollover(current):
-                    break
-                with trio.CancelScope(shield=True):  # bounded by the client/store timeouts
-                    await self._roll_over()
-        except BaseException:
-            was_head = bool(self._waiters) and self._waiters[0] is my_turn
-            self._waiters.remove(my_turn)
-            if was_head and self._waiters:
-                self._waiters[0].set()
-            raise
-        # Our turn, on a writable ledger: leave the queue and take the id before any checkpoint,
-        # so the next in line (woken now, running later) gets the next id.
-        assert self._waiters[0] is my_turn
-        self._waiters.popleft()
-        if self._waiters:
-            self._waiters[0].set()
-        return await self._submit(current, data)
-
-    async def _submit(self, ledger: WriteLedger, data: bytes) -> Position:
-        carried_lac = self._submitting(ledger, data)
-        try:
-            try:
-                entry_id = await ledger.handle.append(data)
-            except LedgerError as exc:
-                failure = self._add_failed(ledger, exc)
-                if failure is exc:
-                    raise
-                raise failure from exc
-            previous = ledger.previous
-            if previous is not None:
-                # Earlier appends went to the previous ledger: ours is not confirmed before them.
-                with trio.CancelScope(shield=True):
-                    await previous.drained.wait()
-                ledger.previous = None
-            position = self._added(ledger, carried_lac, entry_id, data)
-        finally:
-            ledger.in_flight -= 1
-            if ledger.retired and ledger.in_flight == 0:
-                with trio.CancelScope(shield=True):
-                    await self._finish_ledger(ledger)
-        self._notify_entries()
-        return position
-
-    def takes_append_soon(self) -> bool:
-        """Whether append_soon may start an append now: nothing queues ahead of it (no append
-        waiting for its turn or a rollover, none due, no previous ledger still draining) and
-        the current ledger's handle takes adds without a waiting task."""
-        current = self._current
-        return (not self._waiters and current.previous is None and not self._closed
-                and self._fenced_reason is None and not self._needs_rollover(current)
-                and hasattr(current.handle, "append_soon"))
-
-    def append_soon(self, data: bytes, on_done: Callable[[Position | BaseException], None]
-                    ) -> None:  # fmt: skip
-        """append() without a waiting task, right after takes_append_soon() said it may (no
-        checkpoint between): `on_done` gets the position once the entry is durable, or the
-        exception append() would raise, in the Trio thread (possibly before this returns)."""
-        ledger = self._current
-        carried_lac = self._submitting(ledger, data)
-        answered = False  # on_done is called once, whatever the handle does
-
-        def added(entry_id: int, error: LedgerError | None) -> None:
-            nonlocal answered
-            if answered:
-                return
-            answered = True
-            ledger.in_flight -= 1
-            result: Position | BaseException
-            try:
-                if error is not None:
-                    result = self._add_failed(ledger, error)
-                else:
-                    result = self._added(ledger, carried_lac, entry_id, data)
-                    self._notify_entries()
-            except Exception as exc:  # a bug: the caller still hears how its append ended
-                result = exc
-            if ledger.retired and ledger.in_flight == 0:
-                trio.lowlevel.spawn_system_task(self._finish_retired, ledger)
-            on_done(result)
-
-        try:
-            ledger.handle.append_soon(data, added)  # type: ignore[attr-defined]
-        except Exception as exc:  # not taken (not writable, or a fault while sending)
-            if not answered:
-                answered = True
-                ledger.in_flight -= 1
-                on_done(self._add_failed(ledger, exc) if isinstance(exc, LedgerError) else exc)
-
-    def _submitting(self, ledger: WriteLedger, data: bytes) -> int:
-        """Count an add to `ledger` as submitted and in flight; the LAC it piggybacks."""
-        ledger.submitted_entries += 1
-        ledger.submitted_bytes += len(data)
-        ledger.in_flight += 1
-        return ledger.handle.last_add_confirmed
-
-    def _add_failed(self, ledger: WriteLedger, exc: LedgerError) -> BaseException:
-        """What append() raises for an add its ledger refused or failed, the state updated."""
-        if isinstance(exc, (LedgerFencedError, LedgerClosedError)):
-            ledger_id = ledger.record.ledger_id
-            self._become_fenced(f"ledger {ledger_id} refused an add: {exc!r}")
-            fenced = ManagedLedgerFencedError(
-                f"managed ledger {self.name!r}: ledger {ledger_id} was fenced by a new owner")
-            fenced.__cause__ = exc
-            return fenced
-        ledger.failed = True  # the next append rolls over; finishing recovers its end
-        return exc
-
-    def _added(self, ledger: WriteLedger, carried_lac: int, entry_id: int, data: bytes
-               ) -> Position:  # fmt: skip
-        record = ledger.record
-        record.entries = max(record.entries, entry_id + 1)
-        record.size += len(data)
-        ledger.durable_lac = max(ledger.durable_lac, carried_lac)
-        position = Position(record.ledger_id, entry_id)
-        self._cache.put(position, data)
-        return position
+    # appends and the steps they share (ledger_appends.py)
+    append = ledger_appends.append
+    _needs_rollover = ledger_appends._needs_rollover
+    _append_queued = ledger_appends._append_queued
+    _submit = ledger_appends._submit
+    takes_append_soon = ledger_appends.takes_append_soon
+    append_soon = ledger_appends.append_soon
+    _submitting = ledger_appends._submitting
+    _add_failed = ledger_appends._add_failed
+    _added = ledger_appends._added
 
     # rollover and the finishing of retired ledgers (ledger_finishing.py)
     _finish_retired = ledger_finishing._finish_retired
