@@ -34,7 +34,9 @@ consumer group is the Kafka group of the same name, and its retry and dead-lette
     delete topic (215)           DELETE topic
     subscription group update    ALTER_CONFIGS group; delete (207) DELETE group
     reset offset (222)           READ topic and group
-    topic stats (202)            DESCRIBE topic; consume stats (208) DESCRIBE group (+ topic)
+    topic stats (202)            DESCRIBE topic; consume stats (208) DESCRIBE group (+ topic;
+                                 without one it lists only the topics the principal may
+                                 DESCRIBE: `visible_topics`)
     broker-wide listings         DESCRIBE cluster (all topic configs, runtime info, system
                                  topics, producer connections, all subscription groups,
                                  who consumes a topic)
@@ -396,6 +398,23 @@ class RocketMQGuard:
             else:
                 raise AclRefusedError(f"AclException: {principal} is not authorized for "
                                       f"{need.describe()}")
+
+    def visible_topics(self, conn: Any, principal: str, broker: Any = None
+                       ) -> Callable[[str], bool]:
+        """Which RocketMQ topics a listing the request did not narrow to one topic may show
+        `principal`: those it may DESCRIBE (a retry or dead-letter topic: READ on its group),
+        as Kafka's OffsetFetch of all topics leaves out the ones its caller may not DESCRIBE."""
+        if self.authorizer is None or broker is None:
+            return lambda topic: True
+        host = str(conn.peer[0])
+
+        def visible(topic: str) -> bool:
+            try:
+                self.authorize(principal, host, _topic(topic, OP_DESCRIBE))
+            except AclRefusedError:
+                return False
+            return True
+        return visible
 
     def may_describe_topic(self, principal: str, host: str, storage_name: str) -> bool:
         """For the name server: may `principal` learn that the topic exists?"""

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ledger_backend.faults import StorageFault, storage_fault_of, warn_fault
+from protocols.rocketmq.access import RocketMQGuard
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
 from protocols.rocketmq.errors import ResponseCode, RocketMQError
@@ -68,7 +69,6 @@ BROKER_HANDLERS: dict[int, Handler] = {
     RequestCode.END_TRANSACTION: transactions.handle_end_transaction,
     # mqadmin / console statistics and administration
     RequestCode.GET_TOPIC_STATS_INFO: admin_stats.handle_get_topic_stats_info,
-    RequestCode.GET_CONSUME_STATS: admin_stats.handle_get_consume_stats,
     RequestCode.GET_CONSUMER_CONNECTION_LIST: admin_stats.handle_get_consumer_connection_list,
     RequestCode.GET_PRODUCER_CONNECTION_LIST: admin_stats.handle_get_producer_connection_list,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin_stats.handle_query_topic_consume_by_who,
@@ -83,6 +83,20 @@ BROKER_HANDLERS: dict[int, Handler] = {
 }
 
 
+ListingHandler = Callable[[BrokerLike, ConnectionLike, RemotingCommand, Callable[[str], bool]],
+                         Awaitable[RemotingCommand]]
+
+# Handlers that list topics the request does not name: they leave out the topics the
+# requester may not see (`RocketMQGuard.visible_topics`; everything without one).
+LISTING_HANDLERS: dict[int, ListingHandler] = {
+    RequestCode.GET_CONSUME_STATS: admin_stats.handle_get_consume_stats,
+}
+
+
+def _everything(topic: str) -> bool:
+    return True
+
+
 class RequestGuard(Protocol):
     """access.RocketMQGuard (one principal, the Kafka ACLs) or acl.PlainAclValidator."""
 
@@ -93,18 +107,25 @@ async def dispatch(broker: BrokerLike, conn: ConnectionLike, request: RemotingCo
                    acl: RequestGuard | None = None) -> RemotingCommand:
     """Answer one request; with `acl`, a request it refuses is answered NO_PERMISSION before
     any handler runs (protocols/rocketmq/access.py, acl.py)."""
+    visible: Callable[[str], bool] = _everything
     if acl is not None:
         try:
-            acl.check(conn, request, broker)
+            checked = acl.check(conn, request, broker)
         except RocketMQError as exc:
             log.info("request refused by the ACL", extra={
                 "code": request.code, "client": f"{conn.peer[0]}:{conn.peer[1]}",
                 "reason": str(exc)})
             return make_response(request, exc.code, str(exc))
+        if isinstance(acl, RocketMQGuard) and isinstance(checked, str):
+            visible = acl.visible_topics(conn, checked, broker)
+    listing = LISTING_HANDLERS.get(request.code)
     handler = BROKER_HANDLERS.get(request.code)
-    if handler is None:
+    if handler is None and listing is None:
         return make_response(request, 3, f"request type {request.code} not supported")
     try:
+        if listing is not None:
+            return await listing(broker, conn, request, visible)
+        assert handler is not None
         return await handler(broker, conn, request)
     except Exception as exc:
         answer = error_response(request, exc)

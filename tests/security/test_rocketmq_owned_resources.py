@@ -63,6 +63,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 VICTIM, VICTIM_SK = "RmqVictim1", "RmqVictim1Secret"
 ATTACKER, ATTACKER_SK = "RmqAttacker1", "RmqAttacker1Secret"
 SECRET, VICTIM_GROUP, ATTACK_GROUP = "rmq_secret", "CG_VICTIM", "CG_ATK"
+SHARED_GROUP = "CG_SHARED"  # the victim reads in it; the attacker may only DESCRIBE it
 ATTACK_TOPIC = "rmq_atk"
 # the broker's own topics whose messages name the topic they are delivered to
 MACHINERY = ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"]
@@ -94,6 +95,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
             acl(ResourceType.GROUP, ATTACK_GROUP, attacker, AclOperation.READ),
             acl(ResourceType.TRANSACTIONAL_ID, "PG_ATK", attacker, AclOperation.WRITE),
             acl(ResourceType.TOPIC, ATTACK_TOPIC, attacker, AclOperation.WRITE),
+            acl(ResourceType.TOPIC, ATTACK_TOPIC, victim, AclOperation.READ),
+            acl(ResourceType.GROUP, SHARED_GROUP, victim, AclOperation.READ),
+            acl(ResourceType.GROUP, SHARED_GROUP, attacker, AclOperation.DESCRIBE),
             *[acl(ResourceType.TOPIC, t, p, AclOperation.ALL) for t in MACHINERY
               for p in (attacker, "User:mallory")],
         ])
@@ -164,6 +168,35 @@ async def test_sends_into_the_brokers_own_delivery_topics_are_refused(
             answer = await client.call(RC.SEND_MESSAGE_V2, signed(ext, b"forged", ATTACKER,
                                                                   ATTACKER_SK), b"forged")
             assert answer.code == NO_PERMISSION, (topic, answer.code, answer.remark)
+    finally:
+        await client.aclose()
+
+
+async def test_consume_stats_without_a_topic_list_only_topics_the_caller_may_describe(
+        server: Standalone) -> None:
+    """GET_CONSUME_STATS of a group without a topic lists the group's committed topics: DESCRIBE
+    on the group alone must not show the topics the caller may not DESCRIBE (Kafka's OffsetFetch
+    of all topics leaves them out the same way)."""
+    client = await RawClient.connect(broker(server))
+    try:
+        for topic in (SECRET, ATTACK_TOPIC):
+            commit = {"consumerGroup": SHARED_GROUP, "topic": topic, "queueId": 0,
+                      "commitOffset": 0}
+            answer = await client.call(RC.UPDATE_CONSUMER_OFFSET,
+                                       signed(commit, b"", VICTIM, VICTIM_SK))
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+        stats = {"consumerGroup": SHARED_GROUP}
+        seen = await client.call(RC.GET_CONSUME_STATS, signed(stats, b"", VICTIM, VICTIM_SK))
+        assert seen.code == ResponseCode.SUCCESS, seen.remark
+        assert SECRET.encode() in seen.body and ATTACK_TOPIC.encode() in seen.body
+        seen = await client.call(RC.GET_CONSUME_STATS,
+                                 signed(stats, b"", ATTACKER, ATTACKER_SK))
+        assert seen.code == ResponseCode.SUCCESS, seen.remark
+        assert ATTACK_TOPIC.encode() in seen.body
+        assert SECRET.encode() not in seen.body, seen.body
+        named = await client.call(RC.GET_CONSUME_STATS, signed(
+            {**stats, "topic": SECRET}, b"", ATTACKER, ATTACKER_SK))
+        assert named.code == NO_PERMISSION, (named.code, named.remark)
     finally:
         await client.aclose()
 

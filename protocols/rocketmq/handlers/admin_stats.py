@@ -16,6 +16,8 @@ wrapper only records what it saw, then hands the request to handlers/clients.py)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from protocols.rocketmq.broker_api import BrokerLike, ConnectionLike
 from protocols.rocketmq.codec import RemotingCommand, make_response
 from protocols.rocketmq.errors import ResponseCode, TopicNotExistError
@@ -80,11 +82,14 @@ def _has_subscriptions(broker: BrokerLike, group: str) -> bool:
 
 
 async def handle_get_consume_stats(broker: BrokerLike, conn: ConnectionLike,
-                                   request: RemotingCommand) -> RemotingCommand:
+                                   request: RemotingCommand,
+                                   visible: Callable[[str], bool]) -> RemotingCommand:
+    """Without a topic: every topic the group committed offsets for that the requester may
+    see (`visible`: the ACL's DESCRIBE on it; the named topic was checked before)."""
     group = ext_required(request.ext_fields, "consumerGroup")
     asked = request.ext_fields.get("topic") or ""
     committed = committed_offsets(broker, group)
-    topics = [asked] if asked else sorted({t for t, _ in committed})
+    topics = [asked] if asked else sorted({t for t, _ in committed if visible(t)})
     table: dict[MessageQueue, dict[str, int]] = {}
     for topic in topics:
         try:
