@@ -1,7 +1,9 @@
 """The bookie journal's writer: an append-only write-ahead log with group commit.
 
 Files and records: journal_format.py (file header, 36-byte record header with CRC-32C; ADD,
-FENCE and DELETE records).
+FENCE and DELETE records).  A group and its release (waking its waiters, running its
+callbacks): journal_group.py.  Placement in the file, rollover, the worker threads' writes, the
+clean close and trimming: journal_files.py (bound in Journal's class body).
 
 Group commit: ``append`` puts a record into the open group and waits.  The group is taken
 when a trigger fires — ``bytes`` (the group reached journal_group_bytes),
@@ -51,82 +53,21 @@ import collections
 import contextlib
 import functools
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import outcome
 import trio
 
-from .crash_points import crash_point, crash_point_armed
-from .file_format import (
-    FILE_HEADER_SIZE,
-    create_file_with_header,
-    fsync_dir,
-    pack_file_header,
-    write_all,
-)
-from .journal_format import (
-    JOURNAL_FILE_VERSION,
-    JOURNAL_MAGIC,
-    RECORD_HEADER_SIZE,
-    LogMark,
-    encode_record,
-    journal_file_name,
-    list_journal_files,
-)
+from . import journal_files
+from .file_format import FILE_HEADER_SIZE
+from .journal_format import RECORD_HEADER_SIZE, LogMark
+from .journal_group import JournalFailedError, JournalGroup
 from .journal_preallocation import ZeroFill
-from .storage_api import BookieError
 
 log = logging.getLogger(__name__)
-
-@dataclass
-class _Group:
-    # (type, ledger id, entry id, lac, payload) per record: headers and CRCs are computed in
-    # the worker thread that writes the group, not on the Trio thread.
-    buffers: list[tuple[int, int, int, int, bytes]] = field(default_factory=list)
-    nbytes: int = 0
-    first_arrival: float = 0.0
-    # made only when a task waits: the journal task for a max-wait group to fill (full), a
-    # waiting add or drain() for the release (done); append_soon's adds wait for neither
-    full: trio.Event | None = None
-    done: trio.Event | None = None
-    released: bool = False
-    error: BaseException | None = None
-    # append_soon's completions: called with None once the group is fsynced, or the error
-    callbacks: list[Callable[[BaseException | None], None]] = field(default_factory=list)
-    end_mark: LogMark = LogMark(0, 0)  # where its records end in the journal (once placed)
-    write_result: outcome.Outcome[None] | None = None  # its worker's, once it returned
-    write_seconds: float = 0.0
-    starts_file: bool = False  # its write starts the next journal file (so it runs alone)
-
-    async def wait_released(self) -> None:
-        if self.done is None:
-            self.done = trio.Event()
-        if self.released:
-            self.done.set()
-        await self.done.wait()
-
-    def release(self) -> None:
-        """Wake the group's waiters and run its callbacks (in the Trio thread)."""
-        self.released = True
-        if self.done is not None:
-            self.done.set()
-        error = None if self.error is None else \
-            JournalFailedError(f"journal write failed: {self.error!r}")
-        for callback in self.callbacks:
-            try:
-                callback(error)
-            except Exception:
-                log.exception("journal completion callback failed")
-
-
-class JournalFailedError(BookieError):
-    """The journal could not write or fsync; no further add can be acknowledged."""
-
 
 # Scheduler passes with tasks still runnable that an idle journal's new group waits for more
 # adds before its write starts anyway (Journal._pass_ended).
@@ -171,11 +112,11 @@ class Journal:
         self._fd = -1  # the worker threads' file; replaced only by a write running alone
         self._file_id = -1
         self._file_size = 0  # bytes placed in the current file so far (in the Trio thread)
-        self._open = _Group()
+        self._open = JournalGroup()
         self._wake = trio.Event()  # wakes the journal task: a first record, or a write ended
         # the group an add opened on an idle journal, until a pass end starts it (queue-empty
         # trigger), and the busy passes it waited so far
-        self._joining: _Group | None = None
+        self._joining: JournalGroup | None = None
         self._joining_passes = 0
         self._last_group_records = 1  # in the group started last
         self._pass_end = _PassEnd(self)
@@ -186,7 +127,7 @@ class Journal:
         self._closed = False  # the journal task closed the file: no further add is taken
         self.written_mark = LogMark(first_file_id, FILE_HEADER_SIZE)
         # groups handed to worker threads, in the order they started (and are released)
-        self._writing: collections.deque[_Group] = collections.deque()
+        self._writing: collections.deque[JournalGroup] = collections.deque()
         self._rolling = False  # a write that starts the next file is in flight: it runs alone
         self.triggers: Counter[str] = Counter()  # why groups were written (for tests/metrics)
         self.groups_written = 0
@@ -215,50 +156,24 @@ class Journal:
         """The journal task closed the file: every further add is refused."""
         return self._closed
 
-    def _start_file(self, file_id: int, truncate_to: int | None = None) -> None:
-        """Blocking: fsync and close the current file (cut back to `truncate_to` first, when
-        given: the end of its last record, before a zero-filled tail), start file `file_id`
-        (header + dir fsync).  Runs while no other write or zero fill is in flight."""
-        if self._fd >= 0:
-            if truncate_to is not None:
-                os.ftruncate(self._fd, truncate_to)
-            if self._fsync:
-                os.fdatasync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-            crash_point("journal.mid_rollover")
-        path = self._dir / journal_file_name(file_id)
-        header = pack_file_header(JOURNAL_MAGIC, JOURNAL_FILE_VERSION, file_id)
-        self._fd = create_file_with_header(path, header, fsync=self._fsync)
+    # the file: placement and rollover, the worker threads' writes, close and trimming
+    # (journal_files.py; bound here, so no call gains a layer)
+    _start_file = journal_files._start_file
+    _needs_roll = journal_files._needs_roll
+    _place = journal_files._place
+    _write_and_sync = journal_files._write_and_sync
+    _shutdown = journal_files._shutdown
+    _close_file = journal_files._close_file
+    trim_before = journal_files.trim_before
+    _unlink_older = journal_files._unlink_older
 
-    def _needs_roll(self, group: _Group) -> bool:
-        return self._file_size > FILE_HEADER_SIZE and \
-            self._file_size + group.nbytes > self._max_file_bytes
-
-    def _can_start(self, group: _Group) -> bool:
+    def _can_start(self, group: JournalGroup) -> bool:
         """Whether `group` may be handed to a worker now (a free slot; a rollover alone)."""
         if self._rolling or len(self._writing) >= self._max_writes:
             return False
         if self._zero_fill.in_flight is not None and self._needs_roll(group):
             return False  # the file it closes is being zero-filled
         return not self._writing or not self._needs_roll(group)
-
-    def _place(self, group: _Group) -> tuple[int, int | None, int | None]:
-        """In the Trio thread: the offset `group` is written at, the file it starts first
-        (None: the current one) and what the file it closes is cut back to (None: nothing);
-        its end becomes its log mark."""
-        roll_to = truncate_to = None
-        if self._needs_roll(group):
-            roll_to = self._next_file_id
-            self._next_file_id += 1
-            if self._zero_fill.zeroed_end > self._file_size:
-                truncate_to = self._file_size
-            self._file_id, self._file_size = roll_to, FILE_HEADER_SIZE
-            self._zero_fill.zeroed_end = FILE_HEADER_SIZE
-        offset = self._file_size
-        self._file_size += group.nbytes
-        group.end_mark = LogMark(self._file_id, self._file_size)
-        return offset, roll_to, truncate_to
 
     async def append(
         self, rec_type: int, ledger_id: int, entry_id: int, lac: int, payload: bytes = b""
@@ -293,7 +208,7 @@ class Journal:
         if opens_idle_group and not self._joins_at_pass_end(group):
             self._wake.set()
 
-    def _joins_at_pass_end(self, group: _Group) -> bool:
+    def _joins_at_pass_end(self, group: JournalGroup) -> bool:
         """Whether `group`, just opened on an idle journal, is left to the scheduler's pass end
         (`_pass_ended`): with the queue-empty trigger, when the last group started held one
         record (a lone writer).  Adds that came together lately keep the journal task's (or
@@ -331,7 +246,7 @@ class Journal:
             self._token.run_sync_soon(self._wake.set)
 
     def _enqueue(self, rec_type: int, ledger_id: int, entry_id: int, lac: int,
-                 payload: bytes) -> tuple[_Group, bool]:
+                 payload: bytes) -> tuple[JournalGroup, bool]:
         """Put a record into the open group: (the group, whether it opened an idle journal's
         group, which nobody else will start)."""
         if self._failed is not None:
@@ -389,7 +304,7 @@ class Journal:
                 return
             await group.wait_released()
 
-    async def _wait_for_trigger(self, group: _Group) -> str:
+    async def _wait_for_trigger(self, group: JournalGroup) -> str:
         if group.nbytes >= self._group_bytes:
             return "bytes"
         if self._flush_when_queue_empty:
@@ -403,14 +318,14 @@ class Journal:
                 await group.full.wait()
         return "bytes" if group.nbytes >= self._group_bytes else "max_wait"
 
-    def _start_write(self, group: _Group, trigger: str) -> None:
+    def _start_write(self, group: JournalGroup, trigger: str) -> None:
         """Hand `group` to a worker thread (write + fsync); `_write_finished` follows in the
         Trio thread.  At most max_writes_in_flight groups are written at a time (a rollover
         alone): the next waits in `_open`."""
         assert self._can_start(group) and self._token is not None
         self.triggers[trigger] += 1
         self._last_group_records = len(group.buffers)
-        self._open = _Group()
+        self._open = JournalGroup()
         self._writing.append(group)
         if self._failed is not None:
             self._write_finished(group, 0.0, outcome.Error(self._failed))
@@ -459,7 +374,7 @@ class Journal:
             self._wake.set()
         self._maybe_preallocate()
 
-    def _write_finished(self, group: _Group, started: float, result: outcome.Outcome[None]
+    def _write_finished(self, group: JournalGroup, started: float, result: outcome.Outcome[None]
                         ) -> None:  # fmt: skip
         """In the Trio thread, once a worker returned: note its outcome, release every group
         at the head of the start order whose write ended (only now: their records and every
@@ -490,7 +405,7 @@ class Journal:
         elif following.buffers or self._stopping:
             self._wake.set()  # a group to time or start, or the shutdown waiting for writes
 
-    def _release(self, group: _Group) -> None:
+    def _release(self, group: JournalGroup) -> None:
         result = group.write_result
         if isinstance(result, outcome.Value) and self._failed is not None:
             # an earlier group failed: this one's records may follow a hole in the file
@@ -517,77 +432,3 @@ class Journal:
         self.groups_written += 1
         self.written_mark = group.end_mark
         group.release()
-
-    def _write_and_sync(self, records: list[tuple[int, int, int, int, bytes]], offset: int,
-                        roll_to: int | None, truncate_to: int | None = None,
-                        over_fill: bool = False) -> None:
-        """In a worker thread: the group's records at `offset` (of file `roll_to`, started
-        first, when not None; the old file cut back to `truncate_to`), then fdatasync.
-        `over_fill`: placed over a zero fill in flight, which must not write after it."""
-        buffers: list[bytes] = []
-        for rec_type, ledger_id, entry_id, lac, payload in records:
-            buffers.append(encode_record(rec_type, ledger_id, entry_id, lac, payload))
-            if payload:
-                buffers.append(payload)
-        if roll_to is not None:
-            self._start_file(roll_to, truncate_to)
-        if over_fill:
-            self._zero_fill.wait_for_step()
-        if crash_point_armed("journal.mid_write"):  # a torn group: its first half, then death
-            head = b"".join(buffers)
-            write_all(self._fd, [head[: len(head) // 2]], offset)
-            if self._fsync:
-                os.fdatasync(self._fd)
-            crash_point("journal.mid_write")
-        write_all(self._fd, buffers, offset)
-        crash_point("journal.after_write_before_fsync")
-        if self._fsync:
-            os.fdatasync(self._fd)
-        crash_point("journal.after_fsync_before_ack")
-
-    async def _shutdown(self) -> None:
-        # The closing write takes the open group away first: an add from now on is refused
-        # (_enqueue), not put into a group whose records the write thread already encoded,
-        # which would release it as fsynced without it being on disk.
-        pending, self._open = self._open, _Group()
-        self._closed = True
-        if pending.buffers and self._failed is None:
-            try:
-                offset, roll_to, truncate_to = self._place(pending)
-                await trio.to_thread.run_sync(self._write_and_sync, pending.buffers, offset,
-                                              roll_to, truncate_to)
-                self.written_mark = pending.end_mark
-            except OSError as exc:
-                pending.error = exc
-        elif pending.buffers:
-            pending.error = JournalFailedError("journal failed")
-        pending.release()
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            cut = self._file_size if self._zero_fill.zeroed_end > self._file_size \
-                and self._failed is None and pending.error is None else None  # fmt: skip
-            await trio.to_thread.run_sync(self._close_file, fd, cut)
-
-    def _close_file(self, fd: int, truncate_to: int | None) -> None:
-        """Blocking: a clean close leaves no zero-filled tail behind its last record."""
-        try:
-            if truncate_to is not None:
-                os.ftruncate(fd, truncate_to)
-                if self._fsync:
-                    os.fdatasync(fd)
-        except OSError as exc:  # the scanner reads a zero tail as the end anyway
-            log.warning("journal: could not cut the preallocated tail: %r", exc)
-        finally:
-            os.close(fd)
-
-    async def trim_before(self, file_id: int) -> list[int]:
-        """Delete journal files older than ``file_id`` (never the current one)."""
-        return await trio.to_thread.run_sync(self._unlink_older, file_id, self._file_id)
-
-    def _unlink_older(self, file_id: int, current: int) -> list[int]:
-        doomed = [i for i in list_journal_files(self._dir) if i < file_id and i != current]
-        for i in doomed:
-            (self._dir / journal_file_name(i)).unlink(missing_ok=True)
-        if doomed and self._fsync:
-            fsync_dir(self._dir)
-        return doomed
