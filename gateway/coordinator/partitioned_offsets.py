@@ -4,7 +4,8 @@ Kafka fixes the number of `__consumer_offsets` partitions for the life of a clus
 the number of brokers; so does ledgerwire.  A group id belongs to coordinator partition
 crc32(id) mod P (bundle_placement.coordinator_partition), whose offsets and group metadata
 live in the managed ledger "__system/offsets/__consumer_offsets-<i>" (group_partitions.py),
-and P is the layout's `group_partitions` (ClusterLayout: 8).  `standalone --workers N` spreads
+and P is the layout's `group_partitions` (ClusterLayout: 8; a one-process directory pins the
+counts it first ran with, node_layout).  `standalone --workers N` spreads
 those partitions over its workers; `--workers 1` (this module) owns them all in one process and
 keeps one GroupCoordinator over them: `PartitionedOffsetStore` is the coordinator's offset
 store, routing each group's records to its partition's LedgerOffsetStore.  So a data directory
@@ -20,7 +21,9 @@ This module must never write a group's records to any ledger but its partition's
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -29,18 +32,49 @@ from gateway.cluster.broker_registry import CLUSTER_PATH, ClusterLayout
 from gateway.cluster.bundle_placement import coordinator_partition
 from gateway.coordinator.offset_store import LedgerOffsetStore, group_ledger_name
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from ledger_backend.metadata.store import MetadataStore, NoNodeError
+from ledger_backend.metadata.store import MetadataStore, NodeExistsError, NoNodeError
 from protocols.kafka.group_coordinator import CommittedOffset, OffsetKey
+
+# The coordinator partition counts a one-process data directory first ran with.  Not the
+# layout node (CLUSTER_PATH): that also fixes the bundle count, which a first `--workers N`
+# run derives from N (supervisor.cluster_layout); pinning it at a one-process start would cut
+# a later 8-worker node into 16 bundles instead of 32.  This node pins only what must never
+# change, and the layout node a later `--workers N` run writes copies it (pinned_layout).
+PARTITIONS_PATH = "/ledgerwire/coordinator_partitions"
 
 
 async def node_layout(store: MetadataStore) -> ClusterLayout:
     """The layout in force: the node's layout node if a `--workers N` run (or a cluster) wrote
-    one, else the defaults that such a run writes (so the partition counts never change)."""
+    one, else ClusterLayout's defaults with the coordinator partition counts this directory
+    first ran with (written on its first start, so they never change with the code's
+    defaults: a group's partition is crc32(id) mod their count)."""
     try:
         data, _ = await store.get(CLUSTER_PATH)
     except NoNodeError:
-        return ClusterLayout()
-    return ClusterLayout.from_bytes(data)
+        pass
+    else:
+        return ClusterLayout.from_bytes(data)
+    layout = ClusterLayout()
+    counts = {"group_partitions": layout.group_partitions,
+              "txn_partitions": layout.txn_partitions}
+    try:
+        await store.create(PARTITIONS_PATH, json.dumps(counts, sort_keys=True).encode(),
+                           make_parents=True)
+    except NodeExistsError:
+        pass
+    return await pinned_layout(store, layout)
+
+
+async def pinned_layout(store: MetadataStore, wanted: ClusterLayout) -> ClusterLayout:
+    """`wanted` (the layout a new `--workers N` node would be cut into) with the coordinator
+    partition counts a one-process run of this directory pinned, if it did."""
+    try:
+        data, _ = await store.get(PARTITIONS_PATH)
+    except NoNodeError:
+        return wanted
+    counts = json.loads(data)
+    return replace(wanted, group_partitions=int(counts["group_partitions"]),
+                   txn_partitions=int(counts["txn_partitions"]))
 
 
 class PartitionedOffsetStore:

@@ -90,6 +90,7 @@ from gateway.cluster.broker_registry import (
     init_cluster,
 )
 from gateway.config.settings import Config, parse_host_port
+from gateway.coordinator.partitioned_offsets import pinned_layout
 from gateway.process.local_bookies import local_bookie_indexes, worker_bookie_indexes
 from gateway.process.node_admin import NodeAdmin
 from gateway.process.single_ledgers import move_before_workers
@@ -148,8 +149,8 @@ def worker_config(config: Config, index: int, admin_socket: str, bundles: int) -
 
 def cluster_layout(config: Config, workers: int) -> ClusterLayout:
     """The bundles a new node is cut into (kept on restart, whatever the worker count); its
-    coordinator partition counts are ClusterLayout's defaults, which a one-process standalone
-    uses while no layout was written (partitioned_offsets.node_layout)."""
+    coordinator partition counts are ClusterLayout's defaults, or those a one-process run of
+    the directory pinned (run_supervisor applies partitioned_offsets.pinned_layout)."""
     return ClusterLayout(config.kafka.cluster_id, max(16, 4 * workers))
 
 
@@ -299,7 +300,8 @@ async def supervise(config: Config, *, task_status: Any = trio.TASK_STATUS_IGNOR
                     metadata_socket_path(config.data_dir))
                 url = (f"shared:{socket_path}"
                        f"?session_timeout_s={config.cluster.zk_session_timeout_s:g}")
-                layout, _ = await init_cluster(store, cluster_layout(config, workers))
+                layout, _ = await init_cluster(
+                    store, await pinned_layout(store, cluster_layout(config, workers)))
                 await move_before_workers(config, store, layout, workers)  # before any child
                 admin_sockets = [str(Path(socket_path).with_name(f"admin-{i}.sock"))
                                  for i in range(workers)]
