@@ -6,7 +6,7 @@ acknowledges an append only if this broker still owns the bundle when the append
 A bundle released while its log was opening leaves this broker with a log it must not keep
 (opening fenced the new owner's ledger, and the release already closed what it found), so the
 log is closed quietly, as BundleHooks._open_quietly does, and the request is answered "bundle
-not served here" (SYSTEM_BUSY), which makes the client refresh its route.  An append that
+not served here" (SERVICE_NOT_AVAILABLE: BundleNotServedError says why that code).  An append that
 outlived the ownership may still be in the ledger (the new owner recovered it): it is simply
 not acknowledged, and the producer's retry goes to the new owner.
 
@@ -54,9 +54,18 @@ class BundleNotServedError(RocketMQError):
 
     A background service of the bundle (delays, transactions) meets it while the bundle is
     released, until the release cancels it: `released_here` makes ledger_backend.faults'
-    log_failure note it at DEBUG, with no traceback and no WARNING."""
+    log_failure note it at DEBUG, with no traceback and no WARNING.
 
-    code = ResponseCode.SYSTEM_BUSY
+    Answered SERVICE_NOT_AVAILABLE, one of the six codes on which the Java 4.x producer resends
+    a synchronous send (DefaultMQProducer's retryResponseCodes: TOPIC_NOT_EXIST,
+    SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION, NO_BUYER_ID, NOT_IN_CURRENT_UNIT), to a
+    queue of another broker name, i.e. another bundle; any other code (SYSTEM_BUSY included)
+    fails the send at once.  The C++ 2.x producer resends on any failure.  Apache answers a
+    broker that cannot store now the same way.  No code makes a 4.x client refresh its routes
+    (a 30 s timer does); RocketMQ 5 (gateway/rocketmq/cluster_grpc.py not_served) is
+    answered its own way, and this code maps to TOO_MANY_REQUESTS there as SYSTEM_BUSY did."""
+
+    code = ResponseCode.SERVICE_NOT_AVAILABLE
     released_here = True
 
 

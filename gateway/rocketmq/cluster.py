@@ -9,8 +9,9 @@ connection on port base+b talks to `BundleBroker` b (gateway/rocketmq/bundle_bro
 topics, queues and offsets are those of bundle b (queue i of topic T = the i-th partition of T
 placed in bundle b, protocols/rocketmq/queue_map.py).  While b is owned by another broker,
 per-queue requests on that port are forwarded to the owner (gateway/rocketmq/forwarding.py:
-clients keep stale routes up to 30 s); with no owner reachable they are answered SYSTEM_BUSY
-"bundle not served here", which producers retry on another queue.  Bundle ports are bound with
+clients keep stale routes up to 30 s); with no owner reachable they are answered
+SERVICE_NOT_AVAILABLE "bundle not served here", which producers retry on another
+queue.  Bundle ports are bound with
 SO_REUSEPORT: when a broker dies or leaves, a survivor on the same host binds its ports too and
 serves them the same way (gateway/rocketmq/adoption.py), so clients holding the dead address
 reach the new owners at their next connect instead of at their route refresh.

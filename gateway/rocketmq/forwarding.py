@@ -18,7 +18,7 @@ Rules:
   two brokers briefly disagree about the owner); the receiver waits for the bundle the same
   way, then serves or refuses it.
 - Any failure to forward (owner unreachable, timeout) falls back to the local answer
-  ("bundle not served here", SYSTEM_BUSY), which producers retry on another queue.  A send
+  ("bundle not served here", SERVICE_NOT_AVAILABLE), which producers retry on another queue.  A send
   whose forward timed out may have been stored: the client's retry is RocketMQ's usual
   at-least-once.
 

@@ -34,7 +34,9 @@ Pulsar's producer path -- so these are our choice):
   default request.timeout.ms (30 s) so the answer arrives before the client gives up.
 - RocketMQ, producer_exception: SERVICE_NOT_AVAILABLE (14), RocketMQ's own answer when its store
   refuses writes (disk full); the client retries it retryTimesWhenSendFailed times and fails.
-- RocketMQ, hold timed out: SYSTEM_BUSY (2), RocketMQ's flow-control answer (also retried).
+- RocketMQ, hold timed out: SYSTEM_BUSY (2), RocketMQ's flow-control answer.  Not in the Java
+  4.x producer's resend codes (it reports "broker busy", as under Apache's own flow control);
+  the C++ 2.x producer resends on any failure; RocketMQ 5 clients retry TOO_MANY_REQUESTS.
 
 In a cluster, groups coordinated by other brokers count through a RetentionScope's committed
 floors (gateway/topics/retention_policies.py); eviction moves only the groups coordinated here.

@@ -172,7 +172,8 @@ async def divert_special(broker: BrokerLike, conn: ConnectionLike, header: SendH
 
 async def admit_under_backlog_quota(broker: BrokerLike, topic: str, queue_id: int) -> None:
     """Hold or refuse a send to a queue over its backlog quota (gateway/topics/backlog_quota.py
-    says why these codes: both are retried by the client, SYSTEM_BUSY being flow control)."""
+    says why these codes: SERVICE_NOT_AVAILABLE as a store refusing writes, SYSTEM_BUSY as
+    flow control)."""
     quotas = getattr(broker.topics, "backlog_quotas", None)
     if quotas is None:
         return
