@@ -9,7 +9,10 @@ worker that loaded partition i (or bundle b) before its entries arrived would se
 transactional id without them. So the supervisor moves them itself, before the first worker
 starts, with every bookie of the node in its own process for the time it takes (the single
 ledgers may be on any of them), and stops those bookies again before the workers start theirs.
-A directory without single ledgers (the usual case) costs three metadata reads.
+RocketMQ's held messages (delayed, undecided transactional) a one-process standalone left are
+moved into the bundles' layout here too (gateway/rocketmq/held_layout.py), before the RocketMQ
+offsets holding their scan positions are split.  A directory without single ledgers (the usual
+case) costs four metadata reads.
 
 This module must never run while a worker or a bookies process of the node runs.
 """
@@ -25,10 +28,16 @@ from gateway.coordinator.offset_store import KAFKA_OFFSETS_LEDGER
 from gateway.coordinator.single_ledger_migration import move_single_ledgers
 from gateway.coordinator.transaction_store import TRANSACTION_STATE_LEDGER
 from gateway.process.local_bookies import node_bookie_count, start_local_bookies
-from gateway.process.standalone import ledger_password, system_ledger_config
+from gateway.process.standalone import (
+    ledger_password,
+    system_ledger_config,
+    topic_service_config,
+)
+from gateway.rocketmq.held_layout import held_layout, move_held_messages
 from gateway.rocketmq.offset_layout import split_into_bundles
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER
 from gateway.topics.offload_service import offloader_from_config
+from gateway.topics.topic_service import TopicService
 from ledger_backend.bookie.auth import BookieSecret
 from ledger_backend.bookie.tls import BookieTls
 from ledger_backend.client.bookkeeper import BookKeeper
@@ -50,7 +59,8 @@ async def has_single_ledgers(store: MetadataStore) -> bool:
 async def move_before_workers(config: Config, store: MetadataStore, layout: ClusterLayout,
                               workers: int) -> None:
     """Move the data directory's single coordinator ledgers, if it has any (module docstring)."""
-    if not await has_single_ledgers(store):
+    held = await held_layout(store, layout.bundles, layout.bundles)
+    if not await has_single_ledgers(store) and held == layout.bundles:
         return
     log.info("moving committed offsets and transaction state into coordinator partitions")
     secret = BookieSecret.load(config.storage.bookie_secret or None,
@@ -73,4 +83,10 @@ async def move_before_workers(config: Config, store: MetadataStore, layout: Clus
             offload_cache_bytes=config.offload.cache_mb << 20)
         stack.push_async_callback(factory.close)
         await move_single_ledgers(factory, system_ledger_config(config), layout)
+        if held != layout.bundles:  # before the scan positions move into the bundle ledgers
+            topics = TopicService(store, factory, topic_service_config(config))
+            await topics.load()
+            stack.push_async_callback(topics.close)
+            await move_held_messages(store, factory, system_ledger_config(config), topics,
+                                     config.rocketmq.delay_levels, held, layout.bundles)
         await split_into_bundles(factory, system_ledger_config(config), layout.bundles)

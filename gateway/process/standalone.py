@@ -42,6 +42,7 @@ from gateway.kafka.share_groups import SHARE_STATE_LEDGER_PREFIX, ShareGroups
 from gateway.process.gc_policy import settle_heap
 from gateway.process.local_bookies import start_local_bookies
 from gateway.replication.service import ReplicationService
+from gateway.rocketmq.held_layout import held_layout, move_held_messages
 from gateway.rocketmq.offset_layout import merge_bundles
 from gateway.rocketmq.setup import build_rocketmq
 from gateway.security.admin_tokens import TokenStore
@@ -262,8 +263,12 @@ async def run_standalone(
         await background.start(admin.replication.run)
         rocketmq = None
         if config.rocketmq.enabled:
-            # offsets a `--workers N` run left per bundle (gateway/rocketmq/offset_layout.py)
+            # offsets a `--workers N` run left per bundle (gateway/rocketmq/offset_layout.py),
+            # then the messages it held per bundle (gateway/rocketmq/held_layout.py)
+            held = await held_layout(store, layout.bundles, 1)
             await merge_bundles(factory, system_ledger_config(config), layout.bundles)
+            await move_held_messages(store, factory, system_ledger_config(config), topics,
+                                     config.rocketmq.delay_levels, held, 1)
             rocketmq = await build_rocketmq(config.rocketmq, topics, factory,
                                             system_ledger_config(config), stack, background,
                                             authorizer=authorizer, secured=config.secured)

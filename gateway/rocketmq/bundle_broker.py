@@ -176,7 +176,7 @@ class BundleTopics:
         updateTopic does per broker: q * bundles partitions, never fewer than today's, and a
         multiple of bundles (consecutive placement then gives each bundle the same share)."""
         bundles = self._side.queue_map.bundles
-        info = self._side.topics.topics().get(name)
+        info = await self._side.topics.refresh_topic(name)  # another worker may have grown it
         current = info.partitions if info is not None else 0
         wanted = max(total * bundles, -(-current // bundles) * bundles)
         if wanted > current:

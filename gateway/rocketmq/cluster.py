@@ -75,6 +75,7 @@ from gateway.rocketmq.subscription_groups import SubscriptionGroupStore
 from gateway.topics.topic_service import TopicService
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.metadata.store import MetadataError, MetadataStore
+from protocols.kafka.errors import InvalidPartitionsError
 from protocols.rocketmq.access import AuthorizerLike
 from protocols.rocketmq.broker_api import RocketMQBrokerConfig, TopicInfoLike, TopicServiceLike
 from protocols.rocketmq.client_details import ClientDetails
@@ -271,11 +272,23 @@ class ClusterRocketMQ(ConsumerChangeNotifier):
 
     async def ensure_topic(self, topic: str, queue_nums: int, *,
                            explicit: bool = False) -> TopicInfoLike:
-        """Like RocketMQBroker.ensure_topic, with the cluster's partition count."""
+        """Like RocketMQBroker.ensure_topic, with the cluster's partition count.  A
+        bundle-pinned topic a one-process standalone created with fewer (it gives each bundle
+        none or some of `queue_nums` queues) is grown to it."""
+        partitions = self.queue_map.cluster_partitions(topic, queue_nums)
         async with self._create_lock:
-            return await ensure_storage_topic(
-                self.topics, topic, self.queue_map.cluster_partitions(topic, queue_nums),
-                explicit=explicit)
+            info = await ensure_storage_topic(self.topics, topic, partitions, explicit=explicit)
+            if info.partitions < partitions and is_bundle_pinned(topic):
+                try:
+                    await self.topics.create_partitions(topic, partitions)
+                    log.info("grew %s from %d to %d partitions (a queue in each bundle)",
+                             topic, info.partitions, partitions)
+                except InvalidPartitionsError:
+                    pass  # another worker grew it first
+                fresh = await self.topics.refresh_topic(topic)
+                if fresh is not None:
+                    return fresh  # type: ignore[return-value]
+            return info
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
