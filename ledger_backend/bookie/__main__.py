@@ -130,7 +130,10 @@ async def _open_storage(
         yield storage
 
 
-async def run_bookie(args: argparse.Namespace) -> None:
+async def run_bookie(args: argparse.Namespace, *,
+                     ready: Callable[[], None] | None = None) -> None:
+    """Serve one bookie until SIGINT/SIGTERM; `ready` is called once it listens (the gateway's
+    CLI settles the process's heap there: gateway/process/gc_policy.py)."""
     advertised_host = args.advertised_host or args.host
     bookie_id = args.bookie_id or str(BookieAddress(advertised_host, args.port))
     secret = BookieSecret.load(args.bookie_secret, args.bookie_secret_file)
@@ -164,6 +167,8 @@ async def run_bookie(args: argparse.Namespace) -> None:
                             task_status=task_status,
                         )  # fmt: skip
                     )
+                    if ready is not None:
+                        ready()
                     print(f"bookie {bookie_id} listening on {address}", flush=True)
                     async for signum in signals:
                         logger.info("bookie %s: signal %d, shutting down", bookie_id, signum)

@@ -92,12 +92,14 @@ def add_bookie_security_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run_bookie_process(args: argparse.Namespace) -> None:
+    from gateway.process.gc_policy import settle_heap
     from ledger_backend.bookie.__main__ import run_bookie
 
     async with trio.open_nursery() as nursery:
         if args.autorecovery:
             nursery.start_soon(run_autorecovery_process, args)
-        await run_bookie(args)
+        # once it listens: start-up's heap frozen, the collector's thresholds, as a broker's
+        await run_bookie(args, ready=settle_heap)
         nursery.cancel_scope.cancel()
 
 
