@@ -21,11 +21,12 @@ its real partition.  Then the scan positions of the schedule partitions pass wha
 each moved half message gets a decision record ("m") in its old partition, so its old handle
 resolves nothing (a producer's answer to the check-back of the copy decides it).
 
-Crash safety: each copy names what it copies (MOVED_PROPERTY: target layout, partition,
-offset); a move repeated after a crash copies only what has no copy yet, and the positions and
-decisions it writes again are the same.  The layout the held topics are in is recorded in the
-metadata store (HELD_LAYOUT_PATH: 1 or the bundle count), written only after a move completed;
-a data directory from before it is inferred from which RocketMQ offsets ledgers exist.
+Crash safety (kill -9 at each step: tests/rocketmq/test_rocketmq_held_layout_crash.py): each
+copy names what it copies (MOVED_PROPERTY: target layout, partition, offset); a move repeated
+after a crash copies only what has no copy yet, and the positions and decisions it writes again
+are the same.  The layout the held topics are in is recorded in the metadata store
+(HELD_LAYOUT_PATH: 1 or the bundle count), written only after a move completed; a data
+directory from before it is inferred from which RocketMQ offsets ledgers exist.
 
 This module must never drop a pending message, nor leave one where the new shape reads it
 twice.
@@ -43,6 +44,7 @@ from gateway.rocketmq.bundle_broker import offsets_ledger_name as bundle_ledger_
 from gateway.rocketmq.delays import RECALL_PROPERTY, SCHEDULE_GROUP
 from gateway.rocketmq.service import ROCKETMQ_OFFSETS_LEDGER, RocketMQOffsets
 from gateway.rocketmq.transactions import SCAN_GROUP
+from ledger_backend.bookie.crash_points import crash_point
 from ledger_backend.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from ledger_backend.managed_ledger.factory import DEFAULT_ROOT
 from ledger_backend.managed_ledger.metadata_format import managed_ledger_path
@@ -114,6 +116,7 @@ async def move_held_messages(store: MetadataStore, factory: ManagedLedgerFactory
                             target)
         finally:
             await offsets.close()
+    crash_point("held_layout.before_record")
     await record_layout(store, target)
 
 
@@ -227,6 +230,7 @@ class HeldMove:
             plog = await self.topics.partition(topic, partition)
             await plog.append_built(built_batch(by_partition[partition]))
             self.moved += len(by_partition[partition])
+            crash_point("held_layout.after_append")
 
     def _copy(self, partition: int, record: Record) -> tuple[int, Record]:
         """The copy of a held record and the bundle it goes to."""
@@ -263,6 +267,7 @@ class HeldMove:
             done = first_copy.get(partition, plog.high_watermark)  # copies follow the sources
             if self.offsets.query(SCHEDULE_GROUP, SCHEDULE_TOPIC, partition) != done:
                 await self.offsets.commit(SCHEDULE_GROUP, SCHEDULE_TOPIC, partition, done)
+                crash_point("held_layout.after_position")
 
     async def _move_half(self) -> None:
         sources = range(1 if self.source.bundles == 1 else self.source.bundles)
@@ -285,6 +290,7 @@ class HeldMove:
         for partition in sorted(decided):
             plog = await self.topics.partition(OP_HALF_TOPIC, partition)
             await plog.append_built(built_batch(decided[partition]))
+            crash_point("held_layout.after_decisions")
 
 
 async def move_held(topics: Any, offsets: Any, levels: int, source: int, target: int) -> int:
