@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from gateway.rocketmq.held_layout import HELD_LAYOUT_PATH
+from ledger_backend.metadata import open_store
 from tests.cluster.kafka_workload import create_topic
 from tests.integration.test_standalone_workers import serving
 from tests.integration.test_standalone_workers_rocketmq import PARTITIONS, TOPIC
@@ -114,3 +116,41 @@ async def test_held_messages_survive_a_worker_count_change(node: HeldNode, first
     assert delayed_at - sent_at >= DELAY_S - 0.05, "delivered before its time"
     after = node.full_log()[log_before:]
     assert after.count("Traceback") == 0, after[after.find("Traceback") - 2000:][:6000]
+
+
+def fresh_delayed(ns: str) -> None:
+    p = producer(ns, "PG_FRESH")
+    c = Consumer(ns, "CG_FRESH", TOPIC)
+    try:
+        send_sync_patiently(p, message(TOPIC, b"fresh", delay_level=1))
+        assert c.wait_for(lambda r: b"fresh" in {m.body for m in r}, 90), c.received
+    finally:
+        c.shutdown()
+        p.shutdown()
+
+
+async def test_workers_on_held_topics_an_older_version_left_do_not_fail_in_a_loop(
+        node: HeldNode) -> None:
+    """A directory an older version moved to workers without moving what was held (recorded
+    here as moved): the workers grow the one-process node's schedule and transaction topics
+    to a queue per bundle, delay and transact again, and log no traceback (before: every
+    bundle's transaction service failed each second on 'queue nums:[0]', and workers that
+    grew the schedule topic from a stale count on 'the new count must be higher')."""
+    await trio.to_thread.run_sync(create_topic, node.bootstrap, TOPIC, PARTITIONS)
+    await wait_routed(node, 1)
+    await trio.to_thread.run_sync(hold, node.name_server)
+    await trio.to_thread.run_sync(node.stop, 120)
+    store = await open_store(f"embedded:{node.data_dir / 'metadata'}")
+    try:
+        _, stat = await store.get(HELD_LAYOUT_PATH)
+        await store.set(HELD_LAYOUT_PATH, b"16", stat.version)
+    finally:
+        await store.close()
+    log_before = len(node.full_log())
+    await trio.to_thread.run_sync(node.start_with, 2)
+    await wait_routed(node, 2)
+    await trio.to_thread.run_sync(fresh_delayed, node.name_server)
+    await trio.sleep(5.0)  # the transaction services scan every second
+    after = node.full_log()[log_before:]
+    assert after.count("Traceback") == 0, after[after.find("Traceback") - 2000:][:6000]
+    assert "grew RMQ_SYS_TRANS_OP_HALF_TOPIC from 1 to 16 partitions" in after
