@@ -32,6 +32,8 @@ from support.pki import issue, make_ca  # noqa: E402
 from support.ports import free_port, free_port_range  # noqa: E402
 from support.zookeeper import ServerTls, ZooKeeperServer  # noqa: E402
 
+from gateway.cluster.bundle_placement import target_broker  # noqa: E402
+
 
 class Process:
     def __init__(self, name: str, args: list[str], log_path: Path, ready_text: bytes) -> None:
@@ -275,6 +277,19 @@ class Cluster:
                 return owners
             time.sleep(0.3)
         raise TimeoutError(f"bundles not all owned (by {by}): {owners}")
+
+    def wait_bundles_on_targets(self, brokers: list[int], timeout_s: float = 90.0
+                                ) -> dict[int, int]:  # fmt: skip
+        """Until every bundle sits on its rendezvous target among `brokers`: a broker that
+        joins is handed its share by the others' next ownership rounds (after the hand-back
+        delay), not at once, so "every bundle owned" alone may still be the old spread."""
+        targets = {b: target_broker(b, brokers) for b in range(self.bundles)}
+        deadline = time.monotonic() + timeout_s
+        while (owners := self.bundle_owners()) != targets:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bundles not on their targets {targets}: {owners}")
+            time.sleep(0.3)
+        return owners
 
     def partition_owner(self, topic: str, partition: int) -> int | None:
         import zlib
