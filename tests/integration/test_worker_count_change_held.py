@@ -45,7 +45,9 @@ class HeldNode(Node):
         config = Path(self.config_args[1])
         config.write_text("[cluster]\nhandback_delay_s = 0\n"
                           "[rocketmq]\ntransaction_check_timeout_s = 2.0\n"
-                          "transaction_check_interval_s = 2.0\n")
+                          "transaction_check_interval_s = 2.0\n"
+                          # never rolled back for want of a producer, however slow the restart
+                          "transaction_max_checks = 100000\n")
 
 
 @pytest.fixture
