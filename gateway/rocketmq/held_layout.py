@@ -66,6 +66,7 @@ log = logging.getLogger("ledgerwire.rocketmq.held")
 HELD_LAYOUT_PATH = "/ledgerwire/rocketmq/held_layout"
 MOVED_PROPERTY = "__LEDGERWIRE_MOVED"  # "<target layout>/<source partition>/<source offset>"
 MOVED_DECISION = b"m"
+CHUNK_BYTES = 1 << 20  # read and copied at a time: a large backlog is never in memory at once
 
 
 async def held_layout(store: MetadataStore, bundles: int, shape: int) -> int:
@@ -153,17 +154,20 @@ class _Layout:
         return bundle
 
 
-async def _read(topics: Any, topic: str, partition: int, start: int | None) -> list[Record]:
+async def _span(topics: Any, topic: str, partition: int, start: int | None,
+                end: int | None = None) -> tuple[Any, int, int]:
+    """(log, first offset, end) of the partition's records from `start` (None: its log start)
+    to `end` (None: its high watermark now); read them with _chunk."""
     plog = await topics.partition(topic, partition)
     offset = plog.log_start_offset if start is None or start < plog.log_start_offset else start
-    out: list[Record] = []
-    while offset < plog.high_watermark:
-        records = records_of(await plog.read(offset, 1 << 20), offset)
-        if not records:
-            break
-        out.extend(records)
-        offset = records[-1].offset + 1
-    return out
+    return plog, offset, plog.high_watermark if end is None else end
+
+
+async def _chunk(plog: Any, offset: int, end: int) -> list[Record]:
+    """About CHUNK_BYTES of records from `offset` on, before `end` (none: the span is read)."""
+    if offset >= end:
+        return []
+    return [r for r in records_of(await plog.read(offset, CHUNK_BYTES), offset) if r.offset < end]
 
 
 async def _grow(topics: Any, topic: str, partitions: int) -> None:
@@ -203,27 +207,32 @@ class HeldMove:
             await self._move_half()
         return self.moved
 
-    async def _pending(self, topic: str, group: str, partitions: range) -> tuple[
-            dict[int, list[Record]], set[tuple[int, int]], dict[int, int]]:
-        """Each partition's records from its scan position (the target's copies left out),
-        the sources that have a copy already, and where each partition's copies begin."""
-        pending: dict[int, list[Record]] = {}
+    async def _survey(self, topic: str, group: str) -> tuple[
+            dict[int, tuple[int | None, int]], set[tuple[int, int]], set[tuple[int, int]]]:
+        """Per partition, what the source layout still holds there: (its scan position, where
+        the copies an interrupted move made begin, else the high watermark; sources never
+        follow copies); the sources that have a copy already; the recalled timer messages
+        ((partition, offset): their recall markers are not copied, nor are they)."""
+        spans: dict[int, tuple[int | None, int]] = {}
         copied: set[tuple[int, int]] = set()
-        first_copy: dict[int, int] = {}
-        info = self.topics.topics()[topic]
-        for partition in range(info.partitions):
-            records = await _read(self.topics, topic, partition,
-                                  self.offsets.query(group, topic, partition))
-            for record in records:
-                _, props, _ = from_record(record)
-                tag = props.get(MOVED_PROPERTY, "")
-                if tag.startswith(f"{self.target.bundles}/"):
-                    _, p, o = tag.split("/")
-                    copied.add((int(p), int(o)))
-                    first_copy.setdefault(partition, record.offset)
-                elif partition in partitions:
-                    pending.setdefault(partition, []).append(record)
-        return pending, copied, first_copy
+        recalled: set[tuple[int, int]] = set()
+        mine = f"{self.target.bundles}/"
+        for partition in range(self.topics.topics()[topic].partitions):
+            start = self.offsets.query(group, topic, partition)
+            plog, offset, end = await _span(self.topics, topic, partition, start)
+            while records := await _chunk(plog, offset, end):
+                offset = records[-1].offset + 1
+                for record in records:
+                    _, props, _ = from_record(record)
+                    tag = props.get(MOVED_PROPERTY, "")
+                    if tag.startswith(mine):
+                        _, p, o = tag.split("/")
+                        copied.add((int(p), int(o)))
+                        end = min(end, record.offset)
+                    elif RECALL_PROPERTY in props:
+                        recalled.add((partition, int(props[RECALL_PROPERTY])))
+            spans[partition] = (start, end)
+        return spans, copied, recalled
 
     async def _append(self, topic: str, by_partition: dict[int, list[Record]]) -> None:
         for partition in sorted(by_partition):
@@ -243,54 +252,59 @@ class HeldMove:
         info = self.topics.topics()[SCHEDULE_TOPIC]
         sources = range(info.partitions if self.source.bundles > 1
                         else min(queues, info.partitions))
-        pending, copied, first_copy = await self._pending(SCHEDULE_TOPIC, SCHEDULE_GROUP,
-                                                          sources)
-        out: dict[int, list[Record]] = {}
-        for partition, records in pending.items():
+        spans, copied, recalled = await self._survey(SCHEDULE_TOPIC, SCHEDULE_GROUP)
+        for partition in sources:
+            start, end = spans[partition]
             queue = partition // self.source.bundles
-            recalled = set()
-            for record in records:
-                _, props, _ = from_record(record)
-                if RECALL_PROPERTY in props:
-                    recalled.add(int(props[RECALL_PROPERTY]))
-            for record in records:
-                _, props, _ = from_record(record)
-                if (record.offset in recalled or RECALL_PROPERTY in props
-                        or PROPERTY_REAL_TOPIC not in props
-                        or (partition, record.offset) in copied):
-                    continue
-                bundle, copy = self._copy(partition, record)
-                out.setdefault(queue * self.target.bundles + bundle, []).append(copy)
-        await self._append(SCHEDULE_TOPIC, out)
-        for partition in pending:  # the scan passes what was moved
-            plog = await self.topics.partition(SCHEDULE_TOPIC, partition)
-            done = first_copy.get(partition, plog.high_watermark)  # copies follow the sources
-            if self.offsets.query(SCHEDULE_GROUP, SCHEDULE_TOPIC, partition) != done:
-                await self.offsets.commit(SCHEDULE_GROUP, SCHEDULE_TOPIC, partition, done)
+            plog, offset, end = await _span(self.topics, SCHEDULE_TOPIC, partition, start, end)
+            while records := await _chunk(plog, offset, end):
+                offset = records[-1].offset + 1
+                out: dict[int, list[Record]] = {}
+                for record in records:
+                    _, props, _ = from_record(record)
+                    if ((partition, record.offset) in recalled or RECALL_PROPERTY in props
+                            or PROPERTY_REAL_TOPIC not in props
+                            or (partition, record.offset) in copied):
+                        continue
+                    bundle, copy = self._copy(partition, record)
+                    out.setdefault(queue * self.target.bundles + bundle, []).append(copy)
+                await self._append(SCHEDULE_TOPIC, out)
+        for partition in sources:  # the scan passes what was moved (copies follow sources)
+            _, end = spans[partition]
+            if self.offsets.query(SCHEDULE_GROUP, SCHEDULE_TOPIC, partition) != end:
+                await self.offsets.commit(SCHEDULE_GROUP, SCHEDULE_TOPIC, partition, end)
                 crash_point("held_layout.after_position")
 
     async def _move_half(self) -> None:
         sources = range(1 if self.source.bundles == 1 else self.source.bundles)
-        pending, copied, _ = await self._pending(HALF_TOPIC, SCAN_GROUP, sources)
-        out: dict[int, list[Record]] = {}
-        decided: dict[int, list[Record]] = {}
+        spans, copied, _ = await self._survey(HALF_TOPIC, SCAN_GROUP)
         now = int(time.time() * 1000)
-        for partition, records in pending.items():
-            resolved = {int(r.value or b"-1")
-                        for r in await _read(self.topics, OP_HALF_TOPIC, partition, None)}
-            for record in records:
-                if record.offset in resolved:
-                    continue
-                if (partition, record.offset) not in copied:
-                    bundle, copy = self._copy(partition, record)
-                    out.setdefault(bundle, []).append(copy)
-                decided.setdefault(partition, []).append(
-                    Record(0, now, MOVED_DECISION, str(record.offset).encode(), []))
-        await self._append(HALF_TOPIC, out)  # durable before the old ones are decided
-        for partition in sorted(decided):
-            plog = await self.topics.partition(OP_HALF_TOPIC, partition)
-            await plog.append_built(built_batch(decided[partition]))
-            crash_point("held_layout.after_decisions")
+        for partition in sources:
+            if partition not in spans:
+                continue
+            resolved: set[int] = set()
+            ops, offset, end = await _span(self.topics, OP_HALF_TOPIC, partition, None)
+            while decisions := await _chunk(ops, offset, end):
+                offset = decisions[-1].offset + 1
+                resolved.update(int(r.value or b"-1") for r in decisions)
+            start, end = spans[partition]
+            plog, offset, end = await _span(self.topics, HALF_TOPIC, partition, start, end)
+            while records := await _chunk(plog, offset, end):
+                offset = records[-1].offset + 1
+                out: dict[int, list[Record]] = {}
+                decided: list[Record] = []
+                for record in records:
+                    if record.offset in resolved:
+                        continue
+                    if (partition, record.offset) not in copied:
+                        bundle, copy = self._copy(partition, record)
+                        out.setdefault(bundle, []).append(copy)
+                    decided.append(Record(0, now, MOVED_DECISION, str(record.offset).encode(),
+                                          []))
+                await self._append(HALF_TOPIC, out)  # durable before the old ones are decided
+                if decided:
+                    await ops.append_built(built_batch(decided))
+                    crash_point("held_layout.after_decisions")
 
 
 async def move_held(topics: Any, offsets: Any, levels: int, source: int, target: int) -> int:

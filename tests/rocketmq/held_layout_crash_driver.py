@@ -78,19 +78,22 @@ async def read(topics: TopicService, topic: str, partition: int,
 
 async def write_one_process(topics: TopicService, offsets: RocketMQOffsets) -> None:
     """As one process holds them: level L in partition L - 1, REAL_QID = partition; "gone"
-    was delivered, half message "committed" decided."""
+    was delivered, half message "committed" decided, "open" and "later" not."""
     await topics.create_topic(TOPIC, PARTS)
     for name, n in ((SCHEDULE_TOPIC, LEVELS + 1), (HALF_TOPIC, 1), (OP_HALF_TOPIC, 1)):
         await topics.create_topic(name, n)
     await append(topics, SCHEDULE_TOPIC, 3, [held(4, 1, "gone", 1000), held(4, 5, "d4", 2000)])
     await offsets.commit(SCHEDULE_GROUP, SCHEDULE_TOPIC, 3, 1)
     await append(topics, SCHEDULE_TOPIC, 0, [held(1, 0, "d1", 3000)])
-    await append(topics, SCHEDULE_TOPIC, 9, [held(10, p, f"d10-{p}", 4000 + p)
-                                             for p in range(PARTS)])
-    await append(topics, HALF_TOPIC, 0, [held(0, 7, "committed", 5000), held(0, 2, "open", 6000)])
+    for p in range(PARTS):  # a batch each: a move reading a batch at a time reads 16
+        await append(topics, SCHEDULE_TOPIC, 9, [held(10, p, f"d10-{p}", 4000 + p)])
+    await append(topics, HALF_TOPIC, 0, [held(0, 7, "committed", 5000)])
+    await append(topics, HALF_TOPIC, 0, [held(0, 2, "open", 6000)])
+    await append(topics, HALF_TOPIC, 0, [held(0, 9, "later", 7000)])
     await append(topics, OP_HALF_TOPIC, 0, [Record(0, 0, b"d", b"0", [])])
 
 
+UNDECIDED = {"open": 2, "later": 9}  # body -> REAL_QID
 ONE_PROCESS = {"d4": (3, 5, 2000), "d1": (0, 0, 3000),
                **{f"d10-{p}": (9, p, 4000 + p) for p in range(PARTS)}}
 

@@ -21,6 +21,7 @@ from protocols.kafka.record_batch import Record
 from tests.rocketmq.held_layout_crash_driver import (
     LEVELS,
     ONE_PROCESS,
+    UNDECIDED,
     B,
     in_bundles,
     single_offsets,
@@ -31,9 +32,12 @@ from tests.rocketmq.held_layout_crash_driver import (
 )
 
 
-@pytest.mark.parametrize("interrupt_after", [None, 1, 3])
+@pytest.mark.parametrize(("interrupt_after", "chunk_bytes"),
+                         [(None, 1 << 20), (1, 1 << 20), (3, 1 << 20), (None, 1), (5, 1)])
 async def test_held_messages_move_to_bundles_and_back(monkeypatch: pytest.MonkeyPatch,
-                                                      interrupt_after: int | None) -> None:
+                                                      interrupt_after: int | None,
+                                                      chunk_bytes: int) -> None:
+    monkeypatch.setattr(held_layout, "CHUNK_BYTES", chunk_bytes)  # 1: a batch at a time
     store = await open_store("memory:")
     async with MemoryBookKeeper(store) as bk:
         factory = ManagedLedgerFactory(store, bk)
@@ -65,11 +69,11 @@ async def test_held_messages_move_to_bundles_and_back(monkeypatch: pytest.Monkey
         assert await move_held(topics, offsets, LEVELS, 1, B) == 0  # done: nothing again
 
         assert await waiting(topics, offsets, B) == in_bundles()
-        assert await undecided(topics, B) == {"open": where(2)}
+        assert await undecided(topics, B) == {k: where(v) for k, v in UNDECIDED.items()}
 
         # back to one process: as it was, each once
         await move_held(topics, offsets, LEVELS, B, 1)
         assert await waiting(topics, offsets, 1) == ONE_PROCESS
-        assert await undecided(topics, B) == {"open": (0, 2)}
+        assert await undecided(topics, B) == {k: (0, v) for k, v in UNDECIDED.items()}
         await offsets.close()
         await topics.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.managed_ledger.crash_support import assert_stopped, run_driver
-from tests.rocketmq.held_layout_crash_driver import in_bundles, where
+from tests.rocketmq.held_layout_crash_driver import UNDECIDED, in_bundles, where
 from tests.support.ports import free_port
 
 DRIVER = "tests.rocketmq.held_layout_crash_driver"
@@ -47,4 +47,5 @@ def test_a_move_killed_at_any_step_loses_and_repeats_nothing(
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads(done.stdout.strip().splitlines()[-1])
     assert state == {"waiting": {k: list(v) for k, v in in_bundles().items()},
-                     "undecided": {"open": list(where(2))}, "layout": 16}
+                     "undecided": {k: list(where(v)) for k, v in UNDECIDED.items()},
+                     "layout": 16}
