@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.standalone import REPO, Standalone, free_port_range
@@ -41,6 +41,9 @@ RECORDS = 60  # per partition
 GROUP = "moved-group"
 TXN_GROUP = "moved-txn-group"
 TXN_ID = "moved-txn"
+# answers while a group's coordinator partition moves or loads: a client asks again
+COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                      KafkaError.COORDINATOR_NOT_AVAILABLE}
 
 
 class Node(Standalone):
@@ -71,10 +74,24 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets, asked again on a retriable error (as the Java consumer's
+    committed() does by itself): right after a start, a group's coordinator partition may still
+    be on its way to the worker it settles on (NOT_COORDINATOR), which librdkafka's committed()
+    raises at once instead of asking the new coordinator."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    deadline = time.monotonic() + 90
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)],
-                                   timeout=60)
+        while True:
+            try:
+                found = consumer.committed(
+                    [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=60)
+                break
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not (error.retriable() or error.code() in COORDINATOR_MOVING) \
+                        or time.monotonic() > deadline:  # fmt: skip
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
     return {tp.partition: tp.offset for tp in found}
