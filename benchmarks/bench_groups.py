@@ -25,7 +25,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -228,41 +228,32 @@ def _fetch_loop(bootstrap: str, group: str, seconds: float, counts: list[int]) -
     consumer.close()
 
 
+def _run_clients(loop: Callable[[str, str, float, list[int]], None], bootstrap: str,
+                 groups: list[str], seconds: float) -> float:
+    """One thread per group running `loop` for `seconds`; the calls per second of them all."""
+    counts: list[int] = []
+    threads = [threading.Thread(target=loop, args=(bootstrap, group, seconds, counts))
+               for group in groups]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(counts) / seconds
+
+
 def bench_commits(bootstrap: str, seconds: float) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("commits", 1, 1)])["commits"].result(30)
     for clients in (1, 8):
-        counts: list[int] = []
-        threads = [
-            threading.Thread(
-                target=_commit_loop, args=(bootstrap, f"committer-{clients}-{i}", seconds, counts)
-            )
-            for i in range(clients)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        print(
-            f"offset commits, {clients} client(s) committing synchronously: "
-            f"{sum(counts) / seconds:,.0f} commits/s"
-        )
+        rate = _run_clients(_commit_loop, bootstrap,
+                            [f"committer-{clients}-{i}" for i in range(clients)], seconds)
+        print(f"offset commits, {clients} client(s) committing synchronously: "
+              f"{rate:,.0f} commits/s")
     for clients in (1, 8):  # OffsetFetch of the groups committed above
-        counts = []
-        threads = [
-            threading.Thread(
-                target=_fetch_loop, args=(bootstrap, f"committer-8-{i}", seconds, counts)
-            )
-            for i in range(clients)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        print(
-            f"offset fetches, {clients} client(s) fetching synchronously: "
-            f"{sum(counts) / seconds:,.0f} fetches/s"
-        )
+        rate = _run_clients(_fetch_loop, bootstrap,
+                            [f"committer-8-{i}" for i in range(clients)], seconds)
+        print(f"offset fetches, {clients} client(s) fetching synchronously: "
+              f"{rate:,.0f} fetches/s")
 
 
 def main() -> None:
