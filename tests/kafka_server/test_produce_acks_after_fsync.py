@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-import ledger_backend.bookie.journal as journal_module
+import ledger_backend.bookie.journal_files as journal_files
 from gateway.kafka.broker import KafkaBroker, KafkaBrokerConfig
 from gateway.kafka.listener import serve_kafka
 from gateway.topics.topic_service import TopicService, TopicServiceConfig
@@ -97,7 +97,7 @@ async def test_a_produce_is_acknowledged_only_after_its_journal_fsync(
         assert await trio.to_thread.run_sync(
             produce_one_at_a_time, bootstrap, idempotent, None, 1) == []
         slow = SlowSyncOs()
-        monkeypatch.setattr(journal_module, "os", slow)
+        monkeypatch.setattr(journal_files, "os", slow)
         with trio.fail_after(CLIENT_TIMEOUT_S * 2):
             problems = await trio.to_thread.run_sync(
                 produce_one_at_a_time, bootstrap, idempotent, slow, 8)

@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-import ledger_backend.bookie.journal as journal_module
+import ledger_backend.bookie.journal_files as journal_files
 from ledger_backend.metadata.store import MetadataStore
 from protocols.rocketmq.codec import encode_command, make_request
 from protocols.rocketmq.errors import ResponseCode
@@ -28,7 +28,7 @@ from tests.rocketmq.test_rocketmq_send_at_once import StepCounter
 
 
 class SlowSyncOs:
-    """The journal module's `os`: fdatasync sleeps first, and counts the syncs that returned."""
+    """journal_files's `os`: fdatasync sleeps first, and counts the syncs that returned."""
 
     def __init__(self) -> None:
         self.synced = 0
@@ -49,7 +49,7 @@ async def test_a_send_is_answered_only_after_its_journal_fsync(
         r = await client.call(RC.SEND_MESSAGE_V2, send_ext("synced", {"TAGS": "t"}), b"open")
         assert r.code == ResponseCode.SUCCESS, r.remark  # the queue's log is open now
         slow = SlowSyncOs()
-        monkeypatch.setattr(journal_module, "os", slow)
+        monkeypatch.setattr(journal_files, "os", slow)
         counter = StepCounter()
         trio.lowlevel.add_instrument(counter)
         try:
